@@ -1,0 +1,6 @@
+"""``python -m ratioscope``."""
+
+from ratioscope.cli import app
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,81 @@
+"""The ``ratioscope`` command line: a thin Typer layer over the library.
+
+Every command lives in its own module and only parses options, calls the library and
+hands the result to a renderer. Errors are turned into exit codes in one place,
+:class:`_BoundaryGroup`, so ``CliRunner`` tests see exactly what users see.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from ratioscope.errors import EXIT_INTERNAL, RatioscopeError
+
+
+def _stderr_line(message: str) -> None:
+    click.echo(f"ratioscope: error: {message}", err=True)
+
+
+class _BoundaryGroup(TyperGroup):
+    """Turns library exceptions into one line on stderr and the design's exit code."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except RatioscopeError as error:
+            if os.environ.get("RATIOSCOPE_DEBUG") == "1":
+                raise
+            _stderr_line(str(error))
+            raise click.exceptions.Exit(error.exit_code) from None
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            _stderr_line("interrupted")
+            raise click.exceptions.Exit(130) from None
+        except Exception as error:  # the boundary: anything else is our bug
+            if os.environ.get("RATIOSCOPE_DEBUG") == "1":
+                raise
+            _stderr_line(
+                f"internal error ({type(error).__name__}: {error}); "
+                "run again with RATIOSCOPE_DEBUG=1 for the traceback and please report it"
+            )
+            raise click.exceptions.Exit(EXIT_INTERNAL) from None
+
+
+app = typer.Typer(
+    name="ratioscope",
+    cls=_BoundaryGroup,
+    help=(
+        "Diagnostics for importance ratios, reweighting schemes and sample diversity "
+        "in RL training of language models.\n\n"
+        "Example: ratioscope analyze sample_data/verl_step_0002.pt --json report.json"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _register() -> None:
+    # Each module only imports typer and the standard library at import time, so that
+    # `ratioscope --help` stays fast; heavy imports live inside the command bodies.
+    from ratioscope.cli import analyze, check, eval_passk, eval_ucc, info, merge, plot, sweep
+
+    app.command("info")(info.info)
+    app.command("analyze")(analyze.analyze)
+    app.command("sweep")(sweep.sweep)
+    app.add_typer(plot.plot_app, name="plot")
+    app.command("eval-passk")(eval_passk.eval_passk)
+    app.command("eval-ucc")(eval_ucc.eval_ucc)
+    app.command("check")(check.check)
+    app.command("merge")(merge.merge)
+
+
+_register()
+
+__all__ = ["app"]

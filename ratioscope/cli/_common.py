@@ -1,0 +1,125 @@
+"""Helpers shared by the command modules: option parsing, progress bars, the console.
+
+Only light imports here (typer, rich pulls itself in lazily through the functions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+from ratioscope.errors import UsageError
+from ratioscope.progress import ProgressCallback, ProgressUpdate
+
+
+def parse_floats(text: str, option: str, count: int | None = None) -> tuple[float, ...]:
+    """Parse ``"0.2,0.28"`` into floats; ``count`` fixes how many are allowed.
+
+    A single value is repeated when ``count`` is 2, so ``--clip 0.2`` means (0.2, 0.2).
+    """
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip() != "")
+    except ValueError:
+        raise UsageError(f"{option} expects comma-separated numbers, got '{text}'") from None
+    if not values:
+        raise UsageError(f"{option} expects at least one number, got '{text}'")
+    if count == 2 and len(values) == 1:
+        values = (values[0], values[0])
+    if count is not None and len(values) != count:
+        raise UsageError(f"{option} expects {count} comma-separated numbers, got '{text}'")
+    return values
+
+
+def parse_ints(text: str, option: str) -> tuple[int, ...]:
+    """Parse ``"1,2,4"`` into positive integers."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip() != "")
+    except ValueError:
+        raise UsageError(f"{option} expects comma-separated integers, got '{text}'") from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{option} expects positive integers, got '{text}'")
+    return values
+
+
+def parse_mapping(items: list[str] | None) -> dict[str, str]:
+    """Parse repeated ``--map canonical=theirs`` options."""
+    mapping: dict[str, str] = {}
+    for item in items or []:
+        canonical, sep, theirs = item.partition("=")
+        if not sep or not canonical.strip() or not theirs.strip():
+            raise UsageError(f"--map expects canonical=theirs, got '{item}'")
+        mapping[canonical.strip()] = theirs.strip()
+    return mapping
+
+
+def stderr_console():
+    """A rich console on stderr (progress and warnings never mix with stdout output)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console()
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback | None]:
+    """A rich progress display on stderr driven by :class:`ProgressUpdate` callbacks.
+
+    Yields None when disabled, so the library skips progress work entirely.
+    """
+    if not enabled:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn("[bold]{task.fields[label]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=stderr_console(),
+        transient=True,
+    )
+    tasks: dict[str, int] = {}
+
+    def callback(update: ProgressUpdate) -> None:
+        if update.task not in tasks:
+            tasks[update.task] = progress.add_task(
+                update.description, total=update.total, label=update.task
+            )
+        progress.update(
+            tasks[update.task],
+            completed=update.completed,
+            total=update.total,
+            description=update.description,
+        )
+
+    with progress:
+        yield callback
+
+
+def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
+    """Refuse to write an output over one of the inputs (DESIGN section 4)."""
+    resolved_inputs = {p.resolve() for p in inputs if p.exists()}
+    for out in outputs:
+        if out is not None and out.resolve() in resolved_inputs:
+            raise UsageError(f"refusing to overwrite the input file {out} with an output")
+
+
+QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")

@@ -1,0 +1,8 @@
+"""Placeholder until the command lands."""
+
+from ratioscope.errors import UsageError
+
+
+def info() -> None:
+    """Not available yet."""
+    raise UsageError("this command is not available yet")

@@ -1,0 +1,174 @@
+"""Errors that carry their own exit code.
+
+The library raises these; the CLI turns each into one line on stderr and the exit
+code below (DESIGN section 5): 1 a regression found by ``check``, 2 bad input or
+usage, 3 an internal error. Messages are one sentence that names the file and the
+problem, so a user can fix the input without reading a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+
+def _fmt_path(path: str | Path | None) -> str:
+    return "<memory>" if path is None else str(path)
+
+
+def _fmt_keys(keys: Iterable[str], limit: int = 20) -> str:
+    keys = sorted(str(k) for k in keys)
+    if not keys:
+        return "none"
+    shown = ", ".join(keys[:limit])
+    return shown if len(keys) <= limit else f"{shown}, ... ({len(keys)} in all)"
+
+
+class RatioscopeError(Exception):
+    """Base class; ``exit_code`` is what the CLI exits with."""
+
+    exit_code: int = 3
+
+
+class InputError(RatioscopeError):
+    """Bad input: a file, a key, a value or an option the user can fix (exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, path: str | Path | None, problem: str) -> None:
+        self.path = path
+        self.problem = problem.rstrip(".")
+        super().__init__(f"{_fmt_path(path)}: {self.problem}.")
+
+
+class UsageError(RatioscopeError):
+    """An option value that makes no sense (exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message.rstrip(".") + ".")
+
+
+class UnreadablePathError(InputError):
+    """The path does not exist, is not readable, or a glob matched nothing."""
+
+
+class UnknownFormatError(InputError):
+    """The file suffix or the requested format/profile is not one ratioscope reads."""
+
+
+class CorruptFileError(InputError):
+    """The file exists but cannot be parsed: truncated, corrupt or of another type."""
+
+
+class UnsafePickleError(InputError):
+    """The file needs arbitrary unpickling, which can run code; refused by default."""
+
+    def __init__(self, path: str | Path | None, detail: str = "") -> None:
+        why = (
+            "refusing to unpickle it because a pickle can run arbitrary code; "
+            "convert it to .pt/.safetensors/.npz, or pass --unsafe-pickle if you trust it"
+        )
+        super().__init__(path, f"{detail}; {why}" if detail else why)
+
+
+class DumpKeyError(InputError):
+    """A required tensor is missing from the dump."""
+
+    def __init__(
+        self, path: str | Path | None, missing: str, found: Iterable[str], hint: str = ""
+    ) -> None:
+        self.missing = missing
+        self.found = sorted(found)
+        extra = f" ({hint})" if hint else ""
+        super().__init__(
+            path, f"missing required key '{missing}'{extra}; keys found: {_fmt_keys(self.found)}"
+        )
+
+
+class ShapeMismatchError(InputError):
+    """Two tensors that must align do not."""
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        key: str,
+        shape: Sequence[int],
+        other_key: str,
+        other_shape: Sequence[int],
+        expected: str = "",
+    ) -> None:
+        self.key, self.shape = key, tuple(shape)
+        self.other_key, self.other_shape = other_key, tuple(other_shape)
+        tail = f" (expected {expected})" if expected else ""
+        super().__init__(
+            path,
+            f"shape mismatch: '{key}' has shape {list(self.shape)} but '{other_key}' has "
+            f"shape {list(self.other_shape)}{tail}",
+        )
+
+
+class MaskError(InputError):
+    """The mask is not boolean-like (values other than 0/1/True/False)."""
+
+
+class EmptyDumpError(InputError):
+    """The dump has no valid token (or no sequence) to analyse."""
+
+
+class NonFiniteError(InputError):
+    """NaN or infinite values on valid tokens."""
+
+    def __init__(
+        self, path: str | Path | None, key: str, count: int, first: tuple[int, ...]
+    ) -> None:
+        self.key, self.count, self.first = key, count, first
+        where = ", ".join(str(i) for i in first)
+        super().__init__(
+            path,
+            f"'{key}' has {count} non-finite value(s) on valid tokens, the first at "
+            f"(row, column) = ({where}); fix the dump or pass --nonfinite mask to mask them",
+        )
+
+
+class JsonLineError(InputError):
+    """A line of a JSON-lines file is not valid JSON or lacks what it needs."""
+
+    def __init__(self, path: str | Path | None, line: int, problem: str) -> None:
+        self.line = line
+        super().__init__(path, f"line {line}: {problem.rstrip('.')}")
+
+
+class SampleError(InputError):
+    """A samples file is malformed (missing field, bad correctness value, ...)."""
+
+
+class ReportError(InputError):
+    """A report JSON is unreadable, of another schema version, or lacks a path."""
+
+
+class RulesError(InputError):
+    """A rules TOML file is malformed."""
+
+
+class MergeError(InputError):
+    """Reports that cannot be merged (different parameters or schema versions)."""
+
+
+class DeviceError(RatioscopeError):
+    """The requested device is not available (exit 2)."""
+
+    exit_code = 2
+
+
+class RegressionFound(RatioscopeError):
+    """``check`` found a rule that does not hold (exit 1)."""
+
+    exit_code = 1
+
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3

@@ -1,0 +1,1 @@
+"""Pure tensor/array functions: no I/O, no printing, device-agnostic."""

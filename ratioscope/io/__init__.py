@@ -1,0 +1,1 @@
+"""Loading token dumps and sample files."""
