@@ -1,0 +1,485 @@
+"""CI regression rules: hold a report's numbers against bounds and against a baseline.
+
+A rules file (TOML) is a list of ``[[rule]]`` tables. Each rule names a dotted path into
+a report (analyze or eval, both plain JSON documents) and one or more bounds:
+
+- absolute: ``min`` and/or ``max``;
+- against a baseline report: ``max_increase`` / ``max_decrease`` (absolute change) and
+  ``max_increase_pct`` / ``max_decrease_pct`` (change in percent of ``|baseline|``).
+
+Every bound is turned into a concrete threshold on the value, so a rule holds when the
+value is on the right side of every threshold (inclusive, with a relative slack of 1e-9
+for floating-point rounding). Outcomes:
+
+- ``pass``: every bound holds;
+- ``fail``: at least one bound is violated;
+- ``error``: the value is null (or NaN/infinite), i.e. the metric could not be computed
+  in this run. A gate cannot vouch for a number it does not have, so this fails the
+  gate like a violated bound (exit 1), but is reported separately (a JUnit ``<error>``).
+
+Problems with the rules or the reports themselves are raised as exceptions (exit 2)
+before any verdict: a malformed rules file, a relative bound without a baseline, a path
+that does not exist in the report (or, for a rule with a relative bound, in the
+baseline), a path that points at an object, a list or a string rather than a number,
+and a baseline value that is null where a relative bound needs it.
+
+A percent bound against a baseline of 0 allows no change in its direction: the
+threshold is ``0 +/- |0| * pct / 100 = 0``, so ``max_increase_pct`` fails on any value
+above 0 and ``max_decrease_pct`` on any value below 0 (an infinite relative change).
+Use ``max_increase`` / ``max_decrease`` where a baseline can be 0.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ratioscope.errors import ReportError, RulesError
+from ratioscope.report_io import lookup, read_json_report
+
+ABSOLUTE_BOUNDS = ("min", "max")
+RELATIVE_BOUNDS = ("max_increase", "max_decrease", "max_increase_pct", "max_decrease_pct")
+BOUND_KEYS = ABSOLUTE_BOUNDS + RELATIVE_BOUNDS
+_UPPER_BOUNDS = frozenset({"max", "max_increase", "max_increase_pct"})
+RULE_KEYS = ("path", "name", "description", *BOUND_KEYS)
+
+# Values exactly on a threshold hold even when computing the threshold rounds the wrong way
+# (0.3 + 10% of 0.3 is 0.32999999999999996 in binary floating point).
+_REL_SLACK = 1e-9
+
+Verdict = Literal["pass", "fail", "error"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``[[rule]]`` table: a report path and the bounds its value must respect.
+
+    ``index`` is the 1-based position of the rule in its file, ``source`` that file;
+    both only serve error messages and output labels.
+    """
+
+    path: str
+    min: float | None = None
+    max: float | None = None
+    max_increase: float | None = None
+    max_decrease: float | None = None
+    max_increase_pct: float | None = None
+    max_decrease_pct: float | None = None
+    name: str | None = None
+    description: str | None = None
+    index: int = 1
+    source: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The name shown in tables and JUnit: ``name`` when given, else the path."""
+        return self.name or self.path
+
+    @property
+    def needs_baseline(self) -> bool:
+        return any(getattr(self, key) is not None for key in RELATIVE_BOUNDS)
+
+    def where(self) -> str:
+        """``rule 3 (path 'a.b')``, to put in error messages."""
+        return f"rule {self.index} (path '{self.path}')"
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """The rules of one file, in file order."""
+
+    source: str
+    rules: tuple[Rule, ...]
+
+    @property
+    def needs_baseline(self) -> bool:
+        return any(rule.needs_baseline for rule in self.rules)
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """One bound of a rule, resolved to a threshold on the value.
+
+    ``limit`` is the number written in the rules file; ``threshold`` the value it allows
+    (for relative bounds, computed from the baseline); ``direction`` is ``"<="`` (the
+    value must not exceed ``threshold``) or ``">="``. ``holds`` is None when the bound
+    could not be checked because the value is null or infinite.
+    """
+
+    kind: str
+    limit: float
+    direction: Literal["<=", ">="]
+    threshold: float
+    holds: bool | None
+    description: str
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """What one rule found: the value, the baseline value, each bound and the verdict."""
+
+    rule: Rule
+    value: float | None
+    baseline: float | None
+    bounds: tuple[BoundCheck, ...]
+    verdict: Verdict
+    reason: str
+
+    @property
+    def bound_description(self) -> str:
+        return "; ".join(bound.description for bound in self.bounds)
+
+    @property
+    def change(self) -> float | None:
+        """value - baseline when both are numbers."""
+        if self.value is None or self.baseline is None:
+            return None
+        return self.value - self.baseline
+
+    @property
+    def change_pct(self) -> float | None:
+        """The change in percent of ``|baseline|``; None when either is missing or base is 0."""
+        change = self.change
+        if change is None or self.baseline == 0:
+            return None
+        return 100.0 * change / abs(self.baseline)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Every rule's outcome, and which files they came from (as the user named them)."""
+
+    outcomes: tuple[RuleOutcome, ...]
+    report: str | None = None
+    baseline: str | None = None
+    rules: str | None = None
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(1 for outcome in self.outcomes if outcome.verdict == verdict)
+
+    @property
+    def passed(self) -> bool:
+        """True when every rule holds (no failure and no error)."""
+        return all(outcome.verdict == "pass" for outcome in self.outcomes)
+
+    def summary_line(self) -> str:
+        """``FAIL: 2 of 7 rules did not hold (1 failed, 1 error)`` or ``PASS: ...``."""
+        total, failed, errors = len(self.outcomes), self.count("fail"), self.count("error")
+        if self.passed:
+            return f"PASS: all {total} rule{'s' if total != 1 else ''} hold"
+        return (
+            f"FAIL: {failed + errors} of {total} rules did not hold "
+            f"({failed} failed, {errors} could not be evaluated)"
+        )
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _toml_module(source: str) -> Any:
+    try:
+        import tomllib
+    except ImportError:
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise RulesError(
+                source,
+                "reading TOML rules on Python 3.10 needs the 'tomli' package "
+                "(pip install tomli); Python 3.11 and later have it built in",
+            ) from None
+    return tomllib
+
+
+def _suggest(key: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _number(value: Any, where: str, key: str, source: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RulesError(
+            source, f"{where}: '{key}' must be a number, got {type(value).__name__} {value!r}"
+        )
+    if not math.isfinite(value):
+        raise RulesError(source, f"{where}: '{key}' must be a finite number, got {value}")
+    return float(value)
+
+
+def _parse_rule(table: Any, index: int, source: str) -> Rule:
+    if not isinstance(table, Mapping):
+        raise RulesError(source, f"rule {index} is not a table; write each rule as [[rule]]")
+    raw_path = table.get("path")
+    where = f"rule {index}" + (f" (path '{raw_path}')" if isinstance(raw_path, str) else "")
+    for key in table:
+        if key not in RULE_KEYS:
+            raise RulesError(
+                source,
+                f"{where}: unknown key '{key}'{_suggest(key, RULE_KEYS)}; "
+                f"allowed keys are {', '.join(RULE_KEYS)}",
+            )
+    if not isinstance(raw_path, str) or not raw_path.strip():
+        raise RulesError(source, f"{where}: 'path' is required and must be a non-empty string")
+    if any(part == "" for part in raw_path.split(".")):
+        raise RulesError(source, f"{where}: 'path' has an empty part (two dots or an end dot)")
+    bounds = {key: _number(table[key], where, key, source) for key in BOUND_KEYS if key in table}
+    if not bounds:
+        raise RulesError(source, f"{where}: no bound; give at least one of {', '.join(BOUND_KEYS)}")
+    for key in RELATIVE_BOUNDS:
+        if bounds.get(key, 0.0) < 0:
+            raise RulesError(
+                source,
+                f"{where}: '{key}' must be >= 0 (it is the largest change allowed), "
+                f"got {bounds[key]:g}",
+            )
+    if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+        raise RulesError(
+            source, f"{where}: 'min' ({bounds['min']:g}) is larger than 'max' ({bounds['max']:g})"
+        )
+    texts = {}
+    for key in ("name", "description"):
+        if key in table and not isinstance(table[key], str):
+            raise RulesError(source, f"{where}: '{key}' must be a string")
+        texts[key] = table.get(key)
+    return Rule(path=raw_path.strip(), index=index, source=source, **bounds, **texts)
+
+
+def parse_rules(text: str, source: str | Path = "<rules>") -> RuleSet:
+    """Parse the text of a rules TOML file into a :class:`RuleSet`.
+
+    >>> rules = parse_rules('[[rule]]\\npath = "a.b"\\nmax = 0.5\\n')
+    >>> rules.rules[0].path, rules.rules[0].max
+    ('a.b', 0.5)
+    """
+    source = str(source)
+    toml = _toml_module(source)
+    try:
+        document = toml.loads(text)
+    except toml.TOMLDecodeError as error:
+        raise RulesError(source, f"not valid TOML ({error})") from None
+    for key in document:
+        if key != "rule":
+            raise RulesError(
+                source,
+                f"unknown top-level key '{key}'{_suggest(key, ['rule'])}; "
+                "rules are written as [[rule]] tables",
+            )
+    tables = document.get("rule")
+    if tables is None:
+        raise RulesError(source, "no rules; write each rule as a [[rule]] table")
+    if not isinstance(tables, list):
+        raise RulesError(source, "'rule' must be an array of tables; write [[rule]], not [rule]")
+    if not tables:
+        raise RulesError(source, "no rules; write each rule as a [[rule]] table")
+    return RuleSet(source, tuple(_parse_rule(t, i, source) for i, t in enumerate(tables, start=1)))
+
+
+def load_rules(path: str | Path) -> RuleSet:
+    """Read and validate a rules TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise RulesError(path, f"cannot read the rules file ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise RulesError(path, "the rules file is not UTF-8 text") from None
+    return parse_rules(text, path)
+
+
+# ------------------------------------------------------------------------ evaluation
+
+
+class _Null:
+    """Marks a path that ends (or passes through) a null: the metric was not computed."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+
+def _describe_node(node: Any) -> str:
+    if isinstance(node, Mapping):
+        keys = ", ".join(str(k) for k in list(node)[:20])
+        more = f", ... ({len(node)} in all)" if len(node) > 20 else ""
+        return f"an object with keys {keys or '(none)'}{more}"
+    if isinstance(node, list):
+        return f"a list of {len(node)} item(s)"
+    if isinstance(node, str):
+        return f"a string {node!r}"
+    return f"a {type(node).__name__} ({node!r})"
+
+
+def _resolve(document: Mapping[str, Any], rule: Rule, file: str, rules: str) -> Any:
+    """The value at ``rule.path``, or a :class:`_Null`; a path that does not exist raises."""
+    try:
+        return lookup(document, rule.path)
+    except KeyError as error:
+        missing = str(error.args[0])
+    parent_path = missing.rpartition(".")[0]
+    parent = lookup(document, parent_path) if parent_path else document
+    if parent is None:
+        return _Null(parent_path)
+    shown = f"'{parent_path}' is" if parent_path else "the top level is"
+    raise ReportError(
+        file,
+        f"{rule.where()} of {rules}: no '{missing}' in the report ({shown} "
+        f"{_describe_node(parent)})",
+    )
+
+
+def _as_number(value: Any, rule: Rule, file: str, rules: str) -> float | _Null:
+    if isinstance(value, _Null):
+        return value
+    if value is None:
+        return _Null(rule.path)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RulesError(
+            rules,
+            f"{rule.where()}: the value in {file} is {_describe_node(value)}, not a number; "
+            "point the path at a number (list items by index, e.g. 'mean.0')",
+        )
+    value = float(value)
+    return _Null(rule.path) if math.isnan(value) else value
+
+
+def _bound_checks(rule: Rule, value: float | None, baseline: float | None) -> list[BoundCheck]:
+    checks = []
+    for kind in BOUND_KEYS:
+        limit = getattr(rule, kind)
+        if limit is None:
+            continue
+        if kind in ("min", "max"):
+            threshold, text = limit, f"{limit:.6g}"
+        else:
+            assert baseline is not None  # enforced before evaluation
+            step = abs(baseline) * limit / 100.0 if kind.endswith("_pct") else limit
+            shown = f"{limit:.6g}%" if kind.endswith("_pct") else f"{limit:.6g}"
+            sign = "+" if "increase" in kind else "-"
+            threshold = baseline + step if sign == "+" else baseline - step
+            text = f"baseline {sign} {shown} = {threshold:.6g}"
+        direction: Literal["<=", ">="] = "<=" if kind in _UPPER_BOUNDS else ">="
+        holds = None if value is None else _holds(value, direction, threshold)
+        checks.append(BoundCheck(kind, limit, direction, threshold, holds, f"{direction} {text}"))
+    return checks
+
+
+def _holds(value: float, direction: str, threshold: float) -> bool:
+    inside = value <= threshold if direction == "<=" else value >= threshold
+    return inside or math.isclose(value, threshold, rel_tol=_REL_SLACK, abs_tol=0.0)
+
+
+def _outcome(rule: Rule, value: float | _Null, baseline: float | None) -> RuleOutcome:
+    if isinstance(value, _Null):
+        bounds = _bound_checks(rule, None, baseline)
+        detail = "" if value.where == rule.path else f" ('{value.where}' is null)"
+        reason = (
+            f"the value is null{detail}: the metric could not be computed for this run "
+            "(see the report's warnings)"
+        )
+        return RuleOutcome(rule, None, baseline, tuple(bounds), "error", reason)
+    if math.isinf(value):
+        bounds = _bound_checks(rule, None, baseline)
+        return RuleOutcome(rule, value, baseline, tuple(bounds), "error", "the value is infinite")
+    bounds = _bound_checks(rule, value, baseline)
+    broken = [b for b in bounds if not b.holds]
+    if not broken:
+        return RuleOutcome(rule, value, baseline, tuple(bounds), "pass", "")
+    reason = "; ".join(
+        f"{value:.6g} is {'above' if b.direction == '<=' else 'below'} {b.threshold:.6g} "
+        f"({b.kind} = {b.limit:.6g})"
+        for b in broken
+    )
+    return RuleOutcome(rule, value, baseline, tuple(bounds), "fail", reason)
+
+
+def _baseline_value(baseline: Mapping[str, Any], rule: Rule, file: str, rules: str) -> float | None:
+    if not rule.needs_baseline:
+        # Shown for context only: a baseline that predates a metric must not break
+        # absolute rules on it.
+        try:
+            value = lookup(baseline, rule.path)
+        except KeyError:
+            return None
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return float(value) if ok and math.isfinite(value) else None
+    value = _as_number(_resolve(baseline, rule, file, rules), rule, file, rules)
+    if isinstance(value, _Null) or math.isinf(value):
+        raise ReportError(
+            file,
+            f"{rule.where()} of {rules}: the baseline value is "
+            f"{'null' if isinstance(value, _Null) else 'infinite'}, so a bound relative to it "
+            "cannot be checked; use another baseline or only absolute bounds (min/max)",
+        )
+    return value
+
+
+def _require_no_relative_bounds(rules: Sequence[Rule], rules_name: str) -> None:
+    for rule in rules:
+        if rule.needs_baseline:
+            kinds = [k for k in RELATIVE_BOUNDS if getattr(rule, k) is not None]
+            raise RulesError(
+                rule.source or rules_name,
+                f"{rule.where()} has {', '.join(kinds)}, which compares against a "
+                "baseline report, but no baseline was given (--baseline OLD.json)",
+            )
+
+
+def evaluate(
+    report: Mapping[str, Any],
+    rules: RuleSet | Sequence[Rule],
+    baseline: Mapping[str, Any] | None = None,
+    *,
+    report_name: str | Path | None = None,
+    baseline_name: str | Path | None = None,
+) -> CheckResult:
+    """Check every rule against ``report`` (and ``baseline`` for relative bounds).
+
+    ``report_name`` and ``baseline_name`` only label messages and outputs. Raises
+    :class:`RulesError` for a relative bound without a baseline or a path that points at
+    a non-number, and :class:`ReportError` for a path missing from a report; a null value
+    is an ``error`` outcome, not an exception (see the module docstring).
+
+    >>> rules = parse_rules('[[rule]]\\npath = "loss.0"\\nmax_increase_pct = 10\\n')
+    >>> result = evaluate({"loss": [1.05]}, rules, {"loss": [1.0]})
+    >>> result.outcomes[0].verdict, result.outcomes[0].bounds[0].threshold
+    ('pass', 1.1)
+    """
+    rule_list = rules.rules if isinstance(rules, RuleSet) else tuple(rules)
+    rules_name = rules.source if isinstance(rules, RuleSet) else "the rules"
+    file = "<report>" if report_name is None else str(report_name)
+    base_file = "<baseline>" if baseline_name is None else str(baseline_name)
+    if baseline is None:
+        _require_no_relative_bounds(rule_list, rules_name)
+    outcomes = []
+    for rule in rule_list:
+        source = rule.source or rules_name
+        value = _as_number(_resolve(report, rule, file, source), rule, file, source)
+        base = None if baseline is None else _baseline_value(baseline, rule, base_file, source)
+        outcomes.append(_outcome(rule, value, base))
+    return CheckResult(
+        tuple(outcomes),
+        report=None if report_name is None else str(report_name),
+        baseline=None if baseline_name is None else str(baseline_name),
+        rules=rules.source if isinstance(rules, RuleSet) else None,
+    )
+
+
+def run_check(
+    report_path: str | Path,
+    rules_path: str | Path,
+    baseline_path: str | Path | None = None,
+) -> CheckResult:
+    """Read the rules and the report(s) and evaluate; every input problem raises (exit 2).
+
+    The rules are read first, so a relative bound without a baseline is reported
+    before any report is opened.
+    """
+    rules = load_rules(rules_path)
+    if baseline_path is None:
+        _require_no_relative_bounds(rules.rules, rules.source)
+    report = read_json_report(report_path)
+    baseline = None if baseline_path is None else read_json_report(baseline_path)
+    return evaluate(report, rules, baseline, report_name=report_path, baseline_name=baseline_path)

@@ -1,0 +1,1 @@
+"""Renderers: turn result objects into terminal tables, figures and report files."""
