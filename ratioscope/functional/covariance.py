@@ -1,0 +1,432 @@
+"""CW-GRPO token covariance and Gaussian-kernel advantage weights (DESIGN 3.4).
+
+Paper: "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage
+Reweighting" (CW-GRPO), section 2.3; Table 1 and Fig. 3 in section 2.2. Clip-Cov and
+KL-Cov are the baselines of Cui et al. (2025), with the settings TEPO section 4.1 quotes
+(clip ratio r = 2e-4 on tokens with 1 < c < 5; KL-Cov k = 2e-3).
+
+Everything here is exact over the tokens it is given. The functions below
+:func:`covariance_weights` work on one batch of covariances and double as test references
+for a streaming (histogram) version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ratioscope.errors import ShapeMismatchError, UsageError
+
+#: Fractions of Table 1 (0.01%, 1%, 20%, 40%, 100%).
+PERCENTILE_FRACTIONS: tuple[float, ...] = (1e-4, 1e-2, 0.2, 0.4, 1.0)
+#: Clip-Cov defaults: ratio r of tokens detached, chosen among lb < c < ub.
+CLIP_COV_RATIO = 2e-4
+CLIP_COV_BOUNDS = (1.0, 5.0)
+#: KL-Cov default: proportion k of tokens with the largest c that get the KL penalty.
+KL_COV_RATIO = 2e-3
+
+
+def _result_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check_same_shape(name: str, tensor: Tensor, other_name: str, other: Tensor) -> None:
+    if tensor.shape != other.shape:
+        raise ShapeMismatchError(None, name, tensor.shape, other_name, other.shape, "the same")
+
+
+def _scope_ids(group: Tensor | None, batch: int, device: torch.device) -> tuple[Tensor, int]:
+    """Map group ids to 0..G-1 (any integers are accepted); None is one scope."""
+    if group is None:
+        return torch.zeros(batch, dtype=torch.long, device=device), 1
+    if group.ndim != 1 or group.shape[0] != batch:
+        raise ShapeMismatchError(None, "group", group.shape, "mask rows", (batch,), "[B]")
+    if group.dtype.is_floating_point or group.dtype == torch.bool:
+        raise UsageError(f"group ids must be integers, got dtype {group.dtype}")
+    ids, inverse = torch.unique(group.to(device), return_inverse=True)
+    return inverse, int(ids.numel())
+
+
+def covariance_weights(
+    logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Token covariance c and its Gaussian-kernel weights, CW-GRPO section 2.3.
+
+    ``c_it = (logp_it - mean logp) (A_it - mean A)``, with token-weighted means over the
+    valid tokens of the scope; ``sigma`` = population std of ``c`` over the scope;
+    ``w = exp(-c^2 / (2 sigma^2))``; ``w_norm = w N / sum w`` with N the number of valid
+    tokens of the scope, so ``w_norm`` averages 1 over the scope. Computed in float64.
+
+    When ``sigma == 0`` (all ``c`` of the scope equal, e.g. a group whose advantages are
+    all equal, where ``c`` is 0 everywhere) no token exceeds the typical variability, so
+    the kernel is taken to be flat: ``w = w_norm = 1`` on that scope.
+
+    Args:
+        logp: [B, T] float, log pi_theta of the sampled tokens.
+        adv: [B, T] float, advantages already broadcast over tokens.
+        mask: [B, T] bool, valid tokens.
+        group: [B] int, prompt ids (any integers; responses with the same id form a
+            scope), or None for one scope over the whole input (Clip-Cov's batch
+            convention).
+
+    Returns:
+        ``(c, w, w_norm)``, each [B, T] (float32, or float64 for float64 input), 0 at
+        masked positions.
+
+    >>> logp = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]])
+    >>> adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    >>> c, w, w_norm = covariance_weights(logp, adv, torch.ones(2, 2, dtype=torch.bool))
+    >>> c.tolist()
+    [[0.625, -0.375], [-1.125, 1.375]]
+    >>> round(float(w_norm.sum()), 6)
+    4.0
+    """
+    _check_same_shape("logp", logp, "mask", mask)
+    _check_same_shape("adv", adv, "mask", mask)
+    device = logp.device
+    mask = mask.to(device=device, dtype=torch.bool)
+    out_dtype = _result_dtype(logp.dtype)
+    batch = mask.shape[0]
+    scope, n_scopes = _scope_ids(group, batch, device)
+
+    rows = torch.arange(batch, device=device).unsqueeze(1).expand_as(mask)[mask]
+    token_scope = scope[rows]
+    lp = logp[mask].to(torch.float64)
+    a = adv.to(device)[mask].to(torch.float64)
+
+    def scope_sum(values: Tensor) -> Tensor:
+        return torch.zeros(n_scopes, dtype=torch.float64, device=device).index_add_(
+            0, token_scope, values
+        )
+
+    count = scope_sum(torch.ones_like(lp))
+    safe_count = count.clamp_min(1.0)
+    lp_centred = lp - (scope_sum(lp) / safe_count)[token_scope]
+    a_centred = a - (scope_sum(a) / safe_count)[token_scope]
+    c = lp_centred * a_centred
+    c_mean = scope_sum(c) / safe_count
+    variance = scope_sum((c - c_mean[token_scope]) ** 2) / safe_count
+    flat = variance[token_scope] == 0
+    w = torch.where(flat, 1.0, torch.exp(-(c**2) / (2.0 * variance[token_scope])))
+    w_total = scope_sum(w)
+    w_norm = w * (count / w_total)[token_scope]
+
+    def scatter_back(values: Tensor) -> Tensor:
+        full = torch.zeros(mask.shape, dtype=out_dtype, device=device)
+        full[mask] = values.to(out_dtype)
+        return full
+
+    return scatter_back(c), scatter_back(w), scatter_back(w_norm)
+
+
+def _valid_values(values: Tensor, mask: Tensor | None) -> Tensor:
+    if mask is None:
+        return values.reshape(-1).to(torch.float64)
+    _check_same_shape("values", values, "mask", mask)
+    return values[mask.to(device=values.device, dtype=torch.bool)].to(torch.float64)
+
+
+def _check_fractions(fractions: Sequence[float], what: str) -> tuple[float, ...]:
+    fractions = tuple(float(f) for f in fractions)
+    if not fractions or any(not (0.0 < f <= 1.0) for f in fractions):
+        raise UsageError(f"{what} must be fractions in (0, 1], got {list(fractions)}")
+    return fractions
+
+
+def top_count(fraction: float, n: int) -> int:
+    """Number of items in the top ``fraction`` of ``n``: ``max(1, ceil(fraction n))``.
+
+    A tiny relative tolerance keeps ``0.2 * 10`` at 2 rather than 3 after rounding.
+
+    >>> top_count(1e-4, 5000), top_count(0.2, 10), top_count(1.0, 7)
+    (1, 2, 7)
+    """
+    if n <= 0:
+        return 0
+    return min(n, max(1, math.ceil(fraction * n * (1.0 - 1e-12))))
+
+
+@dataclass(frozen=True)
+class CovariancePercentiles:
+    """CW-GRPO Table 1 for one batch: positive and negative ``c`` separately.
+
+    For a fraction f the "top fraction" is the ``top_count(f, n)`` tokens of largest
+    magnitude among the ``n`` tokens of that sign (so the 100% row covers every token of
+    that sign). Negative-side values keep their sign, as in the paper's table. NaN where
+    a sign has no token.
+
+    Attributes:
+        fractions: the fractions f, e.g. (1e-4, 1e-2, 0.2, 0.4, 1.0).
+        positive_threshold: per f, the smallest c in the top fraction (the c above which
+            that fraction lies).
+        positive_mean: per f, the mean c of the top fraction.
+        positive_band_mean: per f, the mean c of the tokens between the previous
+            fraction and f (the first band starts at the top).
+        negative_threshold, negative_mean, negative_band_mean: the same for c < 0,
+            ranked by -c.
+        positive_count, negative_count: tokens with c > 0 and c < 0 (c == 0 is in neither).
+    """
+
+    fractions: tuple[float, ...]
+    positive_threshold: tuple[float, ...]
+    positive_mean: tuple[float, ...]
+    positive_band_mean: tuple[float, ...]
+    negative_threshold: tuple[float, ...]
+    negative_mean: tuple[float, ...]
+    negative_band_mean: tuple[float, ...]
+    positive_count: int
+    negative_count: int
+
+
+def _top_fraction_stats(
+    magnitudes: Tensor, fractions: tuple[float, ...]
+) -> tuple[list[float], list[float], list[float]]:
+    ranked = torch.sort(magnitudes, descending=True).values
+    n = int(ranked.numel())
+    nan = [math.nan] * len(fractions)
+    if n == 0:
+        return nan, list(nan), list(nan)
+    cumulative = torch.cumsum(ranked, 0)
+    thresholds, means, band_means = [], [], []
+    previous = 0
+    for fraction in fractions:
+        k = top_count(fraction, n)
+        thresholds.append(float(ranked[k - 1]))
+        means.append(float(cumulative[k - 1]) / k)
+        lower = float(cumulative[previous - 1]) if previous > 0 else 0.0
+        band = k - previous
+        band_means.append((float(cumulative[k - 1]) - lower) / band if band > 0 else math.nan)
+        previous = max(previous, k)
+    return thresholds, means, band_means
+
+
+def covariance_percentiles(
+    c: Tensor, mask: Tensor | None = None, fractions: Sequence[float] = PERCENTILE_FRACTIONS
+) -> CovariancePercentiles:
+    """Percentile table of the token covariance, CW-GRPO Table 1 (section 2.2).
+
+    The paper does not say which statistic its table holds; both the threshold and the
+    mean of each top fraction are reported, plus the mean of each band between
+    consecutive fractions (see :class:`CovariancePercentiles` and docs/metrics-objectives).
+
+    Args:
+        c: [B, T] (or any shape) float covariances from :func:`covariance_weights`.
+        mask: same shape, bool valid tokens, or None for all entries.
+        fractions: increasing fractions in (0, 1].
+
+    >>> t = covariance_percentiles(torch.tensor([4.0, 3.0, 2.0, 1.0, -1.0]), None, (0.5, 1.0))
+    >>> t.positive_threshold, t.positive_mean, t.positive_band_mean, t.negative_mean
+    ((3.0, 1.0), (3.5, 2.5), (3.5, 1.5), (-1.0, -1.0))
+    """
+    fractions = _check_fractions(fractions, "percentile fractions")
+    if list(fractions) != sorted(fractions):
+        raise UsageError(f"percentile fractions must be increasing, got {list(fractions)}")
+    values = _valid_values(c, mask)
+    positive = values[values > 0]
+    negative = -values[values < 0]
+    pos = _top_fraction_stats(positive, fractions)
+    neg = _top_fraction_stats(negative, fractions)
+    return CovariancePercentiles(
+        fractions=fractions,
+        positive_threshold=tuple(pos[0]),
+        positive_mean=tuple(pos[1]),
+        positive_band_mean=tuple(pos[2]),
+        negative_threshold=tuple(-v for v in neg[0]),
+        negative_mean=tuple(-v for v in neg[1]),
+        negative_band_mean=tuple(-v for v in neg[2]),
+        positive_count=int(positive.numel()),
+        negative_count=int(negative.numel()),
+    )
+
+
+def cumulative_covariance_share(
+    c: Tensor, mask: Tensor | None = None, fractions: Sequence[float] = (0.001, 0.01, 0.1, 0.2)
+) -> tuple[float, ...]:
+    """Share of the total ``|c|`` held by the top fraction of tokens, CW-GRPO Fig. 3.
+
+    Tokens are ranked by ``|c|`` over all valid tokens; for each fraction x the top
+    ``top_count(x, N)`` tokens are taken. NaN when every ``c`` is 0 or there is no token.
+
+    >>> cumulative_covariance_share(torch.tensor([3.0, -1.0, 0.5, 0.5]), None, (0.25, 1.0))
+    (0.6, 1.0)
+    """
+    fractions = _check_fractions(fractions, "cumulative-share fractions")
+    magnitudes = torch.sort(_valid_values(c, mask).abs(), descending=True).values
+    n = int(magnitudes.numel())
+    total = float(magnitudes.sum()) if n else 0.0
+    if n == 0 or total == 0.0:
+        return tuple(math.nan for _ in fractions)
+    cumulative = torch.cumsum(magnitudes, 0)
+    return tuple(float(cumulative[top_count(x, n) - 1]) / total for x in fractions)
+
+
+@dataclass(frozen=True)
+class TouchedTokens:
+    """How many valid tokens a covariance-based intervention would act on.
+
+    Attributes:
+        count: tokens touched.
+        eligible: tokens it may choose from (Clip-Cov: inside the bounds; KL-Cov: all).
+        total: valid tokens N.
+        fraction: count / total (NaN when total is 0).
+        threshold: KL-Cov only, the smallest c among the touched tokens (NaN otherwise).
+    """
+
+    count: int
+    eligible: int
+    total: int
+    fraction: float
+    threshold: float = math.nan
+
+
+def clip_cov_touched(
+    c: Tensor,
+    mask: Tensor | None = None,
+    ratio: float = CLIP_COV_RATIO,
+    bounds: tuple[float, float] = CLIP_COV_BOUNDS,
+    exclude: Tensor | None = None,
+) -> TouchedTokens:
+    """Tokens Clip-Cov would detach: ``min(#eligible, max(1, floor(ratio N)))``.
+
+    Clip-Cov (Cui et al. 2025, settings as in TEPO section 4.1) picks, at random,
+    ``max(1, floor(ratio N))`` tokens among those with ``bounds[0] < c < bounds[1]`` and
+    stops their gradient; the count needs no randomness. Clip-Cov computes ``c`` over the
+    whole batch (``covariance_weights(..., group=None)``). Its reference implementation
+    also leaves out tokens PPO clipping already zeroed; pass them as ``exclude``.
+
+    Args:
+        c: covariances, any shape; mask: same shape bool or None.
+        exclude: same shape bool, tokens that may not be chosen, or None.
+
+    >>> clip_cov_touched(torch.tensor([0.5, 2.0, 3.0, 7.0]), ratio=0.5).count
+    2
+    """
+    if not ratio > 0:
+        raise UsageError(f"the Clip-Cov ratio must be positive, got {ratio}")
+    low, high = bounds
+    valid = torch.ones_like(c, dtype=torch.bool) if mask is None else mask.to(torch.bool)
+    _check_same_shape("c", c, "mask", valid)
+    if exclude is not None:
+        _check_same_shape("exclude", exclude, "c", c)
+        valid = valid & ~exclude.to(torch.bool)
+    total = int((torch.ones_like(c, dtype=torch.bool) if mask is None else mask).sum())
+    eligible = int((valid & (c > low) & (c < high)).sum())
+    budget = max(1, math.floor(ratio * total)) if total else 0
+    count = min(eligible, budget)
+    return TouchedTokens(count, eligible, total, count / total if total else math.nan)
+
+
+def kl_cov_touched(
+    c: Tensor, mask: Tensor | None = None, ratio: float = KL_COV_RATIO
+) -> TouchedTokens:
+    """Tokens KL-Cov would penalise: the ``max(1, floor(ratio N))`` largest ``c``.
+
+    KL-Cov (Cui et al. 2025; k = 2e-3 as in TEPO section 4.1) adds a KL penalty to the
+    top-k proportion of tokens ranked by signed ``c`` over the batch.
+
+    >>> t = kl_cov_touched(torch.tensor([0.1, 5.0, -2.0, 1.0]), ratio=0.5)
+    >>> t.count, t.fraction, t.threshold
+    (2, 0.5, 1.0)
+    """
+    if not ratio > 0:
+        raise UsageError(f"the KL-Cov ratio must be positive, got {ratio}")
+    values = _valid_values(c, mask)
+    total = int(values.numel())
+    if total == 0:
+        return TouchedTokens(0, 0, 0, math.nan)
+    count = min(total, max(1, math.floor(ratio * total)))
+    threshold = float(torch.topk(values, count).values[-1])
+    return TouchedTokens(count, total, total, count / total, threshold)
+
+
+@dataclass(frozen=True)
+class AdvantageMass:
+    """How the kernel changes the advantage mass ``sum |A|`` over valid tokens.
+
+    Attributes:
+        removed: ``1 - sum(w |A|) / sum |A|`` with the raw kernel ``w`` in [0, 1]: the
+            share of advantage mass the kernel takes away before renormalising (in [0, 1]).
+        removed_normalised: ``1 - sum(w_norm |A|) / sum |A|``: the net change once the
+            weights are renormalised to mean 1 (negative when mass moves onto tokens with
+            large ``|A|``).
+        total: ``sum |A|`` over valid tokens.
+    """
+
+    removed: float
+    removed_normalised: float
+    total: float
+
+
+def advantage_mass_removed(w: Tensor, w_norm: Tensor, adv: Tensor, mask: Tensor) -> AdvantageMass:
+    """Share of the advantage mass the CW-GRPO kernel removes (DESIGN 3.4).
+
+    Args:
+        w, w_norm: [B, T] raw and normalised weights from :func:`covariance_weights`.
+        adv: [B, T] advantages; mask: [B, T] bool.
+
+    >>> ones = torch.ones(1, 2, dtype=torch.bool)
+    >>> m = advantage_mass_removed(torch.tensor([[1.0, 0.5]]), torch.tensor([[4/3, 2/3]]),
+    ...                            torch.tensor([[1.0, -3.0]]), ones)
+    >>> round(m.removed, 6), round(m.removed_normalised, 6), m.total
+    (0.375, 0.166667, 4.0)
+    """
+    for name, tensor in (("w", w), ("w_norm", w_norm), ("adv", adv)):
+        _check_same_shape(name, tensor, "mask", mask)
+    valid = mask.to(torch.bool)
+    magnitude = adv[valid].to(torch.float64).abs()
+    total = float(magnitude.sum())
+    if total == 0.0:
+        return AdvantageMass(math.nan, math.nan, 0.0)
+    kept = float((w[valid].to(torch.float64) * magnitude).sum())
+    kept_normalised = float((w_norm[valid].to(torch.float64) * magnitude).sum())
+    return AdvantageMass(1.0 - kept / total, 1.0 - kept_normalised / total, total)
+
+
+@dataclass(frozen=True)
+class WeightSummary:
+    """Distribution of kernel weights over valid tokens.
+
+    Attributes:
+        mean: mean weight.
+        quantiles: ``{q: value}`` (linear interpolation, numpy's default).
+        fraction_below: ``{t: share of tokens with weight < t}``.
+        count: valid tokens.
+    """
+
+    mean: float
+    quantiles: dict[float, float]
+    fraction_below: dict[float, float]
+    count: int
+
+
+def kernel_weight_summary(
+    w: Tensor,
+    mask: Tensor | None = None,
+    quantiles: Sequence[float] = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99),
+    below: Sequence[float] = (0.5, 0.1),
+) -> WeightSummary:
+    """Mean, quantiles and the share of tokens below each threshold (DESIGN 3.4).
+
+    >>> s = kernel_weight_summary(torch.tensor([1.0, 0.9, 0.3, 0.05]), None, (0.5,), (0.5, 0.1))
+    >>> s.mean, s.quantiles[0.5], s.fraction_below
+    (0.5625, 0.6, {0.5: 0.5, 0.1: 0.25})
+    """
+    values = _valid_values(w, mask)
+    n = int(values.numel())
+    if n == 0:
+        return WeightSummary(
+            math.nan, {q: math.nan for q in quantiles}, {t: math.nan for t in below}, 0
+        )
+    # numpy, because torch.quantile refuses inputs above 2**24 elements
+    qs = np.quantile(values.cpu().numpy(), [float(q) for q in quantiles]).tolist()
+    return WeightSummary(
+        mean=float(values.mean()),
+        quantiles={float(q): v for q, v in zip(quantiles, qs, strict=True)},
+        fraction_below={float(t): float((values < t).sum()) / n for t in below},
+        count=n,
+    )

@@ -1,0 +1,436 @@
+"""FPA future policy: logit extrapolation, sequence weights, early-brake diagnostics (DESIGN 3.5).
+
+Paper: "Future Policy Approximation for Offline Reinforcement Learning Improves
+Mathematical Reasoning" (FPA). The future policy is Eq. (4),
+``pi_hat = softmax((1 + lam) h_theta - lam h_ref)``; equivalently (Eq. 5, 7)
+``log pi_hat = (1 + lam) log pi_theta - lam log pi_ref - log Z`` with
+``Z = sum_v pi_theta(v)^(1+lam) pi_ref(v)^(-lam)`` (the paper writes ``+ Z'``,
+``Z' = -log Z``). ``log Z = lam * D_{1+lam}(pi_theta || pi_ref) >= 0`` (a Renyi
+divergence), so the unnormalised token approximation over-states ``log pi_hat`` by
+exactly ``log Z``. Gradients are weighted by the length-normalised sequence probability
+``pi(y|x)^(1/|y|)`` (Eq. 1-3).
+
+Exact values need the logits; they are read in chunks of tokens (bounded memory whatever
+B*T*V, half-precision or memory-mapped input upcast per chunk to float32).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ratioscope.errors import ShapeMismatchError, UsageError
+
+#: Extrapolation strengths of the paper's ablation (Fig. 5), lambda = 0 is Off-RL.
+LAMBDA_SWEEP: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: Fig. 3 (right): how often the sequence weight falls below this value.
+WEIGHT_THRESHOLD = 0.2
+#: Float32 elements of one [chunk, V] working buffer when chunk_tokens is not given.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+def _as_tensor(array: Tensor | np.ndarray, name: str) -> Tensor:
+    if isinstance(array, Tensor):
+        return array
+    if isinstance(array, np.ndarray):
+        return torch.from_numpy(array)
+    raise UsageError(f"'{name}' must be a torch tensor or a numpy array, got {type(array)}")
+
+
+def _check_lambdas(lams: Sequence[float]) -> tuple[float, ...]:
+    lams = tuple(float(lam) for lam in lams)
+    if not lams or any(not math.isfinite(lam) or lam < 0 for lam in lams):
+        raise UsageError(f"FPA lambda must be finite and >= 0, got {list(lams)}")
+    return lams
+
+
+def _chunk_rows(chunk_tokens: int | None, vocab: int) -> int:
+    if chunk_tokens is None:
+        return max(1, _CHUNK_ELEMENTS // max(vocab, 1))
+    if chunk_tokens < 1:
+        raise UsageError(f"chunk_tokens must be a positive integer, got {chunk_tokens}")
+    return int(chunk_tokens)
+
+
+def _flat_logits(
+    logits: Tensor | np.ndarray, token_ids: Tensor, name: str
+) -> tuple[Tensor, int, tuple[int, ...]]:
+    logits = _as_tensor(logits, name)
+    if logits.ndim != token_ids.ndim + 1 or tuple(logits.shape[:-1]) != tuple(token_ids.shape):
+        raise ShapeMismatchError(
+            None, name, logits.shape, "token_ids", token_ids.shape, "token_ids shape + [V]"
+        )
+    vocab = int(logits.shape[-1])
+    return logits.reshape(-1, vocab), vocab, tuple(token_ids.shape)
+
+
+def _prepare_ids(token_ids: Tensor, mask: Tensor | None, vocab: int) -> tuple[Tensor, Tensor]:
+    """Flattened ids with masked positions set to 0, and the flattened mask."""
+    ids = _as_tensor(token_ids, "token_ids").reshape(-1).to(torch.long)
+    if mask is None:
+        valid = torch.ones_like(ids, dtype=torch.bool)
+    else:
+        if tuple(mask.shape) != tuple(token_ids.shape):
+            raise ShapeMismatchError(None, "mask", mask.shape, "token_ids", token_ids.shape)
+        valid = mask.reshape(-1).to(device=ids.device, dtype=torch.bool)
+    bad = valid & ((ids < 0) | (ids >= vocab))
+    if bool(bad.any()):
+        first = int(torch.nonzero(bad)[0])
+        raise UsageError(
+            f"token_ids has {int(bad.sum())} id(s) outside the vocabulary [0, {vocab}) on "
+            f"valid tokens, the first at flat position {first} (value {int(ids[first])})"
+        )
+    return torch.where(valid, ids, 0), valid
+
+
+def _chunk(flat: Tensor, start: int, stop: int, device: torch.device) -> Tensor:
+    # copy=True: the buffer is modified in place and must never alias the caller's logits
+    return flat[start:stop].to(device=device, dtype=torch.float32, copy=True)
+
+
+def _resolve_device(device: str | torch.device | None, logits: Tensor) -> torch.device:
+    return logits.device if device is None else torch.device(device)
+
+
+def future_log_probs_sweep(
+    logits: Tensor | np.ndarray,
+    ref_logits: Tensor | np.ndarray,
+    token_ids: Tensor,
+    lams: Sequence[float] = LAMBDA_SWEEP,
+    mask: Tensor | None = None,
+    chunk_tokens: int | None = None,
+    device: str | torch.device | None = None,
+) -> Tensor:
+    """Exact ``log pi_hat_lam(y_t)`` for several lambdas, reading the logits once.
+
+    ``log_softmax((1 + lam) h_theta - lam h_ref)[y_t]``, FPA Eq. (4). Logits are read
+    ``chunk_tokens`` tokens at a time, moved to ``device`` and upcast to float32, so peak
+    memory is a few ``[chunk_tokens, V]`` float32 buffers whatever B*T.
+
+    Args:
+        logits: [B, T, V] float (any float dtype, CPU/CUDA tensor or numpy memmap),
+            next-token logits of pi_theta at each response position.
+        ref_logits: [B, T, V], the same for pi_ref.
+        token_ids: [B, T] int, the sampled tokens y_t.
+        lams: extrapolation strengths lambda >= 0.
+        mask: [B, T] bool valid tokens, or None; masked positions return 0 and their ids
+            are not checked.
+        chunk_tokens: tokens per chunk; default keeps a buffer near 4M elements (16 MB).
+        device: where to compute; default the device of ``logits``.
+
+    Returns:
+        [L, B, T] float32 on ``device``, L = len(lams).
+    """
+    lams = _check_lambdas(lams)
+    token_ids = _as_tensor(token_ids, "token_ids")
+    flat, vocab, shape = _flat_logits(logits, token_ids, "logits")
+    ref_flat, _, _ = _flat_logits(ref_logits, token_ids, "ref_logits")
+    if ref_flat.shape[-1] != vocab:
+        raise ShapeMismatchError(None, "ref_logits", ref_logits.shape, "logits", logits.shape)
+    ids, valid = _prepare_ids(token_ids, mask, vocab)
+    target = _resolve_device(device, flat)
+    ids, valid = ids.to(target), valid.to(target)
+    rows = _chunk_rows(chunk_tokens, vocab)
+    out = torch.zeros((len(lams), ids.numel()), dtype=torch.float32, device=target)
+    for start in range(0, ids.numel(), rows):
+        stop = min(start + rows, ids.numel())
+        current = _chunk(flat, start, stop, target)
+        reference = _chunk(ref_flat, start, stop, target)
+        index = ids[start:stop].unsqueeze(1)
+        # (1 + lam) h - lam h_ref = h + lam (h - h_ref): one buffer for the direction
+        reference.neg_().add_(current)
+        # a token impossible under pi_theta stays impossible (h = h_ref = -inf gives NaN)
+        impossible = torch.isneginf(current) if bool(torch.isinf(current).any()) else None
+        for j, lam in enumerate(lams):
+            combined = torch.add(current, reference, alpha=lam)
+            if impossible is not None:
+                combined.masked_fill_(impossible, -math.inf)
+            picked = combined.gather(1, index).squeeze(1)
+            out[j, start:stop] = picked - torch.logsumexp(combined, dim=1)
+    out = torch.where(valid, out, 0.0)
+    return out.reshape((len(lams), *shape))
+
+
+def future_log_probs_exact(
+    logits: Tensor | np.ndarray,
+    ref_logits: Tensor | np.ndarray,
+    token_ids: Tensor,
+    lam: float,
+    mask: Tensor | None = None,
+    chunk_tokens: int | None = None,
+    device: str | torch.device | None = None,
+) -> Tensor:
+    """Exact future-policy log-probs ``log_softmax((1+lam) h - lam h_ref)[y_t]``, FPA Eq. (4).
+
+    See :func:`future_log_probs_sweep` for the arguments.
+
+    Returns:
+        [B, T] float32 on ``device`` (0 at masked positions).
+
+    >>> h = torch.tensor([[[2.0, 0.0]]]); h_ref = torch.tensor([[[1.0, 0.0]]])
+    >>> y = torch.tensor([[0]])
+    >>> round(float(future_log_probs_exact(h, h_ref, y, lam=1.0)), 6)  # softmax([3, 0])[0]
+    -0.048587
+    """
+    return future_log_probs_sweep(
+        logits, ref_logits, token_ids, (lam,), mask, chunk_tokens, device
+    )[0]
+
+
+def policy_log_probs_from_logits(
+    logits: Tensor | np.ndarray,
+    token_ids: Tensor,
+    mask: Tensor | None = None,
+    chunk_tokens: int | None = None,
+    device: str | torch.device | None = None,
+) -> Tensor:
+    """``log_softmax(h)[y_t]``, chunked as :func:`future_log_probs_sweep`.
+
+    Returns:
+        [B, T] float32 on ``device`` (0 at masked positions).
+
+    >>> h = torch.log(torch.tensor([[[0.25, 0.75]]]))
+    >>> policy_log_probs_from_logits(h, torch.tensor([[1]])).exp().item()
+    0.75
+    """
+    token_ids = _as_tensor(token_ids, "token_ids")
+    flat, vocab, shape = _flat_logits(logits, token_ids, "logits")
+    ids, valid = _prepare_ids(token_ids, mask, vocab)
+    target = _resolve_device(device, flat)
+    ids, valid = ids.to(target), valid.to(target)
+    rows = _chunk_rows(chunk_tokens, vocab)
+    out = torch.zeros(ids.numel(), dtype=torch.float32, device=target)
+    for start in range(0, ids.numel(), rows):
+        stop = min(start + rows, ids.numel())
+        current = _chunk(flat, start, stop, target)
+        picked = current.gather(1, ids[start:stop].unsqueeze(1)).squeeze(1)
+        out[start:stop] = picked - torch.logsumexp(current, dim=1)
+    return torch.where(valid, out, 0.0).reshape(shape)
+
+
+def future_log_normaliser(
+    logits: Tensor | np.ndarray,
+    ref_logits: Tensor | np.ndarray,
+    lam: float,
+    chunk_tokens: int | None = None,
+    device: str | torch.device | None = None,
+) -> Tensor:
+    """``log Z = log sum_v pi_theta(v)^(1+lam) pi_ref(v)^(-lam)`` per position (FPA Eq. 5, 7).
+
+    With it, ``log pi_hat(y) = (1 + lam) log pi_theta(y) - lam log pi_ref(y) - log Z``
+    exactly; ``log Z = lam * D_{1+lam}(pi_theta || pi_ref) >= 0``.
+
+    Args:
+        logits, ref_logits: [..., V] float logits of pi_theta and pi_ref.
+
+    Returns:
+        [...] float32 on ``device``.
+
+    >>> h = torch.log(torch.tensor([[0.5, 0.5]])); h_ref = torch.log(torch.tensor([[0.5, 0.5]]))
+    >>> future_log_normaliser(h, h_ref, 2.0).abs().item() < 1e-6  # same policies: Z = 1
+    True
+    """
+    (lam,) = _check_lambdas((lam,))
+    logits = _as_tensor(logits, "logits")
+    ref_logits = _as_tensor(ref_logits, "ref_logits")
+    if logits.shape != ref_logits.shape:
+        raise ShapeMismatchError(None, "ref_logits", ref_logits.shape, "logits", logits.shape)
+    vocab = int(logits.shape[-1])
+    flat, ref_flat = logits.reshape(-1, vocab), ref_logits.reshape(-1, vocab)
+    target = _resolve_device(device, flat)
+    rows = _chunk_rows(chunk_tokens, vocab)
+    out = torch.zeros(flat.shape[0], dtype=torch.float32, device=target)
+    for start in range(0, flat.shape[0], rows):
+        stop = min(start + rows, flat.shape[0])
+        log_pi = torch.log_softmax(_chunk(flat, start, stop, target), dim=1)
+        log_ref = torch.log_softmax(_chunk(ref_flat, start, stop, target), dim=1)
+        out[start:stop] = torch.logsumexp((1.0 + lam) * log_pi - lam * log_ref, dim=1)
+    return out.reshape(logits.shape[:-1])
+
+
+def future_log_probs_approx(log_probs: Tensor, ref_log_probs: Tensor, lam: float) -> Tensor:
+    """APPROXIMATION ``(1 + lam) log pi_theta(y_t) - lam log pi_ref(y_t)``, unnormalised.
+
+    What can be had from token log-probs alone: FPA Eq. (7) without its normalising
+    constant, i.e. the exact value plus ``log Z >= 0`` (see
+    :func:`future_log_normaliser`); report it labelled as an approximation.
+
+    Args:
+        log_probs, ref_log_probs: [B, T] float.
+
+    Returns:
+        [B, T] float, in the promoted dtype of the inputs.
+
+    >>> future_log_probs_approx(torch.tensor([-1.0]), torch.tensor([-0.5]), 2.0).item()
+    -2.0
+    """
+    (lam,) = _check_lambdas((lam,))
+    if log_probs.shape != ref_log_probs.shape:
+        raise ShapeMismatchError(
+            None, "ref_log_probs", ref_log_probs.shape, "log_probs", log_probs.shape
+        )
+    return (1.0 + lam) * log_probs - lam * ref_log_probs
+
+
+def masked_sequence_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean over the valid tokens of each row: [B, T] -> [B] (NaN for a row without any).
+
+    >>> masked_sequence_mean(torch.tensor([[1.0, 3.0, 9.0]]), torch.tensor([[1, 1, 0]])).item()
+    2.0
+    """
+    if values.shape != mask.shape:
+        raise ShapeMismatchError(None, "values", values.shape, "mask", mask.shape)
+    valid = mask.to(device=values.device, dtype=torch.bool)
+    dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
+    total = torch.where(valid, values.to(dtype), 0.0).sum(dim=-1)
+    count = valid.sum(dim=-1)
+    return torch.where(count > 0, total / count.clamp_min(1), math.nan)
+
+
+def sequence_weights(token_log_probs: Tensor, mask: Tensor) -> Tensor:
+    """Length-normalised sequence probability ``pi(y|x)^(1/|y|) = exp(mean_t log pi_t)``.
+
+    FPA Eq. (1)-(3) (the "probability" factor; ``pi_hat`` in Eq. 3). NaN for a sequence
+    without valid tokens.
+
+    Args:
+        token_log_probs: [B, T] float; mask: [B, T] bool.
+
+    Returns:
+        [B] float.
+
+    >>> lp = torch.log(torch.tensor([[0.5, 0.125, 1.0]]))
+    >>> round(sequence_weights(lp, torch.tensor([[True, True, False]])).item(), 6)
+    0.25
+    """
+    return torch.exp(masked_sequence_mean(token_log_probs, mask))
+
+
+def future_to_current_ratio(future_log_probs: Tensor, log_probs: Tensor, mask: Tensor) -> Tensor:
+    """``pi_hat^(1/|y|) / pi^(1/|y|)`` per sequence, FPA Fig. 2 (right); in log space.
+
+    Args:
+        future_log_probs, log_probs: [B, T] float; mask: [B, T] bool.
+
+    Returns:
+        [B] float (NaN for a sequence without valid tokens).
+
+    >>> m = torch.ones(1, 2, dtype=torch.bool)
+    >>> future_to_current_ratio(torch.tensor([[-2.0, -2.0]]), torch.tensor([[-1.0, -1.0]]),
+    ...                         m).log().item()
+    -1.0
+    """
+    if future_log_probs.shape != log_probs.shape:
+        raise ShapeMismatchError(
+            None, "future_log_probs", future_log_probs.shape, "log_probs", log_probs.shape
+        )
+    return torch.exp(masked_sequence_mean(future_log_probs - log_probs, mask))
+
+
+@dataclass(frozen=True)
+class BelowThreshold:
+    """Sequences whose weight falls below a threshold (FPA Fig. 3 right).
+
+    Attributes:
+        count: sequences with weight < threshold (among the selected, finite ones).
+        total: selected sequences with a finite weight.
+        fraction: count / total (NaN when total is 0).
+        threshold: the threshold used.
+    """
+
+    count: int
+    total: int
+    fraction: float
+    threshold: float
+
+
+def count_below(
+    weights: Tensor, threshold: float = WEIGHT_THRESHOLD, select: Tensor | None = None
+) -> BelowThreshold:
+    """How many sequence weights are below ``threshold`` (default 0.2, FPA section 3.3).
+
+    Args:
+        weights: [B] float sequence weights (from :func:`sequence_weights`).
+        threshold: the paper's 0.2.
+        select: [B] bool, e.g. ``~correct`` to count incorrect trajectories only, or None.
+
+    >>> count_below(torch.tensor([0.1, 0.5, 0.15, float("nan")])).count
+    2
+    """
+    keep = torch.isfinite(weights)
+    if select is not None:
+        if select.shape != weights.shape:
+            raise ShapeMismatchError(None, "select", select.shape, "weights", weights.shape)
+        keep = keep & select.to(device=weights.device, dtype=torch.bool)
+    total = int(keep.sum())
+    count = int((keep & (weights < threshold)).sum())
+    return BelowThreshold(count, total, count / total if total else math.nan, float(threshold))
+
+
+def sequence_log_ratio(
+    log_probs: Tensor, ref_log_probs: Tensor, mask: Tensor, normalise: bool = False
+) -> Tensor:
+    """``log pi_theta(y|x) - log pi_ref(y|x)`` per sequence, FPA Fig. 2-3 (left).
+
+    The sum over valid tokens (the sequence log-probability, as the figures' label), or
+    the mean when ``normalise`` (the per-token value, comparable across lengths).
+
+    Returns:
+        [B] float (NaN for a sequence without valid tokens when ``normalise``).
+
+    >>> m = torch.tensor([[True, True, False]])
+    >>> sequence_log_ratio(torch.tensor([[-1.0, -2.0, -9.0]]), torch.tensor([[-1.5, -1.0, 0.0]]),
+    ...                    m).item()
+    -0.5
+    """
+    if log_probs.shape != ref_log_probs.shape:
+        raise ShapeMismatchError(
+            None, "ref_log_probs", ref_log_probs.shape, "log_probs", log_probs.shape
+        )
+    difference = log_probs - ref_log_probs
+    if normalise:
+        return masked_sequence_mean(difference, mask)
+    valid = mask.to(device=difference.device, dtype=torch.bool)
+    return torch.where(valid, difference, 0.0).sum(dim=-1)
+
+
+@dataclass(frozen=True)
+class ByCorrectness:
+    """Mean of a per-sequence value over correct and incorrect sequences (FPA Fig. 2-3).
+
+    Attributes:
+        correct_mean, incorrect_mean: means over finite values (NaN when none).
+        correct_count, incorrect_count: sequences with a finite value in each class.
+    """
+
+    correct_mean: float
+    incorrect_mean: float
+    correct_count: int
+    incorrect_count: int
+
+
+def mean_by_correctness(values: Tensor, correct: Tensor) -> ByCorrectness:
+    """Split a [B] per-sequence value by correctness and average each side.
+
+    >>> r = mean_by_correctness(torch.tensor([1.0, 3.0, -2.0]), torch.tensor([True, True, False]))
+    >>> r.correct_mean, r.incorrect_mean, r.correct_count, r.incorrect_count
+    (2.0, -2.0, 2, 1)
+    """
+    if values.shape != correct.shape:
+        raise ShapeMismatchError(None, "values", values.shape, "correct", correct.shape)
+    correct = correct.to(device=values.device, dtype=torch.bool)
+    finite = torch.isfinite(values)
+    values64 = values.to(torch.float64)
+
+    def side(select: Tensor) -> tuple[float, int]:
+        n = int(select.sum())
+        return (float(values64[select].mean()) if n else math.nan), n
+
+    correct_mean, correct_count = side(finite & correct)
+    incorrect_mean, incorrect_count = side(finite & ~correct)
+    return ByCorrectness(correct_mean, incorrect_mean, correct_count, incorrect_count)

@@ -1,0 +1,247 @@
+"""TEPO: sequence-likelihood weights, their clipping, token KL-mask quadrants (DESIGN 3.6).
+
+Paper: "Token-Level Policy Optimization: Linking Group-Level Rewards to Token-Level
+Aggregation via Sequence-Level Likelihood" (TEPO). The objective is Eq. (4):
+``J = 1/sum|o_i| sum_i sum_t [min(w_i, clip(w_i, 1-eps, 1+eps)) A_it - beta KL M_it]``
+with ``w_i = exp(mean_t log(pi_theta/pi_old))`` (section 3.3.1) and the KL mask
+``M_it = 1[A_it > 0 and dH_it < 0]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.functional.fpa import sequence_weights
+
+#: TEPO does not state its epsilon; ratioscope uses the sequence-variant band of
+#: DESIGN 3.3 (GSPO's 3e-4, 4e-4) as (eps_low, eps_high).
+SEQUENCE_CLIP: tuple[float, float] = (3e-4, 4e-4)
+
+ClipForm = Literal["ppo", "literal"]
+
+
+def _token_advantages(adv: Tensor, mask: Tensor) -> Tensor:
+    """[B] advantages broadcast over tokens; [B, T] returned as is."""
+    if adv.shape == mask.shape:
+        return adv
+    if adv.ndim == 1 and adv.shape[0] == mask.shape[0]:
+        return adv.unsqueeze(1).expand(mask.shape)
+    raise ShapeMismatchError(None, "adv", adv.shape, "mask", mask.shape, "[B] or [B, T]")
+
+
+def _check_clip(clip: tuple[float, float]) -> tuple[float, float]:
+    low, high = (float(v) for v in clip)
+    if not (0 <= low < 1 and high >= 0):
+        raise UsageError(f"the clip range needs 0 <= eps_low < 1 and eps_high >= 0, got {clip}")
+    return low, high
+
+
+def sequence_likelihood_weights(z: Tensor, mask: Tensor) -> Tensor:
+    """TEPO sequence weight ``w_i = exp(mean_t z_it)``, section 3.3.1 (Algorithm 1 steps 2-3).
+
+    The geometric mean of the token ratios over the valid tokens (GSPO's sequence ratio).
+
+    Args:
+        z: [B, T] float log-ratios log pi_theta - log pi_old; mask: [B, T] bool.
+
+    Returns:
+        [B] float (NaN for a sequence without valid tokens).
+
+    >>> z = torch.log(torch.tensor([[2.0, 0.5, 4.0]]))
+    >>> round(sequence_likelihood_weights(z, torch.tensor([[True, True, False]])).item(), 6)
+    1.0
+    """
+    return sequence_weights(z, mask)
+
+
+def sequence_clip_mask(
+    z: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    clip: tuple[float, float] = SEQUENCE_CLIP,
+    form: ClipForm = "ppo",
+) -> Tensor:
+    """Valid tokens whose TEPO policy term has zero gradient because of clipping.
+
+    Every token of sequence i carries ``w_i``. ``form="ppo"`` (default) reads Eq. (4) as
+    the PPO/GSPO surrogate ``min(w A, clip(w) A)``: clipped when ``A > 0 and
+    w > 1 + eps_high`` or ``A < 0 and w < 1 - eps_low``. ``form="literal"`` takes
+    Eq. (4) as printed, ``min(w, clip(w)) A``, which only ever binds above: clipped when
+    ``w > 1 + eps_high`` and ``A != 0``.
+
+    Args:
+        z: [B, T] float log-ratios; adv: [B] or [B, T] float; mask: [B, T] bool.
+        clip: (eps_low, eps_high).
+
+    Returns:
+        [B, T] bool, False at masked positions.
+    """
+    if z.shape != mask.shape:
+        raise ShapeMismatchError(None, "z", z.shape, "mask", mask.shape)
+    low, high = _check_clip(clip)
+    valid = mask.to(device=z.device, dtype=torch.bool)
+    a = _token_advantages(adv.to(z.device), valid)
+    w = sequence_likelihood_weights(z, valid).unsqueeze(1)
+    above = w > 1.0 + high
+    if form == "ppo":
+        clipped = ((a > 0) & above) | ((a < 0) & (w < 1.0 - low))
+    elif form == "literal":
+        clipped = above & (a != 0)
+    else:
+        raise UsageError(f"unknown clip form '{form}', expected 'ppo' or 'literal'")
+    return clipped & valid
+
+
+def sequence_clip_fraction(
+    z: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    clip: tuple[float, float] = SEQUENCE_CLIP,
+    form: ClipForm = "ppo",
+) -> float:
+    """Fraction of valid tokens clipped under TEPO's sequence weight (DESIGN 3.3, 3.6).
+
+    See :func:`sequence_clip_mask`; NaN when there is no valid token.
+
+    >>> z = torch.tensor([[0.1, 0.1], [-0.1, 0.0]])
+    >>> sequence_clip_fraction(z, torch.tensor([1.0, 1.0]), torch.ones(2, 2, dtype=torch.bool))
+    0.5
+    """
+    clipped = sequence_clip_mask(z, adv, mask, clip, form)
+    total = int(mask.to(torch.bool).sum())
+    return float(clipped.sum()) / total if total else math.nan
+
+
+def tepo_policy_terms(
+    z: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    clip: tuple[float, float] = SEQUENCE_CLIP,
+    form: ClipForm = "ppo",
+) -> Tensor:
+    """Per-token policy term of TEPO Eq. (4) without the KL part (beta KL M).
+
+    ``min(w_i A_it, clip(w_i) A_it)`` (``form="ppo"``) or ``min(w_i, clip(w_i)) A_it``
+    (``form="literal"``). Aggregate with token-mean (TEPO's choice, Eq. 4) or
+    sequence-mean-token-mean (GSPO) to compare the two (TEPO Table 3, panel D).
+
+    Returns:
+        [B, T] float (input dtype promoted to at least float32), 0 at masked positions.
+
+    >>> z = torch.log(torch.tensor([[2.0, 2.0]]))
+    >>> tepo_policy_terms(z, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool),
+    ...                   clip=(0.2, 0.2)).tolist()
+    [[1.2000000476837158, 1.2000000476837158]]
+    """
+    if z.shape != mask.shape:
+        raise ShapeMismatchError(None, "z", z.shape, "mask", mask.shape)
+    low, high = _check_clip(clip)
+    valid = mask.to(device=z.device, dtype=torch.bool)
+    a = _token_advantages(adv.to(z.device), valid)
+    w = sequence_likelihood_weights(z, valid).unsqueeze(1)
+    w_clipped = w.clamp(1.0 - low, 1.0 + high)
+    if form == "ppo":
+        terms = torch.minimum(w * a, w_clipped * a)
+    elif form == "literal":
+        terms = torch.minimum(w, w_clipped) * a
+    else:
+        raise UsageError(f"unknown clip form '{form}', expected 'ppo' or 'literal'")
+    return torch.where(valid, terms, 0.0)
+
+
+def kl_mask(adv: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor) -> Tensor:
+    """TEPO's token KL mask ``M_it = 1[A_it > 0 and dH_it < 0]``, Eq. (4).
+
+    ``dH = entropy - old_entropy`` (entropy of pi_theta minus that of pi_old at the token).
+
+    Args:
+        adv: [B] or [B, T] float; entropy, old_entropy: [B, T] float; mask: [B, T] bool.
+
+    Returns:
+        [B, T] bool, False at masked positions.
+    """
+    valid, a, dh = _quadrant_inputs(adv, entropy, old_entropy, mask)
+    return valid & (a > 0) & (dh < 0)
+
+
+def _quadrant_inputs(
+    adv: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    for name, tensor in (("entropy", entropy), ("old_entropy", old_entropy)):
+        if tensor.shape != mask.shape:
+            raise ShapeMismatchError(None, name, tensor.shape, "mask", mask.shape)
+    valid = mask.to(device=entropy.device, dtype=torch.bool)
+    a = _token_advantages(adv.to(entropy.device), valid)
+    return valid, a, entropy - old_entropy.to(entropy.device)
+
+
+@dataclass(frozen=True)
+class KLMaskQuadrants:
+    """Valid tokens by advantage sign and entropy change dH (TEPO section 3.3.2, Table 3 E).
+
+    Attributes:
+        pos_decreasing: A > 0, dH < 0 (TEPO's KL mask M).
+        pos_non_decreasing: A > 0, dH >= 0.
+        neg_increasing: A < 0, dH > 0.
+        neg_non_increasing: A < 0, dH <= 0.
+        zero_advantage: A == 0 (in none of the paper's four cases).
+        total: valid tokens. The five counts add up to it when A and dH are finite.
+    """
+
+    pos_decreasing: int
+    pos_non_decreasing: int
+    neg_increasing: int
+    neg_non_increasing: int
+    zero_advantage: int
+    total: int
+
+    def fractions(self) -> dict[str, float]:
+        """Each count divided by ``total`` (NaN when there is no valid token)."""
+        names = (
+            "pos_decreasing",
+            "pos_non_decreasing",
+            "neg_increasing",
+            "neg_non_increasing",
+            "zero_advantage",
+        )
+        return {
+            name: (getattr(self, name) / self.total if self.total else math.nan) for name in names
+        }
+
+
+def kl_mask_quadrants(
+    adv: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor
+) -> KLMaskQuadrants:
+    """Counts of valid tokens in each (sign A, sign dH) quadrant, dH = entropy - old_entropy.
+
+    The quadrants are TEPO's (section 3.3.2): (A>0, dH<0) is its KL mask; (A<0, dH>0) is
+    the other "misaligned" case of Table 3 panel E. Tokens with A == 0 fall in none of
+    them and are counted apart.
+
+    Args:
+        adv: [B] or [B, T] float; entropy, old_entropy: [B, T] float; mask: [B, T] bool.
+
+    >>> q = kl_mask_quadrants(torch.tensor([[1.0, 1.0, -1.0, 0.0]]),
+    ...                       torch.tensor([[0.1, 0.5, 0.5, 0.2]]),
+    ...                       torch.tensor([[0.3, 0.5, 0.4, 0.1]]),
+    ...                       torch.ones(1, 4, dtype=torch.bool))
+    >>> q.pos_decreasing, q.pos_non_decreasing, q.neg_increasing, q.zero_advantage
+    (1, 1, 1, 1)
+    """
+    valid, a, dh = _quadrant_inputs(adv, entropy, old_entropy, mask)
+    positive = valid & (a > 0)
+    negative = valid & (a < 0)
+    return KLMaskQuadrants(
+        pos_decreasing=int((positive & (dh < 0)).sum()),
+        pos_non_decreasing=int((positive & (dh >= 0)).sum()),
+        neg_increasing=int((negative & (dh > 0)).sum()),
+        neg_non_increasing=int((negative & (dh <= 0)).sum()),
+        zero_advantage=int((valid & (a == 0)).sum()),
+        total=int(valid.sum()),
+    )
