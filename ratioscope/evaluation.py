@@ -1,0 +1,746 @@
+"""Pass@k and UCC@k evaluation of sample sets: SampleSet -> EvalReport (DESIGN 3.8, 4).
+
+The functions here only orchestrate: formulas live in ``ratioscope.functional.passk``,
+``clustering`` and ``diversity``. Per-problem values are computed once per method and
+then averaged over all problems (``by_method.<m>``) and over the problems of each
+dataset (``by_method.<m>.by_dataset.<d>``). Means are over problems, each problem
+weighing the same, as in QUATRO Tables 1-3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ratioscope.errors import ReportError, SampleError, UsageError
+from ratioscope.functional import passk as pk
+from ratioscope.functional.clustering import (
+    DEFAULT_LINKAGE,
+    DEFAULT_THRESHOLD,
+    DEFAULT_TOKEN_PATTERN,
+    LINKAGES,
+    cluster_labels,
+    cluster_order,
+    cluster_sizes,
+    tfidf_similarity,
+)
+from ratioscope.functional.diversity import DEFAULT_MAX_PAIRS, DEFAULT_SEED, diversity_scores
+from ratioscope.io.samples import MethodSamples, ProblemSamples, SampleFile, SampleSet
+from ratioscope.progress import ProgressCallback, ProgressUpdate, report
+
+NO_DATASET = "(none)"
+"""``by_dataset`` key of problems without a dataset when other problems have one."""
+
+DIVERSITY_METRICS: tuple[str, ...] = ("tfidf_cosine", "rouge_l", "jaccard", "edit_similarity")
+
+
+@dataclass(frozen=True)
+class Pass1SE:
+    """Pass@1 ± SE over sample positions (FPA App. B.3)."""
+
+    mean: float
+    se: float
+    samples_per_problem: int
+
+
+@dataclass(frozen=True)
+class ProblemClusters:
+    """Correct-response clusters of one problem."""
+
+    problem: int | str
+    dataset: str | None
+    samples: int
+    correct: int
+    clusters: int
+    sizes: list[int]
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """Clusters of correct responses: mean count per problem, and per problem (top level).
+
+    ``unique_correct_ratio`` is the mean over problems of clusters / n, the "unique
+    correct ratio" of QUATRO App. C.7.
+    """
+
+    mean: float
+    unique_correct_ratio: float
+    per_problem: list[ProblemClusters] | None
+
+
+@dataclass(frozen=True)
+class DiversitySummary:
+    """Mean over problems (with at least two correct responses) of the pairwise means."""
+
+    tfidf_cosine: float | None
+    rouge_l: float | None
+    jaccard: float | None
+    edit_similarity: float | None
+    problems: int
+    pairs: int
+
+
+@dataclass(frozen=True)
+class MetricBlock:
+    """Metrics averaged over a set of problems (all of a method's, or one dataset's)."""
+
+    problems: int
+    samples: int
+    samples_per_problem: dict[str, int]
+    pass_at_k: dict[str, float]
+    avg: float
+    pass1_se: Pass1SE | None
+    ucc_at_k: dict[str, float] | None
+    clusters: ClusterSummary | None
+    diversity: DiversitySummary | None
+
+
+@dataclass(frozen=True)
+class MethodResult(MetricBlock):
+    """A method's metrics over all its problems, and per dataset when datasets are given."""
+
+    by_dataset: dict[str, MetricBlock] | None
+
+
+@dataclass(frozen=True)
+class FlipBucket:
+    """One difficulty bucket of the flip-rate analysis (QUATRO App. C.7, DESIGN 3.8).
+
+    ``base_fraction`` = [lo, hi): the bucket holds prompts with lo <= c_base / n_base < hi
+    (hi = 1 includes 1). ``flip_at_k`` is None for an empty bucket.
+    """
+
+    name: str
+    base_fraction: list[float]
+    prompts: int
+    flip_at_k: dict[str, float | None]
+    unsolved_to_solved: int
+
+
+@dataclass(frozen=True)
+class FlipRate:
+    """Flip rate of one trained method against the base method."""
+
+    problems: int
+    buckets: list[FlipBucket]
+
+
+@dataclass(frozen=True)
+class FlipReport:
+    base: str
+    by_method: dict[str, FlipRate]
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    command: str
+    k: list[int]
+    threshold: float | None = None
+    linkage: str | None = None
+    max_pairs: int | None = None
+    seed: int | None = None
+    token_pattern: str | None = None
+    base_method: str | None = None
+
+
+@dataclass(frozen=True)
+class ProblemRow:
+    """One row of the per-problem table (Parquet)."""
+
+    method: str
+    problem: str
+    dataset: str | None
+    samples: int
+    correct: int
+    pass_at_k: dict[str, float]
+    clusters: int | None = None
+    ucc_at_k: dict[str, float] | None = None
+    diversity: dict[str, float] | None = None
+    pairs: int | None = None
+
+
+@dataclass
+class EvalReport:
+    """The result of ``eval-passk`` / ``eval-ucc``; JSON and Parquet come from this object."""
+
+    schema_version: int
+    tool: dict[str, Any]
+    inputs: list[SampleFile]
+    params: EvalParams
+    by_method: dict[str, MethodResult]
+    flip_rate: FlipReport | None
+    warnings: list[str]
+    per_problem: list[ProblemRow] = field(default_factory=list, repr=False)
+
+    def to_document(self) -> dict[str, Any]:
+        """The JSON document (the per-problem table is not part of it)."""
+        from ratioscope.report_io import to_jsonable
+
+        return {
+            "schema_version": self.schema_version,
+            "tool": self.tool,
+            "inputs": to_jsonable(self.inputs),
+            "params": to_jsonable(self.params),
+            "by_method": to_jsonable(self.by_method),
+            "flip_rate": to_jsonable(self.flip_rate),
+            "warnings": list(self.warnings),
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        from ratioscope.report_io import write_json
+
+        write_json(self.to_document(), path)
+
+    def per_problem_frame(self):
+        """The per-problem table as a polars DataFrame, one row per (method, problem)."""
+        import polars as pl
+
+        columns: dict[str, list[Any]] = {}
+        for row in self.per_problem:
+            flat: dict[str, Any] = {
+                "method": row.method,
+                "problem": row.problem,
+                "dataset": row.dataset,
+                "samples": row.samples,
+                "correct": row.correct,
+            }
+            flat.update({f"pass_at_{k}": v for k, v in row.pass_at_k.items()})
+            if row.ucc_at_k is not None:
+                flat["clusters"] = row.clusters
+                flat.update({f"ucc_at_{k}": v for k, v in row.ucc_at_k.items()})
+            if row.diversity is not None:
+                flat.update(row.diversity)
+                flat["pairs"] = row.pairs
+            for key, value in flat.items():
+                columns.setdefault(key, []).append(value)
+        schema = {key: _polars_type(key) for key in columns}
+        return pl.DataFrame(columns, schema=schema)
+
+    def write_parquet(self, path: str | Path) -> None:
+        from ratioscope.io.atomic import atomic_path
+
+        frame = self.per_problem_frame()
+        with atomic_path(path) as tmp:
+            frame.write_parquet(tmp)
+
+
+def _polars_type(column: str):
+    import polars as pl
+
+    if column in ("method", "problem", "dataset"):
+        return pl.String
+    if column in ("samples", "correct", "clusters", "pairs"):
+        return pl.Int64
+    return pl.Float64
+
+
+def default_ks(sample_set: SampleSet) -> list[int]:
+    """Powers of two up to the smallest number of samples of any problem."""
+    smallest = min(p.n for m in sample_set.methods.values() for p in m.problems)
+    return [2**e for e in range(int(np.log2(smallest)) + 1)]
+
+
+def resolve_ks(sample_set: SampleSet, ks: Sequence[int] | None) -> list[int]:
+    """The budgets to evaluate: ``ks`` sorted and checked against every problem's n."""
+    if not sample_set.methods:
+        raise UsageError("there are no samples to evaluate")
+    if ks is None or len(ks) == 0:
+        return default_ks(sample_set)
+    resolved = sorted({int(k) for k in ks})
+    if resolved[0] < 1:
+        raise UsageError(f"--k expects positive integers, got {resolved[0]}")
+    largest = resolved[-1]
+    for method in sample_set.methods.values():
+        for problem in method.problems:
+            if problem.n < largest:
+                counts = [p.n for m in sample_set.methods.values() for p in m.problems]
+                raise SampleError(
+                    problem.source[0],
+                    f"line {problem.source[1]}: problem {problem.problem_id!r} of method "
+                    f"'{method.method}' has {problem.n} samples, fewer than k={largest}, so "
+                    f"Pass@{largest} is undefined there; problems have between {min(counts)} "
+                    f"and {max(counts)} samples, so use --k values up to {min(counts)}",
+                )
+    return resolved
+
+
+def evaluate_passk(
+    sample_set: SampleSet,
+    ks: Sequence[int] | None = None,
+    *,
+    base_method: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> EvalReport:
+    """Pass@k, avg@k and Pass@1 ± SE per method (and per dataset), plus the flip rate.
+
+    Args:
+        sample_set: from :func:`ratioscope.io.samples.load_samples`.
+        ks: budgets; default powers of two up to the smallest n. A k above some
+            problem's n raises SampleError naming that problem.
+        base_method: when given, the flip rate of every other method against it.
+        progress: callback, one update per method.
+    """
+    resolved = resolve_ks(sample_set, ks)
+    params = EvalParams(command="eval-passk", k=resolved, base_method=base_method)
+    return _evaluate(sample_set, resolved, params, None, progress)
+
+
+def evaluate_ucc(
+    sample_set: SampleSet,
+    ks: Sequence[int] | None = None,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    linkage: str = DEFAULT_LINKAGE,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
+    base_method: str | None = None,
+    token_pattern: str = DEFAULT_TOKEN_PATTERN,
+    seed: int = DEFAULT_SEED,
+    progress: ProgressCallback | None = None,
+) -> EvalReport:
+    """Everything of :func:`evaluate_passk`, plus UCC@k, clusters and diversity.
+
+    Args:
+        threshold: TF-IDF cosine similarity at or above which two correct responses
+            may share a cluster, in (0, 1].
+        linkage: ``single`` (connected components), ``average`` or ``complete``.
+        max_pairs: pairs per problem sampled for ROUGE-L, Jaccard and edit similarity;
+            0 skips them.
+        token_pattern: TF-IDF token regular expression.
+        seed: seed of the pair sampler.
+        progress: callback, one update per problem.
+    """
+    check_clustering_options(threshold, linkage, max_pairs)
+    resolved = resolve_ks(sample_set, ks)
+    params = EvalParams(
+        command="eval-ucc",
+        k=resolved,
+        threshold=threshold,
+        linkage=linkage,
+        max_pairs=max_pairs,
+        seed=seed,
+        token_pattern=token_pattern,
+        base_method=base_method,
+    )
+    options = _ClusterOptions(threshold, linkage, max_pairs, seed, token_pattern)
+    return _evaluate(sample_set, resolved, params, options, progress)
+
+
+def check_clustering_options(threshold: float, linkage: str, max_pairs: int = 0) -> None:
+    if not 0.0 < threshold <= 1.0:
+        raise UsageError(f"--threshold must lie in (0, 1], got {threshold}")
+    if linkage not in LINKAGES:
+        raise UsageError(f"--linkage must be one of {', '.join(LINKAGES)}, got '{linkage}'")
+    if max_pairs < 0:
+        raise UsageError(f"--max-pairs must be 0 or more, got {max_pairs}")
+
+
+@dataclass(frozen=True)
+class _ClusterOptions:
+    threshold: float
+    linkage: str
+    max_pairs: int
+    seed: int
+    token_pattern: str
+
+
+@dataclass
+class _MethodValues:
+    """Per-problem values of one method, rows aligned with ``method.problems``."""
+
+    method: MethodSamples
+    n: np.ndarray
+    c: np.ndarray
+    pass_at_k: np.ndarray  # [P, K]
+    ucc_at_k: np.ndarray | None = None  # [P, K]
+    sizes: list[np.ndarray] | None = None
+    diversity: np.ndarray | None = None  # [P, 4], NaN where no pair
+    pairs: np.ndarray | None = None  # [P]
+
+
+def _evaluate(
+    sample_set: SampleSet,
+    ks: list[int],
+    params: EvalParams,
+    options: _ClusterOptions | None,
+    progress: ProgressCallback | None,
+) -> EvalReport:
+    from ratioscope.report_io import SCHEMA_VERSION, tool_info
+
+    warnings: list[str] = []
+    total = sum(len(m.problems) for m in sample_set.methods.values())
+    done = 0
+    values: dict[str, _MethodValues] = {}
+    for name, method in sample_set.methods.items():
+        values[name] = _method_values(method, ks, options, progress, done, total)
+        done += len(method.problems)
+    by_method = {name: _method_result(v, ks, options, warnings) for name, v in values.items()}
+    flip = None
+    if params.base_method is not None:
+        flip = _flip_report(sample_set, params.base_method, ks, warnings)
+    rows = [row for v in values.values() for row in _problem_rows(v, ks)]
+    return EvalReport(
+        schema_version=SCHEMA_VERSION,
+        tool=tool_info(),
+        inputs=list(sample_set.files),
+        params=params,
+        by_method=by_method,
+        flip_rate=flip,
+        warnings=warnings,
+        per_problem=rows,
+    )
+
+
+def _method_values(
+    method: MethodSamples,
+    ks: list[int],
+    options: _ClusterOptions | None,
+    progress: ProgressCallback | None,
+    done: int,
+    total: int,
+) -> _MethodValues:
+    n, c = method.counts()
+    passes = np.stack([pk.pass_at_k(n, c, k) for k in ks], axis=1)
+    values = _MethodValues(method, n, c, passes)
+    if options is None:
+        report(progress, ProgressUpdate("problems", done + len(n), total, method.method))
+        return values
+    problems = len(method.problems)
+    values.ucc_at_k = np.empty((problems, len(ks)))
+    values.diversity = np.full((problems, len(DIVERSITY_METRICS)), np.nan)
+    values.pairs = np.zeros(problems, dtype=np.int64)
+    values.sizes = []
+    for row, problem in enumerate(method.problems):
+        sizes, scores = _cluster_problem(problem, options)
+        values.sizes.append(sizes)
+        values.ucc_at_k[row] = [pk.ucc_at_k(problem.n, sizes, k) for k in ks]
+        if scores is not None:
+            values.diversity[row] = [getattr(scores, key) for key in DIVERSITY_METRICS]
+            values.pairs[row] = scores.pairs
+        report(progress, ProgressUpdate("problems", done + row + 1, total, method.method))
+    return values
+
+
+def _cluster_problem(problem: ProblemSamples, options: _ClusterOptions):
+    texts = [r for r, ok in zip(problem.responses, problem.correct.tolist(), strict=True) if ok]
+    if not texts:
+        return np.zeros(0, dtype=np.int64), None
+    similarity = tfidf_similarity(texts, options.token_pattern)
+    sizes = cluster_sizes(cluster_labels(similarity, options.threshold, options.linkage))
+    if len(texts) < 2:
+        return sizes, None
+    scores = diversity_scores(
+        texts, similarity, options.max_pairs, options.seed, options.token_pattern
+    )
+    return sizes, scores
+
+
+def _method_result(
+    values: _MethodValues, ks: list[int], options: _ClusterOptions | None, warnings: list[str]
+) -> MethodResult:
+    problems = values.method.problems
+    everything = np.arange(len(problems))
+    block = _block(values, everything, ks, options, warnings, per_problem=True)
+    datasets = [p.dataset for p in problems]
+    by_dataset = None
+    if any(d is not None for d in datasets):
+        names = list(dict.fromkeys(NO_DATASET if d is None else d for d in datasets))
+        by_dataset = {}
+        for name in names:
+            rows = np.array(
+                [i for i, d in enumerate(datasets) if (NO_DATASET if d is None else d) == name]
+            )
+            by_dataset[name] = _block(values, rows, ks, options, None, per_problem=False)
+    return MethodResult(**vars(block), by_dataset=by_dataset)
+
+
+def _block(
+    values: _MethodValues,
+    rows: np.ndarray,
+    ks: list[int],
+    options: _ClusterOptions | None,
+    warnings: list[str] | None,
+    per_problem: bool,
+) -> MetricBlock:
+    n, c = values.n[rows], values.c[rows]
+    keys = [str(k) for k in ks]
+    clusters = diversity = ucc = None
+    if options is not None:
+        ucc = dict(zip(keys, values.ucc_at_k[rows].mean(axis=0).tolist(), strict=True))
+        clusters = _cluster_summary(values, rows, per_problem)
+        diversity = _diversity_summary(values, rows)
+    return MetricBlock(
+        problems=int(rows.size),
+        samples=int(n.sum()),
+        samples_per_problem={"min": int(n.min()), "max": int(n.max())},
+        pass_at_k=dict(zip(keys, values.pass_at_k[rows].mean(axis=0).tolist(), strict=True)),
+        avg=float(pk.avg_at_k(n, c).mean()),
+        pass1_se=_pass1_se(values, rows, warnings),
+        ucc_at_k=ucc,
+        clusters=clusters,
+        diversity=diversity,
+    )
+
+
+def _pass1_se(values: _MethodValues, rows: np.ndarray, warnings: list[str] | None):
+    problems = [values.method.problems[i] for i in rows.tolist()]
+    first = problems[0].sample_index
+    aligned = first is not None and all(
+        p.sample_index is not None and np.array_equal(p.sample_index, first) for p in problems
+    )
+    if not aligned:
+        if warnings is not None:
+            warnings.append(
+                f"method '{values.method.method}': no Pass@1 ± SE, which needs the same "
+                "sample indices for every problem (a sample_index field, or the grouped layout)"
+            )
+        return None
+    mean, se = pk.pass1_with_se(np.stack([p.correct for p in problems]))
+    return Pass1SE(mean=mean, se=se, samples_per_problem=int(first.size))
+
+
+def _cluster_summary(values: _MethodValues, rows: np.ndarray, per_problem: bool):
+    counts = np.array([values.sizes[i].size for i in rows.tolist()], dtype=np.float64)
+    listing = None
+    if per_problem:
+        listing = [
+            ProblemClusters(
+                problem=values.method.problems[i].problem_id,
+                dataset=values.method.problems[i].dataset,
+                samples=int(values.n[i]),
+                correct=int(values.c[i]),
+                clusters=int(values.sizes[i].size),
+                sizes=values.sizes[i].tolist(),
+            )
+            for i in rows.tolist()
+        ]
+    return ClusterSummary(
+        mean=float(counts.mean()),
+        unique_correct_ratio=float((counts / values.n[rows]).mean()),
+        per_problem=listing,
+    )
+
+
+def _diversity_summary(values: _MethodValues, rows: np.ndarray) -> DiversitySummary:
+    table = values.diversity[rows]
+    has_pair = ~np.isnan(table[:, 0])
+    means = {}
+    for column, key in enumerate(DIVERSITY_METRICS):
+        present = table[:, column][~np.isnan(table[:, column])]
+        means[key] = float(present.mean()) if present.size else None
+    return DiversitySummary(
+        **means, problems=int(has_pair.sum()), pairs=int(values.pairs[rows].sum())
+    )
+
+
+def _flip_report(
+    sample_set: SampleSet, base_name: str, ks: list[int], warnings: list[str]
+) -> FlipReport:
+    base = sample_set.method(base_name)
+    others = [m for name, m in sample_set.methods.items() if name != base_name]
+    if not others:
+        raise UsageError(
+            f"--base {base_name} needs at least one other method to compare with; "
+            f"methods found: {', '.join(sample_set.methods)}"
+        )
+    return FlipReport(
+        base=base_name,
+        by_method={m.method: _flip_rate(base, m, ks, warnings) for m in others},
+    )
+
+
+def _flip_rate(
+    base: MethodSamples, trained: MethodSamples, ks: list[int], warnings: list[str]
+) -> FlipRate:
+    trained_by_id = {p.problem_id: p for p in trained.problems}
+    pairs = [
+        (p, trained_by_id[p.problem_id]) for p in base.problems if p.problem_id in trained_by_id
+    ]
+    if not pairs:
+        raise SampleError(
+            base.problems[0].source[0],
+            f"methods '{base.method}' and '{trained.method}' have no problem in common, "
+            "so there is no flip rate to compute",
+        )
+    unmatched = len(base.problems) + len(trained.problems) - 2 * len(pairs)
+    if unmatched:
+        warnings.append(
+            f"flip rate '{trained.method}' vs '{base.method}': {unmatched} problem(s) found "
+            f"in only one of them were left out; {len(pairs)} compared"
+        )
+    n_base = np.array([b.n for b, _ in pairs])
+    c_base = np.array([b.c for b, _ in pairs])
+    n_trained = np.array([t.n for _, t in pairs])
+    c_trained = np.array([t.c for _, t in pairs])
+    bucket = pk.difficulty_bucket(n_base, c_base)
+    flips = {k: pk.flip_at_k(n_base, c_base, n_trained, c_trained, k) for k in ks}
+    edges = (0.0, *pk.BUCKET_FRACTIONS, 1.0)
+    buckets = []
+    for index, name in enumerate(pk.DIFFICULTY_BUCKETS):
+        members = bucket == index
+        count = int(members.sum())
+        buckets.append(
+            FlipBucket(
+                name=name,
+                base_fraction=[edges[index], edges[index + 1]],
+                prompts=count,
+                flip_at_k={
+                    str(k): float(f[members].mean()) if count else None for k, f in flips.items()
+                },
+                unsolved_to_solved=int(((c_base == 0) & (c_trained > 0) & members).sum()),
+            )
+        )
+    return FlipRate(problems=len(pairs), buckets=buckets)
+
+
+def _problem_rows(values: _MethodValues, ks: list[int]) -> list[ProblemRow]:
+    keys = [str(k) for k in ks]
+    rows = []
+    for i, problem in enumerate(values.method.problems):
+        extra: dict[str, Any] = {}
+        if values.ucc_at_k is not None:
+            extra = {
+                "clusters": int(values.sizes[i].size),
+                "ucc_at_k": dict(zip(keys, values.ucc_at_k[i].tolist(), strict=True)),
+                "diversity": dict(
+                    zip(DIVERSITY_METRICS, values.diversity[i].tolist(), strict=True)
+                ),
+                "pairs": int(values.pairs[i]),
+            }
+        rows.append(
+            ProblemRow(
+                method=values.method.method,
+                problem=str(problem.problem_id),
+                dataset=problem.dataset,
+                samples=problem.n,
+                correct=problem.c,
+                pass_at_k=dict(zip(keys, values.pass_at_k[i].tolist(), strict=True)),
+                **extra,
+            )
+        )
+    return rows
+
+
+# ---- figures: curves and similarity panels ------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimilarityPanel:
+    """One method's pairwise TF-IDF similarity of a problem's correct responses.
+
+    ``similarity`` and ``labels`` are ordered so that clusters are contiguous, largest
+    first; ``order`` maps rows back to positions among the correct responses.
+    """
+
+    method: str
+    problem: int | str
+    samples: int
+    correct: int
+    similarity: np.ndarray
+    labels: np.ndarray
+    order: np.ndarray
+
+
+def similarity_panels(
+    sample_set: SampleSet,
+    problem: str,
+    method: str | None = None,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    linkage: str = DEFAULT_LINKAGE,
+    token_pattern: str = DEFAULT_TOKEN_PATTERN,
+) -> list[SimilarityPanel]:
+    """Similarity matrices of one problem, one per method (or the chosen method)."""
+    check_clustering_options(threshold, linkage)
+    methods = [sample_set.method(method)] if method else list(sample_set.methods.values())
+    panels = []
+    for samples in methods:
+        found = next((p for p in samples.problems if str(p.problem_id) == str(problem)), None)
+        if found is None:
+            shown = ", ".join(str(p.problem_id) for p in samples.problems[:10])
+            raise UsageError(
+                f"no problem '{problem}' in method '{samples.method}'; its first problems "
+                f"are {shown}"
+            )
+        texts = [r for r, ok in zip(found.responses, found.correct.tolist(), strict=True) if ok]
+        similarity = tfidf_similarity(texts, token_pattern)
+        labels = cluster_labels(similarity, threshold, linkage)
+        order = cluster_order(labels)
+        panels.append(
+            SimilarityPanel(
+                method=samples.method,
+                problem=found.problem_id,
+                samples=found.n,
+                correct=found.c,
+                similarity=similarity[np.ix_(order, order)],
+                labels=labels[order],
+                order=order,
+            )
+        )
+    return panels
+
+
+def curves_from_report(document: dict[str, Any], metric: str, path: str | Path) -> dict:
+    """{method: {k: value}} for ``metric`` ("pass_at_k" or "ucc_at_k") of an eval report."""
+    by_method = document.get("by_method")
+    if not isinstance(by_method, dict) or not by_method:
+        raise ReportError(path, "not an evaluation report (no 'by_method' section)")
+    curves = {}
+    for name, block in by_method.items():
+        values = (block or {}).get(metric)
+        if not values:
+            maker = "eval-ucc" if metric == "ucc_at_k" else "eval-passk"
+            raise ReportError(
+                path, f"method '{name}' has no '{metric}' in this report; make it with {maker}"
+            )
+        curves[name] = {int(k): float(v) for k, v in values.items() if v is not None}
+    return curves
+
+
+def metric_curves(
+    paths: Sequence[str | Path],
+    metric: str,
+    *,
+    fields=None,
+    ks: Sequence[int] | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    linkage: str = DEFAULT_LINKAGE,
+    progress: ProgressCallback | None = None,
+) -> dict[str, dict[int, float]]:
+    """Curves {label: {k: value}} from eval reports (read as is) and sample files (evaluated).
+
+    A path ending in ``.json`` is an eval report; every other path is a samples file,
+    and all sample files are evaluated together. Labels that collide get the file name.
+    """
+    from ratioscope.io.samples import load_samples
+    from ratioscope.report_io import read_json_report
+
+    sources: list[tuple[str, dict[str, dict[int, float]]]] = []
+    sample_paths = [Path(p) for p in paths if Path(p).suffix.lower() != ".json"]
+    for path in (Path(p) for p in paths if Path(p).suffix.lower() == ".json"):
+        sources.append((path.name, curves_from_report(read_json_report(path), metric, path)))
+    if sample_paths:
+        sample_set = load_samples(sample_paths, fields)
+        if metric == "ucc_at_k":
+            result = evaluate_ucc(
+                sample_set, ks, threshold=threshold, linkage=linkage, max_pairs=0, progress=progress
+            )
+        else:
+            result = evaluate_passk(sample_set, ks, progress=progress)
+        curves = {
+            name: {int(k): v for k, v in getattr(block, metric).items()}
+            for name, block in result.by_method.items()
+        }
+        sources.append(("samples", curves))
+    seen: dict[str, int] = {}
+    for _, curves in sources:
+        for name in curves:
+            seen[name] = seen.get(name, 0) + 1
+    merged = {}
+    for origin, curves in sources:
+        for name, curve in curves.items():
+            merged[name if seen[name] == 1 else f"{name} ({origin})"] = curve
+    return merged
