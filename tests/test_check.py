@@ -580,8 +580,39 @@ def test_cli_help_has_an_example():
     assert "Example:" in result.stdout and "--baseline" in result.stdout
 
 
-def test_example_rules_file_parses():
+def design_layout_report() -> dict:
+    """An analyze report with the DESIGN section 4 layout for the three variants."""
+    variant = {
+        "proportion": {"up": 0.25, "down": 0.22, "on": 0.53},
+        "run_length_mean": {"up": 1.5, "down": 1.4, "on": 2.0},
+        "switch_frequency": 0.01,
+        "lfr": 0.8,
+        "variance": {"global": 0.19, "window_local": 0.15},
+        "window_frequency": {"mean": [0.4, 0.5], "var": [0.01, 0.02], "count": [8, 6]},
+        "clip_fraction": 0.02,
+        "surrogate": -0.01,
+    }
+    return {
+        "schema_version": 1,
+        "ratios": {name: variant for name in ("token", "sequence", "kalman")},
+        "mismatch": {"policy": {"chi2_token": 0.1}},
+    }
+
+
+def test_example_rules_fit_the_design_report_layout():
     root = Path(__file__).resolve().parents[1]
     rules = load_rules(root / "examples" / "rules.toml")
     assert len(rules.rules) >= 5
     assert rules.needs_baseline  # the example shows relative bounds too
+    report = design_layout_report()
+    result = evaluate(report, rules, report)
+    assert result.passed, [o.reason for o in result.outcomes]
+
+
+def test_rules_in_the_ci_guide_parse():
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "ci.md").read_text(encoding="utf-8")
+    blocks = text.split("```toml\n")[1:]
+    assert len(blocks) >= 2
+    for block in blocks:
+        parse_rules(block.split("```")[0], "docs/ci.md")
