@@ -9,33 +9,48 @@ from __future__ import annotations
 
 import os
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from ratioscope.errors import EXIT_INTERNAL, RatioscopeError
 
+try:  # typer >= 0.2x ships its own copy of click
+    from typer._click import exceptions as _click_exceptions
+except ImportError:  # pragma: no cover - older typer uses the click package
+    from click import exceptions as _click_exceptions
+
+#: exceptions that carry their own exit handling (usage errors, --help, explicit exits)
+_PASS_THROUGH = (
+    typer.Exit,
+    typer.Abort,
+    *(
+        getattr(_click_exceptions, name)
+        for name in ("Exit", "Abort", "ClickException")
+        if hasattr(_click_exceptions, name)
+    ),
+)
+
 
 def _stderr_line(message: str) -> None:
-    click.echo(f"ratioscope: error: {message}", err=True)
+    typer.echo(f"ratioscope: error: {message}", err=True)
 
 
 class _BoundaryGroup(TyperGroup):
     """Turns library exceptions into one line on stderr and the design's exit code."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except RatioscopeError as error:
             if os.environ.get("RATIOSCOPE_DEBUG") == "1":
                 raise
             _stderr_line(str(error))
-            raise click.exceptions.Exit(error.exit_code) from None
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise typer.Exit(error.exit_code) from None
+        except _PASS_THROUGH:
             raise
         except KeyboardInterrupt:
             _stderr_line("interrupted")
-            raise click.exceptions.Exit(130) from None
+            raise typer.Exit(130) from None
         except Exception as error:  # the boundary: anything else is our bug
             if os.environ.get("RATIOSCOPE_DEBUG") == "1":
                 raise
@@ -43,7 +58,7 @@ class _BoundaryGroup(TyperGroup):
                 f"internal error ({type(error).__name__}: {error}); "
                 "run again with RATIOSCOPE_DEBUG=1 for the traceback and please report it"
             )
-            raise click.exceptions.Exit(EXIT_INTERNAL) from None
+            raise typer.Exit(EXIT_INTERNAL) from None
 
 
 app = typer.Typer(

@@ -63,6 +63,7 @@ class SampleFile:
     """What was read from one input file (the ``inputs`` block of an eval report)."""
 
     path: str
+    format: str
     layout: str
     sha256: str
     problems: int
@@ -246,6 +247,7 @@ def _read_file(
         raise SampleError(path, "contains no samples (the file is empty)")
     return SampleFile(
         path=str(path),
+        format="jsonl",
         layout=layout,
         sha256=digest.hexdigest(),
         problems=len(problems),

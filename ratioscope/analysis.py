@@ -1,0 +1,285 @@
+"""Orchestration: dumps -> chunks -> section accumulators -> :class:`Report`.
+
+Files are processed one after another and each file in chunks of rows, so memory is
+bounded by the largest file plus one chunk's temporaries, whatever the number of files.
+Each file gets fresh accumulators that are then merged into the running totals: the
+same merge that ``ratioscope merge`` applies to shard reports, so analysing files
+together and merging their separate reports give the same numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.batch import TokenBatch
+from ratioscope.device import resolve_device
+from ratioscope.errors import MergeError
+from ratioscope.io.loaders import LoadOptions, expand_paths, load_file
+from ratioscope.params import AnalysisParams
+from ratioscope.progress import ProgressCallback, ProgressUpdate, report
+from ratioscope.report import SECTION_KEYS, InputInfo, Report, SequenceTable
+from ratioscope.report_io import SCHEMA_VERSION, tool_info
+from ratioscope.sections.base import Accumulator
+from ratioscope.sections.context import Context
+from ratioscope.sections.registry import section_classes
+
+#: elements ([rows x tokens]) per chunk; about 32 MB per float64 temporary
+DEFAULT_CHUNK_ELEMENTS = 1 << 22
+_LOAD_OPTION_NAMES = {f.name for f in fields(LoadOptions)}
+_PARAM_NAMES = {f.name for f in fields(AnalysisParams)}
+
+
+def analyze(
+    batch_or_paths: TokenBatch | str | Path | Sequence[str | Path],
+    *,
+    params: AnalysisParams | None = None,
+    load_options: LoadOptions | None = None,
+    device: str = "cpu",
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    per_sequence: bool = False,
+    progress: ProgressCallback | None = None,
+    **options: Any,
+) -> Report:
+    """Analyse one or more dumps (DESIGN section 6).
+
+    Args:
+        batch_or_paths: a :class:`TokenBatch`, a path (file, directory or glob) or a
+            list of paths.
+        params: analysis parameters; keyword ``options`` named like
+            :class:`AnalysisParams` fields (``clip=(0.2, 0.28)``, ``window=50``, ...)
+            or like :class:`LoadOptions` fields (``format="verl"``, ``nonfinite="mask"``)
+            override single values.
+        device: "auto", "cpu" or "cuda"; each chunk is moved there.
+        chunk_elements: rows x tokens per chunk.
+        per_sequence: also build the per-sequence table (``report.write_parquet``).
+        progress: callback receiving :class:`ProgressUpdate` per file and chunk.
+
+    Returns:
+        :class:`Report`.
+    """
+    params, load_options = _split_options(params, load_options, options)
+    target = resolve_device(device)
+    sources = _sources(batch_or_paths)
+    classes = section_classes()
+    totals = [cls(params) for cls in classes]
+    inputs: list[InputInfo] = []
+    warnings: list[str] = []
+    table = SequenceTable() if per_sequence else None
+    for index, source in enumerate(sources):
+        name = source.source if isinstance(source, TokenBatch) else str(source)
+        report(progress, ProgressUpdate("files", index, len(sources), name))
+        batch = source if isinstance(source, TokenBatch) else load_file(source, load_options)
+        inputs.append(_input_info(batch, source))
+        warnings.extend(batch.warnings)
+        accumulators = [cls(params) for cls in classes]
+        columns = _analyse_file(batch, accumulators, params, target, chunk_elements, progress)
+        for total, acc in zip(totals, accumulators, strict=True):
+            total.merge(acc)
+        if table is not None:
+            table.append(_sequence_frame(batch, columns))
+    report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
+    return _build_report(inputs, params, load_options, totals, warnings, table)
+
+
+def merge_reports(documents: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> Report:
+    """Merge analyze reports of shards of one run into the report of the whole.
+
+    Raises:
+        MergeError: different schema versions or parameters, or a report without state.
+    """
+    if not documents:
+        raise MergeError(None, "no report to merge")
+    names = list(names) or [f"report {i + 1}" for i in range(len(documents))]
+    first = documents[0]
+    for name, document in zip(names, documents, strict=True):
+        if document.get("schema_version") != SCHEMA_VERSION:
+            raise MergeError(name, f"schema version {document.get('schema_version')} differs")
+        if "state" not in document or "ratios" not in document["state"]:
+            raise MergeError(name, "not an analyze report (no 'state' block to merge)")
+        if document.get("params") != first.get("params"):
+            differing = _differing_keys(first.get("params", {}), document.get("params", {}))
+            raise MergeError(
+                name,
+                f"made with different parameters than {names[0]} ({', '.join(differing)}); "
+                "only reports of the same analysis settings can be merged",
+            )
+    params = AnalysisParams.from_dict(first["params"]["analysis"])
+    load_options = first["params"].get("load", {})
+    totals = []
+    for cls in section_classes():
+        accumulators = [cls.from_state(params, doc["state"][cls.name]) for doc in documents]
+        for other in accumulators[1:]:
+            accumulators[0].merge(other)
+        totals.append(accumulators[0])
+    inputs = [InputInfo(**info) for doc in documents for info in doc["inputs"]]
+    loader_warnings = [
+        w for doc in documents for w in doc.get("state", {}).get("loader_warnings", [])
+    ]
+    return _build_report(
+        inputs, params, LoadOptions(**_load_kwargs(load_options)), totals, loader_warnings, None
+    )
+
+
+# --------------------------------------------------------------------------- internals
+def _split_options(
+    params: AnalysisParams | None, load_options: LoadOptions | None, options: dict[str, Any]
+) -> tuple[AnalysisParams, LoadOptions]:
+    unknown = set(options) - _PARAM_NAMES - _LOAD_OPTION_NAMES
+    if unknown:
+        raise TypeError(f"analyze() got unknown options: {', '.join(sorted(unknown))}")
+    param_values = {k: v for k, v in options.items() if k in _PARAM_NAMES}
+    load_values = {k: v for k, v in options.items() if k in _LOAD_OPTION_NAMES}
+    base = params or AnalysisParams()
+    if param_values:
+        base = AnalysisParams.from_dict({**base.to_dict(), **param_values})
+    loads = load_options or LoadOptions()
+    if load_values:
+        loads = LoadOptions(**{**vars(loads), **load_values})
+    return base, loads
+
+
+def _sources(batch_or_paths: Any) -> list[TokenBatch | Path]:
+    if isinstance(batch_or_paths, TokenBatch):
+        return [batch_or_paths]
+    if isinstance(batch_or_paths, (str, Path)):
+        return list(expand_paths([batch_or_paths]))
+    return list(expand_paths(list(batch_or_paths)))
+
+
+def _analyse_file(
+    batch: TokenBatch,
+    accumulators: list[Accumulator],
+    params: AnalysisParams,
+    device: torch.device,
+    chunk_elements: int,
+    progress: ProgressCallback | None,
+) -> dict[str, list[Tensor]]:
+    active: list[Accumulator] = []
+    for acc in accumulators:
+        missing = acc.missing(batch)
+        if missing:
+            acc.skip(batch, missing)
+        else:
+            acc.fed += 1
+            active.append(acc)
+    columns: dict[str, list[Tensor]] = {}
+    per_chunk = [a for a in active if not a.per_file]
+    per_file = [a for a in active if a.per_file]
+    rows = max(1, chunk_elements // max(1, batch.max_length))
+    chunks = max(1, -(-batch.num_sequences // rows))
+    for index, chunk in enumerate(batch.iter_chunks(rows)):
+        report(progress, ProgressUpdate("chunks", index, chunks, Path(batch.source).name))
+        ctx = Context(chunk.to(device), params)
+        for acc in per_chunk:
+            for key, value in acc.update(ctx).items():
+                columns.setdefault(key, []).append(value.detach().cpu())
+    report(progress, ProgressUpdate("chunks", chunks, chunks, Path(batch.source).name))
+    if per_file:
+        ctx = Context(batch.to(device), params)
+        for acc in per_file:
+            for key, value in acc.update(ctx).items():
+                columns.setdefault(key, []).append(value.detach().cpu())
+    return columns
+
+
+def _sequence_frame(batch: TokenBatch, columns: dict[str, list[Tensor]]) -> Any:
+    import polars as pl
+
+    data: dict[str, Any] = {
+        "file": [batch.source] * batch.num_sequences,
+        "row": torch.arange(batch.num_sequences).numpy(),
+        "length": batch.lengths.cpu().numpy(),
+    }
+    if batch.rewards is not None:
+        data["reward"] = batch.rewards.double().cpu().numpy()
+    if batch.correct is not None:
+        data["correct"] = batch.correct.cpu().numpy()
+    if batch.group is not None:
+        labels = batch.group_labels or []
+        data["group"] = [
+            str(labels[g]) if g < len(labels) else str(g) for g in batch.group.tolist()
+        ]
+    for key, parts in columns.items():
+        values = torch.cat(parts).double()
+        if values.shape[0] == batch.num_sequences:
+            data[key] = values.numpy()
+    return pl.DataFrame(data)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _input_info(batch: TokenBatch, source: TokenBatch | Path) -> InputInfo:
+    sha = _sha256(source) if isinstance(source, Path) else ""
+    return InputInfo(
+        path=batch.source,
+        format=batch.file_format,
+        profile=batch.profile,
+        sha256=sha,
+        sequences=batch.num_sequences,
+        tokens=batch.num_tokens,
+        padding=batch.padding,
+    )
+
+
+def _load_kwargs(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state.items() if k in _LOAD_OPTION_NAMES}
+
+
+def _differing_keys(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key in sorted(set(a) | set(b)):
+        left, right = a.get(key), b.get(key)
+        if isinstance(left, dict) and isinstance(right, dict):
+            keys.extend(_differing_keys(left, right, f"{prefix}{key}."))
+        elif left != right:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def _build_report(
+    inputs: list[InputInfo],
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    totals: Iterable[Accumulator],
+    loader_warnings: list[str],
+    table: SequenceTable | None,
+) -> Report:
+    sections: dict[str, Any] = dict.fromkeys(SECTION_KEYS)
+    warnings = list(dict.fromkeys(loader_warnings))
+    state: dict[str, Any] = {"loader_warnings": list(dict.fromkeys(loader_warnings))}
+    for acc in totals:
+        sections[acc.name] = acc.result()
+        warnings.extend(acc.warnings())
+        state[acc.name] = acc.state()
+    for key in SECTION_KEYS:
+        if key not in state:
+            warnings.append(f"{key}: not computed by this version of ratioscope")
+    return Report(
+        tool=tool_info(),
+        inputs=inputs,
+        params={
+            "analysis": params.to_dict(),
+            "load": {
+                "format": load_options.format,
+                "mapping": dict(load_options.mapping),
+                "nonfinite": load_options.nonfinite,
+            },
+        },
+        warnings=warnings,
+        state=state,
+        sequences=table,
+        **sections,
+    )

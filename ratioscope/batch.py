@@ -1,0 +1,457 @@
+"""TokenBatch: the canonical, validated tensors of one dump (DESIGN section 2.1).
+
+Every loader ends in :meth:`TokenBatch.from_tensors`, which checks shapes, the mask,
+finiteness on valid tokens, shifts left-padded rows to the right, derives ``log_ratio``
+and broadcasts ``[B]`` advantages, so every analysis can rely on the same invariants:
+
+* per-token tensors are ``[B, T]``, right-padded, ``mask`` True on valid tokens and
+  position 0 of every row holding its first valid token;
+* float tensors are float32 or float64 (half precision is upcast), logits keep their
+  dtype (they can be large and are upcast chunk by chunk where they are used);
+* ``group`` is ``[B]`` int64 with ids 0..G-1 in order of first appearance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.errors import (
+    DumpKeyError,
+    EmptyDumpError,
+    InputError,
+    MaskError,
+    NonFiniteError,
+    ShapeMismatchError,
+)
+
+#: per-token float tensors [B, T]
+TOKEN_FLOAT_KEYS = (
+    "log_probs",
+    "old_log_probs",
+    "log_ratio",
+    "ref_log_probs",
+    "rollout_log_probs",
+    "advantages",
+    "entropy",
+    "old_entropy",
+)
+#: per-sequence tensors [B]
+SEQUENCE_KEYS = ("rewards", "correct", "group")
+#: next-token logits [B, T, V]
+VOCAB_KEYS = ("logits", "ref_logits")
+CANONICAL_KEYS = ("mask", *TOKEN_FLOAT_KEYS, "token_ids", *SEQUENCE_KEYS, *VOCAB_KEYS)
+
+NONFINITE_POLICIES = ("error", "mask")
+
+
+@dataclass
+class TokenBatch:
+    """Canonical tensors of one dump (or a chunk of its rows).
+
+    Attributes:
+        mask: [B, T] bool, valid tokens, right-padded.
+        log_ratio: [B, T] float, log pi_theta - log pi_old (0 where masked).
+        log_probs, old_log_probs, ref_log_probs, rollout_log_probs: [B, T] float or None.
+        advantages: [B, T] float or None (a [B] input is broadcast over tokens).
+        entropy, old_entropy: [B, T] float or None.
+        token_ids: [B, T] int64 or None.
+        rewards: [B] float or None; correct: [B] bool or None (default rewards > 0).
+        group: [B] int64 or None, ids 0..G-1; ``group_labels[g]`` is the original label.
+        logits, ref_logits: [B, T, V] or None.
+        source: the file the batch came from; ``profile`` the key layout it was read as;
+        ``key_map`` canonical name -> the name in the file; ``padding`` "right" or "left"
+        (as found in the file); ``row_offset`` the index of row 0 in the file (chunks);
+        ``warnings`` notes produced while loading.
+    """
+
+    mask: Tensor
+    log_ratio: Tensor
+    log_probs: Tensor | None = None
+    old_log_probs: Tensor | None = None
+    ref_log_probs: Tensor | None = None
+    rollout_log_probs: Tensor | None = None
+    advantages: Tensor | None = None
+    entropy: Tensor | None = None
+    old_entropy: Tensor | None = None
+    token_ids: Tensor | None = None
+    rewards: Tensor | None = None
+    correct: Tensor | None = None
+    group: Tensor | None = None
+    logits: Tensor | None = None
+    ref_logits: Tensor | None = None
+    group_labels: list[Any] | None = None
+    source: str = "<memory>"
+    profile: str = "canonical"
+    file_format: str = "tensors"
+    key_map: dict[str, str] = field(default_factory=dict)
+    ignored_keys: list[str] = field(default_factory=list)
+    padding: str = "right"
+    row_offset: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_sequences(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def max_length(self) -> int:
+        return int(self.mask.shape[1])
+
+    @property
+    def lengths(self) -> Tensor:
+        """[B] int64, number of valid tokens per row."""
+        return self.mask.sum(dim=1)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.mask.sum().item())
+
+    @property
+    def device(self) -> torch.device:
+        return self.mask.device
+
+    def has(self, name: str) -> bool:
+        return getattr(self, name, None) is not None
+
+    def available(self) -> list[str]:
+        """Canonical names present in this batch."""
+        return [name for name in CANONICAL_KEYS if self.has(name)]
+
+    def display_name(self, canonical: str) -> str:
+        """The key as the user's file calls it, for messages."""
+        theirs = self.key_map.get(canonical, canonical)
+        return canonical if theirs == canonical else f"{theirs}' ('{canonical}"
+
+    # ------------------------------------------------------------- transforms
+    def _tensor_fields(self) -> Iterator[tuple[str, Tensor]]:
+        for name in CANONICAL_KEYS:
+            value = getattr(self, name)
+            if value is not None:
+                yield name, value
+
+    def select_rows(self, start: int, stop: int) -> TokenBatch:
+        """Rows ``start:stop`` as a new batch sharing storage (views)."""
+        updates = {name: value[start:stop] for name, value in self._tensor_fields()}
+        return replace(self, **updates, row_offset=self.row_offset + start, warnings=[])
+
+    def iter_chunks(self, rows: int) -> Iterator[TokenBatch]:
+        """Consecutive row chunks of at most ``rows`` rows."""
+        rows = max(1, int(rows))
+        for start in range(0, self.num_sequences, rows):
+            yield self.select_rows(start, min(start + rows, self.num_sequences))
+
+    def to(self, device: torch.device | str) -> TokenBatch:
+        """Move every tensor to ``device`` (no copy when already there)."""
+        device = torch.device(device)
+        if self.device == device:
+            return self
+        updates = {
+            name: value.to(device, non_blocking=True) for name, value in self._tensor_fields()
+        }
+        return replace(self, **updates)
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def from_tensors(
+        cls,
+        tensors: Mapping[str, Any],
+        *,
+        source: str | Path = "<memory>",
+        profile: str = "canonical",
+        file_format: str = "tensors",
+        key_map: Mapping[str, str] | None = None,
+        ignored_keys: Sequence[str] = (),
+        nonfinite: str = "error",
+    ) -> TokenBatch:
+        """Validate canonical tensors and build a batch.
+
+        Args:
+            tensors: canonical name -> tensor (``group`` may also be a list of str/int).
+            source: file name used in error messages.
+            key_map: canonical -> name in the file, so errors name the user's key.
+            nonfinite: "error" raises on NaN/inf at valid tokens; "mask" masks them and
+                records a warning.
+
+        Raises:
+            DumpKeyError, ShapeMismatchError, MaskError, NonFiniteError, EmptyDumpError.
+        """
+        return _Builder(tensors, str(source), dict(key_map or {}), nonfinite).build(
+            profile=profile, file_format=file_format, ignored_keys=list(ignored_keys)
+        )
+
+
+class _Builder:
+    """The validation steps of :meth:`TokenBatch.from_tensors`, one method each."""
+
+    def __init__(
+        self, tensors: Mapping[str, Any], source: str, key_map: dict[str, str], nonfinite: str
+    ) -> None:
+        if nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}")
+        self.raw = {k: v for k, v in tensors.items() if v is not None}
+        self.source = source
+        self.key_map = key_map
+        self.nonfinite = nonfinite
+        self.warnings: list[str] = []
+
+    def name(self, canonical: str) -> str:
+        return self.key_map.get(canonical, canonical)
+
+    def found(self) -> list[str]:
+        return [self.name(k) for k in self.raw]
+
+    # --- steps -------------------------------------------------------------
+    def build(self, profile: str, file_format: str, ignored_keys: list[str]) -> TokenBatch:
+        mask = self.mask()
+        values = self.token_tensors(mask.shape)
+        sequence_values, labels = self.sequence_tensors(mask.shape[0])
+        vocab = self.vocab_tensors(mask.shape)
+        # Finiteness is checked before any shift so that reported positions are the file's.
+        mask = self.check_finite(mask, values, sequence_values)
+        padding = "right"
+        offsets = _leading_invalid(mask)
+        if bool((offsets > 0).any()):
+            padding = "left"
+            mask, values, vocab = _shift_left(mask, offsets, values, vocab)
+        values = self.derive(mask, values)
+        if sequence_values.get("correct") is None and sequence_values.get("rewards") is not None:
+            sequence_values["correct"] = sequence_values["rewards"] > 0
+        if int(mask.sum()) == 0:
+            raise EmptyDumpError(self.source, "the mask marks no valid token")
+        return TokenBatch(
+            mask=mask,
+            **values,
+            **sequence_values,
+            **vocab,
+            group_labels=labels,
+            source=self.source,
+            profile=profile,
+            file_format=file_format,
+            key_map=dict(self.key_map),
+            ignored_keys=ignored_keys,
+            padding=padding,
+            warnings=self.warnings,
+        )
+
+    def require(self, canonical: str, hint: str = "") -> Any:
+        if canonical not in self.raw:
+            raise DumpKeyError(self.source, self.name(canonical), self.found(), hint)
+        return self.raw[canonical]
+
+    def as_tensor(self, canonical: str, value: Any) -> Tensor:
+        if isinstance(value, Tensor):
+            return value
+        try:
+            return torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            raise InputError(
+                self.source, f"'{self.name(canonical)}' is not a numeric tensor"
+            ) from None
+
+    def mask(self) -> Tensor:
+        mask = self.as_tensor("mask", self.require("mask"))
+        if mask.dim() != 2:
+            raise InputError(
+                self.source,
+                f"'{self.name('mask')}' must be 2-D [sequences, tokens], got shape "
+                f"{list(mask.shape)}",
+            )
+        if mask.dtype == torch.bool:
+            return mask
+        if mask.is_complex():
+            raise MaskError(self.source, f"'{self.name('mask')}' has dtype {mask.dtype}")
+        bad = ~((mask == 0) | (mask == 1))
+        if bool(bad.any()):
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            value = mask[index].item()
+            raise MaskError(
+                self.source,
+                f"'{self.name('mask')}' is not boolean-like: it holds {value!r} at "
+                f"(row, column) = {index}, expected only 0/1 or True/False",
+            )
+        return mask != 0
+
+    def token_tensors(self, shape: torch.Size) -> dict[str, Tensor]:
+        if "log_ratio" not in self.raw:
+            for key in ("log_probs", "old_log_probs"):
+                self.require(key, "needed to form the importance ratio unless 'log_ratio' is given")
+        values: dict[str, Tensor] = {}
+        for key in TOKEN_FLOAT_KEYS:
+            if key not in self.raw:
+                continue
+            tensor = self.as_tensor(key, self.raw[key])
+            if key == "advantages" and tensor.dim() == 1 and tensor.shape[0] == shape[0]:
+                tensor = tensor[:, None].expand(shape)
+            self.check_shape(key, tensor, shape, "[sequences, tokens] like the mask")
+            values[key] = _as_float(tensor)
+        if "token_ids" in self.raw:
+            ids = self.as_tensor("token_ids", self.raw["token_ids"])
+            self.check_shape("token_ids", ids, shape, "[sequences, tokens] like the mask")
+            if ids.is_floating_point() and not bool(
+                (torch.where(shape_mask(self.raw, ids), ids, 0.0).frac() == 0).all()
+            ):
+                raise InputError(self.source, f"'{self.name('token_ids')}' must hold integers")
+            values["token_ids"] = ids.long()
+        return values
+
+    def check_shape(self, key: str, tensor: Tensor, shape: Sequence[int], expected: str) -> None:
+        if tuple(tensor.shape) != tuple(shape):
+            raise ShapeMismatchError(
+                self.source, self.name(key), tensor.shape, self.name("mask"), shape, expected
+            )
+
+    def sequence_tensors(self, rows: int) -> tuple[dict[str, Tensor], list[Any] | None]:
+        values: dict[str, Tensor] = {}
+        labels = None
+        for key in ("rewards", "correct"):
+            if key in self.raw:
+                tensor = self.as_tensor(key, self.raw[key])
+                self.check_shape(key, tensor, (rows,), "one value per sequence")
+                values[key] = tensor.bool() if key == "correct" else _as_float(tensor)
+        if "group" in self.raw:
+            ids, labels = self.group_ids(self.raw["group"])
+            self.check_shape("group", ids, (rows,), "one id per sequence")
+            values["group"] = ids
+        return values, labels
+
+    def group_ids(self, raw: Any) -> tuple[Tensor, list[Any]]:
+        """Map any labels (ints, strings) to ids 0..G-1 in order of first appearance."""
+        if isinstance(raw, Tensor):
+            if raw.is_floating_point():
+                raise InputError(self.source, f"'{self.name('group')}' must hold integer ids")
+            items = raw.reshape(-1).tolist() if raw.dim() == 1 else None
+            if items is None:
+                raise ShapeMismatchError(
+                    self.source,
+                    self.name("group"),
+                    raw.shape,
+                    self.name("mask"),
+                    self.raw["mask"].shape,
+                    "one id per sequence",
+                )
+        else:
+            items = list(raw)
+        index: dict[Any, int] = {}
+        ids = [index.setdefault(item, len(index)) for item in items]
+        return torch.tensor(ids, dtype=torch.long), list(index)
+
+    def vocab_tensors(self, shape: torch.Size) -> dict[str, Tensor]:
+        values = {}
+        for key in VOCAB_KEYS:
+            if key not in self.raw:
+                continue
+            tensor = self.as_tensor(key, self.raw[key])
+            if tensor.dim() != 3 or tuple(tensor.shape[:2]) != tuple(shape):
+                raise ShapeMismatchError(
+                    self.source,
+                    self.name(key),
+                    tensor.shape,
+                    self.name("mask"),
+                    shape,
+                    "[sequences, tokens, vocabulary]",
+                )
+            if not tensor.is_floating_point():
+                raise InputError(self.source, f"'{self.name(key)}' must hold floats")
+            values[key] = tensor
+        if values and "token_ids" not in self.raw:
+            self.warnings.append(
+                f"{self.source}: logits are present but 'token_ids' is not, so the exact "
+                "future-policy log-probs cannot be read out of them"
+            )
+        return values
+
+    def check_finite(
+        self, mask: Tensor, values: dict[str, Tensor], sequence_values: dict[str, Tensor]
+    ) -> Tensor:
+        for key, tensor in values.items():
+            if key == "token_ids":
+                continue
+            bad = ~torch.isfinite(tensor) & mask
+            count = int(bad.sum())
+            if count == 0:
+                continue
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            if self.nonfinite == "error":
+                raise NonFiniteError(self.source, self.name(key), count, first)
+            mask = mask & ~bad
+            self.warnings.append(
+                f"{self.source}: masked {count} token(s) with non-finite '{self.name(key)}' "
+                f"(first at (row, column) = {first})"
+            )
+        rewards = sequence_values.get("rewards")
+        if rewards is not None:
+            bad_rows = ~torch.isfinite(rewards) & mask.any(dim=1)
+            count = int(bad_rows.sum())
+            if count:
+                first_row = int(bad_rows.nonzero()[0, 0])
+                if self.nonfinite == "error":
+                    raise InputError(
+                        self.source,
+                        f"'{self.name('rewards')}' has {count} non-finite value(s), the first "
+                        f"at row {first_row}; fix the dump or pass --nonfinite mask",
+                    )
+                mask = mask & ~bad_rows[:, None]
+                self.warnings.append(
+                    f"{self.source}: masked {count} sequence(s) with a non-finite reward "
+                    f"(first at row {first_row})"
+                )
+        return mask
+
+    def derive(self, mask: Tensor, values: dict[str, Tensor]) -> dict[str, Tensor]:
+        if "log_ratio" not in values:
+            values["log_ratio"] = values["log_probs"] - values["old_log_probs"]
+        # Masked positions may hold padding garbage (even NaN); zero them once here so
+        # every downstream reduction can multiply by the mask safely.
+        return {
+            key: torch.where(mask, tensor, torch.zeros((), dtype=tensor.dtype))
+            for key, tensor in values.items()
+        }
+
+
+def shape_mask(raw: Mapping[str, Any], like: Tensor) -> Tensor:
+    """The raw mask as bool (for checks that run before validation finishes)."""
+    mask = raw.get("mask")
+    if isinstance(mask, Tensor) and mask.shape == like.shape:
+        return mask != 0
+    return torch.ones_like(like, dtype=torch.bool)
+
+
+def _as_float(tensor: Tensor) -> Tensor:
+    if tensor.dtype in (torch.float32, torch.float64):
+        return tensor
+    return tensor.float()
+
+
+def _leading_invalid(mask: Tensor) -> Tensor:
+    """[B] number of masked positions before the first valid token (0 for empty rows)."""
+    any_valid = mask.any(dim=1)
+    first = mask.to(torch.uint8).argmax(dim=1)
+    return torch.where(any_valid, first, torch.zeros_like(first))
+
+
+def _shift_left(
+    mask: Tensor, offsets: Tensor, values: dict[str, Tensor], vocab: dict[str, Tensor]
+) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
+    """Move each row left by its leading padding, so position 0 is the first valid token.
+
+    Causal filters index tokens from the first valid one; left padding (or an untrained
+    prompt) would otherwise feed them spurious zero observations.
+    """
+    rows, width = mask.shape
+    positions = torch.arange(width, device=mask.device)[None, :] + offsets[:, None]
+    inside = positions < width
+    index = positions.clamp(max=width - 1)
+    new_mask = torch.gather(mask, 1, index) & inside
+    shifted = {key: torch.gather(t.contiguous(), 1, index) for key, t in values.items()}
+    shifted_vocab = {
+        key: torch.gather(t, 1, index[:, :, None].expand(rows, width, t.shape[2]))
+        for key, t in vocab.items()
+    }
+    return new_mask, shifted, shifted_vocab

@@ -1,0 +1,159 @@
+"""Off-policy mismatch of importance ratios (DESIGN 3.3), as mergeable partial sums.
+
+With samples drawn from the behaviour policy q and r = p/q = exp(z), the classic
+estimators of KL(q || p) are k1 = -z, k2 = z^2/2 and k3 = (r - 1) - z (k3 is unbiased
+and non-negative). The chi-square divergences chi2_token = E[r^2] - 1 (per token) and
+chi2_seq = E[(prod_t r_t)^2] - 1 (per sequence) and the normalised effective sample
+size ESS = (sum w)^2 / (N sum w^2) describe how far importance weights are from 1.
+Everything is computed before any truncation or clipping.
+
+Sums of exponentials are kept as log-sum-exp values, so sequences of thousands of
+tokens (prod r = exp(sum z)) neither overflow nor lose precision, and partial results
+of chunks and files merge exactly (sums add; log-sums combine with logaddexp).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+NEG_INF = -math.inf
+
+
+@dataclass
+class MismatchPartials:
+    """Sufficient statistics of one or more chunks; ``merge`` combines them exactly.
+
+    ``log_sum_*`` fields are natural logs of sums of positive terms (-inf when empty).
+    """
+
+    tokens: int = 0
+    sequences: int = 0
+    sum_k1: float = 0.0
+    sum_k2: float = 0.0
+    sum_k3: float = 0.0
+    outside: int = 0
+    log_sum_r: float = NEG_INF
+    log_sum_r2: float = NEG_INF
+    log_sum_seq_w: float = NEG_INF
+    log_sum_seq_w2: float = NEG_INF
+
+    def merge(self, other: MismatchPartials) -> None:
+        for field in fields(self):
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            if field.name.startswith("log_sum"):
+                setattr(self, field.name, _logaddexp(mine, theirs))
+            else:
+                setattr(self, field.name, mine + theirs)
+
+
+@dataclass(frozen=True)
+class MismatchStats:
+    """Mismatch statistics of one pair of policies.
+
+    Attributes:
+        tokens, sequences: valid tokens and non-empty sequences counted.
+        k1, k2, k3: token means of -z, z^2/2 and exp(z) - 1 - z.
+        chi2_token: E_token[r^2] - 1.
+        chi2_seq: E_seq[(prod r)^2] - 1 (inf when it overflows float64).
+        log_chi2_seq_plus_1: log E_seq[(prod r)^2], finite even when chi2_seq is not.
+        ess: (sum r)^2 / (N sum r^2) over tokens, in (0, 1].
+        ess_seq: the same over sequence weights prod r.
+        frac_outside: fraction of tokens with r outside [1/c, c].
+        is_threshold: c.
+    """
+
+    tokens: int
+    sequences: int
+    k1: float
+    k2: float
+    k3: float
+    chi2_token: float
+    chi2_seq: float
+    log_chi2_seq_plus_1: float
+    ess: float
+    ess_seq: float
+    frac_outside: float
+    is_threshold: float
+
+
+def _logaddexp(a: float, b: float) -> float:
+    if a == NEG_INF:
+        return b
+    if b == NEG_INF:
+        return a
+    high = max(a, b)
+    return high + math.log1p(math.exp(min(a, b) - high))
+
+
+def _logsumexp(values: Tensor) -> float:
+    if values.numel() == 0:
+        return NEG_INF
+    return float(torch.logsumexp(values, dim=0))
+
+
+def mismatch_partials(z: Tensor, mask: Tensor, is_threshold: float = 2.0) -> MismatchPartials:
+    """Partial sums of the mismatch statistics of one chunk.
+
+    Args:
+        z: [B, T] float, log-ratio log p - log q (any value at masked positions).
+        mask: [B, T] bool, valid tokens.
+        is_threshold: c > 1; tokens with r outside [1/c, c] are counted.
+
+    Returns:
+        :class:`MismatchPartials`; pass merged partials to :func:`mismatch_statistics`.
+    """
+    if is_threshold <= 1:
+        raise ValueError("is_threshold must be > 1")
+    valid = z.double()[mask]
+    sequence_sums = torch.where(mask, z.double(), 0.0).sum(dim=1)[mask.any(dim=1)]
+    log_c = math.log(is_threshold)
+    return MismatchPartials(
+        tokens=int(valid.numel()),
+        sequences=int(sequence_sums.numel()),
+        sum_k1=float((-valid).sum()),
+        sum_k2=float((0.5 * valid.square()).sum()),
+        # expm1(z) - z keeps its precision for the tiny z of nearly on-policy tokens
+        sum_k3=float((torch.expm1(valid) - valid).sum()),
+        outside=int((valid.abs() > log_c).sum()),
+        log_sum_r=_logsumexp(valid),
+        log_sum_r2=_logsumexp(2 * valid),
+        log_sum_seq_w=_logsumexp(sequence_sums),
+        log_sum_seq_w2=_logsumexp(2 * sequence_sums),
+    )
+
+
+def mismatch_statistics(partials: MismatchPartials, is_threshold: float = 2.0) -> MismatchStats:
+    """Final statistics from (merged) partial sums; NaN where nothing was counted.
+
+    >>> z = torch.tensor([[0.0, 0.0], [math.log(2.0), 0.0]])
+    >>> s = mismatch_statistics(mismatch_partials(z, torch.ones(2, 2, dtype=torch.bool)))
+    >>> round(s.chi2_token, 6)  # E[r^2] - 1 = (1 + 1 + 4 + 1) / 4 - 1
+    0.75
+    """
+    n, b = partials.tokens, partials.sequences
+    if n == 0:
+        nan = math.nan
+        return MismatchStats(0, 0, nan, nan, nan, nan, nan, nan, nan, nan, nan, is_threshold)
+    log_second_seq = partials.log_sum_seq_w2 - math.log(b)
+    return MismatchStats(
+        tokens=n,
+        sequences=b,
+        k1=partials.sum_k1 / n,
+        k2=partials.sum_k2 / n,
+        k3=partials.sum_k3 / n,
+        chi2_token=_expm1_safe(partials.log_sum_r2 - math.log(n)),
+        chi2_seq=_expm1_safe(log_second_seq),
+        log_chi2_seq_plus_1=log_second_seq,
+        ess=math.exp(2 * partials.log_sum_r - math.log(n) - partials.log_sum_r2),
+        ess_seq=math.exp(2 * partials.log_sum_seq_w - math.log(b) - partials.log_sum_seq_w2),
+        frac_outside=partials.outside / n,
+        is_threshold=is_threshold,
+    )
+
+
+def _expm1_safe(x: float) -> float:
+    return math.inf if x > 709.0 else math.expm1(x)

@@ -1,0 +1,280 @@
+"""Load dumps into :class:`~ratioscope.batch.TokenBatch`: paths, profiles, ragged padding.
+
+``load(path)`` reads one file (or concatenates the files of a directory or glob);
+``iter_batches(paths)`` yields one batch per file so that analyses of many files run
+with memory bounded by the largest file.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.batch import SEQUENCE_KEYS, TokenBatch
+from ratioscope.errors import InputError, ShapeMismatchError, UnreadablePathError
+from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
+from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to read dumps.
+
+    Attributes:
+        format: profile name or "auto" (detect from the keys).
+        mapping: canonical -> key in the file, patching single keys (``--map``).
+        nonfinite: "error" or "mask" (NaN/inf on valid tokens).
+        unsafe_pickle: allow arbitrary unpickling (``.pkl``, non-weights-only ``.pt``).
+    """
+
+    format: str = "auto"
+    mapping: Mapping[str, str] = field(default_factory=dict)
+    nonfinite: str = "error"
+    unsafe_pickle: bool = False
+
+
+def _natural_key(path: Path) -> list[Any]:
+    """Sort step_2 before step_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """Files named by ``paths``: files as given, directories searched recursively for
+    known suffixes, glob patterns expanded; each in natural order, duplicates dropped.
+    """
+    if not paths:
+        raise UnreadablePathError(None, "no input path given")
+    files: list[Path] = []
+    for raw in paths:
+        text = str(raw)
+        if _GLOB_CHARS.search(text) and not Path(text).exists():
+            matches = sorted((Path(m) for m in glob.glob(text, recursive=True)), key=_natural_key)
+            matches = [m for m in matches if m.is_file()]
+            if not matches:
+                raise UnreadablePathError(text, "the pattern matches no file")
+            files.extend(matches)
+            continue
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(
+                (p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES),
+                key=_natural_key,
+            )
+            found = [p for p in found if p.suffix.lower() not in (".pkl", ".pickle")] or found
+            if not found:
+                raise UnreadablePathError(path, "the directory holds no dump file")
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise UnreadablePathError(path, "no such file or directory")
+    unique: dict[Path, None] = {}
+    for file in files:
+        unique.setdefault(file, None)
+    return list(unique)
+
+
+def load_file(path: str | Path, options: LoadOptions | None = None) -> TokenBatch:
+    """Read one dump file into a validated :class:`TokenBatch`."""
+    options = options or LoadOptions()
+    path = Path(path)
+    raw = read_raw(path, unsafe_pickle=options.unsafe_pickle)
+    profile = (
+        detect_profile(raw.columns) if options.format == "auto" else get_profile(options.format)
+    )
+    key_map = resolve_keys(profile, raw.columns, options.mapping)
+    canonical = _canonical_columns(path, raw, profile, key_map)
+    used = set(key_map.values())
+    ignored = sorted(k for k in raw.columns if k not in used)
+    batch = TokenBatch.from_tensors(
+        canonical,
+        source=str(path),
+        profile=profile.name,
+        file_format=raw.file_format,
+        key_map=key_map,
+        ignored_keys=ignored,
+        nonfinite=options.nonfinite,
+    )
+    batch.warnings[:0] = [f"{path}: {note}" for note in raw.notes if "ignored" not in note]
+    return batch
+
+
+def iter_batches(
+    paths: Sequence[str | Path], options: LoadOptions | None = None
+) -> Iterator[TokenBatch]:
+    """One validated batch per file named by ``paths`` (see :func:`expand_paths`)."""
+    for path in expand_paths(paths):
+        yield load_file(path, options)
+
+
+def load(
+    path: str | Path | Sequence[str | Path],
+    format: str = "auto",
+    mapping: Mapping[str, str] | None = None,
+    *,
+    nonfinite: str = "error",
+    unsafe_pickle: bool = False,
+) -> TokenBatch:
+    """Load a dump (DESIGN section 6).
+
+    A single file gives its batch; a directory, a glob or a list of paths gives the
+    concatenation of their batches (rows appended, padded to the longest sequence).
+    For analyses of many or large files prefer :func:`ratioscope.analyze`, which
+    streams them.
+    """
+    options = LoadOptions(
+        format=format, mapping=dict(mapping or {}), nonfinite=nonfinite, unsafe_pickle=unsafe_pickle
+    )
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    files = expand_paths(paths)
+    batches = [load_file(file, options) for file in files]
+    return batches[0] if len(batches) == 1 else concatenate(batches)
+
+
+def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
+    """Append the rows of several batches (groups stay distinct per batch)."""
+    from dataclasses import replace
+
+    from ratioscope.batch import CANONICAL_KEYS
+
+    width = max(b.max_length for b in batches)
+    merged: dict[str, Tensor] = {}
+    for name in CANONICAL_KEYS:
+        values = [getattr(b, name) for b in batches]
+        if any(v is None for v in values):
+            continue
+        if name in SEQUENCE_KEYS and name != "group":
+            merged[name] = torch.cat(values)
+        elif name == "group":
+            offsets, parts = 0, []
+            for value in values:
+                parts.append(value + offsets)
+                offsets += int(value.max()) + 1 if value.numel() else 0
+            merged[name] = torch.cat(parts)
+        else:
+            merged[name] = torch.cat([_pad_to(v, width) for v in values])
+    labels = None
+    if "group" in merged:
+        labels = [(b.source, label) for b in batches for label in (b.group_labels or [])]
+    first = batches[0]
+    return replace(
+        first,
+        **{n: merged.get(n) for n in CANONICAL_KEYS if n != "mask" and n != "log_ratio"},
+        mask=merged["mask"],
+        log_ratio=merged["log_ratio"],
+        group_labels=labels,
+        source=", ".join(b.source for b in batches),
+        warnings=[w for b in batches for w in b.warnings],
+    )
+
+
+def _pad_to(tensor: Tensor, width: int) -> Tensor:
+    if tensor.shape[1] == width:
+        return tensor
+    pad = torch.zeros(
+        (tensor.shape[0], width - tensor.shape[1], *tensor.shape[2:]),
+        dtype=tensor.dtype,
+        device=tensor.device,
+    )
+    return torch.cat([tensor, pad], dim=1)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _canonical_columns(
+    path: Path, raw: RawDump, profile: Profile, key_map: Mapping[str, str]
+) -> dict[str, Any]:
+    """Canonical name -> tensor: ragged columns padded, per-token rewards reduced."""
+    columns = {c: raw.columns[key] for c, key in key_map.items() if key in raw.columns}
+    ragged = {c for c, key in key_map.items() if key in raw.ragged and c in columns}
+    present = None
+    if ragged:
+        columns, present = _pad_ragged(path, columns, ragged, key_map)
+    mask = columns.get("mask")
+    for canonical in ("rewards", "correct"):
+        value = columns.get(canonical)
+        if isinstance(value, Tensor) and value.dim() == 2 and isinstance(mask, Tensor):
+            how = profile.reducers.get(canonical, "sum")
+            columns[canonical] = _reduce_per_token(value, _as_bool(mask), how)
+    if present is not None and isinstance(mask, Tensor):
+        columns["mask"] = mask.to(torch.bool) & present if _is_bool_like(mask) else mask
+    return columns
+
+
+def _pad_ragged(
+    path: Path, columns: dict[str, Any], ragged: set[str], key_map: Mapping[str, str]
+) -> tuple[dict[str, Any], Tensor]:
+    """Right-pad per-sequence lists to [B, T]; every ragged column of a row must agree."""
+    lengths: Tensor | None = None
+    reference = ""
+    for name in sorted(ragged):
+        rows = columns[name]
+        row_lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        if lengths is None:
+            lengths, reference = row_lengths, name
+            continue
+        if row_lengths.shape != lengths.shape:
+            raise ShapeMismatchError(
+                path,
+                key_map[name],
+                (len(rows),),
+                key_map[reference],
+                (len(lengths),),
+                "the same number of sequences",
+            )
+        differ = (row_lengths != lengths).nonzero()
+        if differ.numel():
+            row = int(differ[0, 0])
+            raise ShapeMismatchError(
+                path,
+                f"{key_map[name]}[{row}]",
+                (int(row_lengths[row]),),
+                f"{key_map[reference]}[{row}]",
+                (int(lengths[row]),),
+                "per-token lists of equal length in each sequence",
+            )
+    assert lengths is not None
+    width = max(int(lengths.max()) if lengths.numel() else 0, 1)
+    out = dict(columns)
+    for name in ragged:
+        rows = columns[name]
+        if any(r.is_floating_point() for r in rows):
+            dtype = torch.float64
+        elif all(r.dtype == torch.bool for r in rows):
+            dtype = torch.bool
+        else:
+            dtype = torch.long
+        padded = torch.zeros((len(rows), width), dtype=dtype)
+        for i, row in enumerate(rows):
+            padded[i, : len(row)] = row
+        out[name] = padded
+    present = torch.arange(width)[None, :] < lengths[:, None]
+    if not isinstance(out.get("mask"), Tensor):
+        raise InputError(path, "the mask must be stored per token like the other columns")
+    return out, present
+
+
+def _is_bool_like(mask: Tensor) -> bool:
+    return bool(((mask == 0) | (mask == 1)).all())
+
+
+def _as_bool(mask: Tensor) -> Tensor:
+    return mask != 0
+
+
+def _reduce_per_token(values: Tensor, mask: Tensor, how: str) -> Tensor:
+    """[B, T] -> [B]: the sum over valid tokens, or the value at the last valid token."""
+    values = torch.where(mask, values, torch.zeros((), dtype=values.dtype))
+    if how == "sum":
+        return values.sum(dim=1)
+    last = (mask.long().cumsum(dim=1) == mask.sum(dim=1, keepdim=True)) & mask
+    index = last.long().argmax(dim=1)
+    return values.gather(1, index[:, None]).squeeze(1)

@@ -1,0 +1,173 @@
+"""Framework profiles: how verl, TRL, prime-rl and slime name the canonical tensors.
+
+A profile maps canonical names (DESIGN 2.1) to the keys a framework writes, and says
+how to reduce a per-token column to the per-sequence value ratioscope wants (verl
+stores the reward on the last response token of ``token_level_scores``). Profiles are
+detected from the keys; canonical names are accepted in every profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ratioscope.errors import UnknownFormatError
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A framework's key layout.
+
+    Attributes:
+        name: profile name used by ``--format``.
+        keys: canonical name -> candidate keys in this framework, first match wins.
+        signature: keys whose presence identifies the framework.
+        reducers: canonical per-sequence name -> "sum" or "last", applied when the file
+            stores that quantity per token (e.g. verl's ``token_level_scores``).
+        description: one line for ``info`` and the docs.
+    """
+
+    name: str
+    keys: Mapping[str, tuple[str, ...]]
+    signature: tuple[str, ...]
+    reducers: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+CANONICAL = Profile(name="canonical", keys={}, signature=(), description="ratioscope's own names")
+
+VERL = Profile(
+    name="verl",
+    keys={
+        "mask": ("response_mask",),
+        "old_log_probs": ("old_log_probs",),
+        "log_probs": ("log_probs",),
+        "ref_log_probs": ("ref_log_prob",),
+        "rollout_log_probs": ("rollout_log_probs",),
+        "advantages": ("advantages",),
+        "entropy": ("entropys",),
+        "rewards": ("token_level_scores", "token_level_rewards"),
+        "group": ("uid",),
+        "token_ids": ("responses",),
+    },
+    signature=("response_mask", "ref_log_prob", "entropys", "token_level_scores", "uid"),
+    reducers={"rewards": "sum"},
+    description="verl actor batch (DataProto of the update step)",
+)
+
+TRL = Profile(
+    name="trl",
+    keys={
+        "mask": ("completion_mask",),
+        "old_log_probs": ("old_per_token_logps",),
+        "log_probs": ("per_token_logps",),
+        "ref_log_probs": ("ref_per_token_logps",),
+        "rollout_log_probs": ("sampling_per_token_logps",),
+        "advantages": ("advantages",),
+        "token_ids": ("completion_ids",),
+    },
+    signature=(
+        "completion_mask",
+        "per_token_logps",
+        "old_per_token_logps",
+        "ref_per_token_logps",
+        "completion_ids",
+    ),
+    description="TRL GRPOTrainer inputs",
+)
+
+PRIME_RL = Profile(
+    name="prime-rl",
+    keys={
+        "mask": ("loss_mask",),
+        "old_log_probs": ("inference_logprobs",),
+        "log_probs": ("trainer_logprobs",),
+        "advantages": ("advantages",),
+        "rewards": ("rewards", "reward"),
+        "entropy": ("entropy",),
+        "token_ids": ("token_ids",),
+        "group": ("example_id", "problem_id"),
+    },
+    signature=("inference_logprobs", "trainer_logprobs", "loss_mask", "log_importance_ratio"),
+    reducers={"rewards": "last"},
+    description="prime-rl token export (token_exports/step_N/rank_R.jsonl)",
+)
+
+SLIME = Profile(
+    name="slime",
+    keys={
+        "mask": ("loss_masks",),
+        # slime's `log_probs` are the trainer's recomputation before the update and the
+        # sequences were sampled by the rollout engine, whose log-probs are therefore the
+        # behaviour policy: the ratio is slime's train/inference importance ratio.
+        "log_probs": ("log_probs",),
+        "old_log_probs": ("rollout_log_probs",),
+        "ref_log_probs": ("ref_log_probs",),
+        "advantages": ("advantages",),
+        "rewards": ("rewards",),
+        "entropy": ("entropy",),
+    },
+    signature=("loss_masks", "rollout_log_probs", "response_lengths", "rollout_id"),
+    description="slime train data (--save-debug-train-data .pt files)",
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME)}
+FORMAT_CHOICES = ("auto", *PROFILES)
+
+
+def get_profile(name: str) -> Profile:
+    """The profile called ``name`` (``--format``), or an error listing the choices."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise UnknownFormatError(
+            None, f"unknown --format '{name}'; choose one of {', '.join(FORMAT_CHOICES)}"
+        ) from None
+
+
+def detect_profile(keys: Iterable[str]) -> Profile:
+    """The profile whose signature keys are most present; canonical when none is."""
+    present = set(keys)
+    best, best_score = CANONICAL, 0
+    for profile in PROFILES.values():
+        score = sum(key in present for key in profile.signature)
+        if score > best_score:
+            best, best_score = profile, score
+    return best
+
+
+def resolve_keys(
+    profile: Profile, keys: Iterable[str], mapping: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """canonical name -> key in the file, each file key used at most once.
+
+    Order of precedence: the user's ``--map``, the profile's names, the canonical name.
+    """
+    from ratioscope.batch import CANONICAL_KEYS
+
+    present = list(keys)
+    mapping = dict(mapping or {})
+    resolved: dict[str, str] = {}
+    claimed: set[str] = set()
+    for canonical, theirs in mapping.items():
+        if canonical not in CANONICAL_KEYS:
+            raise UnknownFormatError(
+                None,
+                f"--map names '{canonical}', which is not a canonical key; canonical keys "
+                f"are {', '.join(CANONICAL_KEYS)}",
+            )
+        resolved[canonical] = theirs
+        claimed.add(theirs)
+    for canonical, candidates in profile.keys.items():
+        if canonical in resolved:
+            continue
+        for key in candidates:
+            if key in present and key not in claimed:
+                resolved[canonical] = key
+                claimed.add(key)
+                break
+    for canonical in CANONICAL_KEYS:
+        if canonical not in resolved and canonical in present and canonical not in claimed:
+            resolved[canonical] = canonical
+            claimed.add(canonical)
+    return resolved

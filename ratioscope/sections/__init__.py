@@ -1,0 +1,1 @@
+"""Report sections: one accumulator per section, fed chunk by chunk, merged exactly."""

@@ -1,0 +1,87 @@
+"""The accumulator protocol every report section follows.
+
+An accumulator is fed :class:`~ratioscope.sections.context.Context` objects (a chunk of
+rows, or a whole file for sections that need complete groups), keeps mergeable state
+(:mod:`ratioscope.stats`), serialises it for ``ratioscope merge`` and finally produces
+its typed section. A section whose inputs are missing in every file is ``None`` in the
+report with a warning naming the missing tensor.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from ratioscope.batch import TokenBatch
+from ratioscope.params import AnalysisParams
+from ratioscope.sections.context import Context
+
+
+class Accumulator(ABC):
+    """Base class of report-section accumulators."""
+
+    #: key of the section in the report
+    name: ClassVar[str]
+    #: True when the section needs whole files (complete groups), not row chunks
+    per_file: ClassVar[bool] = False
+    #: canonical tensors the section cannot do without
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, params: AnalysisParams) -> None:
+        self.params = params
+        self.fed = 0  # files that fed this section
+        self.skipped: list[str] = []  # files that lacked an input, with the reason
+
+    def missing(self, batch: TokenBatch) -> list[str]:
+        """Canonical names this section needs but ``batch`` lacks."""
+        return [name for name in self.requires if not batch.has(name)]
+
+    def skip(self, batch: TokenBatch, missing: list[str]) -> None:
+        self.skipped.append(f"{batch.source} (no {', '.join(missing)})")
+
+    @abstractmethod
+    def update(self, ctx: Context) -> dict[str, Tensor]:
+        """Consume a chunk; return per-sequence columns ([rows] tensors) for Parquet."""
+
+    @abstractmethod
+    def merge(self, other: Accumulator) -> None:
+        """Fold another accumulator of the same parameters into this one."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """JSON-able state from which :meth:`from_state` restores this accumulator."""
+
+    @classmethod
+    @abstractmethod
+    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> Accumulator: ...
+
+    @abstractmethod
+    def result(self) -> Any:
+        """The typed section, or None when nothing fed it."""
+
+    def warnings(self) -> list[str]:
+        """Messages for the report's ``warnings`` list."""
+        if not self.skipped:
+            return []
+        needed = " and ".join(f"'{n}'" for n in self.requires) or "its inputs"
+        if self.fed == 0:
+            return [f"{self.name}: not computed; it needs {needed}, missing in {self._where()}"]
+        return [f"{self.name}: computed without {self._where()}, which lack {needed}"]
+
+    def _where(self) -> str:
+        shown = "; ".join(self.skipped[:3])
+        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        return shown + more
+
+    def base_state(self) -> dict[str, Any]:
+        return {"fed": self.fed, "skipped": list(self.skipped)}
+
+    def restore_base(self, state: dict[str, Any]) -> None:
+        self.fed = int(state.get("fed", 0))
+        self.skipped = list(state.get("skipped", []))
+
+    def merge_base(self, other: Accumulator) -> None:
+        self.fed += other.fed
+        self.skipped.extend(other.skipped)

@@ -1,0 +1,100 @@
+"""Per-chunk context: the batch, the parameters and derived signals computed once.
+
+Several sections need the same derived tensors (the Kalman-filtered ratio, sequence
+means); the context computes each on first use and shares it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.batch import TokenBatch
+from ratioscope.params import AnalysisParams
+
+VARIANTS = ("token", "sequence", "kalman")
+
+
+class Context:
+    """A chunk (or a whole file) being analysed."""
+
+    def __init__(self, batch: TokenBatch, params: AnalysisParams) -> None:
+        self.batch = batch
+        self.params = params
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def mask(self) -> Tensor:
+        return self.batch.mask
+
+    @property
+    def z(self) -> Tensor:
+        """[B, T] log-ratio, 0 at masked positions."""
+        return self.batch.log_ratio
+
+    def cached(self, key: str, compute):
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    @property
+    def lengths(self) -> Tensor:
+        return self.cached("lengths", lambda: self.mask.sum(dim=1))
+
+    @property
+    def nonempty(self) -> Tensor:
+        """[B] bool, rows with at least one valid token."""
+        return self.cached("nonempty", lambda: self.lengths > 0)
+
+    @property
+    def sequence_mean_z(self) -> Tensor:
+        """[B] mean log-ratio over each sequence's valid tokens (0 for empty rows)."""
+
+        def compute() -> Tensor:
+            total = self.z.double().sum(dim=1)
+            return (total / self.lengths.clamp_min(1)).to(self.z.dtype)
+
+        return self.cached("sequence_mean_z", compute)
+
+    def signal(self, variant: str) -> Tensor:
+        """[B, T] log-space ratio signal of a variant, 0 at masked positions.
+
+        token: z; sequence: every token gets its sequence's mean z (GSPO/GMPO/TEPO
+        geometric mean); kalman: KPO's causally filtered log-ratio.
+        """
+        return self.cached(f"signal:{variant}", lambda: self._compute_signal(variant))
+
+    def _compute_signal(self, variant: str) -> Tensor:
+        if variant == "token":
+            return self.z
+        if variant == "sequence":
+            broadcast = self.sequence_mean_z[:, None].expand_as(self.z)
+            return torch.where(self.mask, broadcast, torch.zeros((), dtype=self.z.dtype))
+        if variant == "kalman":
+            return torch.where(self.mask, self.kalman_rho(), torch.zeros((), dtype=self.z.dtype))
+        raise ValueError(f"unknown variant {variant!r}")
+
+    def kalman_rho(self) -> Tensor:
+        """[B, T] the filtered log-ratio rho (scan or the authors' closed form)."""
+
+        def compute() -> Tensor:
+            from ratioscope.functional import kalman
+
+            p = self.params
+            if p.kalman_impl == "reference":
+                return kalman.kalman_filter_closed_form(
+                    self.z, self.mask, p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0
+                ).to(self.z.dtype)
+            return kalman.kalman_filter(
+                self.z,
+                self.mask,
+                q=p.kalman_q,
+                v=p.kalman_v,
+                p0=p.kalman_p0,
+                rho0=p.kalman_rho0,
+                mask_policy=p.mask_policy,
+            )
+
+        return self.cached("kalman_rho", compute)
