@@ -213,7 +213,8 @@ class EvalReport:
                 flat["clusters"] = row.clusters
                 flat.update({f"ucc_at_{k}": v for k, v in row.ucc_at_k.items()})
             if row.diversity is not None:
-                flat.update(row.diversity)
+                # NaN marks "no pair"; Parquet readers understand null better.
+                flat.update({k: None if v != v else v for k, v in row.diversity.items()})
                 flat["pairs"] = row.pairs
             for key, value in flat.items():
                 columns.setdefault(key, []).append(value)
@@ -632,7 +633,8 @@ class SimilarityPanel:
     """One method's pairwise TF-IDF similarity of a problem's correct responses.
 
     ``similarity`` and ``labels`` are ordered so that clusters are contiguous, largest
-    first; ``order`` maps rows back to positions among the correct responses.
+    first; ``sample_index`` gives each row's sample index (its position in the problem
+    when the file has no indices).
     """
 
     method: str
@@ -641,7 +643,7 @@ class SimilarityPanel:
     correct: int
     similarity: np.ndarray
     labels: np.ndarray
-    order: np.ndarray
+    sample_index: np.ndarray
 
 
 def similarity_panels(
@@ -665,7 +667,9 @@ def similarity_panels(
                 f"no problem '{problem}' in method '{samples.method}'; its first problems "
                 f"are {shown}"
             )
-        texts = [r for r, ok in zip(found.responses, found.correct.tolist(), strict=True) if ok]
+        positions = np.flatnonzero(found.correct)
+        texts = [found.responses[i] for i in positions.tolist()]
+        indices = positions if found.sample_index is None else found.sample_index[positions]
         similarity = tfidf_similarity(texts, token_pattern)
         labels = cluster_labels(similarity, threshold, linkage)
         order = cluster_order(labels)
@@ -677,7 +681,7 @@ def similarity_panels(
                 correct=found.c,
                 similarity=similarity[np.ix_(order, order)],
                 labels=labels[order],
-                order=order,
+                sample_index=indices[order],
             )
         )
     return panels

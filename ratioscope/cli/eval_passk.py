@@ -1,8 +1,87 @@
-"""Placeholder until the command lands."""
+"""``ratioscope eval-passk``: Pass@k, avg@k and Pass@1 ± SE of sample files.
 
-from ratioscope.errors import UsageError
+The field options and the sample-loading helper are shared with ``eval-ucc`` and the
+evaluation plots, which import them from here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ratioscope.cli._common import QUIET_OPTION
+
+SAMPLES_ARGUMENT = typer.Argument(
+    ..., help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line)."
+)
+K_OPTION = typer.Option(
+    None, "--k", help="Comma-separated budgets, e.g. 1,8,64 [default: powers of two up to n]."
+)
+JSON_OPTION = typer.Option(None, "--json", help="Write the report JSON here (atomically).")
+BASE_OPTION = typer.Option(
+    None, "--base", help="Base method: adds the flip rate of every other method against it."
+)
+PROBLEM_FIELD = typer.Option(
+    None, "--problem-field", help="Problem id field [default: problem_id, else idx]."
+)
+RESPONSE_FIELD = typer.Option(
+    None, "--response-field", help="Response field [default: response, else code]."
+)
+CORRECT_FIELD = typer.Option(
+    None, "--correct-field", help="Correctness field [default: correct, else score]."
+)
+METHOD_FIELD = typer.Option(
+    "method", "--method-field", help="Method field; without it a file's stem names its method."
+)
 
 
-def eval_passk() -> None:
-    """Not available yet."""
-    raise UsageError("this command is not available yet")
+def load(
+    paths: list[Path],
+    problem_field: str | None,
+    response_field: str | None,
+    correct_field: str | None,
+    method_field: str,
+):
+    """Read sample files with the field names given on the command line."""
+    from ratioscope.io.samples import SampleFields, load_samples
+
+    fields = SampleFields(problem_field, response_field, correct_field, method_field)
+    return load_samples(paths, fields)
+
+
+def eval_passk(
+    samples: list[Path] = SAMPLES_ARGUMENT,
+    k: str | None = K_OPTION,
+    json_out: Path | None = JSON_OPTION,
+    base: str | None = BASE_OPTION,
+    problem_field: str | None = PROBLEM_FIELD,
+    response_field: str | None = RESPONSE_FIELD,
+    correct_field: str | None = CORRECT_FIELD,
+    method_field: str = METHOD_FIELD,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """Pass@k (unbiased), avg@k and Pass@1 ± SE per method, side by side.
+
+    Example: ratioscope eval-passk base.jsonl grpo.jsonl --k 1,4,16,64 --base base
+    --json passk.json
+    """
+    from ratioscope.cli._common import (
+        check_output_paths,
+        parse_ints,
+        progress_bar,
+        stderr_console,
+        stdout_console,
+    )
+    from ratioscope.evaluation import evaluate_passk
+    from ratioscope.render.eval_tables import show_eval, show_warnings
+
+    check_output_paths(samples, [json_out])
+    ks = parse_ints(k, "--k") if k else None
+    sample_set = load(samples, problem_field, response_field, correct_field, method_field)
+    with progress_bar(not quiet) as progress:
+        report = evaluate_passk(sample_set, ks, base_method=base, progress=progress)
+    show_eval(report, stdout_console())
+    show_warnings(report, stderr_console())
+    if json_out:
+        report.write_json(json_out)

@@ -1,8 +1,86 @@
-"""Placeholder until the command lands."""
+"""``ratioscope eval-ucc``: UCC@k, clusters and diversity of correct responses."""
 
-from ratioscope.errors import UsageError
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ratioscope.cli._common import QUIET_OPTION
+from ratioscope.cli.eval_passk import (
+    BASE_OPTION,
+    CORRECT_FIELD,
+    JSON_OPTION,
+    K_OPTION,
+    METHOD_FIELD,
+    PROBLEM_FIELD,
+    RESPONSE_FIELD,
+    SAMPLES_ARGUMENT,
+    load,
+)
+
+THRESHOLD_OPTION = typer.Option(
+    0.8, "--threshold", help="TF-IDF cosine similarity at which correct responses cluster."
+)
+LINKAGE_OPTION = typer.Option(
+    "single", "--linkage", help="Cluster linkage: single (connected components), average, complete."
+)
 
 
-def eval_ucc() -> None:
-    """Not available yet."""
-    raise UsageError("this command is not available yet")
+def eval_ucc(
+    samples: list[Path] = SAMPLES_ARGUMENT,
+    k: str | None = K_OPTION,
+    threshold: float = THRESHOLD_OPTION,
+    linkage: str = LINKAGE_OPTION,
+    max_pairs: int = typer.Option(
+        500, "--max-pairs", help="Pairs per problem for ROUGE-L, Jaccard, edit (0: skip)."
+    ),
+    base: str | None = BASE_OPTION,
+    json_out: Path | None = JSON_OPTION,
+    per_problem: Path | None = typer.Option(
+        None, "--per-problem", help="Write one row per method and problem to this .parquet."
+    ),
+    problem_field: str | None = PROBLEM_FIELD,
+    response_field: str | None = RESPONSE_FIELD,
+    correct_field: str | None = CORRECT_FIELD,
+    method_field: str = METHOD_FIELD,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """UCC@k (distinct correct solutions among k samples), Pass@k and diversity.
+
+    Example: ratioscope eval-ucc base.jsonl grpo.jsonl --k 8,32,64 --threshold 0.8
+    --base base --json ucc.json --per-problem ucc.parquet
+    """
+    from ratioscope.cli._common import (
+        check_output_paths,
+        parse_ints,
+        progress_bar,
+        stderr_console,
+        stdout_console,
+    )
+    from ratioscope.errors import UsageError
+    from ratioscope.evaluation import check_clustering_options, evaluate_ucc
+    from ratioscope.render.eval_tables import show_eval, show_warnings
+
+    check_output_paths(samples, [json_out, per_problem])
+    if per_problem is not None and per_problem.suffix.lower() != ".parquet":
+        raise UsageError(f"--per-problem writes Parquet; name it *.parquet, not {per_problem}")
+    check_clustering_options(threshold, linkage, max_pairs)
+    ks = parse_ints(k, "--k") if k else None
+    sample_set = load(samples, problem_field, response_field, correct_field, method_field)
+    with progress_bar(not quiet) as progress:
+        report = evaluate_ucc(
+            sample_set,
+            ks,
+            threshold=threshold,
+            linkage=linkage,
+            max_pairs=max_pairs,
+            base_method=base,
+            progress=progress,
+        )
+    show_eval(report, stdout_console())
+    show_warnings(report, stderr_console())
+    if json_out:
+        report.write_json(json_out)
+    if per_problem:
+        report.write_parquet(per_problem)

@@ -1,0 +1,212 @@
+"""Terminal tables for an :class:`~ratioscope.evaluation.EvalReport`.
+
+Laid out like QUATRO's tables: Pass@k in percent with one column per k (Table 1/II),
+UCC@k as expected counts (Table 3), then the diversity similarities (App. C.5) and the
+flip rate per difficulty bucket (App. C.7). With more than one method the best value
+of each column is bold (highest, or lowest for similarities, where lower means more
+diverse).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ratioscope.evaluation import EvalReport, MetricBlock
+
+
+def show_eval(report: EvalReport, console: Any) -> None:
+    """Print every table the report has data for."""
+    console.print(_inputs_line(report))
+    console.print(passk_table(report))
+    if report.params.command == "eval-ucc":
+        console.print(ucc_table(report))
+        console.print(diversity_table(report))
+    if report.flip_rate is not None:
+        for table in flip_tables(report):
+            console.print(table)
+
+
+def show_warnings(report: EvalReport, console: Any) -> None:
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def _inputs_line(report: EvalReport) -> str:
+    parts = [
+        f"{f.path} ({f.layout}, {f.problems} problems, {f.samples} samples)" for f in report.inputs
+    ]
+    return "[dim]" + "; ".join(parts) + "[/]"
+
+
+def _groups(report: EvalReport) -> list[tuple[str, dict[str, MetricBlock]]]:
+    """(dataset label, {method: block}) in display order: all problems first."""
+    groups: list[tuple[str, dict[str, MetricBlock]]] = [("all", dict(report.by_method))]
+    names: dict[str, None] = {}
+    for result in report.by_method.values():
+        names.update(dict.fromkeys(result.by_dataset or {}))
+    for name in names:
+        blocks = {
+            method: result.by_dataset[name]
+            for method, result in report.by_method.items()
+            if result.by_dataset and name in result.by_dataset
+        }
+        groups.append((name, blocks))
+    return groups
+
+
+def _best(values: list[float | None], lower_is_better: bool = False) -> float | None:
+    present = [v for v in values if v is not None]
+    if len(present) < 2:
+        return None
+    return min(present) if lower_is_better else max(present)
+
+
+def _cell(value: float | None, best: float | None, fmt: str) -> str:
+    if value is None:
+        return "-"
+    text = format(value, fmt)
+    return f"[bold]{text}[/]" if best is not None and value == best else text
+
+
+def _new_table(title: str, first_columns: list[str], caption: str = ""):
+    from rich.table import Table
+
+    table = Table(
+        title=title, caption=caption or None, title_justify="left", caption_justify="left"
+    )
+    for name in first_columns:
+        table.add_column(name, no_wrap=True)
+    return table
+
+
+def passk_table(report: EvalReport):
+    """Pass@k (%) per method and k, with avg@k and Pass@1 ± SE (FPA App. B.3)."""
+    ks = [str(k) for k in report.params.k]
+    groups = _groups(report)
+    with_datasets = len(groups) > 1
+    table = _new_table(
+        "Pass@k (%) — chance that k samples contain a correct one",
+        ["dataset", "method"] if with_datasets else ["method"],
+        caption="avg = mean accuracy (avg@k); Pass@1 ± SE over sample positions (FPA App. B.3)",
+    )
+    for k in ks:
+        table.add_column(f"k={k}", justify="right")
+    table.add_column("avg", justify="right")
+    table.add_column("Pass@1 ± SE", justify="right")
+    for label, blocks in groups:
+        best = {k: _best([b.pass_at_k[k] for b in blocks.values()]) for k in ks}
+        best_avg = _best([b.avg for b in blocks.values()])
+        for row, (method, block) in enumerate(blocks.items()):
+            lead = [label if row == 0 else "", method] if with_datasets else [method]
+            se = block.pass1_se
+            se_text = "-" if se is None else f"{100 * se.mean:.2f} ± {100 * se.se:.2f}"
+            cells = [_cell(100 * block.pass_at_k[k], _pct(best[k]), ".2f") for k in ks]
+            table.add_row(*lead, *cells, _cell(100 * block.avg, _pct(best_avg), ".2f"), se_text)
+        if with_datasets:
+            table.add_section()
+    return table
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100 * value
+
+
+def ucc_table(report: EvalReport):
+    """UCC@k per method and k (QUATRO Table 3), with clusters per problem and UCR."""
+    ks = [str(k) for k in report.params.k]
+    groups = _groups(report)
+    with_datasets = len(groups) > 1
+    params = report.params
+    table = _new_table(
+        "UCC@k — expected number of distinct correct solutions among k samples",
+        ["dataset", "method"] if with_datasets else ["method"],
+        caption=(
+            f"clusters: TF-IDF cosine >= {params.threshold}, {params.linkage} linkage; "
+            "UCR = clusters / samples (QUATRO C.7)"
+        ),
+    )
+    for k in ks:
+        table.add_column(f"k={k}", justify="right")
+    table.add_column("clusters/problem", justify="right")
+    table.add_column("UCR", justify="right")
+    for label, blocks in groups:
+        best = {k: _best([b.ucc_at_k[k] for b in blocks.values()]) for k in ks}
+        for row, (method, block) in enumerate(blocks.items()):
+            lead = [label if row == 0 else "", method] if with_datasets else [method]
+            cells = [_cell(block.ucc_at_k[k], best[k], ".2f") for k in ks]
+            clusters = block.clusters
+            table.add_row(
+                *lead, *cells, f"{clusters.mean:.2f}", f"{clusters.unique_correct_ratio:.3f}"
+            )
+        if with_datasets:
+            table.add_section()
+    return table
+
+
+def diversity_table(report: EvalReport):
+    """Mean pairwise similarity of correct responses (lower = more diverse)."""
+    columns = [
+        ("tfidf_cosine", "TF-IDF cos"),
+        ("rouge_l", "ROUGE-L F"),
+        ("jaccard", "Jaccard"),
+        ("edit_similarity", "edit sim"),
+    ]
+    groups = _groups(report)
+    with_datasets = len(groups) > 1
+    table = _new_table(
+        "Similarity of correct responses — lower means more diverse",
+        ["dataset", "method"] if with_datasets else ["method"],
+        caption=(
+            f"mean over problems with >= 2 correct responses; ROUGE-L, Jaccard and edit "
+            f"similarity on at most {report.params.max_pairs} sampled pairs per problem"
+        ),
+    )
+    for _, title in columns:
+        table.add_column(title, justify="right")
+    table.add_column("problems", justify="right")
+    table.add_column("pairs", justify="right")
+    for label, blocks in groups:
+        best = {
+            key: _best([getattr(b.diversity, key) for b in blocks.values()], True)
+            for key, _ in columns
+        }
+        for row, (method, block) in enumerate(blocks.items()):
+            lead = [label if row == 0 else "", method] if with_datasets else [method]
+            div = block.diversity
+            cells = [_cell(getattr(div, key), best[key], ".3f") for key, _ in columns]
+            table.add_row(*lead, *cells, str(div.problems), str(div.pairs))
+        if with_datasets:
+            table.add_section()
+    return table
+
+
+def flip_tables(report: EvalReport) -> list:
+    """One table per trained method: flip@k (%) per difficulty bucket of the base."""
+    flip = report.flip_rate
+    ks = [str(k) for k in report.params.k]
+    tables = []
+    for method, rate in flip.by_method.items():
+        table = _new_table(
+            f"Flip rate (%) of '{method}' vs base '{flip.base}' ({rate.problems} prompts)",
+            ["bucket", "base c/n"],
+            caption=(
+                "flip@k = mean over the bucket of (1 - Pass@k base) x Pass@k trained; "
+                "0->solved = prompts with no correct base sample and >= 1 trained"
+            ),
+        )
+        table.add_column("prompts", justify="right")
+        for k in ks:
+            table.add_column(f"k={k}", justify="right")
+        table.add_column("0->solved", justify="right")
+        for bucket in rate.buckets:
+            low, high = bucket.base_fraction
+            span = f"[{low:.4g}, {high:.4g}{']' if high == 1 else ')'}"
+            cells = [
+                "-" if bucket.flip_at_k[k] is None else f"{100 * bucket.flip_at_k[k]:.2f}"
+                for k in ks
+            ]
+            table.add_row(
+                bucket.name, span, str(bucket.prompts), *cells, str(bucket.unsolved_to_solved)
+            )
+        tables.append(table)
+    return tables
