@@ -10,10 +10,11 @@ Per group with rewards R_1..R_N and radius delta:
 How it is solved: ``f'(lam) = delta - KL(p_lam || uniform)`` with ``p_lam ∝ exp(R / lam)``,
 and that KL falls monotonically from ``log(N/m)`` (m = rollouts with the maximal reward)
 as lam -> 0 to 0 as lam -> inf. So ``lam*`` is the root of ``KL(p_lam || u) = delta``,
-which exists exactly when ``delta < log(N/m)``; it is found by bisection on ``log lam``
-for all groups at once. Substituting ``mu*`` gives ``A_i = log(N p*_i)`` with
-``p* = p_{lam*}``: ``exp(A_i) = pi*/pi_old`` on the sampled rollouts (Eq. 13), the
-``exp(A_i)`` average exactly 1 and ``mean_i exp(A_i) A_i = KL(p* || u) = delta``.
+which exists exactly when ``delta < log(N/m)``; it is found on ``log lam`` for all
+groups at once by Newton steps safeguarded by a bisection bracket. Substituting ``mu*``
+gives ``A_i = log(N p*_i)`` with ``p* = p_{lam*}``: ``exp(A_i) = pi*/pi_old`` on the
+sampled rollouts (Eq. 13), the ``exp(A_i)`` average exactly 1 and
+``mean_i exp(A_i) A_i = KL(p* || u) = delta``.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from ratioscope.errors import ShapeMismatchError, UsageError
 
 #: Radii of the paper's Table 1 / Fig. 2 (default 0.01).
 DELTA_SWEEP: tuple[float, ...] = (0.1, 0.01, 0.001)
-#: Bisection steps on log(lambda): the bracket spans < 60 e-folds, so 64 halvings
-#: reach float64 resolution.
-_BISECTION_STEPS = 64
+#: Root finding on log(lambda): at most this many passes (the bracket spans < 60
+#: e-folds, so even pure bisection reaches float64 resolution), stopping once every
+#: group's step or bracket is below the tolerance (relative precision of lambda).
+_MAX_STEPS = 100
+_TOLERANCE = 1e-13
 
 
 class QuatroDuals(NamedTuple):
@@ -107,16 +110,29 @@ def _log_weights(shifted: Tensor, valid: Tensor, lam: Tensor) -> tuple[Tensor, T
     return scaled - log_total.unsqueeze(1), log_total
 
 
-def _kl_to_uniform(shifted: Tensor, valid: Tensor, size: Tensor, lam: Tensor) -> Tensor:
-    """``KL(p_lam || uniform) = log N + sum_i p_i log p_i`` per row."""
-    log_p, _ = _log_weights(shifted, valid, lam)
-    p = torch.exp(log_p)
-    entropy_term = torch.where(p > 0, p * log_p, 0.0).sum(dim=1)
-    return (torch.log(size.clamp_min(1.0)) + entropy_term).clamp_min(0.0)
+def _kl_and_slope(padded: _Padded, log_lam: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per row: ``KL(p_lam || u)``, its derivative in ``log lam`` and ``log sum exp(D/lam)``.
+
+    With ``x = D / lam``: ``KL = log N + E_p[x] - log sum exp(x)`` and
+    ``dKL / d log(lam) = -Var_p(x)`` (so ``f''(lam) = Var_p(R) / lam^3 > 0``).
+    """
+    scaled = padded.shifted / torch.exp(log_lam).unsqueeze(1)  # -inf stays on padding
+    log_total = torch.logsumexp(scaled, dim=1)
+    p = torch.exp(scaled - log_total.unsqueeze(1))
+    x = torch.where(padded.valid, scaled, 0.0)
+    mean_x = (p * x).sum(dim=1)
+    kl = torch.log(padded.size.clamp_min(1.0)) + mean_x - log_total
+    variance = (p * (x - mean_x.unsqueeze(1)) ** 2).sum(dim=1)
+    return kl.clamp_min(0.0), -variance, log_total
 
 
 def _solve(padded: _Padded, delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """lambda*, mu* and degenerate flags for every row; ``delta`` is [G] (one per row)."""
+    """lambda*, mu* and degenerate flags for every row; ``delta`` is [G] (one per row).
+
+    Root of ``KL(p_lam || u) = delta`` in ``log lam`` by Newton's method kept inside a
+    bisection bracket (a step that leaves the bracket is replaced by its midpoint), all
+    rows at once; typically 5-10 passes instead of ~60 for plain bisection.
+    """
     shifted, valid, size = padded.shifted, padded.valid, padded.size
     n_max = torch.where(valid & (shifted == 0), 1.0, 0.0).sum(dim=1)
     kl_limit = torch.log(size.clamp_min(1.0)) - torch.log(n_max.clamp_min(1.0))
@@ -134,13 +150,25 @@ def _solve(padded: _Padded, delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     # equals its limit log(N/m) > delta and the root lies above lo.
     hi = torch.log(1.01 * safe_spread / torch.sqrt(8.0 * safe_delta))
     lo = torch.minimum(torch.log(safe_gap / 1000.0), hi - 1.0)
-    for _ in range(_BISECTION_STEPS):
-        middle = 0.5 * (lo + hi)
-        too_far = _kl_to_uniform(shifted, valid, size, torch.exp(middle)) > safe_delta
-        lo = torch.where(too_far, middle, lo)
-        hi = torch.where(too_far, hi, middle)
-    lam = torch.exp(0.5 * (lo + hi))
-    _, log_total = _log_weights(shifted, valid, lam)
+    # start from the small-step estimate KL ~ Var_u(R) / (2 lam^2)
+    count = size.clamp_min(1.0)
+    mean = finite.sum(dim=1) / count
+    spread_u = torch.sqrt(torch.where(valid, (finite - mean.unsqueeze(1)) ** 2, 0.0).sum(1) / count)
+    guess = torch.log(torch.where(degenerate, 1.0, spread_u) / torch.sqrt(2.0 * safe_delta))
+    log_lam = torch.minimum(torch.maximum(guess, lo), hi)
+    for _ in range(_MAX_STEPS):
+        kl, slope, _ = _kl_and_slope(padded, log_lam)
+        excess = kl - safe_delta
+        lo = torch.where(excess > 0, log_lam, lo)
+        hi = torch.where(excess > 0, hi, log_lam)
+        newton = log_lam - excess / slope
+        inside = (newton > lo) & (newton < hi)  # False for NaN/inf from a zero slope
+        step = torch.where(inside, newton, 0.5 * (lo + hi)) - log_lam
+        log_lam = log_lam + step
+        if bool(((step.abs() <= _TOLERANCE) | (hi - lo <= _TOLERANCE) | degenerate).all()):
+            break
+    lam = torch.exp(log_lam)
+    _, _, log_total = _kl_and_slope(padded, log_lam)
     # mu* = f(lam*) - lam*(delta + 1) = max R + lam* (log mean exp(D / lam*) - 1)
     mu = padded.top + lam * (log_total - torch.log(size.clamp_min(1.0)) - 1.0)
     nan = torch.full_like(lam, math.nan)
