@@ -29,6 +29,8 @@ CLIP_COV_RATIO = 2e-4
 CLIP_COV_BOUNDS = (1.0, 5.0)
 #: KL-Cov default: proportion k of tokens with the largest c that get the KL penalty.
 KL_COV_RATIO = 2e-3
+#: sigma below this fraction of the root-mean-square c is rounding noise, i.e. sigma = 0.
+_RELATIVE_SPREAD_FLOOR = 1e-12
 
 
 def _result_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -63,8 +65,9 @@ def covariance_weights(
     tokens of the scope, so ``w_norm`` averages 1 over the scope. Computed in float64.
 
     When ``sigma == 0`` (all ``c`` of the scope equal, e.g. a group whose advantages are
-    all equal, where ``c`` is 0 everywhere) no token exceeds the typical variability, so
-    the kernel is taken to be flat: ``w = w_norm = 1`` on that scope.
+    all equal, where ``c`` is 0 everywhere, or a scope of one or two tokens) no token
+    exceeds the typical variability, so the kernel is taken to be flat:
+    ``w = w_norm = 1`` on that scope. ``sigma <= 1e-12 * rms(c)`` counts as 0 (rounding).
 
     Args:
         logp: [B, T] float, log pi_theta of the sampled tokens.
@@ -111,7 +114,10 @@ def covariance_weights(
     c = lp_centred * a_centred
     c_mean = scope_sum(c) / safe_count
     variance = scope_sum((c - c_mean[token_scope]) ** 2) / safe_count
-    flat = variance[token_scope] == 0
+    mean_square = scope_sum(c**2) / safe_count
+    # equal c computed along different paths can differ in the last bit, which would give
+    # a spurious sigma ~ 1e-17 and weights exp(-1e30) = 0; such a spread counts as none
+    flat = (variance <= _RELATIVE_SPREAD_FLOOR**2 * mean_square)[token_scope]
     w = torch.where(flat, 1.0, torch.exp(-(c**2) / (2.0 * variance[token_scope])))
     w_total = scope_sum(w)
     w_norm = w * (count / w_total)[token_scope]
