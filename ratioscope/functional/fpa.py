@@ -17,6 +17,7 @@ B*T*V, half-precision or memory-mapped input upcast per chunk to float32).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,7 +39,10 @@ def _as_tensor(array: Tensor | np.ndarray, name: str) -> Tensor:
     if isinstance(array, Tensor):
         return array
     if isinstance(array, np.ndarray):
-        return torch.from_numpy(array)
+        with warnings.catch_warnings():
+            # read-only memory maps are fine: chunks are copied before anything writes
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(array)
     raise UsageError(f"'{name}' must be a torch tensor or a numpy array, got {type(array)}")
 
 
