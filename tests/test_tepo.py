@@ -18,6 +18,7 @@ from ratioscope.functional.tepo import (
     sequence_clip_mask,
     sequence_likelihood_weights,
     tepo_policy_terms,
+    tepo_surrogate,
 )
 
 
@@ -80,6 +81,28 @@ def test_clip_mask_and_terms_match_a_loop(form: str, token_adv: bool) -> None:
         torch.tensor(z), torch.tensor(adv), torch.tensor(mask), (low, high), form
     )
     assert fraction == pytest.approx(clipped_tokens / mask.sum())
+
+
+@pytest.mark.parametrize("form", ["ppo", "literal"])
+def test_surrogate_aggregations_match_a_loop(form: str) -> None:
+    z, adv, mask, _, _ = _batch(3, token_adv=True)
+    low, high = 0.002, 0.003
+    got = tepo_surrogate(torch.tensor(z), torch.tensor(adv), torch.tensor(mask), (low, high), form)
+    total, count, sequence_means = 0.0, 0, []
+    for i in range(z.shape[0]):
+        n = int(mask[i].sum())
+        if n == 0:
+            continue
+        w = math.exp(z[i, :n].mean())
+        clipped_w = min(max(w, 1 - low), 1 + high)
+        terms = [
+            min(w * a, clipped_w * a) if form == "ppo" else min(w, clipped_w) * a
+            for a in adv[i, :n]
+        ]
+        total, count = total + sum(terms), count + n
+        sequence_means.append(sum(terms) / n)
+    assert got.token_mean == pytest.approx(total / count, rel=1e-12)
+    assert got.seq_mean_token_mean == pytest.approx(np.mean(sequence_means), rel=1e-12)
 
 
 @pytest.mark.parametrize("token_adv", [False, True])

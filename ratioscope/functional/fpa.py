@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.functional.surrogate import sequence_means
 
 #: Extrapolation strengths of the paper's ablation (Fig. 5), lambda = 0 is Off-RL.
 LAMBDA_SWEEP: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -281,19 +282,12 @@ def future_log_probs_approx(log_probs: Tensor, ref_log_probs: Tensor, lam: float
     return (1.0 + lam) * log_probs - lam * ref_log_probs
 
 
-def masked_sequence_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean over the valid tokens of each row: [B, T] -> [B] (NaN for a row without any).
-
-    >>> masked_sequence_mean(torch.tensor([[1.0, 3.0, 9.0]]), torch.tensor([[1, 1, 0]])).item()
-    2.0
-    """
+def _valid_token_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """[B, T] -> [B] mean over each row's valid tokens (NaN for a row without any)."""
     if values.shape != mask.shape:
         raise ShapeMismatchError(None, "values", values.shape, "mask", mask.shape)
-    valid = mask.to(device=values.device, dtype=torch.bool)
     dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
-    total = torch.where(valid, values.to(dtype), 0.0).sum(dim=-1)
-    count = valid.sum(dim=-1)
-    return torch.where(count > 0, total / count.clamp_min(1), math.nan)
+    return sequence_means(values.to(dtype), mask.to(device=values.device, dtype=torch.bool))
 
 
 def sequence_weights(token_log_probs: Tensor, mask: Tensor) -> Tensor:
@@ -312,7 +306,7 @@ def sequence_weights(token_log_probs: Tensor, mask: Tensor) -> Tensor:
     >>> round(sequence_weights(lp, torch.tensor([[True, True, False]])).item(), 6)
     0.25
     """
-    return torch.exp(masked_sequence_mean(token_log_probs, mask))
+    return torch.exp(_valid_token_mean(token_log_probs, mask))
 
 
 def future_to_current_ratio(future_log_probs: Tensor, log_probs: Tensor, mask: Tensor) -> Tensor:
@@ -333,7 +327,7 @@ def future_to_current_ratio(future_log_probs: Tensor, log_probs: Tensor, mask: T
         raise ShapeMismatchError(
             None, "future_log_probs", future_log_probs.shape, "log_probs", log_probs.shape
         )
-    return torch.exp(masked_sequence_mean(future_log_probs - log_probs, mask))
+    return torch.exp(_valid_token_mean(future_log_probs - log_probs, mask))
 
 
 @dataclass(frozen=True)
@@ -398,7 +392,7 @@ def sequence_log_ratio(
         )
     difference = log_probs - ref_log_probs
     if normalise:
-        return masked_sequence_mean(difference, mask)
+        return _valid_token_mean(difference, mask)
     valid = mask.to(device=difference.device, dtype=torch.bool)
     return torch.where(valid, difference, 0.0).sum(dim=-1)
 

@@ -18,6 +18,12 @@ from torch import Tensor
 
 from ratioscope.errors import ShapeMismatchError, UsageError
 from ratioscope.functional.fpa import sequence_weights
+from ratioscope.functional.surrogate import (
+    ppo_clip_mask,
+    ppo_objective_terms,
+    seq_mean_token_mean,
+    token_mean,
+)
 
 #: TEPO does not state its epsilon; ratioscope uses the sequence-variant band of
 #: DESIGN 3.3 (GSPO's 3e-4, 4e-4) as (eps_low, eps_high).
@@ -60,6 +66,25 @@ def sequence_likelihood_weights(z: Tensor, mask: Tensor) -> Tensor:
     return sequence_weights(z, mask)
 
 
+def _broadcast_log_weight(z: Tensor, valid: Tensor) -> Tensor:
+    """``log w_i`` at every token of sequence i: [B, T] (the GSPO/TEPO sequence ratio)."""
+    log_w = torch.log(sequence_likelihood_weights(z, valid).to(torch.float64))
+    return log_w.unsqueeze(1).expand(valid.shape)
+
+
+def _prepared(
+    z: Tensor, adv: Tensor, mask: Tensor, clip: tuple[float, float], form: str
+) -> tuple[Tensor, Tensor, Tensor, tuple[float, float]]:
+    if z.shape != mask.shape:
+        raise ShapeMismatchError(None, "z", z.shape, "mask", mask.shape)
+    if form not in ("ppo", "literal"):
+        raise UsageError(f"unknown clip form '{form}', expected 'ppo' or 'literal'")
+    clip = _check_clip(clip)
+    valid = mask.to(device=z.device, dtype=torch.bool)
+    a = _token_advantages(adv.to(z.device), valid).to(torch.float64)
+    return _broadcast_log_weight(z, valid), a, valid, clip
+
+
 def sequence_clip_mask(
     z: Tensor,
     adv: Tensor,
@@ -70,7 +95,8 @@ def sequence_clip_mask(
     """Valid tokens whose TEPO policy term has zero gradient because of clipping.
 
     Every token of sequence i carries ``w_i``. ``form="ppo"`` (default) reads Eq. (4) as
-    the PPO/GSPO surrogate ``min(w A, clip(w) A)``: clipped when ``A > 0 and
+    the PPO/GSPO surrogate ``min(w A, clip(w) A)`` (:func:`~ratioscope.functional.
+    surrogate.ppo_clip_mask` on the sequence ratio): clipped when ``A > 0 and
     w > 1 + eps_high`` or ``A < 0 and w < 1 - eps_low``. ``form="literal"`` takes
     Eq. (4) as printed, ``min(w, clip(w)) A``, which only ever binds above: clipped when
     ``w > 1 + eps_high`` and ``A != 0``.
@@ -82,20 +108,10 @@ def sequence_clip_mask(
     Returns:
         [B, T] bool, False at masked positions.
     """
-    if z.shape != mask.shape:
-        raise ShapeMismatchError(None, "z", z.shape, "mask", mask.shape)
-    low, high = _check_clip(clip)
-    valid = mask.to(device=z.device, dtype=torch.bool)
-    a = _token_advantages(adv.to(z.device), valid)
-    w = sequence_likelihood_weights(z, valid).unsqueeze(1)
-    above = w > 1.0 + high
+    log_w, a, valid, clip = _prepared(z, adv, mask, clip, form)
     if form == "ppo":
-        clipped = ((a > 0) & above) | ((a < 0) & (w < 1.0 - low))
-    elif form == "literal":
-        clipped = above & (a != 0)
-    else:
-        raise UsageError(f"unknown clip form '{form}', expected 'ppo' or 'literal'")
-    return clipped & valid
+        return ppo_clip_mask(log_w, a, valid, clip)
+    return (torch.exp(log_w) > 1.0 + clip[1]) & (a != 0) & valid
 
 
 def sequence_clip_fraction(
@@ -127,32 +143,60 @@ def tepo_policy_terms(
 ) -> Tensor:
     """Per-token policy term of TEPO Eq. (4) without the KL part (beta KL M).
 
-    ``min(w_i A_it, clip(w_i) A_it)`` (``form="ppo"``) or ``min(w_i, clip(w_i)) A_it``
-    (``form="literal"``). Aggregate with token-mean (TEPO's choice, Eq. 4) or
-    sequence-mean-token-mean (GSPO) to compare the two (TEPO Table 3, panel D).
+    ``min(w_i A_it, clip(w_i) A_it)`` (``form="ppo"``, via
+    :func:`~ratioscope.functional.surrogate.ppo_objective_terms` on the sequence ratio)
+    or ``min(w_i, clip(w_i)) A_it`` (``form="literal"``).
 
     Returns:
-        [B, T] float (input dtype promoted to at least float32), 0 at masked positions.
+        [B, T] float64, 0 at masked positions.
 
     >>> z = torch.log(torch.tensor([[2.0, 2.0]]))
     >>> tepo_policy_terms(z, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool),
     ...                   clip=(0.2, 0.2)).tolist()
-    [[1.2000000476837158, 1.2000000476837158]]
+    [[1.2, 1.2]]
     """
-    if z.shape != mask.shape:
-        raise ShapeMismatchError(None, "z", z.shape, "mask", mask.shape)
-    low, high = _check_clip(clip)
-    valid = mask.to(device=z.device, dtype=torch.bool)
-    a = _token_advantages(adv.to(z.device), valid)
-    w = sequence_likelihood_weights(z, valid).unsqueeze(1)
-    w_clipped = w.clamp(1.0 - low, 1.0 + high)
+    log_w, a, valid, clip = _prepared(z, adv, mask, clip, form)
     if form == "ppo":
-        terms = torch.minimum(w * a, w_clipped * a)
-    elif form == "literal":
-        terms = torch.minimum(w, w_clipped) * a
-    else:
-        raise UsageError(f"unknown clip form '{form}', expected 'ppo' or 'literal'")
+        return ppo_objective_terms(log_w, a, valid, clip)
+    w = torch.exp(log_w)
+    terms = torch.minimum(w, w.clamp(1.0 - clip[0], 1.0 + clip[1])) * a
     return torch.where(valid, terms, 0.0)
+
+
+@dataclass(frozen=True)
+class TepoSurrogate:
+    """TEPO's policy objective under the two aggregations it compares (Table 3, panel D).
+
+    Attributes:
+        token_mean: ``1/sum_i |o_i| sum_i sum_t term_it`` (TEPO's Eq. 4 aggregation).
+        seq_mean_token_mean: ``1/G sum_i 1/|o_i| sum_t term_it`` (GSPO's), over sequences
+            with at least one valid token.
+    The loss is minus either value. NaN when there is no valid token.
+    """
+
+    token_mean: float
+    seq_mean_token_mean: float
+
+
+def tepo_surrogate(
+    z: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    clip: tuple[float, float] = SEQUENCE_CLIP,
+    form: ClipForm = "ppo",
+) -> TepoSurrogate:
+    """TEPO Eq. (4) policy objective (KL term left out) with both aggregations.
+
+    >>> z = torch.zeros(2, 3); m = torch.tensor([[True, True, True], [True, False, False]])
+    >>> s = tepo_surrogate(z, torch.tensor([[1.0, 1.0, 1.0], [-2.0, 0.0, 0.0]]), m)
+    >>> s.token_mean, s.seq_mean_token_mean
+    (0.25, -0.5)
+    """
+    terms = tepo_policy_terms(z, adv, mask, clip, form)
+    valid = mask.to(device=terms.device, dtype=torch.bool)
+    if not bool(valid.any()):
+        return TepoSurrogate(math.nan, math.nan)
+    return TepoSurrogate(float(token_mean(terms, valid)), float(seq_mean_token_mean(terms, valid)))
 
 
 def kl_mask(adv: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor) -> Tensor:
