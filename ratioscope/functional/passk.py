@@ -25,7 +25,7 @@ BUCKET_FRACTIONS: tuple[float, ...] = (1 / 32, 1 / 8, 1 / 2)
 
 def _as_counts(name: str, values: object) -> np.ndarray:
     array = np.asarray(values)
-    if array.dtype.kind not in "iub":
+    if array.dtype.kind not in "iub" and array.size:
         raise ValueError(f"{name} must hold integers, got dtype {array.dtype}")
     return array.astype(np.int64)
 

@@ -1,0 +1,174 @@
+"""Diversity similarities against independent references.
+
+ROUGE-L is compared with the ``rouge_score`` package itself (its pure-Python LCS) on
+real responses from the committed Qwen2.5-Math slice; edit similarity with a plain
+dynamic-programming Levenshtein; Jaccard with Python sets.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rouge_score import rouge_scorer
+from rouge_score import tokenize as rouge_tokenize
+
+from ratioscope.functional.clustering import tfidf_similarity
+from ratioscope.functional.diversity import (
+    diversity_scores,
+    edit_similarity,
+    encode_tokens,
+    jaccard,
+    lexical_tokens,
+    mean_offdiagonal,
+    rouge_l_f,
+    rouge_tokens,
+    sample_pairs,
+)
+
+SLICE = Path(__file__).parent / "data" / "qwen25_math_cot_slice.jsonl"
+SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+
+
+def real_responses() -> list[str]:
+    rows = [json.loads(line) for line in SLICE.read_text(encoding="utf-8").splitlines()]
+    return [text for row in rows for text in row["response"]]
+
+
+def dp_levenshtein(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, start=1):
+        current = [i]
+        for j, char_b in enumerate(b, start=1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        previous = current
+    return previous[-1]
+
+
+def dp_lcs(a: list, b: list) -> int:
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            if a[i - 1] == b[j - 1]:
+                table[i][j] = table[i - 1][j - 1] + 1
+            else:
+                table[i][j] = max(table[i - 1][j], table[i][j - 1])
+    return table[-1][-1]
+
+
+def test_rouge_tokens_match_rouge_score_tokenizer():
+    texts = [*real_responses()[:12], "Ünïcode ſtraße and K-means: x²=4, √9 = 3", ""]
+    for text in texts:
+        assert rouge_tokens(text) == rouge_tokenize.tokenize(text, None)
+
+
+def test_rouge_l_equals_rouge_score_on_real_response_pairs():
+    texts = real_responses()
+    rng = random.Random(0)
+    pairs = rng.sample(list(combinations(range(len(texts)), 2)), 12)
+    for i, j in pairs:
+        want = SCORER.score(texts[i], texts[j])["rougeL"].fmeasure
+        encoded = encode_tokens([rouge_tokens(texts[i]), rouge_tokens(texts[j])])
+        assert rouge_l_f(*encoded) == pytest.approx(want, abs=1e-12)
+        assert rouge_l_f(rouge_tokens(texts[i]), rouge_tokens(texts[j])) == pytest.approx(
+            want, abs=1e-12
+        )
+
+
+def test_rouge_l_edge_cases():
+    assert rouge_l_f([], ["a"]) == 0.0 == SCORER.score("", "a")["rougeL"].fmeasure
+    assert rouge_l_f(["a", "b"], ["a", "b"]) == 1.0
+    assert rouge_l_f(["a", "b", "c"], ["c", "b", "a"]) == pytest.approx(2 * 1 / 6)
+
+
+def test_token_encoding_is_exact_beyond_the_surrogate_range():
+    # > 0xD800 distinct tokens: ids past the surrogate block must still be valid, distinct
+    filler = [f"w{i}" for i in range(0xD800 + 10)]
+    rng = random.Random(1)
+    a = [rng.choice(filler[-40:]) for _ in range(60)]
+    b = [rng.choice(filler[-40:]) for _ in range(50)]
+    encoded = encode_tokens([filler, a, b])
+    assert len(set(encoded[0])) == len(filler)
+    assert rouge_l_f(encoded[1], encoded[2]) == pytest.approx(
+        2 * dp_lcs(a, b) / (len(a) + len(b)), abs=1e-12
+    )
+    encoded[1].encode("utf-8")  # no lone surrogates
+
+
+def test_edit_similarity_matches_dynamic_programming():
+    rng = random.Random(2)
+    texts = real_responses()
+    for _ in range(6):
+        a = rng.choice(texts)[: rng.randint(0, 200)]
+        b = rng.choice(texts)[: rng.randint(1, 200)]
+        want = 1 - dp_levenshtein(a, b) / max(len(a), len(b))
+        assert edit_similarity(a, b) == pytest.approx(want, abs=1e-12)
+    assert edit_similarity("", "") == 1.0
+    assert edit_similarity("kitten", "sitting") == pytest.approx(1 - 3 / 7)
+
+
+def test_jaccard_matches_set_arithmetic():
+    assert jaccard({"a", "b", "c"}, {"b", "c", "d", "e"}) == pytest.approx(2 / 5)
+    assert jaccard(set(), set()) == 1.0
+    assert jaccard({"a"}, set()) == 0.0
+
+
+def test_lexical_tokens_use_the_tfidf_pattern_lowercased():
+    assert lexical_tokens("Let X = 2, y_1 = 3") == ["let", "x", "2", "y_1", "3"]
+
+
+def test_sample_pairs_is_deterministic_distinct_and_bounded():
+    all_pairs = sample_pairs(5, 100)
+    assert all_pairs.tolist() == [list(p) for p in combinations(range(5), 2)]
+    first = sample_pairs(200, 300, seed=0)
+    assert first.shape == (300, 2)
+    assert np.array_equal(first, sample_pairs(200, 300, seed=0))
+    assert not np.array_equal(first, sample_pairs(200, 300, seed=1))
+    assert np.all(first[:, 0] < first[:, 1])
+    assert len({tuple(p) for p in first.tolist()}) == 300
+    assert sample_pairs(1, 10).shape == (0, 2)
+    assert sample_pairs(50, 0).shape == (0, 2)
+    with pytest.raises(ValueError):
+        sample_pairs(5, -1)
+
+
+def test_diversity_scores_against_references_on_real_responses():
+    texts = real_responses()[8:16]  # one problem's eight responses
+    tfidf = tfidf_similarity(texts)
+    scores = diversity_scores(texts, tfidf, max_pairs=10, seed=0)
+    pairs = sample_pairs(len(texts), 10, seed=0).tolist()
+    want_rouge = np.mean([SCORER.score(texts[i], texts[j])["rougeL"].fmeasure for i, j in pairs])
+    want_jac = np.mean(
+        [
+            len(set(lexical_tokens(texts[i])) & set(lexical_tokens(texts[j])))
+            / len(set(lexical_tokens(texts[i])) | set(lexical_tokens(texts[j])))
+            for i, j in pairs
+        ]
+    )
+    want_tfidf = np.mean([tfidf[i, j] for i, j in combinations(range(len(texts)), 2)])
+    assert scores.pairs == 10
+    assert scores.rouge_l == pytest.approx(want_rouge, abs=1e-12)
+    assert scores.jaccard == pytest.approx(want_jac, abs=1e-12)
+    assert scores.tfidf_cosine == pytest.approx(want_tfidf, abs=1e-12)
+    assert 0.0 < scores.edit_similarity < 1.0
+
+
+def test_diversity_scores_identical_texts_and_no_pairs():
+    same = ["the answer is 4"] * 3
+    scores = diversity_scores(same, tfidf_similarity(same))
+    assert (scores.tfidf_cosine, scores.rouge_l, scores.jaccard, scores.edit_similarity) == (
+        pytest.approx(1.0),
+        1.0,
+        1.0,
+        1.0,
+    )
+    skipped = diversity_scores(same, tfidf_similarity(same), max_pairs=0)
+    assert skipped.pairs == 0 and np.isnan(skipped.rouge_l)
+    assert skipped.tfidf_cosine == pytest.approx(1.0)
+    assert np.isnan(mean_offdiagonal(np.ones((1, 1))))
