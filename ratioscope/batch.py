@@ -169,6 +169,8 @@ class TokenBatch:
         key_map: Mapping[str, str] | None = None,
         ignored_keys: Sequence[str] = (),
         nonfinite: str = "error",
+        expected_names: Mapping[str, str] | None = None,
+        file_keys: Sequence[str] | None = None,
     ) -> TokenBatch:
         """Validate canonical tensors and build a batch.
 
@@ -178,11 +180,17 @@ class TokenBatch:
             key_map: canonical -> name in the file, so errors name the user's key.
             nonfinite: "error" raises on NaN/inf at valid tokens; "mask" masks them and
                 records a warning.
+            expected_names: canonical -> the name the file's layout would use, for
+                messages about keys that are missing.
+            file_keys: every key of the file, listed when a required one is missing.
 
         Raises:
             DumpKeyError, ShapeMismatchError, MaskError, NonFiniteError, EmptyDumpError.
         """
-        return _Builder(tensors, str(source), dict(key_map or {}), nonfinite).build(
+        builder = _Builder(tensors, str(source), dict(key_map or {}), nonfinite)
+        builder.expected = dict(expected_names or {})
+        builder.file_keys = list(file_keys) if file_keys is not None else None
+        return builder.build(
             profile=profile, file_format=file_format, ignored_keys=list(ignored_keys)
         )
 
@@ -200,11 +208,15 @@ class _Builder:
         self.key_map = key_map
         self.nonfinite = nonfinite
         self.warnings: list[str] = []
+        self.expected: dict[str, str] = {}
+        self.file_keys: list[str] | None = None
 
     def name(self, canonical: str) -> str:
-        return self.key_map.get(canonical, canonical)
+        return self.key_map.get(canonical, self.expected.get(canonical, canonical))
 
     def found(self) -> list[str]:
+        if self.file_keys is not None:
+            return self.file_keys
         return [self.name(k) for k in self.raw]
 
     # --- steps -------------------------------------------------------------
@@ -242,7 +254,10 @@ class _Builder:
 
     def require(self, canonical: str, hint: str = "") -> Any:
         if canonical not in self.raw:
-            raise DumpKeyError(self.source, self.name(canonical), self.found(), hint)
+            theirs = self.name(canonical)
+            if theirs != canonical:
+                hint = f"canonical '{canonical}'" + (f"; {hint}" if hint else "")
+            raise DumpKeyError(self.source, theirs, self.found(), hint)
         return self.raw[canonical]
 
     def as_tensor(self, canonical: str, value: Any) -> Tensor:

@@ -63,9 +63,15 @@ def stderr_console():
 
 
 def stdout_console():
+    """A rich console on stdout; 160 columns wide when not a terminal (files, CI logs).
+
+    Rich falls back to 80 columns without a terminal, which squeezes the wide tables.
+    """
+    import sys
+
     from rich.console import Console
 
-    return Console()
+    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 @contextlib.contextmanager

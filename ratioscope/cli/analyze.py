@@ -1,8 +1,101 @@
-"""Placeholder until the command lands."""
+"""``ratioscope analyze``: every diagnostic a dump can feed, as tables, JSON and Parquet."""
 
-from ratioscope.errors import UsageError
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ratioscope.cli._options import (
+    ChunkElements,
+    Clip,
+    Device,
+    Format,
+    IsThreshold,
+    JsonOut,
+    KalmanImpl,
+    KalmanQ,
+    KalmanV,
+    LfrCutoff,
+    Mapping,
+    MaskPolicy,
+    NonFinite,
+    OnBand,
+    Paths,
+    Quiet,
+    SeqClip,
+    Space,
+    UnsafePickle,
+    Window,
+)
+
+ParquetOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--parquet", help="Write one row per sequence (Parquet).", rich_help_panel="Output"
+    ),
+]
 
 
-def analyze() -> None:
-    """Not available yet."""
-    raise UsageError("this command is not available yet")
+def analyze(
+    paths: Paths,
+    json_out: JsonOut = None,
+    parquet_out: ParquetOut = None,
+    device: Device = "auto",
+    format: Format = "auto",
+    mapping: Mapping = None,
+    nonfinite: NonFinite = "error",
+    unsafe_pickle: UnsafePickle = False,
+    clip: Clip = "0.2,0.28",
+    seq_clip: SeqClip = "3e-4,4e-4",
+    is_threshold: IsThreshold = 2.0,
+    on_band: OnBand = "3e-4,4e-4",
+    window: Window = 50,
+    lfr_cutoff: LfrCutoff = 0.1,
+    space: Space = "log",
+    kalman_q: KalmanQ = 1e-6,
+    kalman_v: KalmanV = 1.0,
+    mask_policy: MaskPolicy = "zero",
+    kalman_impl: KalmanImpl = "scan",
+    chunk_elements: ChunkElements = 1 << 22,
+    quiet: Quiet = False,
+) -> None:
+    """Diagnose importance ratios in one or more dumps (files are streamed one by one).
+
+    Example: ratioscope analyze sample_data/verl/ --json report.json --parquet seqs.parquet
+    """
+    import ratioscope
+    from ratioscope.cli._common import (
+        check_output_paths,
+        progress_bar,
+        stderr_console,
+        stdout_console,
+    )
+    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.io.loaders import expand_paths
+    from ratioscope.render.terminal import show_report, show_warnings
+
+    check_output_paths(expand_paths(paths), [json_out, parquet_out])
+    params = analysis_params(
+        clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
+        window=window, lfr_cutoff=lfr_cutoff, space=space, kalman_q=kalman_q,
+        kalman_v=kalman_v, mask_policy=mask_policy, kalman_impl=kalman_impl,
+    )  # fmt: skip
+    with progress_bar(not quiet) as progress:
+        report = ratioscope.analyze(
+            paths,
+            params=params,
+            load_options=load_options(format, mapping, nonfinite, unsafe_pickle),
+            device=device,
+            chunk_elements=chunk_elements,
+            per_sequence=parquet_out is not None,
+            progress=progress,
+        )
+    document = report.to_dict()
+    show_report(document, stdout_console())
+    show_warnings(document, stderr_console())
+    if json_out is not None:
+        report.write_json(json_out)
+    if parquet_out is not None:
+        report.write_parquet(parquet_out)

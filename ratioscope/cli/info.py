@@ -1,8 +1,25 @@
-"""Placeholder until the command lands."""
+"""``ratioscope info``: what a dump holds and what analyze can compute from it."""
 
-from ratioscope.errors import UsageError
+from __future__ import annotations
+
+from ratioscope.cli._options import Format, Mapping, NonFinite, Paths, UnsafePickle
 
 
-def info() -> None:
-    """Not available yet."""
-    raise UsageError("this command is not available yet")
+def info(
+    paths: Paths,
+    format: Format = "auto",
+    mapping: Mapping = None,
+    nonfinite: NonFinite = "mask",
+    unsafe_pickle: UnsafePickle = False,
+) -> None:
+    """Show layout, keys, shapes, dtypes, padding, token counts and feedable sections.
+
+    Example: ratioscope info sample_data/verl/step_0002.pt
+    """
+    from ratioscope.cli._common import stdout_console
+    from ratioscope.cli._options import load_options
+    from ratioscope.inspect import inspect_paths
+    from ratioscope.render.terminal import show_info
+
+    options = load_options(format, mapping, nonfinite, unsafe_pickle)
+    show_info(inspect_paths(paths, options), stdout_console())

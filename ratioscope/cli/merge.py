@@ -1,8 +1,36 @@
-"""Placeholder until the command lands."""
+"""``ratioscope merge``: combine analyze reports of shards into the report of the whole."""
 
-from ratioscope.errors import UsageError
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Reports = Annotated[list[Path], typer.Argument(help="Analyze report JSON files of one run.")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="Merged report JSON to write.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the merged tables.")]
 
 
-def merge() -> None:
-    """Not available yet."""
-    raise UsageError("this command is not available yet")
+def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
+    """Merge shard reports (files, steps, ranks) exactly from their stored sums.
+
+    Counts, means and variances merge exactly; quantiles come from the shared fixed
+    histograms (relative error <= 1.2 %). Reports made with different parameters or
+    schema versions are refused.
+
+    Example: ratioscope merge shard_*.json --out run.json
+    """
+    from ratioscope.analysis import merge_reports
+    from ratioscope.cli._common import check_output_paths, stderr_console, stdout_console
+    from ratioscope.render.terminal import show_report, show_warnings
+    from ratioscope.report_io import read_json_report
+
+    check_output_paths(list(reports), [out])
+    documents = [read_json_report(path) for path in reports]
+    merged = merge_reports(documents, names=[str(path) for path in reports])
+    merged.write_json(out)
+    if not quiet:
+        document = merged.to_dict()
+        show_report(document, stdout_console())
+        show_warnings(document, stderr_console())

@@ -87,7 +87,11 @@ def load_file(path: str | Path, options: LoadOptions | None = None) -> TokenBatc
     """Read one dump file into a validated :class:`TokenBatch`."""
     options = options or LoadOptions()
     path = Path(path)
-    raw = read_raw(path, unsafe_pickle=options.unsafe_pickle)
+    return batch_from_raw(path, read_raw(path, unsafe_pickle=options.unsafe_pickle), options)
+
+
+def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch:
+    """Map raw columns to canonical names (profile, ``--map``) and validate them."""
     profile = (
         detect_profile(raw.columns) if options.format == "auto" else get_profile(options.format)
     )
@@ -103,6 +107,8 @@ def load_file(path: str | Path, options: LoadOptions | None = None) -> TokenBatc
         key_map=key_map,
         ignored_keys=ignored,
         nonfinite=options.nonfinite,
+        expected_names={c: names[0] for c, names in profile.keys.items()},
+        file_keys=list(raw.columns),
     )
     batch.warnings[:0] = [f"{path}: {note}" for note in raw.notes if "ignored" not in note]
     return batch

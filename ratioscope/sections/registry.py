@@ -10,3 +10,19 @@ def section_classes() -> list[type[Accumulator]]:
     from ratioscope.sections.ratios import RatiosAccumulator
 
     return [RatiosAccumulator, MismatchAccumulator]
+
+
+#: (section, what it computes, canonical tensors it needs) — for ``ratioscope info``
+FEATURES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("ratios", "ratio distributions, token states, Kalman filter", ()),
+    ("ratios", "clip fraction and surrogate loss", ("advantages",)),
+    ("mismatch", "policy: current vs behaviour", ()),
+    ("mismatch", "rollout: trainer vs inference engine", ("rollout_log_probs", "old_log_probs")),
+    ("covariance", "CW-GRPO covariance kernel weights", ("log_probs", "advantages")),
+    ("future_policy", "FPA exact, from logits", ("logits", "ref_logits", "token_ids")),
+    ("future_policy", "FPA approximation, from log-probs", ("log_probs", "ref_log_probs")),
+    ("future_policy", "split by correctness", ("correct",)),
+    ("tepo", "sequence likelihood weights", ()),
+    ("tepo", "KL-mask quadrants", ("advantages", "entropy", "old_entropy")),
+    ("trust_region", "QUATRO per-query duals", ("rewards", "group")),
+)

@@ -1,0 +1,161 @@
+"""Option declarations shared by the commands that read dumps (analyze, sweep, plot, info).
+
+Declared once so that every command spells, documents and parses them the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ratioscope.cli._common import parse_floats, parse_mapping
+
+DUMP_HELP = "Dump files (.pt .pth .safetensors .npz .parquet .jsonl), directories or globs."
+
+Paths = Annotated[list[str], typer.Argument(help=DUMP_HELP, show_default=False)]
+Format = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        "-f",
+        help="Key layout: auto, canonical, verl, trl, prime-rl or slime.",
+        rich_help_panel="Input",
+    ),
+]
+Mapping = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--map",
+        help="Patch one key: canonical=theirs (repeatable), e.g. --map mask=attention_mask.",
+        rich_help_panel="Input",
+    ),
+]
+NonFinite = Annotated[
+    str,
+    typer.Option(
+        "--nonfinite",
+        help="NaN/inf on valid tokens: 'error' (default) or 'mask' them with a warning.",
+        rich_help_panel="Input",
+    ),
+]
+UnsafePickle = Annotated[
+    bool,
+    typer.Option(
+        "--unsafe-pickle",
+        help="Allow .pkl and full pickles. A pickle can run arbitrary code: trusted files only.",
+        rich_help_panel="Input",
+    ),
+]
+Device = Annotated[
+    str,
+    typer.Option("--device", help="auto (CUDA when present), cpu or cuda.", rich_help_panel="Run"),
+]
+JsonOut = Annotated[
+    Path | None,
+    typer.Option("--json", help="Write the report as JSON (atomically).", rich_help_panel="Output"),
+]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar on stderr.", rich_help_panel="Run")
+]
+
+_A = "Analysis"
+Clip = Annotated[
+    str, typer.Option("--clip", help="Token PPO clip eps_low,eps_high.", rich_help_panel=_A)
+]
+SeqClip = Annotated[
+    str,
+    typer.Option(
+        "--seq-clip",
+        help="Clip eps_low,eps_high for the sequence and Kalman variants (GSPO/KPO).",
+        rich_help_panel=_A,
+    ),
+]
+IsThreshold = Annotated[
+    float,
+    typer.Option("--is-threshold", help="Count ratios outside [1/c, c].", rich_help_panel=_A),
+]
+OnBand = Annotated[
+    str,
+    typer.Option(
+        "--on-band",
+        help="On-policy band eps_low,eps_high around r = 1 (0 = exactly 1).",
+        rich_help_panel=_A,
+    ),
+]
+Window = Annotated[
+    int, typer.Option("--window", help="Window length in tokens (KPO: 50).", rich_help_panel=_A)
+]
+LfrCutoff = Annotated[
+    float,
+    typer.Option(
+        "--lfr-cutoff", help="Low-frequency band as a fraction of Nyquist.", rich_help_panel=_A
+    ),
+]
+Space = Annotated[
+    str,
+    typer.Option("--space", help="Statistics of log r ('log') or r ('ratio').", rich_help_panel=_A),
+]
+KalmanQ = Annotated[float, typer.Option("--kalman-q", help="Process noise Q.", rich_help_panel=_A)]
+KalmanV = Annotated[
+    float, typer.Option("--kalman-v", help="Observation noise V.", rich_help_panel=_A)
+]
+MaskPolicy = Annotated[
+    str,
+    typer.Option(
+        "--mask-policy",
+        help="Masked tokens inside a sequence: 'zero' (observe 0, the authors' code) or 'skip'.",
+        rich_help_panel=_A,
+    ),
+]
+KalmanImpl = Annotated[
+    str,
+    typer.Option(
+        "--kalman-impl",
+        help="'scan' (exact) or 'reference' (the authors' closed form, for comparison).",
+        rich_help_panel=_A,
+    ),
+]
+ChunkElements = Annotated[
+    int,
+    typer.Option(
+        "--chunk-elements",
+        help="Rows x tokens per chunk (bounds memory).",
+        rich_help_panel="Run",
+        min=1,
+    ),
+]
+
+
+def load_options(format: str, mapping: list[str] | None, nonfinite: str, unsafe_pickle: bool):
+    from ratioscope.errors import UsageError
+    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.io.profiles import FORMAT_CHOICES
+
+    if format not in FORMAT_CHOICES:
+        raise UsageError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, got '{format}'")
+    if nonfinite not in ("error", "mask"):
+        raise UsageError(f"--nonfinite must be 'error' or 'mask', got '{nonfinite}'")
+    return LoadOptions(
+        format=format,
+        mapping=parse_mapping(mapping),
+        nonfinite=nonfinite,
+        unsafe_pickle=unsafe_pickle,
+    )
+
+
+def analysis_params(**options: Any):
+    """AnalysisParams from CLI strings: pairs like "0.2,0.28" are parsed here."""
+    from ratioscope.params import AnalysisParams
+
+    pairs = {"clip": "--clip", "seq_clip": "--seq-clip", "on_band": "--on-band"}
+    lists = {"fpa_lambdas": "--fpa-lambda-sweep", "deltas": "--delta-sweep"}
+    values: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in pairs and isinstance(value, str):
+            value = parse_floats(value, pairs[key], count=2)
+        elif key in lists and isinstance(value, str):
+            value = parse_floats(value, lists[key])
+        values[key] = value
+    return AnalysisParams(**values)

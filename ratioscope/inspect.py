@@ -1,0 +1,122 @@
+"""What ``ratioscope info`` reports about a dump: layout, keys, sizes, feedable sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from ratioscope.io.loaders import LoadOptions, batch_from_raw, expand_paths
+from ratioscope.io.readers import read_raw
+from ratioscope.sections.registry import FEATURES
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """One key of the file: its canonical role, shape and dtype."""
+
+    key: str
+    canonical: str | None
+    shape: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Feature:
+    section: str
+    what: str
+    available: bool
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DumpInfo:
+    """Summary of one dump file."""
+
+    path: str
+    file_format: str
+    profile: str
+    keys: list[KeyInfo]
+    padding: str
+    sequences: int
+    tokens: int
+    max_length: int
+    length_min: int
+    length_mean: float
+    length_max: int
+    groups: int | None
+    group_sizes: dict[int, int] | None
+    features: list[Feature]
+    warnings: list[str]
+
+
+def inspect_paths(paths: list[str | Path], options: LoadOptions | None = None) -> list[DumpInfo]:
+    """One :class:`DumpInfo` per file named by ``paths``."""
+    options = options or LoadOptions()
+    return [inspect_file(path, options) for path in expand_paths(paths)]
+
+
+def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
+    raw = read_raw(path, unsafe_pickle=options.unsafe_pickle)
+    batch = batch_from_raw(path, raw, options)
+    theirs_to_canonical = {theirs: canonical for canonical, theirs in batch.key_map.items()}
+    keys = [
+        KeyInfo(
+            key=key,
+            canonical=theirs_to_canonical.get(key),
+            shape=_shape(value, key in raw.ragged),
+            dtype=_dtype(value),
+        )
+        for key, value in raw.columns.items()
+    ]
+    lengths = batch.lengths.double()
+    nonempty = lengths[lengths > 0]
+    groups = group_sizes = None
+    if batch.group is not None:
+        sizes = batch.group.bincount()
+        groups = int(sizes.numel())
+        values, counts = sizes.unique(return_counts=True)
+        group_sizes = dict(zip(values.tolist(), counts.tolist(), strict=True))
+    features = [
+        Feature(section, what, not missing, tuple(missing))
+        for section, what, needs in FEATURES
+        for missing in [[n for n in needs if not batch.has(n)]]
+    ]
+    return DumpInfo(
+        path=str(path),
+        file_format=raw.file_format,
+        profile=batch.profile,
+        keys=keys,
+        padding=batch.padding,
+        sequences=batch.num_sequences,
+        tokens=batch.num_tokens,
+        max_length=batch.max_length,
+        length_min=int(nonempty.min()) if nonempty.numel() else 0,
+        length_mean=float(nonempty.mean()) if nonempty.numel() else 0.0,
+        length_max=int(nonempty.max()) if nonempty.numel() else 0,
+        groups=groups,
+        group_sizes=group_sizes,
+        features=features,
+        warnings=batch.warnings + [f"{path}: {n}" for n in raw.notes if "ignored" in n],
+    )
+
+
+def _shape(value: Any, ragged: bool) -> str:
+    if isinstance(value, Tensor):
+        return "x".join(str(d) for d in value.shape) or "scalar"
+    if ragged:
+        lengths = [len(v) for v in value]
+        return f"{len(lengths)} sequences x {min(lengths)}..{max(lengths)} tokens (ragged)"
+    return f"{len(value)} labels"
+
+
+def _dtype(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return str(value.dtype).replace("torch.", "")
+    if isinstance(value, list) and value and isinstance(value[0], Tensor):
+        return str(value[0].dtype).replace("torch.", "")
+    if isinstance(value, list) and value:
+        return type(value[0]).__name__
+    return "-"

@@ -1,0 +1,239 @@
+"""Rich terminal output for ``info`` and ``analyze``.
+
+Renderers read the report's JSON document (``Report.to_dict()`` or a report file), so
+a merged or re-loaded report prints exactly like a fresh one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ratioscope.inspect import DumpInfo
+
+DASH = "—"
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """Numbers with ``digits`` significant digits; None as a dash."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if value == 0:
+            return "0"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def pct(value: Any) -> str:
+    return DASH if value is None else f"{100 * value:.2f}%"
+
+
+# ----------------------------------------------------------------------------- info
+def show_info(infos: Sequence[DumpInfo], console: Console) -> None:
+    for info in infos:
+        console.rule(f"[bold]{info.path}")
+        console.print(
+            f"file type [bold]{info.file_format}[/], layout [bold]{info.profile}[/], "
+            f"padding [bold]{info.padding}[/] "
+            f"({'shifted to the right at load' if info.padding == 'left' else 'as stored'})"
+        )
+        console.print(
+            f"{fmt(info.sequences)} sequences, {fmt(info.tokens)} valid tokens, "
+            f"valid length min/mean/max {info.length_min}/{info.length_mean:.1f}/"
+            f"{info.length_max} of {info.max_length} positions"
+        )
+        if info.groups is not None:
+            sizes = ", ".join(f"{n} of size {s}" for s, n in sorted(info.group_sizes.items()))
+            console.print(f"{info.groups} groups ({sizes})")
+        else:
+            console.print("no group ids (GRPO groups and QUATRO need 'group')")
+        table = Table(title="keys", title_justify="left", show_edge=False)
+        for column in ("key in file", "canonical", "shape", "dtype"):
+            table.add_column(column)
+        for key in info.keys:
+            canonical = key.canonical or Text("ignored", style="dim")
+            table.add_row(key.key, canonical, key.shape, key.dtype)
+        console.print(table)
+        features = Table(title="what analyze can compute", title_justify="left", show_edge=False)
+        for column in ("section", "quantity", "available"):
+            features.add_column(column)
+        for feature in info.features:
+            status = (
+                Text("yes", style="green")
+                if feature.available
+                else Text(f"no: needs {', '.join(feature.missing)}", style="yellow")
+            )
+            features.add_row(feature.section, feature.what, status)
+        console.print(features)
+        for warning in info.warnings:
+            console.print(Text(f"note: {warning}", style="yellow"))
+
+
+# -------------------------------------------------------------------------- analyze
+def show_report(document: Mapping[str, Any], console: Console) -> None:
+    """Print the analyze report: inputs, the Table 2 layout, mismatch, other sections."""
+    _inputs(document, console)
+    ratios = document.get("ratios")
+    if ratios:
+        _ratio_distributions(ratios, console)
+        _ratio_states(ratios, console)
+    mismatch = document.get("mismatch")
+    if mismatch:
+        _mismatch(mismatch, console)
+    for renderer in _extra_renderers():
+        renderer(document, console)
+
+
+def show_warnings(document: Mapping[str, Any], console: Console) -> None:
+    for warning in document.get("warnings", []):
+        console.print(Text(f"warning: {warning}", style="yellow"))
+
+
+def _extra_renderers():
+    """Section renderers that live in their own modules (objectives, trust region)."""
+    try:
+        from ratioscope.render import sections as extra
+    except ImportError:
+        return []
+    return extra.RENDERERS
+
+
+def _inputs(document: Mapping[str, Any], console: Console) -> None:
+    inputs = document.get("inputs", [])
+    sequences = sum(i["sequences"] for i in inputs)
+    tokens = sum(i["tokens"] for i in inputs)
+    layouts = sorted({i["profile"] for i in inputs})
+    console.print(
+        f"[bold]{len(inputs)}[/] file(s), {fmt(sequences)} sequences, {fmt(tokens)} valid "
+        f"tokens, layout {', '.join(layouts)}"
+    )
+
+
+def _ratio_distributions(ratios: Mapping[str, Any], console: Console) -> None:
+    table = Table(
+        title="importance ratios: log-ratio z over valid tokens, clip fraction, surrogate loss",
+        title_justify="left",
+    )
+    for column in ("variant", "mean z", "std z", "p1", "p50", "p99", "max |z|", "clip band"):
+        table.add_column(column, justify="right" if column != "variant" else "left")
+    table.add_column("clip frac", justify="right")
+    table.add_column("loss tok-mean", justify="right")
+    table.add_column("loss seq-mean", justify="right")
+    for variant, stats in ratios.items():
+        if stats is None:
+            table.add_row(variant, *[DASH] * 10)
+            continue
+        d = stats["distribution"]
+        q = d["quantiles"]
+        surrogate = stats.get("surrogate") or {}
+        clipped = surrogate.get("clipped") or {}
+        band = stats.get("clip_band")
+        table.add_row(
+            variant,
+            fmt(d["mean"]),
+            fmt(d["std"]),
+            fmt(q.get("0.01")),
+            fmt(q.get("0.5")),
+            fmt(q.get("0.99")),
+            fmt(max(abs(d["min"]), abs(d["max"])) if d["min"] is not None else None),
+            f"{fmt(band[0])}, {fmt(band[1])}" if band else DASH,
+            pct(stats.get("clip_fraction")),
+            fmt(clipped.get("token_mean")),
+            fmt(clipped.get("seq_mean_token_mean")),
+        )
+    console.print(table)
+
+
+def _ratio_states(ratios: Mapping[str, Any], console: Console) -> None:
+    if not any(s and s.get("proportion") for s in ratios.values()):
+        return
+    table = Table(
+        title="token states (KPO Table 2): proportions, mean run lengths, switching, LFR, variance",
+        title_justify="left",
+    )
+    columns = (
+        "variant",
+        "up",
+        "down",
+        "on",
+        "run up",
+        "run down",
+        "run on",
+        "switch freq",
+        "LFR",
+        "var global",
+        "var window",
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for variant, stats in ratios.items():
+        if not stats or not stats.get("proportion"):
+            table.add_row(variant, *[DASH] * (len(columns) - 1))
+            continue
+        prop, runs = stats["proportion"], stats.get("run_length_mean") or {}
+        variance = stats.get("variance") or {}
+        table.add_row(
+            variant,
+            pct(prop.get("up")),
+            pct(prop.get("down")),
+            pct(prop.get("on")),
+            fmt(runs.get("up")),
+            fmt(runs.get("down")),
+            fmt(runs.get("on")),
+            fmt(stats.get("switch_frequency")),
+            fmt(stats.get("lfr")),
+            fmt(variance.get("global")),
+            fmt(variance.get("window_local")),
+        )
+    console.print(table)
+
+
+def _mismatch(mismatch: Mapping[str, Any], console: Console) -> None:
+    table = Table(
+        title="off-policy mismatch (before truncation): KL estimators, chi-square, ESS",
+        title_justify="left",
+    )
+    columns = ("pair", "tokens", "k1", "k2", "k3", "chi2 token", "chi2 seq", "ESS", "r outside")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "pair" else "right")
+    labels = {
+        "policy": "policy (current / behaviour)",
+        "rollout": "rollout (trainer / engine)",
+    }
+    for key, label in labels.items():
+        stats = mismatch.get(key)
+        if stats is None:
+            table.add_row(label, *[DASH] * (len(columns) - 1))
+            continue
+        chi2_seq = stats["chi2_seq"]
+        if chi2_seq is None and stats.get("log_chi2_seq_plus_1") is not None:
+            chi2_seq_text = f"exp({fmt(stats['log_chi2_seq_plus_1'])})"
+        else:
+            chi2_seq_text = fmt(chi2_seq)
+        c = stats["is_threshold"]
+        table.add_row(
+            label,
+            fmt(stats["tokens"]),
+            fmt(stats["k1"]),
+            fmt(stats["k2"]),
+            fmt(stats["k3"]),
+            fmt(stats["chi2_token"]),
+            chi2_seq_text,
+            fmt(stats["ess"]),
+            f"{pct(stats['frac_outside'])} of [1/{fmt(c)}, {fmt(c)}]",
+        )
+    console.print(table)

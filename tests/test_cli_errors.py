@@ -1,0 +1,220 @@
+"""Bad input: one clear line naming the file and the problem, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from dumps import make_reference, write_canonical, write_layout
+from typer.testing import CliRunner
+
+from ratioscope.cli import app
+
+runner = CliRunner()
+
+
+def run_analyze(tmp_path: Path, *args: str):
+    """Run analyze with JSON and Parquet outputs; return the result and the outputs."""
+    outputs = [tmp_path / "out" / "report.json", tmp_path / "out" / "seqs.parquet"]
+    outputs[0].parent.mkdir(exist_ok=True)
+    result = runner.invoke(
+        app,
+        ["analyze", *args, "--json", str(outputs[0]), "--parquet", str(outputs[1]), "-q"],
+    )
+    return result, outputs
+
+
+def assert_bad_input(result, outputs, *fragments: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    assert result.stderr.startswith("ratioscope: error: ")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+    for output in outputs:
+        assert not output.exists()
+    leftovers = [p.name for p in outputs[0].parent.iterdir()]
+    assert leftovers == [], leftovers
+
+
+def save(path: Path, **tensors) -> Path:
+    torch.save(tensors, path)
+    return path
+
+
+def test_unknown_file_type(tmp_path):
+    path = tmp_path / "dump.xyz"
+    path.write_text("hello")
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "dump.xyz", "unknown file type '.xyz'")
+
+
+def test_unknown_format_option(tmp_path):
+    path = write_canonical(make_reference(), ".pt", tmp_path)
+    result, outputs = run_analyze(tmp_path, str(path), "--format", "deepspeed")
+    assert_bad_input(result, outputs, "--format must be one of")
+
+
+def test_missing_required_key_lists_the_keys_found(tmp_path):
+    path = save(tmp_path / "d.pt", mask=torch.ones(2, 3), log_probs=torch.zeros(2, 3))
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "d.pt", "missing required key 'old_log_probs'", "log_probs")
+
+
+def test_missing_framework_key_names_it_in_the_framework_layout(tmp_path):
+    ref = make_reference()
+    path = write_layout(ref, "verl", tmp_path)
+    data = torch.load(path, weights_only=True)
+    del data["response_mask"]
+    torch.save(data, path)
+    result, outputs = run_analyze(tmp_path, str(path), "--format", "verl")
+    assert_bad_input(result, outputs, "missing required key 'response_mask'", "uid")
+
+
+def test_shape_mismatch_names_both_keys_and_shapes(tmp_path):
+    path = save(
+        tmp_path / "d.pt",
+        mask=torch.ones(2, 3),
+        log_probs=torch.zeros(2, 3),
+        old_log_probs=torch.zeros(2, 4),
+    )
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "'old_log_probs' has shape [2, 4]", "'mask' has shape [2, 3]")
+
+
+def test_mask_that_is_not_boolean_like(tmp_path):
+    mask = torch.ones(2, 3)
+    mask[1, 2] = 0.5
+    path = save(tmp_path / "d.pt", mask=mask, log_ratio=torch.zeros(2, 3))
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "not boolean-like", "0.5", "(1, 2)")
+
+
+def test_no_valid_token(tmp_path):
+    path = save(tmp_path / "d.pt", mask=torch.zeros(2, 3), log_ratio=torch.zeros(2, 3))
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "d.pt", "no valid token")
+
+
+def test_nonfinite_values_error_with_count_and_first_position(tmp_path):
+    z = torch.zeros(3, 4)
+    z[1, 2] = float("nan")
+    z[2, 0] = float("inf")
+    z[0, 3] = float("nan")  # masked: ignored
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[0, 3] = False
+    path = save(tmp_path / "d.pt", mask=mask, log_ratio=z)
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "'log_ratio' has 2 non-finite value(s)", "(1, 2)")
+
+
+def test_nonfinite_mask_option_masks_and_warns(tmp_path):
+    z = torch.zeros(3, 4)
+    z[1, 2] = float("nan")
+    path = save(tmp_path / "d.pt", mask=torch.ones(3, 4), log_ratio=z)
+    result, outputs = run_analyze(tmp_path, str(path), "--nonfinite", "mask")
+    assert result.exit_code == 0, result.stderr
+    assert "masked 1 token(s)" in result.stderr
+    assert outputs[0].exists()
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors", ".npz", ".parquet"])
+def test_truncated_file(tmp_path, suffix):
+    path = write_canonical(make_reference(), suffix, tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, path.name, "not a readable")
+
+
+def test_malformed_jsonl_line_names_the_line(tmp_path):
+    path = write_canonical(make_reference(), ".jsonl", tmp_path)
+    lines = path.read_text().splitlines()
+    lines[3] = lines[3][:-5]
+    path.write_text("\n".join(lines) + "\n")
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "dump.jsonl", "line 4", "not valid JSON")
+
+
+def test_unreadable_path(tmp_path):
+    result, outputs = run_analyze(tmp_path, str(tmp_path / "missing.pt"))
+    assert_bad_input(result, outputs, "missing.pt", "no such file")
+    result, outputs = run_analyze(tmp_path, str(tmp_path / "nothing*.pt"))
+    assert_bad_input(result, outputs, "matches no file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_permission_denied(tmp_path):
+    path = write_canonical(make_reference(), ".pt", tmp_path)
+    path.chmod(0)
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "permission denied")
+
+
+class _Payload:
+    """A pickle that would create a file when unpickled."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pt_pickle_runs_no_code(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save(
+        {"mask": torch.ones(1, 2), "log_ratio": torch.zeros(1, 2), "x": _Payload(marker)}, path
+    )
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "evil.pt", "--unsafe-pickle")
+    assert not marker.exists()
+
+
+def test_pkl_is_refused_without_unsafe_pickle_and_runs_no_code(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(pickle.dumps({"payload": _Payload(marker)}))
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "evil.pkl", "can run arbitrary code", "--unsafe-pickle")
+    assert not marker.exists()
+    result = runner.invoke(app, ["info", str(path)])
+    assert result.exit_code == 2 and not marker.exists()
+
+
+def test_npz_object_arrays_are_refused(tmp_path):
+    path = tmp_path / "obj.npz"
+    np.savez(
+        path, mask=np.ones((1, 2)), log_ratio=np.zeros((1, 2)), meta=np.array([{}], dtype=object)
+    )
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "obj.npz", "object array")
+
+
+def test_unsafe_pickle_allows_a_trusted_plain_pickle(tmp_path):
+    path = tmp_path / "plain.pkl"
+    path.write_bytes(pickle.dumps({"mask": np.ones((2, 3)), "log_ratio": np.zeros((2, 3))}))
+    result, _ = run_analyze(tmp_path, str(path), "--unsafe-pickle")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_refuses_to_write_over_an_input(tmp_path):
+    path = write_canonical(make_reference(), ".pt", tmp_path)
+    before = path.read_bytes()
+    result = runner.invoke(app, ["analyze", str(path), "--json", str(path), "-q"])
+    assert result.exit_code == 2
+    assert "refusing to overwrite the input" in result.stderr
+    assert path.read_bytes() == before
+
+
+def test_debug_environment_variable_shows_the_traceback(tmp_path):
+    result = runner.invoke(
+        app, ["analyze", str(tmp_path / "missing.pt")], env={"RATIOSCOPE_DEBUG": "1"}
+    )
+    assert result.exit_code != 0
+    assert result.exception is not None

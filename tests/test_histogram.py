@@ -1,0 +1,76 @@
+"""Fixed-bin quantiles stay within the stated error bound; histograms merge exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratioscope.functional import histogram as bins
+from ratioscope.stats import Histogram, Moments
+
+
+def bound(exact: float) -> float:
+    return bins.RELATIVE_ERROR * abs(exact) + 10.0**bins.MIN_EXP
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 100_000),
+    n=st.integers(1, 400),
+    scale=st.sampled_from([1e-6, 1e-3, 0.1, 10.0]),
+    zeros=st.floats(0, 0.5),
+)
+def test_quantiles_within_the_stated_bound(seed, n, scale, zeros):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_t(3, size=n) * scale
+    x[rng.random(n) < zeros] = 0.0
+    histogram = Histogram()
+    histogram.add(torch.tensor(x))
+    for q in (0.0, 0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 1.0):
+        exact = float(np.quantile(x, q, method="inverted_cdf"))
+        assert abs(histogram.quantile(q) - exact) <= bound(exact), (q, exact)
+
+
+def test_bins_are_ordered_and_zero_is_exact():
+    x = torch.tensor([-1e5, -3.0, -1e-12, 0.0, 1e-12, 2e-9, 5.0, 1e6])
+    index = bins.bin_index(x)
+    assert index.tolist() == sorted(index.tolist())
+    assert int(index[3]) == bins.CENTER
+    assert int(index[0]) == 0 and int(index[-1]) == bins.NUM_BINS - 1
+    for value, i in zip(x.tolist(), index.tolist(), strict=True):
+        low, high = bins.bin_bounds(i)
+        if value != 0:
+            assert low <= value <= high or (value < 0 and low <= value < high)
+
+
+def test_histogram_state_round_trip_and_merge_equal_the_whole():
+    rng = np.random.default_rng(1)
+    parts = [torch.tensor(rng.normal(0, 1, size=s)) for s in (5, 50, 500)]
+    whole = Histogram.with_sums()
+    whole.add(torch.cat(parts))
+    merged = Histogram.with_sums()
+    for part in parts:
+        piece = Histogram.with_sums()
+        piece.add(part)
+        merged.merge(Histogram.from_state(piece.state()))
+    assert torch.equal(whole.counts, merged.counts)
+    assert torch.allclose(whole.sums, merged.sums, rtol=1e-12, atol=1e-12)
+    assert whole.moments.count == merged.moments.count
+    assert whole.moments.mean == pytest.approx(merged.moments.mean, rel=1e-12)
+    assert whole.moments.variance == pytest.approx(merged.moments.variance, rel=1e-12)
+
+
+def test_moments_match_numpy_population_variance():
+    rng = np.random.default_rng(2)
+    x = rng.normal(3, 2, size=1000)
+    moments = Moments()
+    for chunk in np.array_split(x, 7):
+        part = Moments()
+        part.add(torch.tensor(chunk))
+        moments.merge(part)
+    assert moments.mean == pytest.approx(x.mean(), rel=1e-12)
+    assert moments.variance == pytest.approx(x.var(), rel=1e-10)
+    assert moments.minimum == x.min() and moments.maximum == x.max()

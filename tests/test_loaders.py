@@ -1,0 +1,138 @@
+"""Loaders: every framework layout and file type gives the same canonical tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from dumps import LAYOUTS, SUFFIXES, make_reference, write_canonical, write_layout
+
+import ratioscope
+from ratioscope.errors import DumpKeyError, UnknownFormatError
+from ratioscope.io.loaders import expand_paths
+
+
+def _valid(tensor: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+    """Values at valid positions, row by row (layouts may pad to different widths)."""
+    array = tensor.double().numpy()
+    return np.concatenate([array[i, : int(mask[i].sum())] for i in range(mask.shape[0])])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_framework_layouts_load_to_the_same_canonical_tensors(tmp_path, layout):
+    ref = make_reference(seed=1)
+    batch = ratioscope.load(write_layout(ref, layout, tmp_path))
+    assert batch.profile == layout
+    lengths = ref.mask.sum(1)
+    assert batch.lengths.tolist() == lengths.tolist()
+    # the slime fixture stores the behaviour log-probs as its rollout engine's (io/profiles.py)
+    expected_z = ref.z
+    np.testing.assert_allclose(
+        _valid(batch.log_ratio, ref.mask), _valid(torch.tensor(expected_z), ref.mask), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        _valid(batch.advantages, ref.mask),
+        _valid(torch.tensor(ref.advantages), ref.mask),
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(batch.rewards.numpy(), ref.rewards)
+    assert batch.correct.tolist() == (ref.rewards > 0).tolist()
+    # masked positions never carry the fixture's garbage
+    assert float(batch.log_ratio[~batch.mask].abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("layout", ["verl", "prime-rl"])
+def test_group_labels_map_to_ids_in_order_of_first_appearance(tmp_path, layout):
+    ref = make_reference(seed=2, rows=8, group_size=4)
+    ref.group = ["b", "b", "a", "a", "b", "c", "c", "a"]
+    batch = ratioscope.load(write_layout(ref, layout, tmp_path))
+    assert batch.group.tolist() == [0, 0, 1, 1, 0, 2, 2, 1]
+    assert batch.group_labels == ["b", "a", "c"]
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_file_types_with_canonical_keys(tmp_path, suffix):
+    ref = make_reference(seed=3)
+    batch = ratioscope.load(write_canonical(ref, suffix, tmp_path))
+    assert batch.profile == "canonical"
+    assert batch.num_tokens == int(ref.mask.sum())
+    expected = ref.log_probs.astype(np.float32).astype(np.float64) - ref.old_log_probs.astype(
+        np.float32
+    ).astype(np.float64)
+    np.testing.assert_allclose(
+        _valid(batch.log_ratio, ref.mask), _valid(torch.tensor(expected), ref.mask), atol=1e-6
+    )
+    np.testing.assert_allclose(batch.rewards.numpy(), ref.rewards)
+
+
+def test_prime_rl_prompt_tokens_are_dropped_so_position_zero_is_the_first_trained(tmp_path):
+    ref = make_reference(seed=4)
+    batch = ratioscope.load(write_layout(ref, "prime-rl", tmp_path))
+    assert batch.padding == "left"
+    assert bool(batch.mask[:, 0].all())
+    np.testing.assert_array_equal(
+        _valid(batch.token_ids, ref.mask), _valid(torch.tensor(ref.token_ids), ref.mask)
+    )
+
+
+def test_left_padded_rows_are_shifted_to_the_right():
+    mask = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    z = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 10
+    batch = ratioscope.TokenBatch.from_tensors({"mask": mask, "log_ratio": z})
+    assert batch.padding == "left"
+    expected_mask = [[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+    assert batch.mask.int().tolist() == expected_mask
+    expected = [[0.2, 0.3, 0, 0], [0.5, 0.6, 0.7, 0], [0.8, 0.9, 1.0, 1.1]]
+    np.testing.assert_allclose(batch.log_ratio.numpy(), expected, atol=1e-7)
+
+
+def test_sequence_advantages_are_broadcast_and_log_ratio_derived():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    lp = torch.tensor([[-1.0, -2.0, 9.0], [-0.5, -0.5, -0.5]])
+    old = torch.tensor([[-1.5, -2.0, 9.0], [-0.5, -1.0, -0.25]])
+    batch = ratioscope.TokenBatch.from_tensors(
+        {"mask": mask, "log_probs": lp, "old_log_probs": old, "advantages": torch.tensor([2.0, -1])}
+    )
+    assert batch.advantages.tolist() == [[2.0, 2.0, 0.0], [-1.0, -1.0, -1.0]]
+    np.testing.assert_allclose(batch.log_ratio.numpy(), [[0.5, 0.0, 0.0], [0.0, 0.5, -0.25]])
+
+
+def test_map_patches_a_single_key_and_format_forces_a_profile(tmp_path):
+    ref = make_reference(seed=5)
+    torch.save(
+        {
+            "attention_mask": torch.tensor(ref.mask),
+            "old_log_probs": torch.tensor(ref.old_log_probs),
+            "log_probs": torch.tensor(ref.log_probs),
+        },
+        tmp_path / "custom.pt",
+    )
+    with pytest.raises(DumpKeyError, match=r"'mask'.*keys found: attention_mask"):
+        ratioscope.load(tmp_path / "custom.pt")
+    batch = ratioscope.load(tmp_path / "custom.pt", mapping={"mask": "attention_mask"})
+    assert batch.num_tokens == int(ref.mask.sum())
+    with pytest.raises(DumpKeyError, match="response_mask"):
+        ratioscope.load(tmp_path / "custom.pt", format="verl")
+    with pytest.raises(UnknownFormatError, match="unknown --format"):
+        ratioscope.load(tmp_path / "custom.pt", format="deepspeed")
+
+
+def test_a_directory_is_read_in_natural_order_and_concatenated(tmp_path):
+    for step in (10, 2, 1):
+        write_layout(make_reference(seed=step, rows=4), "verl", tmp_path, f"step_{step}")
+    files = expand_paths([tmp_path])
+    assert [f.name for f in files] == ["step_1.pt", "step_2.pt", "step_10.pt"]
+    batch = ratioscope.load(tmp_path)
+    assert batch.num_sequences == 12
+    # groups of different files stay distinct
+    assert batch.group.unique().numel() == 3
+    globbed = expand_paths([str(tmp_path / "step_1*.pt")])
+    assert [f.name for f in globbed] == ["step_1.pt", "step_10.pt"]
+
+
+def test_nonfinite_mask_policy_masks_the_token_and_warns():
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    z = torch.tensor([[0.1, float("nan"), 0.2], [0.0, 0.0, float("inf")]])
+    batch = ratioscope.TokenBatch.from_tensors({"mask": mask, "log_ratio": z}, nonfinite="mask")
+    assert batch.mask.tolist() == [[True, False, True], [True, True, False]]
+    assert any("masked 2 token(s)" in w for w in batch.warnings)
