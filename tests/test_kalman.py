@@ -120,13 +120,14 @@ def test_long_sequence_float32_matches_loop():
 
 
 @pytest.mark.parametrize("chunk", [2, 3, 7, 64, 256, 5000])
-def test_chunk_size_does_not_change_the_result(chunk):
+@pytest.mark.parametrize("q", [1e-2, 100.0])  # 100: products within a chunk reach 1e-500
+def test_chunk_size_does_not_change_the_result(chunk, q):
     gen = torch.Generator().manual_seed(5)
     z = torch.randn(3, 777, generator=gen, dtype=torch.float64)
     mask = ragged_mask(3, 777, gen)
-    expected = kalman_filter_loop(z, mask, 1e-2, 1.0)
+    expected = kalman_filter_loop(z, mask, q, 1.0)
     torch.testing.assert_close(
-        kalman_filter(z, mask, 1e-2, 1.0, chunk=chunk), expected, atol=1e-12, rtol=0
+        kalman_filter(z, mask, q, 1.0, chunk=chunk), expected, atol=1e-12, rtol=0
     )
 
 

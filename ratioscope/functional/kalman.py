@@ -135,18 +135,17 @@ def kalman_gains(T: int, q: float, v: float, p0: float = 0.0) -> Tensor:
 def _transfer_matrices(cum_log_keep: Tensor, gains: Tensor, dtype) -> Tensor:
     """[n, C, C] lower-triangular maps M[j, t, s] = K_s prod_{s < u <= t} (1 - K_u).
 
-    ``cum_log_keep`` [n, C] holds within-chunk cumulative sums of log(1 - K), so the
-    products are differences of cumulative logs (never ratios of tiny numbers).
+    ``cum_log_keep`` [n, C] holds within-chunk cumulative sums of log(1 - K). The products
+    are exp(cum_t) * (K_s / exp(cum_s)), one outer product, while exp(-cum) stays far
+    from float64 overflow; otherwise (huge gains with long chunks) exp(cum_t - cum_s)
+    is formed entry by entry.
     """
-    import torch
 
-    size = cum_log_keep.shape[-1]
+    if float(cum_log_keep.min()) > -600.0:
+        outer = cum_log_keep.exp().unsqueeze(-1) * (gains * (-cum_log_keep).exp()).unsqueeze(-2)
+        return outer.tril_().to(dtype)
     diff = cum_log_keep.unsqueeze(-1) - cum_log_keep.unsqueeze(-2)
-    lower = torch.ones(size, size, dtype=torch.bool, device=diff.device).tril()
-    decay = torch.where(
-        lower, diff.clamp(max=0.0).exp(), torch.zeros((), dtype=diff.dtype, device=diff.device)
-    )
-    return (decay * gains.unsqueeze(-2)).to(dtype)
+    return (diff.clamp(max=0.0).exp() * gains.unsqueeze(-2)).tril_().to(dtype)
 
 
 def _dense_recurrence(u: Tensor, gains: Tensor, log_keep: Tensor, x0: Tensor | float) -> Tensor:
