@@ -17,6 +17,7 @@ B*T*V, half-precision or memory-mapped input upcast per chunk to float32).
 from __future__ import annotations
 
 import math
+import mmap
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,16 +63,69 @@ def _chunk_rows(chunk_tokens: int | None, vocab: int) -> int:
     return int(chunk_tokens)
 
 
-def _flat_logits(
+class _Rows:
+    """Row-chunk reader over [..., V] logits seen as [N, V].
+
+    For a read-only numpy memory map (``np.load(..., mmap_mode="r")``), the pages of rows
+    already read are handed back to the kernel (``madvise(MADV_DONTNEED)``; the data stays
+    in the page cache), so the process's resident memory stays bounded by the chunk size
+    whatever the file size, instead of growing with every page touched.
+    """
+
+    def __init__(self, array: Tensor | np.ndarray, name: str) -> None:
+        tensor = _as_tensor(array, name)
+        self.shape = tuple(tensor.shape)
+        self.vocab = int(tensor.shape[-1]) if tensor.ndim else 0
+        self.flat = tensor.reshape(-1, max(self.vocab, 1))
+        self._map, self._origin, self._row_bytes, self._released = None, 0, 0, 0
+        if isinstance(array, np.ndarray) and array.flags.c_contiguous:
+            self._find_map(array)
+
+    def _find_map(self, array: np.ndarray) -> None:
+        holder = array
+        while holder is not None and not isinstance(holder, np.memmap):
+            holder = getattr(holder, "base", None)
+        mapped = getattr(holder, "_mmap", None)
+        if mapped is None or getattr(holder, "mode", None) != "r":
+            return
+        try:
+            map_address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
+        except (TypeError, ValueError):
+            return
+        self._map = mapped
+        self._origin = array.ctypes.data - map_address
+        self._row_bytes = self.vocab * array.itemsize
+        self._released = self._origin - self._origin % mmap.PAGESIZE
+
+    def read_into(self, buffer: Tensor, start: int, stop: int) -> Tensor:
+        """Copy rows [start, stop) into ``buffer[: stop - start]`` (upcast, moved); return it."""
+        chunk = buffer[: stop - start]
+        chunk.copy_(self.flat[start:stop])
+        if self._map is not None:
+            self._release_before(self._origin + stop * self._row_bytes)
+        return chunk
+
+    def _release_before(self, byte: int) -> None:
+        end = byte - byte % mmap.PAGESIZE
+        if end <= self._released:
+            return
+        try:
+            self._map.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+        except (AttributeError, OSError, ValueError):
+            self._map = None  # not supported here: just keep the pages
+            return
+        self._released = end
+
+
+def _logit_rows(
     logits: Tensor | np.ndarray, token_ids: Tensor, name: str
-) -> tuple[Tensor, int, tuple[int, ...]]:
-    logits = _as_tensor(logits, name)
-    if logits.ndim != token_ids.ndim + 1 or tuple(logits.shape[:-1]) != tuple(token_ids.shape):
+) -> tuple[_Rows, int, tuple[int, ...]]:
+    rows = _Rows(logits, name)
+    if len(rows.shape) != token_ids.ndim + 1 or rows.shape[:-1] != tuple(token_ids.shape):
         raise ShapeMismatchError(
-            None, name, logits.shape, "token_ids", token_ids.shape, "token_ids shape + [V]"
+            None, name, rows.shape, "token_ids", token_ids.shape, "token_ids shape + [V]"
         )
-    vocab = int(logits.shape[-1])
-    return logits.reshape(-1, vocab), vocab, tuple(token_ids.shape)
+    return rows, rows.vocab, tuple(token_ids.shape)
 
 
 def _prepare_ids(token_ids: Tensor, mask: Tensor | None, vocab: int) -> tuple[Tensor, Tensor]:
@@ -93,13 +147,27 @@ def _prepare_ids(token_ids: Tensor, mask: Tensor | None, vocab: int) -> tuple[Te
     return torch.where(valid, ids, 0), valid
 
 
-def _chunk(flat: Tensor, start: int, stop: int, device: torch.device) -> Tensor:
-    # copy=True: the buffer is modified in place and must never alias the caller's logits
-    return flat[start:stop].to(device=device, dtype=torch.float32, copy=True)
-
-
 def _resolve_device(device: str | torch.device | None, logits: Tensor) -> torch.device:
     return logits.device if device is None else torch.device(device)
+
+
+def _buffers(count: int, rows: int, vocab: int, device: torch.device) -> list[Tensor]:
+    """Working [rows, V] float32 buffers, allocated once and reused for every chunk, so
+    memory stays flat (no allocator churn) however many chunks there are."""
+    return [torch.empty((rows, vocab), dtype=torch.float32, device=device) for _ in range(count)]
+
+
+def _logsumexp_(values: Tensor) -> Tensor:
+    """Row-wise log-sum-exp that uses ``values`` as scratch space (it is overwritten)."""
+    top = values.amax(dim=1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    return top.squeeze(1) + torch.log(values.sub_(top).exp_().sum(dim=1))
+
+
+def _pick_log_softmax_(values: Tensor, index: Tensor) -> Tensor:
+    """``log_softmax(values)[index]`` per row; ``values`` is overwritten."""
+    picked = values.gather(1, index.unsqueeze(1)).squeeze(1)
+    return picked - _logsumexp_(values)
 
 
 def future_log_probs_sweep(
@@ -133,30 +201,32 @@ def future_log_probs_sweep(
     """
     lams = _check_lambdas(lams)
     token_ids = _as_tensor(token_ids, "token_ids")
-    flat, vocab, shape = _flat_logits(logits, token_ids, "logits")
-    ref_flat, _, _ = _flat_logits(ref_logits, token_ids, "ref_logits")
-    if ref_flat.shape[-1] != vocab:
+    source, vocab, shape = _logit_rows(logits, token_ids, "logits")
+    ref_source, _, _ = _logit_rows(ref_logits, token_ids, "ref_logits")
+    if ref_source.vocab != vocab:
         raise ShapeMismatchError(None, "ref_logits", ref_logits.shape, "logits", logits.shape)
     ids, valid = _prepare_ids(token_ids, mask, vocab)
-    target = _resolve_device(device, flat)
+    target = _resolve_device(device, source.flat)
     ids, valid = ids.to(target), valid.to(target)
-    rows = _chunk_rows(chunk_tokens, vocab)
+    rows = min(_chunk_rows(chunk_tokens, vocab), max(ids.numel(), 1))
     out = torch.zeros((len(lams), ids.numel()), dtype=torch.float32, device=target)
+    current_buffer, direction_buffer, work_buffer = _buffers(3, rows, vocab, target)
     for start in range(0, ids.numel(), rows):
         stop = min(start + rows, ids.numel())
-        current = _chunk(flat, start, stop, target)
-        reference = _chunk(ref_flat, start, stop, target)
-        index = ids[start:stop].unsqueeze(1)
+        current = source.read_into(current_buffer, start, stop)
         # (1 + lam) h - lam h_ref = h + lam (h - h_ref): one buffer for the direction
-        reference.neg_().add_(current)
+        direction = ref_source.read_into(direction_buffer, start, stop).neg_().add_(current)
         # a token impossible under pi_theta stays impossible (h = h_ref = -inf gives NaN)
         impossible = torch.isneginf(current) if bool(torch.isinf(current).any()) else None
+        work = work_buffer[: stop - start]
         for j, lam in enumerate(lams):
-            combined = torch.add(current, reference, alpha=lam)
+            if lam == 0.0:
+                work.copy_(current)
+            else:
+                torch.add(current, direction, alpha=lam, out=work)
             if impossible is not None:
-                combined.masked_fill_(impossible, -math.inf)
-            picked = combined.gather(1, index).squeeze(1)
-            out[j, start:stop] = picked - torch.logsumexp(combined, dim=1)
+                work.masked_fill_(impossible, -math.inf)
+            out[j, start:stop] = _pick_log_softmax_(work, ids[start:stop])
     out = torch.where(valid, out, 0.0)
     return out.reshape((len(lams), *shape))
 
@@ -204,17 +274,17 @@ def policy_log_probs_from_logits(
     0.75
     """
     token_ids = _as_tensor(token_ids, "token_ids")
-    flat, vocab, shape = _flat_logits(logits, token_ids, "logits")
+    source, vocab, shape = _logit_rows(logits, token_ids, "logits")
     ids, valid = _prepare_ids(token_ids, mask, vocab)
-    target = _resolve_device(device, flat)
+    target = _resolve_device(device, source.flat)
     ids, valid = ids.to(target), valid.to(target)
-    rows = _chunk_rows(chunk_tokens, vocab)
+    rows = min(_chunk_rows(chunk_tokens, vocab), max(ids.numel(), 1))
     out = torch.zeros(ids.numel(), dtype=torch.float32, device=target)
+    (buffer,) = _buffers(1, rows, vocab, target)
     for start in range(0, ids.numel(), rows):
         stop = min(start + rows, ids.numel())
-        current = _chunk(flat, start, stop, target)
-        picked = current.gather(1, ids[start:stop].unsqueeze(1)).squeeze(1)
-        out[start:stop] = picked - torch.logsumexp(current, dim=1)
+        current = source.read_into(buffer, start, stop)
+        out[start:stop] = _pick_log_softmax_(current, ids[start:stop])
     return torch.where(valid, out, 0.0).reshape(shape)
 
 
@@ -241,21 +311,29 @@ def future_log_normaliser(
     True
     """
     (lam,) = _check_lambdas((lam,))
-    logits = _as_tensor(logits, "logits")
-    ref_logits = _as_tensor(ref_logits, "ref_logits")
-    if logits.shape != ref_logits.shape:
-        raise ShapeMismatchError(None, "ref_logits", ref_logits.shape, "logits", logits.shape)
-    vocab = int(logits.shape[-1])
-    flat, ref_flat = logits.reshape(-1, vocab), ref_logits.reshape(-1, vocab)
-    target = _resolve_device(device, flat)
-    rows = _chunk_rows(chunk_tokens, vocab)
-    out = torch.zeros(flat.shape[0], dtype=torch.float32, device=target)
-    for start in range(0, flat.shape[0], rows):
-        stop = min(start + rows, flat.shape[0])
-        log_pi = torch.log_softmax(_chunk(flat, start, stop, target), dim=1)
-        log_ref = torch.log_softmax(_chunk(ref_flat, start, stop, target), dim=1)
-        out[start:stop] = torch.logsumexp((1.0 + lam) * log_pi - lam * log_ref, dim=1)
-    return out.reshape(logits.shape[:-1])
+    source, ref_source = _Rows(logits, "logits"), _Rows(ref_logits, "ref_logits")
+    if source.shape != ref_source.shape:
+        raise ShapeMismatchError(None, "ref_logits", ref_source.shape, "logits", source.shape)
+    target = _resolve_device(device, source.flat)
+    n = source.flat.shape[0]
+    rows = min(_chunk_rows(chunk_tokens, source.vocab), max(n, 1))
+    out = torch.zeros(n, dtype=torch.float32, device=target)
+    current_buffer, reference_buffer, work_buffer = _buffers(3, rows, source.vocab, target)
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        current = source.read_into(current_buffer, start, stop)
+        reference = ref_source.read_into(reference_buffer, start, stop)
+        work = work_buffer[: stop - start]
+        log_norm_current = _logsumexp_(work.copy_(current))
+        log_norm_reference = _logsumexp_(work.copy_(reference))
+        # log Z = LSE((1+lam) h - lam h_ref) - (1+lam) LSE(h) + lam LSE(h_ref)
+        torch.mul(current, 1.0 + lam, out=work)
+        if lam != 0.0:
+            work.sub_(reference, alpha=lam).masked_fill_(torch.isneginf(current), -math.inf)
+        out[start:stop] = (
+            _logsumexp_(work) - (1.0 + lam) * log_norm_current + lam * log_norm_reference
+        )
+    return out.reshape(source.shape[:-1])
 
 
 def future_log_probs_approx(log_probs: Tensor, ref_log_probs: Tensor, lam: float) -> Tensor:
