@@ -33,7 +33,9 @@ from ratioscope.io.samples import MethodSamples, ProblemSamples, SampleFile, Sam
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 
 NO_DATASET = "(none)"
-"""``by_dataset`` key of problems without a dataset when other problems have one."""
+"""``by_dataset`` key of problems without a dataset when other problems have one.
+
+Datasets are listed in sorted order, then this key."""
 
 DIVERSITY_METRICS: tuple[str, ...] = ("tfidf_cosine", "rouge_l", "jaccard", "edit_similarity")
 
@@ -259,12 +261,17 @@ def resolve_ks(sample_set: SampleSet, ks: Sequence[int] | None) -> list[int]:
         for problem in method.problems:
             if problem.n < largest:
                 counts = [p.n for m in sample_set.methods.values() for p in m.problems]
+                spread = (
+                    f"every problem has {min(counts)} samples"
+                    if min(counts) == max(counts)
+                    else f"problems have between {min(counts)} and {max(counts)} samples"
+                )
                 raise SampleError(
                     problem.source[0],
                     f"line {problem.source[1]}: problem {problem.problem_id!r} of method "
                     f"'{method.method}' has {problem.n} samples, fewer than k={largest}, so "
-                    f"Pass@{largest} is undefined there; problems have between {min(counts)} "
-                    f"and {max(counts)} samples, so use --k values up to {min(counts)}",
+                    f"Pass@{largest} is undefined there; {spread}, so use --k values up to "
+                    f"{min(counts)}",
                 )
     return resolved
 
@@ -448,7 +455,8 @@ def _method_result(
     datasets = [p.dataset for p in problems]
     by_dataset = None
     if any(d is not None for d in datasets):
-        names = list(dict.fromkeys(NO_DATASET if d is None else d for d in datasets))
+        names = sorted({d for d in datasets if d is not None})
+        names += [NO_DATASET] if None in datasets else []
         by_dataset = {}
         for name in names:
             rows = np.array(

@@ -176,7 +176,7 @@ def test_flip_rate_and_datasets(tmp_path):
         assert buckets["easy"]["flip_at_k"][str(k)] == pytest.approx(float(easy))
     # datasets: problems 1, 3 are "easy", 0, 2 "hard" in the fixture
     by_dataset = report["by_method"]["trained"]["by_dataset"]
-    assert list(by_dataset) == ["hard", "easy"]
+    assert list(by_dataset) == ["easy", "hard"]  # sorted by name
     assert by_dataset["easy"]["pass_at_k"]["1"] == pytest.approx((0 / 8 + 8 / 8) / 2)
     assert by_dataset["hard"]["problems"] == 2
 

@@ -16,23 +16,26 @@ SAMPLES_ARGUMENT = typer.Argument(
     ..., help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line)."
 )
 K_OPTION = typer.Option(
-    None, "--k", help="Comma-separated budgets, e.g. 1,8,64 [default: powers of two up to n]."
+    None, "--k", help="Comma-separated budgets, e.g. 1,8,64 (default: powers of two up to n)."
 )
 JSON_OPTION = typer.Option(None, "--json", help="Write the report JSON here (atomically).")
 BASE_OPTION = typer.Option(
     None, "--base", help="Base method: adds the flip rate of every other method against it."
 )
 PROBLEM_FIELD = typer.Option(
-    None, "--problem-field", help="Problem id field [default: problem_id, else idx]."
+    None, "--problem-field", help="Problem id field (default: problem_id, else idx)."
 )
 RESPONSE_FIELD = typer.Option(
-    None, "--response-field", help="Response field [default: response, else code]."
+    None, "--response-field", help="Response field (default: response, else code)."
 )
 CORRECT_FIELD = typer.Option(
-    None, "--correct-field", help="Correctness field [default: correct, else score]."
+    None, "--correct-field", help="Correctness field (default: correct, else score)."
 )
 METHOD_FIELD = typer.Option(
     "method", "--method-field", help="Method field; without it a file's stem names its method."
+)
+DATASET_FIELD = typer.Option(
+    "dataset", "--dataset-field", help="Field that groups problems into datasets (by_dataset)."
 )
 
 
@@ -42,11 +45,12 @@ def load(
     response_field: str | None,
     correct_field: str | None,
     method_field: str,
+    dataset_field: str = "dataset",
 ):
     """Read sample files with the field names given on the command line."""
     from ratioscope.io.samples import SampleFields, load_samples
 
-    fields = SampleFields(problem_field, response_field, correct_field, method_field)
+    fields = SampleFields(problem_field, response_field, correct_field, method_field, dataset_field)
     return load_samples(paths, fields)
 
 
@@ -59,6 +63,7 @@ def eval_passk(
     response_field: str | None = RESPONSE_FIELD,
     correct_field: str | None = CORRECT_FIELD,
     method_field: str = METHOD_FIELD,
+    dataset_field: str = DATASET_FIELD,
     quiet: bool = QUIET_OPTION,
 ) -> None:
     """Pass@k (unbiased), avg@k and Pass@1 ± SE per method, side by side.
@@ -78,7 +83,8 @@ def eval_passk(
 
     check_output_paths(samples, [json_out])
     ks = parse_ints(k, "--k") if k else None
-    sample_set = load(samples, problem_field, response_field, correct_field, method_field)
+    fields = (problem_field, response_field, correct_field, method_field, dataset_field)
+    sample_set = load(samples, *fields)
     with progress_bar(not quiet) as progress:
         report = evaluate_passk(sample_set, ks, base_method=base, progress=progress)
     show_eval(report, stdout_console())

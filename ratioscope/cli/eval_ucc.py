@@ -10,6 +10,7 @@ from ratioscope.cli._common import QUIET_OPTION
 from ratioscope.cli.eval_passk import (
     BASE_OPTION,
     CORRECT_FIELD,
+    DATASET_FIELD,
     JSON_OPTION,
     K_OPTION,
     METHOD_FIELD,
@@ -44,6 +45,7 @@ def eval_ucc(
     response_field: str | None = RESPONSE_FIELD,
     correct_field: str | None = CORRECT_FIELD,
     method_field: str = METHOD_FIELD,
+    dataset_field: str = DATASET_FIELD,
     quiet: bool = QUIET_OPTION,
 ) -> None:
     """UCC@k (distinct correct solutions among k samples), Pass@k and diversity.
@@ -67,7 +69,8 @@ def eval_ucc(
         raise UsageError(f"--per-problem writes Parquet; name it *.parquet, not {per_problem}")
     check_clustering_options(threshold, linkage, max_pairs)
     ks = parse_ints(k, "--k") if k else None
-    sample_set = load(samples, problem_field, response_field, correct_field, method_field)
+    fields = (problem_field, response_field, correct_field, method_field, dataset_field)
+    sample_set = load(samples, *fields)
     with progress_bar(not quiet) as progress:
         report = evaluate_ucc(
             sample_set,

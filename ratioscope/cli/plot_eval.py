@@ -90,7 +90,9 @@ def similarity(
     samples: list[Path] = typer.Argument(..., help="Samples JSONL file(s)."),
     problem: str = typer.Option(..., "--problem", help="Problem id to draw."),
     out: Path = OUT_OPTION,
-    method: str | None = typer.Option(None, "--method", help="Only this method [default: all]."),
+    method: str | None = typer.Option(
+        None, "--method", help="Only this method (default: every method)."
+    ),
     threshold: float = THRESHOLD_OPTION,
     linkage: str = LINKAGE_OPTION,
     problem_field: str | None = PROBLEM_FIELD,

@@ -89,6 +89,7 @@ def passk_table(report: EvalReport):
         ["dataset", "method"] if with_datasets else ["method"],
         caption="avg = mean accuracy (avg@k); Pass@1 ± SE over sample positions (FPA App. B.3)",
     )
+    table.add_column("problems", justify="right")
     for k in ks:
         table.add_column(f"k={k}", justify="right")
     table.add_column("avg", justify="right")
@@ -101,7 +102,8 @@ def passk_table(report: EvalReport):
             se = block.pass1_se
             se_text = "-" if se is None else f"{100 * se.mean:.2f} ± {100 * se.se:.2f}"
             cells = [_cell(100 * block.pass_at_k[k], _pct(best[k]), ".2f") for k in ks]
-            table.add_row(*lead, *cells, _cell(100 * block.avg, _pct(best_avg), ".2f"), se_text)
+            avg = _cell(100 * block.avg, _pct(best_avg), ".2f")
+            table.add_row(*lead, str(block.problems), *cells, avg, se_text)
         if with_datasets:
             table.add_section()
     return table
