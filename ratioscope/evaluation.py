@@ -28,7 +28,12 @@ from ratioscope.functional.clustering import (
     cluster_sizes,
     tfidf_similarity,
 )
-from ratioscope.functional.diversity import DEFAULT_MAX_PAIRS, DEFAULT_SEED, diversity_scores
+from ratioscope.functional.diversity import (
+    DEFAULT_MAX_PAIRS,
+    DEFAULT_SEED,
+    DiversityScores,
+    diversity_scores,
+)
 from ratioscope.io.samples import MethodSamples, ProblemSamples, SampleFile, SampleSet
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 
@@ -378,6 +383,8 @@ def _evaluate(
 ) -> EvalReport:
     from ratioscope.report_io import SCHEMA_VERSION, tool_info
 
+    if params.base_method is not None:
+        _check_base(sample_set, params.base_method)  # before the long part, not after
     warnings: list[str] = []
     total = sum(len(m.problems) for m in sample_set.methods.values())
     done = 0
@@ -432,7 +439,9 @@ def _method_values(
     return values
 
 
-def _cluster_problem(problem: ProblemSamples, options: _ClusterOptions):
+def _cluster_problem(
+    problem: ProblemSamples, options: _ClusterOptions
+) -> tuple[np.ndarray, DiversityScores | None]:
     texts = [r for r, ok in zip(problem.responses, problem.correct.tolist(), strict=True) if ok]
     if not texts:
         return np.zeros(0, dtype=np.int64), None
@@ -545,16 +554,21 @@ def _diversity_summary(values: _MethodValues, rows: np.ndarray) -> DiversitySumm
     )
 
 
-def _flip_report(
-    sample_set: SampleSet, base_name: str, ks: list[int], warnings: list[str]
-) -> FlipReport:
+def _check_base(sample_set: SampleSet, base_name: str) -> MethodSamples:
     base = sample_set.method(base_name)
-    others = [m for name, m in sample_set.methods.items() if name != base_name]
-    if not others:
+    if len(sample_set.methods) < 2:
         raise UsageError(
             f"--base {base_name} needs at least one other method to compare with; "
             f"methods found: {', '.join(sample_set.methods)}"
         )
+    return base
+
+
+def _flip_report(
+    sample_set: SampleSet, base_name: str, ks: list[int], warnings: list[str]
+) -> FlipReport:
+    base = _check_base(sample_set, base_name)
+    others = [m for name, m in sample_set.methods.items() if name != base_name]
     return FlipReport(
         base=base_name,
         by_method={m.method: _flip_rate(base, m, ks, warnings) for m in others},

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.errors import JsonLineError, SampleError, UnreadablePathError
+from ratioscope.errors import JsonLineError, SampleError, UnreadablePathError, UsageError
 
 PROBLEM_CANDIDATES = ("problem_id", "idx")
 RESPONSE_CANDIDATES = ("response", "code")
@@ -100,9 +100,6 @@ class ProblemSamples:
     def c(self) -> int:
         return int(self.correct.sum())
 
-    def where(self) -> str:
-        return f"{self.source[0]}: line {self.source[1]}"
-
 
 @dataclass(frozen=True)
 class MethodSamples:
@@ -131,8 +128,6 @@ class SampleSet:
 
     def method(self, name: str) -> MethodSamples:
         if name not in self.methods:
-            from ratioscope.errors import UsageError
-
             raise UsageError(
                 f"no method '{name}' in the samples; methods found: {', '.join(self.methods)}"
             )
