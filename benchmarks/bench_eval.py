@@ -7,8 +7,9 @@ words replaced, so that TF-IDF clustering finds several clusters per problem. La
 (correct or not) are drawn at random with a per-problem accuracy.
 
 Stages timed: writing is not; load (JSON lines -> SampleSet), TF-IDF + clustering,
-UCC@k, diversity (pair-sampled), and the end-to-end ``evaluate_ucc`` call that the CLI
-makes. Peers measured in the same run:
+UCC@k, diversity (pair-sampled), the end-to-end ``evaluate_ucc`` call that the CLI
+makes, and the ``ratioscope eval-ucc`` command itself in a subprocess. Peers measured
+in the same run:
 - rouge-score's pure-Python ROUGE-L on a sample of pairs vs ratioscope's rapidfuzz LCS;
 - a Python loop with ``math.comb`` for Pass@k over all problems and k vs the vectorised
   product form.
@@ -23,6 +24,8 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -177,6 +180,7 @@ def main() -> None:
     parser.add_argument("--max-pairs", type=int, default=DEFAULT_MAX_PAIRS)
     parser.add_argument("--rouge-pairs", type=int, default=100)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--no-cli", action="store_true", help="skip the CLI subprocess run")
     args = parser.parse_args()
     print(f"cpus: {os.cpu_count()}, load average at start: {os.getloadavg()[0]:.2f}")
     ks = [2**e for e in range(int(math.log2(args.samples)) + 1)]
@@ -199,6 +203,16 @@ def main() -> None:
             lambda: evaluate_ucc(sample_set, ks, max_pairs=args.max_pairs),
             results,
         )
+        if not args.no_cli:
+            command = [
+                sys.executable, "-m", "ratioscope", "eval-ucc", str(path), "-q",
+                "--json", str(Path(directory) / "ucc.json"),
+            ]  # fmt: skip
+            timed(
+                "CLI eval-ucc --json",
+                lambda: subprocess.run(command, check=True, capture_output=True),
+                results,
+            )
 
     method = next(iter(sample_set.methods.values()))
     correct = sum(p.c for p in method.problems)
@@ -209,6 +223,10 @@ def main() -> None:
     total = results["load"] + results["evaluate_ucc (end to end)"]
     verdict = "OK" if total <= 60 else "OVER"
     print(f"{'total (load + evaluate)':<28}{total:>10.2f}   target <= 60 s: {verdict}")
+    if "CLI eval-ucc --json" in results:
+        print(
+            f"CLI (start-up, load, evaluate, tables, JSON): {results['CLI eval-ucc --json']:.2f} s"
+        )
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
     texts = [r for p in method.problems[:20] for r in p.responses[:10]]
