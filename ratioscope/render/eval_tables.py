@@ -202,7 +202,7 @@ def flip_tables(report: EvalReport) -> list:
         table.add_column("0->solved", justify="right")
         for bucket in rate.buckets:
             low, high = bucket.base_fraction
-            span = f"[{low:.4g}, {high:.4g}{']' if high == 1 else ')'}"
+            span = f"[{_fraction(low)}, {_fraction(high)}{']' if high == 1 else ')'}"
             cells = [
                 "-" if bucket.flip_at_k[k] is None else f"{100 * bucket.flip_at_k[k]:.2f}"
                 for k in ks
@@ -212,3 +212,10 @@ def flip_tables(report: EvalReport) -> list:
             )
         tables.append(table)
     return tables
+
+
+def _fraction(value: float) -> str:
+    """1/32 rather than 0.03125: the bucket edges are fractions of the base n."""
+    from fractions import Fraction
+
+    return str(Fraction(value).limit_denominator(1024))
