@@ -8,7 +8,7 @@ by chunk, then, each in a fresh child process so its peak resident memory is its
 * peer        the unchunked ``log_softmax((1 + lam) h - lam h_ref)`` on the same input
   loaded whole (float32), for the size that fits.
 
-It prints time, tokens/s and peak RSS (VmHWM, from wait4) of each, the ratio of the
+It prints time, tokens/s and peak RSS (VmHWM of the child) of each, the ratio of the
 times at the common size, and the agreement of the two results.
 
     python benchmarks/bench_fpa.py                        # 4096 and 32768 tokens, V=32768
@@ -76,27 +76,35 @@ def _child(mode: str, logits: str, ref_logits: str, out: str) -> None:
         result = log_probs.gather(1, ids[0].unsqueeze(1)).squeeze(1)
     seconds = time.perf_counter() - start
     np.save(out, result.numpy())
-    print(json.dumps({"seconds": seconds}))
+    print(json.dumps({"seconds": seconds, "peak_rss_gib": _peak_rss_gib()}))
+
+
+def _peak_rss_gib() -> float:
+    """VmHWM of this process. Read here rather than from wait4's ru_maxrss, which on
+    Linux also counts the parent's resident memory at the time of the fork."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024 / GIB
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _run_child(mode: str, paths: tuple[Path, Path], out: Path) -> dict:
     command = [sys.executable, __file__, "--child", mode, str(paths[0]), str(paths[1]), str(out)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(process.pid, 0)
-    stdout = process.stdout.read() if process.stdout else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{mode} child failed with status {status}")
-    result = json.loads(stdout.strip().splitlines()[-1])
-    result["peak_rss_gib"] = usage.ru_maxrss * 1024 / GIB  # ru_maxrss is in KiB on Linux
-    return result
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"{mode} child failed: {completed.stderr.strip()[-2000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def _baseline_rss() -> float:
-    """Peak RSS of a child that only imports numpy and torch (the fixed cost)."""
-    code = "import numpy, torch, ratioscope.functional.fpa"
-    process = subprocess.Popen([sys.executable, "-c", code])
-    _, _, usage = os.wait4(process.pid, 0)
-    return usage.ru_maxrss * 1024 / GIB
+    """Peak RSS of a child that only imports numpy, torch and ratioscope (the fixed cost)."""
+    code = (
+        "import numpy, torch, ratioscope.functional.fpa; "
+        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return int(completed.stdout.strip()) * 1024 / GIB
 
 
 def main() -> None:

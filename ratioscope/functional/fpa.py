@@ -29,6 +29,8 @@ from torch import Tensor
 from ratioscope.errors import ShapeMismatchError, UsageError
 from ratioscope.functional.surrogate import sequence_means
 
+#: The paper's "reliable rule of thumb" (section 3.3; it used 2 for Qwen3-4B-Base).
+DEFAULT_LAMBDA = 1.0
 #: Extrapolation strengths of the paper's ablation (Fig. 5), lambda = 0 is Off-RL.
 LAMBDA_SWEEP: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)
 #: Fig. 3 (right): how often the sequence weight falls below this value.
@@ -235,7 +237,7 @@ def future_log_probs_exact(
     logits: Tensor | np.ndarray,
     ref_logits: Tensor | np.ndarray,
     token_ids: Tensor,
-    lam: float,
+    lam: float = DEFAULT_LAMBDA,
     mask: Tensor | None = None,
     chunk_tokens: int | None = None,
     device: str | torch.device | None = None,
