@@ -314,3 +314,10 @@ def test_commands_on_sample_data(tmp_path):
     for block in report["by_method"].values():
         assert block["problems"] >= 50 and block["samples_per_problem"]["min"] == 64
         assert block["pass_at_k"]["1"] == pytest.approx(block["avg"], abs=1e-12)
+
+
+def test_progress_is_reported_per_problem():
+    updates = []
+    evaluate_ucc(load_samples(SLICE), max_pairs=0, progress=updates.append)
+    assert [u.completed for u in updates] == list(range(1, 7))
+    assert {(u.task, u.total, u.description) for u in updates} == {("problems", 6, METHOD)}
