@@ -231,3 +231,25 @@ def test_every_command_has_help_with_an_example():
         result = runner.invoke(app, [*command, "--help"])
         assert result.exit_code == 0, command
         assert "Example" in result.stdout, command
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_device_gives_the_cpu_numbers(verl_dump):
+    _, path = verl_dump
+    cpu = ratioscope.analyze(path, device="cpu").to_dict()
+    cuda = ratioscope.analyze(path, device="cuda").to_dict()
+    for document in (cpu, cuda):
+        document.pop("tool")
+        document.pop("state")
+    assert _close(cpu, cuda, rel=1e-5)
+
+
+def test_cuda_request_without_a_device_is_a_clear_error(verl_dump):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    _, path = verl_dump
+    result = runner.invoke(app, ["analyze", str(path), "--device", "cuda", "-q"])
+    assert result.exit_code == 2
+    assert "no CUDA device is available" in result.stderr
