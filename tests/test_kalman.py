@@ -131,6 +131,29 @@ def test_chunk_size_does_not_change_the_result(chunk, q):
     )
 
 
+@pytest.mark.parametrize("q", [10.0, 1e3])  # gains near 1: per-chunk transfer matrices
+def test_large_gains_float32(q):
+    gen = torch.Generator().manual_seed(6)
+    z = torch.randn(5, 300, generator=gen)
+    mask = ragged_mask(5, 300, gen)
+    for policy in ("zero", "skip"):
+        got = kalman_filter(z, mask, q, 1.0, mask_policy=policy)
+        expected = kalman_filter_loop(z, mask, q, 1.0, mask_policy=policy)
+        assert (got.double() - expected).abs().max().item() <= ATOL
+
+
+def test_inputs_are_not_modified():
+    gen = torch.Generator().manual_seed(8)
+    for dtype in (torch.float32, torch.float64):
+        z = torch.randn(3, 130, generator=gen, dtype=dtype)
+        mask = ragged_mask(3, 130, gen)
+        z_before, mask_before = z.clone(), mask.clone()
+        for policy in ("zero", "skip"):
+            kalman_filter(z, mask, 1e-2, mask_policy=policy)
+            kalman_filter(z, None, 1e-2, mask_policy=policy)
+        assert torch.equal(z, z_before) and torch.equal(mask, mask_before)
+
+
 def test_zero_policy_treats_masked_token_as_zero_observation():
     gen = torch.Generator().manual_seed(2)
     z = torch.randn(4, 300, generator=gen, dtype=torch.float64)

@@ -9,11 +9,12 @@ with Var(eta) = Q and Var(eps) = V. One step of the filter is
 The gains K_t do not depend on the data, so rho is a first-order linear recurrence whose
 coefficients are shared by every row of a batch. :func:`kalman_filter` evaluates it as a
 chunked scan: inside a chunk of C tokens the recurrence is one data-independent
-lower-triangular [C, C] matrix applied to all rows by a single batched matmul, and the
-chunk-to-chunk carries form the same kind of recurrence one level up (solved recursively,
-in float64). Gains and transition products are computed in float64 from the exact
-per-step factors 1 - K_t = V / (P_pred + V), so nothing underflows or is clamped; the
-error against a float64 per-token loop is a few float32 roundings of |rho|.
+lower-triangular [C, C] map applied to all rows at once (rescaled so that the map is a
+plain cumulative sum), and the chunk-to-chunk carries form the same kind of recurrence
+one level up (solved recursively, in float64). Gains and transition products are computed
+in float64 from the exact per-step factors 1 - K_t = V / (P_pred + V), so nothing
+underflows or is clamped; the error against a float64 per-token loop is a few float32
+roundings of |rho|.
 
 :func:`kalman_filter_closed_form` reproduces the global cumulative-product form of the
 authors' public code (DESIGN 3.1), which is exact in exact arithmetic but silently wrong
@@ -35,8 +36,13 @@ if TYPE_CHECKING:
 MaskPolicy = Literal["zero", "skip"]
 
 #: Tokens per chunk of the scan. Tuned on a 2-core CPU (benchmarks/bench_kalman.py): the
-#: matmul costs ~C flops per token, so smaller is cheaper until the GEMMs get too thin.
+#: in-chunk work is a pass over the data whatever C is; C sets the size of the (float64)
+#: chunk-carry problem, T / C per row, and of the per-chunk matrices of the Q >> V path.
 DEFAULT_CHUNK = 32
+
+# How far (in log) a chunk's running product (1 - K) may fall before K / E risks overflow
+# or denormals in the shared-matrix path: e^80 ~ 5e34 < float32 max 3e38.
+_SHARED_PATH_LOG_LIMIT = {"float32": 80.0, "float64": 600.0}
 
 _CLOSED_FORM_GAIN_CLAMP = 1e-6
 _CLOSED_FORM_LOG_FLOOR = math.log(1e-30)
@@ -149,7 +155,7 @@ def _transfer_matrices(cum_log_keep: Tensor, gains: Tensor, dtype) -> Tensor:
 
 
 def _dense_recurrence(u: Tensor, gains: Tensor, log_keep: Tensor, x0: Tensor | float) -> Tensor:
-    """x_t = (1 - K_t) x_{t-1} + K_t u_t for a short axis, as one matmul; x_{-1} = x0."""
+    """x_t = (1 - K_t) x_{t-1} + K_t u_t along a short last axis, as one matmul; x_{-1} = x0."""
     cum = log_keep.cumsum(0)
     matrix = _transfer_matrices(cum.unsqueeze(0), gains.unsqueeze(0), u.dtype)[0]
     out = u @ matrix.T
@@ -166,9 +172,14 @@ def _chunked_recurrence(
 ) -> Tensor:
     """Solve x_t = exp(log_keep_t) x_{t-1} + gains_t u_t along the last axis of u [R, N].
 
-    Full chunks are mapped by one batched matmul; the chunk-end values then obey the same
-    recurrence over chunks (gain 1, transition = the chunk's product), solved recursively
-    in float64, and each chunk gets its incoming carry times its running product.
+    ``u`` is scratch: it may be overwritten. Within a chunk, with E_t the running product
+    of (1 - K) since the chunk start, x_t = E_t (carry + sum_{s <= t} (K_s / E_s) u_s):
+    the inner sums are a cumulative sum within each chunk (the all-ones lower-triangular
+    [C, C] map, shared by every chunk and row), done in place, row-major. This needs
+    K / E to stay well inside the float range (always so unless the gains are near 1,
+    i.e. Q >> V); otherwise each chunk gets its own exact transfer matrix (one batched
+    matmul). The chunk-end values obey the same recurrence over chunks (gain 1,
+    transition = the chunk's product), solved recursively in float64.
     """
     import torch
 
@@ -178,26 +189,35 @@ def _chunked_recurrence(
         return _dense_recurrence(u, gains, log_keep, x0)
     main = n_chunks * chunk
     cum = log_keep[:main].view(n_chunks, chunk).cumsum(1)
-    matrices = _transfer_matrices(cum, gains[:main].view(n_chunks, chunk), u.dtype)
-    # [n, R, C] view of the row-major input: BLAS reads it in place with row stride N.
-    local = torch.bmm(
-        u[:, :main].view(rows, n_chunks, chunk).transpose(0, 1), matrices.transpose(1, 2)
-    )
-    ends = local[:, :, -1].T.to(torch.float64)
-    ones = torch.ones(n_chunks, dtype=torch.float64, device=u.device)
-    chunk_ends = _chunked_recurrence(ends, ones, cum[:, -1], x0, chunk)
+    body = u[:, :main].view(rows, n_chunks, chunk)
+    limit = _SHARED_PATH_LOG_LIMIT[str(u.dtype).removeprefix("torch.")]
+    if float(cum.min()) > -limit:
+        scale = cum.exp()
+        body.mul_((gains[:main].view(n_chunks, chunk) / scale).to(u.dtype))
+        # A cumsum over the short last axis beats the equivalent triangular GEMM on CPU.
+        local = body.cumsum_(-1) if main == length else body.cumsum(-1)
+        ends = local[:, :, -1].to(torch.float64) * scale[:, -1]
+    else:
+        scale = None
+        matrices = _transfer_matrices(cum, gains[:main].view(n_chunks, chunk), u.dtype)
+        # [n, R, C] view of the row-major input: BLAS reads it in place with row stride N.
+        local = torch.bmm(body.transpose(0, 1), matrices.transpose(1, 2))
+        ends = local[:, :, -1].T.to(torch.float64)
+    ones_n = torch.ones(n_chunks, dtype=torch.float64, device=u.device)
+    chunk_ends = _chunked_recurrence(ends, ones_n, cum[:, -1], x0, chunk)
     if isinstance(x0, float):
         first = torch.full((rows, 1), x0, dtype=torch.float64, device=u.device)
     else:
         first = x0.to(torch.float64).unsqueeze(-1)
-    carries = torch.cat([first, chunk_ends[:, :-1]], dim=1).to(u.dtype)
+    carries = torch.cat([first, chunk_ends[:, :-1]], dim=1).to(u.dtype).unsqueeze(-1)
+    if scale is not None and main == length:
+        return local.add_(carries).mul_(scale.to(u.dtype)).view(rows, length)
     out = torch.empty_like(u)
-    torch.addcmul(
-        local.transpose(0, 1),
-        carries.unsqueeze(-1),
-        cum.exp().to(u.dtype).unsqueeze(0),
-        out=out[:, :main].view(rows, n_chunks, chunk),
-    )
+    target = out[:, :main].view(rows, n_chunks, chunk)
+    if scale is not None:
+        torch.mul(local.add_(carries), scale.to(u.dtype), out=target)
+    else:
+        torch.addcmul(local.transpose(0, 1), carries, cum.exp().to(u.dtype), out=target)
     if main < length:
         out[:, main:] = _dense_recurrence(
             u[:, main:], gains[main:], log_keep[main:], chunk_ends[:, -1]
