@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -176,17 +176,26 @@ def _analyse_file(
     chunks = max(1, -(-batch.num_sequences // rows))
     for index, chunk in enumerate(batch.iter_chunks(rows)):
         report(progress, ProgressUpdate("chunks", index, chunks, Path(batch.source).name))
-        ctx = Context(chunk.to(device), params)
+        ctx = Context(_to_device(chunk, device), params)
         for acc in per_chunk:
             for key, value in acc.update(ctx).items():
                 columns.setdefault(key, []).append(value.detach().cpu())
     report(progress, ProgressUpdate("chunks", chunks, chunks, Path(batch.source).name))
     if per_file:
-        ctx = Context(batch.to(device), params)
+        ctx = Context(_to_device(batch, device), params)
         for acc in per_file:
             for key, value in acc.update(ctx).items():
                 columns.setdefault(key, []).append(value.detach().cpu())
     return columns
+
+
+def _to_device(batch: TokenBatch, device: torch.device) -> TokenBatch:
+    """Move a batch to ``device`` except its [B, T, V] logits, which can be far larger than
+    memory: the sections that use them read them a slice at a time onto the device."""
+    if batch.logits is None and batch.ref_logits is None:
+        return batch.to(device)
+    moved = replace(batch, logits=None, ref_logits=None).to(device)
+    return replace(moved, logits=batch.logits, ref_logits=batch.ref_logits)
 
 
 def _sequence_frame(batch: TokenBatch, columns: dict[str, list[Tensor]]) -> Any:

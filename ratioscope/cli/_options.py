@@ -117,6 +117,42 @@ KalmanImpl = Annotated[
         rich_help_panel=_A,
     ),
 ]
+_O = "Objectives (CW-GRPO, FPA, TEPO, QUATRO)"
+CovScope = Annotated[
+    str,
+    typer.Option(
+        "--cov-scope",
+        help="CW-GRPO means and sigma per 'group', per 'batch' (file), or 'auto' (group if ids).",
+        rich_help_panel=_O,
+    ),
+]
+FpaLambda = Annotated[
+    float,
+    typer.Option("--fpa-lambda", help="FPA extrapolation strength lambda.", rich_help_panel=_O),
+]
+FpaLambdaSweep = Annotated[
+    str,
+    typer.Option(
+        "--fpa-lambda-sweep", help="FPA lambdas to compare (comma-separated).", rich_help_panel=_O
+    ),
+]
+FpaThreshold = Annotated[
+    float,
+    typer.Option(
+        "--fpa-threshold",
+        help="Count FPA sequence weights below this value (FPA Fig. 3).",
+        rich_help_panel=_O,
+    ),
+]
+Delta = Annotated[
+    float, typer.Option("--delta", help="QUATRO trust-region radius delta.", rich_help_panel=_O)
+]
+DeltaSweep = Annotated[
+    str,
+    typer.Option(
+        "--delta-sweep", help="QUATRO radii to compare (comma-separated).", rich_help_panel=_O
+    ),
+]
 ChunkElements = Annotated[
     int,
     typer.Option(

@@ -10,8 +10,14 @@ import typer
 from ratioscope.cli._options import (
     ChunkElements,
     Clip,
+    CovScope,
+    Delta,
+    DeltaSweep,
     Device,
     Format,
+    FpaLambda,
+    FpaLambdaSweep,
+    FpaThreshold,
     IsThreshold,
     JsonOut,
     KalmanImpl,
@@ -58,6 +64,12 @@ def analyze(
     kalman_v: KalmanV = 1.0,
     mask_policy: MaskPolicy = "zero",
     kalman_impl: KalmanImpl = "scan",
+    cov_scope: CovScope = "auto",
+    fpa_lambda: FpaLambda = 1.0,
+    fpa_lambda_sweep: FpaLambdaSweep = "0,0.5,1,2,5,10",
+    fpa_threshold: FpaThreshold = 0.2,
+    delta: Delta = 0.01,
+    delta_sweep: DeltaSweep = "0.1,0.01,0.001",
     chunk_elements: ChunkElements = 1 << 22,
     quiet: Quiet = False,
 ) -> None:
@@ -81,6 +93,8 @@ def analyze(
         clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
         window=window, lfr_cutoff=lfr_cutoff, space=space, kalman_q=kalman_q,
         kalman_v=kalman_v, mask_policy=mask_policy, kalman_impl=kalman_impl,
+        cov_scope=cov_scope, fpa_lambda=fpa_lambda, fpa_lambdas=fpa_lambda_sweep,
+        fpa_threshold=fpa_threshold, delta=delta, deltas=delta_sweep,
     )  # fmt: skip
     with progress_bar(not quiet) as progress:
         report = ratioscope.analyze(

@@ -6,10 +6,21 @@ from ratioscope.sections.base import Accumulator
 
 
 def section_classes() -> list[type[Accumulator]]:
+    from ratioscope.sections.covariance import CovarianceAccumulator
+    from ratioscope.sections.future_policy import FuturePolicyAccumulator
     from ratioscope.sections.mismatch import MismatchAccumulator
     from ratioscope.sections.ratios import RatiosAccumulator
+    from ratioscope.sections.tepo import TepoAccumulator
+    from ratioscope.sections.trust_region import TrustRegionAccumulator
 
-    return [RatiosAccumulator, MismatchAccumulator]
+    return [
+        RatiosAccumulator,
+        MismatchAccumulator,
+        CovarianceAccumulator,
+        FuturePolicyAccumulator,
+        TepoAccumulator,
+        TrustRegionAccumulator,
+    ]
 
 
 #: (section, what it computes, canonical tensors it needs) — for ``ratioscope info``

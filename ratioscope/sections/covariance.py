@@ -1,0 +1,450 @@
+"""The ``covariance`` section: CW-GRPO token covariance and Gaussian-kernel weights (DESIGN 3.4).
+
+Per file (one training batch, so that groups are complete) the exact
+:func:`~ratioscope.functional.covariance.covariance_weights` gives the token covariance
+``c``, the kernel weight ``w`` and its normalised form ``w~``; what is kept across files
+is mergeable: exact counts and sums (advantage mass, tokens below a weight, Clip-Cov and
+KL-Cov counts, linear weight-histogram counts) and fixed log-magnitude histograms with
+per-bin sums (:mod:`ratioscope.functional.histogram`), from which the Table 1
+percentiles, the Fig. 3 cumulative share and the weight quantiles are read. Those
+histogram readings are within 10^(1/200) - 1 (about 1.16 %) relative of the exact
+values over all tokens whenever the magnitudes lie in [1e-9, 1e4).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.batch import TokenBatch
+from ratioscope.functional import histogram as bins
+from ratioscope.functional.covariance import (
+    CLIP_COV_BOUNDS,
+    CLIP_COV_RATIO,
+    KL_COV_RATIO,
+    PERCENTILE_FRACTIONS,
+    advantage_mass_removed,
+    clip_cov_touched,
+    covariance_weights,
+    kl_cov_touched,
+    top_count,
+)
+from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
+from ratioscope.params import AnalysisParams
+from ratioscope.sections.base import Accumulator
+from ratioscope.sections.context import Context
+from ratioscope.sections.ratios import Distribution
+from ratioscope.stats import Counter, Histogram
+
+#: raw kernel weights below these are counted (DESIGN 3.4)
+WEIGHT_THRESHOLDS: tuple[float, ...] = (0.5, 0.1)
+#: linear bins of the raw kernel weight on [0, 1] (exact counts, for the plot)
+WEIGHT_BINS = 50
+#: fractions of tokens whose share of sum |c| the terminal table shows (Fig. 3)
+SHARE_FRACTIONS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 0.1, 0.2, 0.5)
+#: the Fig. 3 curve: ten points a decade from 1e-5 to 1, plus the table's fractions
+CURVE_FRACTIONS: tuple[float, ...] = tuple(
+    sorted({round(10 ** (k / 10), 12) for k in range(-50, 1)} | {0.2, 0.4, 0.5})
+)
+SCOPE_NAMES = ("group", "batch")
+
+
+def distribution_of(histogram: Histogram, quantiles: Sequence[float]) -> Distribution:
+    """A :class:`Distribution` (exact moments, histogram quantiles) of a histogram's values.
+
+    Shared by the objective-side sections.
+    """
+    moments = histogram.moments
+    return Distribution(
+        count=moments.count,
+        mean=moments.mean if moments.count else math.nan,
+        std=moments.std,
+        min=moments.minimum,
+        max=moments.maximum,
+        quantiles=histogram.quantiles(tuple(quantiles)),
+    )
+
+
+@dataclass(frozen=True)
+class KernelWeights:
+    """Raw kernel weights ``w = exp(-c^2 / (2 sigma^2))`` in [0, 1] over valid tokens."""
+
+    distribution: Distribution
+    fraction_below: dict[str, float]
+
+
+@dataclass(frozen=True)
+class WeightHistogram:
+    """Exact counts of the raw kernel weight in equal bins of [0, 1] (last bin closed)."""
+
+    edges: list[float]
+    counts: list[int]
+
+
+@dataclass(frozen=True)
+class AdvantageMassShare:
+    """``removed = 1 - sum w|A| / sum|A|``; ``removed_normalised`` uses ``w~`` instead."""
+
+    removed: float
+    removed_normalised: float
+    total: float
+
+
+@dataclass(frozen=True)
+class PercentileRow:
+    """One row of CW-GRPO Table 1 for one sign of ``c``.
+
+    ``threshold``: the c above which the top ``fraction`` (of the tokens of that sign,
+    ranked by |c|) lies; ``top_mean``: the mean c of that top fraction; ``band_mean``:
+    the mean c of the tokens between the previous fraction and this one.
+    """
+
+    fraction: float
+    threshold: float
+    top_mean: float
+    band_mean: float
+
+
+@dataclass(frozen=True)
+class PercentileTable:
+    """CW-GRPO Table 1: positive and negative covariance separately (c == 0 in neither)."""
+
+    positive: list[PercentileRow]
+    negative: list[PercentileRow]
+    positive_count: int
+    negative_count: int
+
+
+@dataclass(frozen=True)
+class CumulativeShare:
+    """CW-GRPO Fig. 3: share of the total |c| held by the top ``fraction`` of tokens."""
+
+    fraction: list[float]
+    share: list[float]
+
+
+@dataclass(frozen=True)
+class Touched:
+    """Tokens a covariance-based intervention would act on, summed over batches (files)."""
+
+    count: int
+    eligible: int
+    total: int
+    fraction: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class CovarianceSection:
+    """The ``covariance`` report section (keys in docs/metrics-objectives.md)."""
+
+    scope: str
+    scope_files: dict[str, int]
+    scopes: int
+    tokens: int
+    c: Distribution
+    weights: KernelWeights
+    normalised_weights: Distribution
+    weight_histogram: WeightHistogram
+    advantage_mass: AdvantageMassShare
+    percentiles: PercentileTable
+    cumulative_share: dict[str, float]
+    cumulative_curve: CumulativeShare
+    clip_cov: Touched
+    kl_cov: Touched
+    histogram_relative_error: float
+
+
+class CovarianceAccumulator(Accumulator):
+    """CW-GRPO kernel statistics, one file (training batch) at a time."""
+
+    name = "covariance"
+    per_file = True
+    requires = ("log_probs", "advantages")
+
+    def __init__(self, params: AnalysisParams) -> None:
+        super().__init__(params)
+        self.c = Histogram.with_sums()
+        self.weights = Histogram()
+        self.normalised = Histogram()
+        self.below = torch.zeros(len(WEIGHT_THRESHOLDS), dtype=torch.long)
+        self.weight_counts = torch.zeros(WEIGHT_BINS, dtype=torch.long)
+        self.mass = torch.zeros(3, dtype=torch.float64)  # sum|A|, sum w|A|, sum w~|A|
+        self.scope_files = Counter()  # index into SCOPE_NAMES -> files
+        self.scopes = 0
+        self.clip_cov = torch.zeros(3, dtype=torch.long)  # count, eligible, total
+        self.kl_cov = torch.zeros(2, dtype=torch.long)  # count, total
+
+    # ------------------------------------------------------------------ feeding
+    def scope_of(self, batch: TokenBatch) -> str:
+        """The scope of the means and sigma for this file (``--cov-scope``)."""
+        if self.params.cov_scope == "auto":
+            return "group" if batch.group is not None else "batch"
+        return self.params.cov_scope
+
+    def missing(self, batch: TokenBatch) -> list[str]:
+        names = super().missing(batch)
+        if self.params.cov_scope == "group" and batch.group is None:
+            names.append("group")
+        return names
+
+    def update(self, ctx: Context) -> dict[str, Tensor]:
+        batch, mask = ctx.batch, ctx.mask
+        advantages = batch.advantages
+        scope = self.scope_of(batch)
+        group = batch.group if scope == "group" else None
+        c, w, w_norm = covariance_weights(batch.log_probs, advantages, mask, group)
+        self.scope_files.add_tensor(torch.tensor([SCOPE_NAMES.index(scope)]))
+        self.scopes += int(torch.unique(group).numel()) if group is not None else 1
+
+        self.c.add(c[mask])
+        valid_w = w[mask]
+        self.weights.add(valid_w)
+        self.normalised.add(w_norm[mask])
+        for index, threshold in enumerate(WEIGHT_THRESHOLDS):
+            self.below[index] += int((valid_w < threshold).sum())
+        counts = torch.histc(valid_w.double().cpu(), bins=WEIGHT_BINS, min=0.0, max=1.0)
+        self.weight_counts += counts.long()
+
+        mass = advantage_mass_removed(w, w_norm, advantages, mask)
+        if mass.total > 0:
+            kept = (1.0 - mass.removed) * mass.total
+            kept_normalised = (1.0 - mass.removed_normalised) * mass.total
+            self.mass += torch.tensor([mass.total, kept, kept_normalised], dtype=torch.float64)
+
+        self._touched(ctx, c if group is None else None)
+        return {
+            "cov_c_mean": sequence_means(c.double(), mask),
+            "cov_weight_mean": sequence_means(w.double(), mask),
+            "cov_weight_norm_mean": sequence_means(w_norm.double(), mask),
+        }
+
+    def _touched(self, ctx: Context, batch_c: Tensor | None) -> None:
+        """Clip-Cov and KL-Cov counts: both compute c over the whole batch (this file)."""
+        batch, mask = ctx.batch, ctx.mask
+        if batch_c is None:
+            batch_c, _, _ = covariance_weights(batch.log_probs, batch.advantages, mask, None)
+        # Clip-Cov's reference implementation never picks tokens PPO clipping already zeroed
+        clipped = ppo_clip_mask(ctx.z, batch.advantages, mask, self.params.clip)
+        clip = clip_cov_touched(batch_c, mask, CLIP_COV_RATIO, CLIP_COV_BOUNDS, clipped)
+        kl = kl_cov_touched(batch_c, mask, KL_COV_RATIO)
+        self.clip_cov += torch.tensor([clip.count, clip.eligible, clip.total])
+        self.kl_cov += torch.tensor([kl.count, kl.total])
+
+    # ------------------------------------------------------------------ merging
+    def merge(self, other: Accumulator) -> None:
+        assert isinstance(other, CovarianceAccumulator)
+        self.merge_base(other)
+        self.c.merge(other.c)
+        self.weights.merge(other.weights)
+        self.normalised.merge(other.normalised)
+        self.below += other.below
+        self.weight_counts += other.weight_counts
+        self.mass += other.mass
+        self.scope_files.merge(other.scope_files)
+        self.scopes += other.scopes
+        self.clip_cov += other.clip_cov
+        self.kl_cov += other.kl_cov
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **self.base_state(),
+            "c": self.c.state(),
+            "weights": self.weights.state(),
+            "normalised": self.normalised.state(),
+            "below": self.below.tolist(),
+            "weight_counts": self.weight_counts.tolist(),
+            "mass": self.mass.tolist(),
+            "scope_files": self.scope_files.state(),
+            "scopes": self.scopes,
+            "clip_cov": self.clip_cov.tolist(),
+            "kl_cov": self.kl_cov.tolist(),
+        }
+
+    @classmethod
+    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> CovarianceAccumulator:
+        acc = cls(params)
+        acc.restore_base(state)
+        acc.c = Histogram.from_state(state["c"])
+        acc.weights = Histogram.from_state(state["weights"])
+        acc.normalised = Histogram.from_state(state["normalised"])
+        acc.below = torch.tensor(state["below"], dtype=torch.long)
+        acc.weight_counts = torch.tensor(state["weight_counts"], dtype=torch.long)
+        acc.mass = torch.tensor(state["mass"], dtype=torch.float64)
+        acc.scope_files = Counter.from_state(state["scope_files"])
+        acc.scopes = int(state["scopes"])
+        acc.clip_cov = torch.tensor(state["clip_cov"], dtype=torch.long)
+        acc.kl_cov = torch.tensor(state["kl_cov"], dtype=torch.long)
+        return acc
+
+    # ------------------------------------------------------------------- result
+    def result(self) -> CovarianceSection | None:
+        tokens = self.c.count
+        if tokens == 0:
+            return None
+        files = {SCOPE_NAMES[k]: v for k, v in sorted(self.scope_files.counts.items())}
+        scope = next(iter(files)) if len(files) == 1 else "mixed"
+        total, kept, kept_normalised = self.mass.tolist()
+        quantiles = self.params.quantiles
+        curve = cumulative_share(self.c, CURVE_FRACTIONS)
+        kl_count, kl_total = self.kl_cov.tolist()
+        return CovarianceSection(
+            scope=scope,
+            scope_files=files,
+            scopes=self.scopes,
+            tokens=tokens,
+            c=distribution_of(self.c, quantiles),
+            weights=KernelWeights(
+                distribution=distribution_of(self.weights, quantiles),
+                fraction_below={
+                    f"{t:g}": int(n) / tokens
+                    for t, n in zip(WEIGHT_THRESHOLDS, self.below.tolist(), strict=True)
+                },
+            ),
+            normalised_weights=distribution_of(self.normalised, quantiles),
+            weight_histogram=WeightHistogram(
+                edges=[i / WEIGHT_BINS for i in range(WEIGHT_BINS + 1)],
+                counts=self.weight_counts.tolist(),
+            ),
+            advantage_mass=AdvantageMassShare(
+                removed=1.0 - kept / total if total > 0 else math.nan,
+                removed_normalised=1.0 - kept_normalised / total if total > 0 else math.nan,
+                total=total,
+            ),
+            percentiles=percentile_table(self.c, PERCENTILE_FRACTIONS),
+            cumulative_share={
+                f"{x:g}": share
+                for x, share in zip(
+                    SHARE_FRACTIONS, cumulative_share(self.c, SHARE_FRACTIONS), strict=True
+                )
+            },
+            cumulative_curve=CumulativeShare(fraction=list(CURVE_FRACTIONS), share=curve),
+            clip_cov=_touched_result(self.clip_cov.tolist(), CLIP_COV_RATIO),
+            kl_cov=_touched_result([kl_count, kl_total, kl_total], KL_COV_RATIO),
+            histogram_relative_error=bins.RELATIVE_ERROR,
+        )
+
+    def warnings(self) -> list[str]:
+        if not self.skipped:
+            return []
+        needs = "'log_probs' and 'advantages'"
+        if self.params.cov_scope == "group":
+            needs += ", and 'group' for --cov-scope group"
+        where = self._where()
+        if self.fed == 0:
+            return [f"covariance: not computed; CW-GRPO needs {needs}, missing in {where}"]
+        return [f"covariance: computed without {where}, which lack {needs}"]
+
+
+def _touched_result(values: list[int], ratio: float) -> Touched:
+    count, eligible, total = values
+    return Touched(count, eligible, total, count / total if total else math.nan, ratio)
+
+
+# ------------------------------------------------------------- histogram readings
+def _descending(histogram: Histogram, sign: int) -> tuple[Tensor, Tensor]:
+    """Counts and magnitude sums of one sign's bins, largest magnitude first.
+
+    sign 1: c > 0; -1: c < 0; 0: |c| (both signs folded, then the exact zeros).
+    """
+    counts = histogram.counts.double()
+    sums = histogram.sums if histogram.sums is not None else torch.zeros_like(counts)
+    centre = bins.CENTER
+    positive = (counts[centre + 1 :], sums[centre + 1 :])  # ascending magnitude
+    negative = (counts[:centre].flip(0), -sums[:centre].flip(0))
+    if sign > 0:
+        ascending = positive
+    elif sign < 0:
+        ascending = negative
+    else:
+        zero = counts[centre : centre + 1]
+        ascending = (
+            torch.cat([zero, positive[0] + negative[0]]),
+            torch.cat([torch.zeros(1, dtype=torch.float64), positive[1] + negative[1]]),
+        )
+    return ascending[0].flip(0), ascending[1].flip(0)
+
+
+def _top_sum(counts: Tensor, sums: Tensor, k: int) -> float:
+    """Sum of the k largest magnitudes: whole bins exactly, the last bin at its bin mean."""
+    cumulative = torch.cumsum(counts, 0)
+    index = int(torch.searchsorted(cumulative, torch.tensor([float(k)], dtype=torch.float64)))
+    index = min(index, counts.numel() - 1)
+    before = float(cumulative[index - 1]) if index > 0 else 0.0
+    before_sum = float(sums[:index].sum())
+    inside = float(counts[index])
+    return before_sum + ((k - before) * float(sums[index]) / inside if inside else 0.0)
+
+
+def _threshold(histogram: Histogram, sign: int, k: int, n: int) -> float:
+    """The k-th largest magnitude of one sign, with its sign (inside its bin)."""
+    counts = histogram.counts.clone()
+    moments = histogram.moments
+    if sign > 0:
+        counts[: bins.CENTER + 1] = 0
+        return bins.quantile_from_counts(counts, (n - k + 0.5) / n, None, moments.maximum)
+    counts[bins.CENTER :] = 0
+    return bins.quantile_from_counts(counts, (k - 0.5) / n, moments.minimum, None)
+
+
+def _sign_rows(histogram: Histogram, sign: int, fractions: Sequence[float]) -> list[PercentileRow]:
+    counts, sums = _descending(histogram, sign)
+    n = int(counts.sum())
+    rows, previous, previous_sum = [], 0, 0.0
+    for fraction in fractions:
+        if n == 0:
+            rows.append(PercentileRow(fraction, math.nan, math.nan, math.nan))
+            continue
+        k = top_count(fraction, n)
+        top = _top_sum(counts, sums, k)
+        band = k - previous
+        band_mean = (top - previous_sum) / band if band > 0 else math.nan
+        rows.append(
+            PercentileRow(
+                fraction=fraction,
+                threshold=_threshold(histogram, sign, k, n),
+                top_mean=sign * top / k,
+                band_mean=sign * band_mean,
+            )
+        )
+        if k > previous:
+            previous, previous_sum = k, top
+    return rows
+
+
+def percentile_table(histogram: Histogram, fractions: Sequence[float]) -> PercentileTable:
+    """CW-GRPO Table 1 read from a signed histogram of c with per-bin sums.
+
+    The streaming counterpart of
+    :func:`~ratioscope.functional.covariance.covariance_percentiles`: the same top
+    fractions (``top_count(f, n)`` tokens of largest magnitude among the n of each sign);
+    every value within the histogram's relative error of the exact one.
+    """
+    positive = _sign_rows(histogram, 1, fractions)
+    negative = _sign_rows(histogram, -1, fractions)
+    return PercentileTable(
+        positive=positive,
+        negative=negative,
+        positive_count=int(histogram.counts[bins.CENTER + 1 :].sum()),
+        negative_count=int(histogram.counts[: bins.CENTER].sum()),
+    )
+
+
+def cumulative_share(histogram: Histogram, fractions: Sequence[float]) -> list[float]:
+    """Share of sum |c| held by the top ``top_count(x, N)`` tokens by |c|, per fraction x.
+
+    The streaming counterpart of
+    :func:`~ratioscope.functional.covariance.cumulative_covariance_share` (N counts the
+    tokens with c == 0 too); NaN when every c is 0.
+    """
+    counts, sums = _descending(histogram, 0)
+    n = int(counts.sum())
+    total = float(sums.sum())
+    if n == 0 or total <= 0:
+        return [math.nan for _ in fractions]
+    return [min(1.0, _top_sum(counts, sums, top_count(x, n)) / total) for x in fractions]

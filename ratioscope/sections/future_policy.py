@@ -1,0 +1,468 @@
+"""The ``future_policy`` section: FPA's extrapolated policy and its sequence weights (DESIGN 3.5).
+
+For every lambda of the sweep (plus ``--fpa-lambda`` and 0, the current policy) the
+sequence weight ``pi_hat^(1/|y|) = exp(mean_t log pi_hat_t)`` of every sequence, its
+ratio to the current policy's weight, and how many weights fall below
+``--fpa-threshold``, split by correctness; and ``log pi_theta - log pi_ref`` per sequence
+by correctness (FPA Fig. 2-3).
+
+``method: "exact"`` when the dump has ``logits``, ``ref_logits`` and ``token_ids``:
+``log pi_hat = log_softmax((1 + lam) h_theta - lam h_ref)[y_t]``, the current and the
+reference log-probs read from the same logits. The logits are read one slice of a row
+at a time (about 16M logits), on ``--device``, and the pages of memory-mapped logits
+(safetensors) are handed back to the kernel once read, so resident memory stays bounded
+whatever the size of the dump. Otherwise ``method: "approximation"``: the unnormalised
+``(1 + lam) log pi_theta - lam log pi_ref`` from the dumped log-probs, an upper bound
+on the exact value (by ``log Z >= 0``), labelled as such with a warning.
+
+Rows are independent, so this section is fed chunk by chunk; everything it keeps is
+exact counts and moments, except the quantiles (fixed histograms, about 1.16 %).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import mmap
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.batch import TokenBatch
+from ratioscope.functional.fpa import (
+    count_below,
+    future_log_probs_approx,
+    future_log_probs_sweep,
+    future_to_current_ratio,
+    policy_log_probs_from_logits,
+    sequence_log_ratio,
+    sequence_weights,
+)
+from ratioscope.params import AnalysisParams
+from ratioscope.sections.base import Accumulator
+from ratioscope.sections.context import Context
+from ratioscope.sections.covariance import distribution_of
+from ratioscope.sections.ratios import Distribution
+from ratioscope.stats import Counter, Histogram
+
+EXACT_INPUTS = ("logits", "ref_logits", "token_ids")
+APPROXIMATE_INPUTS = ("log_probs", "ref_log_probs")
+METHODS = ("exact", "approximation")
+CLASSES = ("all", "correct", "incorrect")
+#: logits of one array read per call (16M: 32 MB of bf16), then their pages are released
+SLICE_ELEMENTS = 1 << 24
+
+
+@dataclass(frozen=True)
+class ByCorrectness:
+    """A statistic over all sequences and over correct and incorrect ones (None: no split)."""
+
+    all: Any
+    correct: Any
+    incorrect: Any
+
+
+@dataclass(frozen=True)
+class BelowThreshold:
+    """Sequences whose weight is below ``--fpa-threshold`` (FPA Fig. 3 right)."""
+
+    count: int
+    total: int
+    fraction: float
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One lambda of the sweep: mean weights, mean future/current ratio, counts below."""
+
+    lam: float
+    weight_mean: ByCorrectness
+    ratio_mean: ByCorrectness
+    below_threshold: ByCorrectness
+
+
+@dataclass(frozen=True)
+class FuturePolicySection:
+    """The ``future_policy`` report section (keys in docs/metrics-objectives.md)."""
+
+    method: str
+    method_files: dict[str, int]
+    lam: float
+    threshold: float
+    sequences: int
+    current_weight: ByCorrectness
+    future_weight: ByCorrectness
+    future_to_current: ByCorrectness
+    below_threshold: dict[str, ByCorrectness]
+    log_ratio_ref: dict[str, ByCorrectness]
+    sweep: list[SweepRow]
+
+
+class _ClassHistograms:
+    """One histogram per correctness class, plus counts below the threshold."""
+
+    def __init__(self) -> None:
+        self.histograms = {name: Histogram() for name in CLASSES}
+        self.below = {name: 0 for name in CLASSES}
+        self.totals = {name: 0 for name in CLASSES}
+
+    def add(self, values: Tensor, selections: dict[str, Tensor], threshold: float | None) -> None:
+        finite = torch.isfinite(values)
+        for name, select in selections.items():
+            self.histograms[name].add(values[finite & select])
+            if threshold is not None:
+                below = count_below(values, threshold, select)
+                self.below[name] += below.count
+                self.totals[name] += below.total
+
+    def merge(self, other: _ClassHistograms) -> None:
+        for name in CLASSES:
+            self.histograms[name].merge(other.histograms[name])
+            self.below[name] += other.below[name]
+            self.totals[name] += other.totals[name]
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "histograms": {k: h.state() for k, h in self.histograms.items()},
+            "below": dict(self.below),
+            "totals": dict(self.totals),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _ClassHistograms:
+        restored = cls()
+        restored.histograms = {k: Histogram.from_state(v) for k, v in state["histograms"].items()}
+        restored.below = {k: int(v) for k, v in state["below"].items()}
+        restored.totals = {k: int(v) for k, v in state["totals"].items()}
+        return restored
+
+    def distributions(self, quantiles: tuple[float, ...], split: bool) -> ByCorrectness:
+        def one(name: str) -> Distribution | None:
+            if name != "all" and not split:
+                return None
+            return distribution_of(self.histograms[name], quantiles)
+
+        return ByCorrectness(*(one(name) for name in CLASSES))
+
+    def means(self, split: bool) -> ByCorrectness:
+        def one(name: str) -> float | None:
+            if name != "all" and not split:
+                return None
+            moments = self.histograms[name].moments
+            return moments.mean if moments.count else math.nan
+
+        return ByCorrectness(*(one(name) for name in CLASSES))
+
+    def below_threshold(self, split: bool) -> ByCorrectness:
+        def one(name: str) -> BelowThreshold | None:
+            if name != "all" and not split:
+                return None
+            total = self.totals[name]
+            count = self.below[name]
+            return BelowThreshold(count, total, count / total if total else math.nan)
+
+        return ByCorrectness(*(one(name) for name in CLASSES))
+
+
+class FuturePolicyAccumulator(Accumulator):
+    """FPA weights for the lambda sweep, chunk by chunk."""
+
+    name = "future_policy"
+
+    def __init__(self, params: AnalysisParams) -> None:
+        super().__init__(params)
+        # 0 is the current policy; every lambda of the report is computed in one pass
+        self.lams = tuple(sorted({0.0, float(params.fpa_lambda), *map(float, params.fpa_lambdas)}))
+        self.weights = {lam: _ClassHistograms() for lam in self.lams}
+        self.ratios = {lam: _ClassHistograms() for lam in self.lams}
+        self.log_ratio_sequence = _ClassHistograms()
+        self.log_ratio_token = _ClassHistograms()
+        self.method_files = Counter()  # index into METHODS -> files
+        self.approximated: list[str] = []  # files without the exact inputs, and why
+        self.no_correct: list[str] = []
+        self.split_files = 0
+
+    # ------------------------------------------------------------------ feeding
+    def missing(self, batch: TokenBatch) -> list[str]:
+        if _exact(batch):
+            return []
+        return [name for name in APPROXIMATE_INPUTS if not batch.has(name)]
+
+    def update(self, ctx: Context) -> dict[str, Tensor]:
+        batch, mask = ctx.batch, ctx.mask
+        exact = _exact(batch)
+        first_chunk = batch.row_offset == 0
+        if first_chunk:
+            self.method_files.add_tensor(torch.tensor([0 if exact else 1]))
+            if not exact:
+                lacking = ", ".join(n for n in EXACT_INPUTS if not batch.has(n))
+                self.approximated.append(f"{batch.source} (no {lacking})")
+        if exact:
+            future, reference = exact_log_probs(batch, self.lams, mask.device)
+        else:
+            future = torch.stack(
+                [
+                    future_log_probs_approx(batch.log_probs, batch.ref_log_probs, lam)
+                    for lam in self.lams
+                ]
+            )
+            reference = batch.ref_log_probs
+        current = future[self.lams.index(0.0)]
+
+        selections = {"all": torch.ones(mask.shape[0], dtype=torch.bool, device=mask.device)}
+        if batch.correct is not None:
+            correct = batch.correct.to(mask.device)
+            selections.update(correct=correct, incorrect=~correct)
+            self.split_files += int(first_chunk)
+        elif first_chunk:
+            self.no_correct.append(batch.source)
+
+        threshold = self.params.fpa_threshold
+        columns: dict[str, Tensor] = {}
+        for index, lam in enumerate(self.lams):
+            weights = sequence_weights(future[index], mask)
+            self.weights[lam].add(weights, selections, threshold)
+            self.ratios[lam].add(
+                future_to_current_ratio(future[index], current, mask), selections, None
+            )
+            if lam == 0.0:
+                columns["fpa_weight_current"] = weights
+            if lam == self.params.fpa_lambda:
+                columns["fpa_weight_future"] = weights
+        log_ratio = sequence_log_ratio(current, reference, mask)
+        self.log_ratio_sequence.add(log_ratio, selections, None)
+        per_token = sequence_log_ratio(current, reference, mask, normalise=True)
+        self.log_ratio_token.add(per_token, selections, None)
+        columns["fpa_log_ratio_ref"] = log_ratio
+        return columns
+
+    # ------------------------------------------------------------------ merging
+    def merge(self, other: Accumulator) -> None:
+        assert isinstance(other, FuturePolicyAccumulator)
+        self.merge_base(other)
+        for lam in self.lams:
+            self.weights[lam].merge(other.weights[lam])
+            self.ratios[lam].merge(other.ratios[lam])
+        self.log_ratio_sequence.merge(other.log_ratio_sequence)
+        self.log_ratio_token.merge(other.log_ratio_token)
+        self.method_files.merge(other.method_files)
+        self.approximated.extend(other.approximated)
+        self.no_correct.extend(other.no_correct)
+        self.split_files += other.split_files
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **self.base_state(),
+            "lams": list(self.lams),
+            "weights": [self.weights[lam].state() for lam in self.lams],
+            "ratios": [self.ratios[lam].state() for lam in self.lams],
+            "log_ratio_sequence": self.log_ratio_sequence.state(),
+            "log_ratio_token": self.log_ratio_token.state(),
+            "method_files": self.method_files.state(),
+            "approximated": list(self.approximated),
+            "no_correct": list(self.no_correct),
+            "split_files": self.split_files,
+        }
+
+    @classmethod
+    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> FuturePolicyAccumulator:
+        acc = cls(params)
+        acc.restore_base(state)
+        lams = tuple(float(lam) for lam in state["lams"])
+        acc.lams = lams
+        acc.weights = {
+            lam: _ClassHistograms.from_state(s)
+            for lam, s in zip(lams, state["weights"], strict=True)
+        }
+        acc.ratios = {
+            lam: _ClassHistograms.from_state(s)
+            for lam, s in zip(lams, state["ratios"], strict=True)
+        }
+        acc.log_ratio_sequence = _ClassHistograms.from_state(state["log_ratio_sequence"])
+        acc.log_ratio_token = _ClassHistograms.from_state(state["log_ratio_token"])
+        acc.method_files = Counter.from_state(state["method_files"])
+        acc.approximated = list(state["approximated"])
+        acc.no_correct = list(state["no_correct"])
+        acc.split_files = int(state["split_files"])
+        return acc
+
+    # ------------------------------------------------------------------- result
+    def result(self) -> FuturePolicySection | None:
+        current = self.weights[0.0]
+        sequences = current.histograms["all"].count
+        if self.fed == 0 or sequences == 0:
+            return None
+        files = {METHODS[k]: v for k, v in sorted(self.method_files.counts.items())}
+        method = next(iter(files)) if len(files) == 1 else "mixed"
+        split = self.split_files > 0
+        quantiles = self.params.quantiles
+        lam = float(self.params.fpa_lambda)
+        future = self.weights[lam]
+        return FuturePolicySection(
+            method=method,
+            method_files=files,
+            lam=lam,
+            threshold=float(self.params.fpa_threshold),
+            sequences=sequences,
+            current_weight=current.distributions(quantiles, split),
+            future_weight=future.distributions(quantiles, split),
+            future_to_current=self.ratios[lam].distributions(quantiles, split),
+            below_threshold={
+                "current": current.below_threshold(split),
+                "future": future.below_threshold(split),
+            },
+            log_ratio_ref={
+                "sequence": self.log_ratio_sequence.distributions(quantiles, split),
+                "per_token": self.log_ratio_token.distributions(quantiles, split),
+            },
+            sweep=[
+                SweepRow(
+                    lam=sweep_lam,
+                    weight_mean=self.weights[sweep_lam].means(split),
+                    ratio_mean=self.ratios[sweep_lam].means(split),
+                    below_threshold=self.weights[sweep_lam].below_threshold(split),
+                )
+                for sweep_lam in map(float, self.params.fpa_lambdas)
+            ],
+        )
+
+    def warnings(self) -> list[str]:
+        messages = []
+        if self.skipped:
+            needs = (
+                "'logits', 'ref_logits' and 'token_ids' (exact) or 'log_probs' and "
+                "'ref_log_probs' (approximation)"
+            )
+            where = self._where()
+            if self.fed == 0:
+                messages.append(
+                    f"future_policy: not computed; FPA needs {needs}, missing in {where}"
+                )
+            else:
+                messages.append(f"future_policy: computed without {where}, which lack {needs}")
+        if self.approximated and self.fed:
+            messages.append(
+                "future_policy: method 'approximation' for "
+                f"{_listed(self.approximated)}: log pi_hat is the unnormalised "
+                "(1 + lam) log pi_theta - lam log pi_ref, which over-states the exact value by "
+                "log Z >= 0; dump 'logits', 'ref_logits' and 'token_ids' for exact values"
+            )
+        if self.no_correct and self.fed:
+            what = "not split" if self.split_files == 0 else "split only over the other files"
+            messages.append(
+                "future_policy.*.correct/incorrect: needs 'correct' (or 'rewards'), missing in "
+                f"{_listed(self.no_correct)}; {what}"
+            )
+        return messages
+
+
+def _listed(items: list[str]) -> str:
+    shown = "; ".join(items[:3])
+    return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+
+
+def _exact(batch: TokenBatch) -> bool:
+    return all(batch.has(name) for name in EXACT_INPUTS)
+
+
+# ----------------------------------------------------------------- exact, sliced
+def exact_log_probs(
+    batch: TokenBatch, lams: tuple[float, ...], device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Exact ``log pi_hat_lam(y_t)`` for every lambda and ``log pi_ref(y_t)``, from logits.
+
+    Each row's span up to its last valid token is read in slices of about
+    :data:`SLICE_ELEMENTS` logits (padding after the last valid token is never read),
+    computed on ``device`` and, for memory-mapped logits, its pages released.
+
+    Returns:
+        ``(future [L, B, T] float32, reference [B, T] float32)`` on ``device``, 0 at
+        masked positions.
+    """
+    mask = batch.mask
+    rows, width = mask.shape
+    vocab = int(batch.logits.shape[-1])
+    span = max(1, SLICE_ELEMENTS // max(vocab, 1))
+    future = torch.zeros((len(lams), rows, width), dtype=torch.float32, device=device)
+    reference = torch.zeros((rows, width), dtype=torch.float32, device=device)
+    positions = torch.arange(1, width + 1, device=mask.device)
+    extents = torch.where(mask, positions, 0).amax(dim=1).tolist()
+    pages = _MappedPages(batch.logits, batch.ref_logits)
+    for row, extent in enumerate(extents):
+        for start in range(0, int(extent), span):
+            stop = min(int(extent), start + span)
+            logits = batch.logits[row, start:stop]
+            ref_logits = batch.ref_logits[row, start:stop]
+            ids = batch.token_ids[row, start:stop]
+            valid = mask[row, start:stop]
+            future[:, row, start:stop] = future_log_probs_sweep(
+                logits, ref_logits, ids, lams, valid, device=device
+            )
+            reference[row, start:stop] = policy_log_probs_from_logits(
+                ref_logits, ids, valid, device=device
+            )
+            pages.release(logits, ref_logits)
+    return future, reference
+
+
+class _MappedPages:
+    """Hands the pages of file-mapped logits back to the kernel once they are read.
+
+    A safetensors file is mapped into memory; every page read stays resident in this
+    process (as file-backed memory) until it is unmapped, so reading all the logits of a
+    large dump would grow the resident set to the file's size. ``MADV_PAGEOUT`` drops
+    the pages of a slice that has been read: it never loses data (a clean file page is
+    read again from the file if touched), and it is only applied to tensors that lie in
+    a mapping of a file. Elsewhere (other systems, anonymous memory) it does nothing.
+    """
+
+    def __init__(self, *tensors: Tensor) -> None:
+        self._madvise = _madvise() if sys.platform.startswith("linux") else None
+        self.active = self._madvise is not None and all(_file_mapped(t) for t in tensors)
+
+    def release(self, *views: Tensor) -> None:
+        if not self.active:
+            return
+        for view in views:
+            start = view.data_ptr()
+            stop = start + view.numel() * view.element_size()
+            first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+            last = stop // mmap.PAGESIZE * mmap.PAGESIZE
+            if last > first and self._madvise(first, last - first, _MADV_PAGEOUT) != 0:
+                self.active = False  # not supported by this kernel: keep the pages
+                return
+
+
+_MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21)  # Linux >= 5.4
+
+
+def _madvise() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _file_mapped(tensor: Tensor) -> bool:
+    """True when the tensor's memory lies inside a mapping of a file (/proc/self/maps)."""
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        return False
+    storage = tensor.untyped_storage()
+    start, stop = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                low, high = (int(v, 16) for v in fields[0].split("-"))
+                if low <= start and stop <= high:
+                    return len(fields) == 6 and fields[5].startswith("/")
+    except (OSError, ValueError):
+        return False
+    return False

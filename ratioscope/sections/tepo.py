@@ -1,0 +1,243 @@
+"""The ``tepo`` section: TEPO's sequence-likelihood weights and token KL-mask (DESIGN 3.6).
+
+``w_i = exp(mean_t z_it)`` per sequence (the geometric mean of the token ratios), how
+many tokens its clip band ``--seq-clip`` zeroes, TEPO's policy objective under the
+token-mean and the seq-mean-token-mean aggregations (needs ``advantages``), and the
+shares of valid tokens in the four quadrants of advantage sign x entropy change
+``dH = entropy - old_entropy`` (needs ``advantages``, ``entropy`` and ``old_entropy``);
+each part that lacks an input is null with a warning naming it. Rows are independent,
+so the section is fed chunk by chunk; everything is exact sums and counts except the
+weight quantiles (fixed histograms of log w, about 1.16 % of log w).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.functional.surrogate import sequence_means
+from ratioscope.functional.tepo import (
+    kl_mask,
+    kl_mask_quadrants,
+    sequence_clip_mask,
+    sequence_likelihood_weights,
+    tepo_policy_terms,
+)
+from ratioscope.params import AnalysisParams
+from ratioscope.sections.base import Accumulator
+from ratioscope.sections.context import Context
+from ratioscope.sections.ratios import Distribution
+from ratioscope.stats import Histogram, Moments
+
+QUADRANTS = (
+    "pos_decreasing",
+    "pos_non_decreasing",
+    "neg_increasing",
+    "neg_non_increasing",
+    "zero_advantage",
+)
+
+
+@dataclass(frozen=True)
+class TepoAggregates:
+    """TEPO's loss (minus the Eq. 4 policy objective, KL term left out) aggregated two ways."""
+
+    token_mean: float
+    seq_mean_token_mean: float
+
+
+@dataclass(frozen=True)
+class KLMaskShares:
+    """Valid tokens per (sign A, sign dH) quadrant; ``pos_decreasing`` is TEPO's KL mask."""
+
+    counts: dict[str, int]
+    fractions: dict[str, float]
+    total: int
+
+
+@dataclass(frozen=True)
+class TepoSection:
+    """The ``tepo`` report section (keys in docs/metrics-objectives.md)."""
+
+    sequences: int
+    tokens: int
+    clip_band: tuple[float, float]
+    weight: Distribution
+    outside_band: float
+    clip_fraction: float | None
+    clip_fraction_literal: float | None
+    surrogate: TepoAggregates | None
+    kl_mask: KLMaskShares | None
+
+
+class TepoAccumulator(Accumulator):
+    """TEPO weights, clipping, aggregations and KL-mask quadrants, chunk by chunk."""
+
+    name = "tepo"
+
+    def __init__(self, params: AnalysisParams) -> None:
+        super().__init__(params)
+        self.log_weight = Histogram()  # per sequence log w (quantiles are read here)
+        self.weight = Moments()  # per sequence w (exact mean, std, extremes)
+        self.outside = 0  # sequences with w outside [1 - eps_low, 1 + eps_high]
+        self.tokens = 0
+        self.advantage_tokens = 0
+        self.clipped = 0
+        self.clipped_literal = 0
+        self.sums = torch.zeros(4, dtype=torch.float64)  # token sum, tokens, seq sum, seqs
+        self.quadrants = torch.zeros(len(QUADRANTS) + 1, dtype=torch.long)  # + total
+        self.no_advantages: list[str] = []
+        self.no_entropy: list[str] = []
+
+    def update(self, ctx: Context) -> dict[str, Tensor]:
+        batch, mask, z = ctx.batch, ctx.mask, ctx.z
+        band = self.params.seq_clip
+        weights = sequence_likelihood_weights(z, mask)
+        finite = torch.isfinite(weights)
+        self.log_weight.add(torch.log(weights[finite].double()))
+        self.weight.add(weights[finite])
+        outside = (weights > 1 + band[1]) | (weights < 1 - band[0])
+        self.outside += int((outside & finite).sum())
+        self.tokens += int(mask.sum())
+        columns: dict[str, Tensor] = {}
+        first_chunk = batch.row_offset == 0
+        advantages = batch.advantages
+        if advantages is None:
+            if first_chunk:
+                self.no_advantages.append(batch.source)
+            return columns
+        self.advantage_tokens += int(mask.sum())
+        clipped = sequence_clip_mask(z, advantages, mask, band, form="ppo")
+        self.clipped += int(clipped.sum())
+        self.clipped_literal += int(sequence_clip_mask(z, advantages, mask, band, "literal").sum())
+        columns["tepo_clip_fraction"] = clipped.sum(dim=1) / ctx.lengths.clamp_min(1)
+        terms = tepo_policy_terms(z, advantages, mask, band, form="ppo")
+        means = sequence_means(terms, mask)[mask.any(dim=1)]
+        self.sums += torch.tensor(
+            [float(terms.sum()), int(mask.sum()), float(means.sum()), means.numel()],
+            dtype=torch.float64,
+        )
+        lacking = [name for name in ("entropy", "old_entropy") if not batch.has(name)]
+        if lacking:
+            if first_chunk:
+                self.no_entropy.append(f"{batch.source} (no {', '.join(lacking)})")
+            return columns
+        quadrants = kl_mask_quadrants(advantages, batch.entropy, batch.old_entropy, mask)
+        counts = [getattr(quadrants, name) for name in QUADRANTS] + [quadrants.total]
+        self.quadrants += torch.tensor(counts, dtype=torch.long)
+        in_mask = kl_mask(advantages, batch.entropy, batch.old_entropy, mask)
+        columns["tepo_kl_mask_fraction"] = in_mask.sum(dim=1) / ctx.lengths.clamp_min(1)
+        return columns
+
+    def merge(self, other: Accumulator) -> None:
+        assert isinstance(other, TepoAccumulator)
+        self.merge_base(other)
+        self.log_weight.merge(other.log_weight)
+        self.weight.merge(other.weight)
+        self.outside += other.outside
+        self.tokens += other.tokens
+        self.advantage_tokens += other.advantage_tokens
+        self.clipped += other.clipped
+        self.clipped_literal += other.clipped_literal
+        self.sums += other.sums
+        self.quadrants += other.quadrants
+        self.no_advantages.extend(other.no_advantages)
+        self.no_entropy.extend(other.no_entropy)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **self.base_state(),
+            "log_weight": self.log_weight.state(),
+            "weight": self.weight.state(),
+            "outside": self.outside,
+            "tokens": self.tokens,
+            "advantage_tokens": self.advantage_tokens,
+            "clipped": self.clipped,
+            "clipped_literal": self.clipped_literal,
+            "sums": self.sums.tolist(),
+            "quadrants": self.quadrants.tolist(),
+            "no_advantages": list(self.no_advantages),
+            "no_entropy": list(self.no_entropy),
+        }
+
+    @classmethod
+    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> TepoAccumulator:
+        acc = cls(params)
+        acc.restore_base(state)
+        acc.log_weight = Histogram.from_state(state["log_weight"])
+        acc.weight = Moments.from_state(state["weight"])
+        for key in ("outside", "tokens", "advantage_tokens", "clipped", "clipped_literal"):
+            setattr(acc, key, int(state[key]))
+        acc.sums = torch.tensor(state["sums"], dtype=torch.float64)
+        acc.quadrants = torch.tensor(state["quadrants"], dtype=torch.long)
+        acc.no_advantages = list(state["no_advantages"])
+        acc.no_entropy = list(state["no_entropy"])
+        return acc
+
+    def result(self) -> TepoSection | None:
+        sequences = self.weight.count
+        if sequences == 0:
+            return None
+        quantiles = {
+            key: math.exp(value) if math.isfinite(value) else value
+            for key, value in self.log_weight.quantiles(self.params.quantiles).items()
+        }
+        has_adv = self.advantage_tokens > 0
+        token_sum, tokens, seq_sum, seqs = self.sums.tolist()
+        return TepoSection(
+            sequences=sequences,
+            tokens=self.tokens,
+            clip_band=self.params.seq_clip,
+            weight=Distribution(
+                count=sequences,
+                mean=self.weight.mean,
+                std=self.weight.std,
+                min=self.weight.minimum,
+                max=self.weight.maximum,
+                quantiles=quantiles,
+            ),
+            outside_band=self.outside / sequences,
+            clip_fraction=self.clipped / self.advantage_tokens if has_adv else None,
+            clip_fraction_literal=self.clipped_literal / self.advantage_tokens if has_adv else None,
+            # the report holds losses, -J, as the ratios section does
+            surrogate=TepoAggregates(
+                token_mean=-token_sum / tokens if tokens else math.nan,
+                seq_mean_token_mean=-seq_sum / seqs if seqs else math.nan,
+            )
+            if has_adv
+            else None,
+            kl_mask=self._kl_mask(),
+        )
+
+    def _kl_mask(self) -> KLMaskShares | None:
+        *counts, total = self.quadrants.tolist()
+        if total == 0:
+            return None
+        return KLMaskShares(
+            counts=dict(zip(QUADRANTS, counts, strict=True)),
+            fractions={name: n / total for name, n in zip(QUADRANTS, counts, strict=True)},
+            total=total,
+        )
+
+    def warnings(self) -> list[str]:
+        messages = []
+        if self.no_advantages:
+            messages.append(
+                "tepo.clip_fraction, surrogate and kl_mask: need 'advantages', missing in "
+                f"{_listed(self.no_advantages)}"
+            )
+        if self.no_entropy:
+            messages.append(
+                "tepo.kl_mask: needs 'entropy' and 'old_entropy' (dH = entropy - old_entropy), "
+                f"missing in {_listed(self.no_entropy)}"
+            )
+        return messages
+
+
+def _listed(items: list[str]) -> str:
+    shown = "; ".join(items[:3])
+    return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
