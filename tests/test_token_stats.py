@@ -257,7 +257,8 @@ def test_signal_statistics_vs_reference(seed, space):
     mask[5, :40] = True
     cutoff, window, n_freqs = 0.2, 10, 16
     lfr = low_frequency_ratio(x, mask, cutoff, space)
-    grid, power = periodogram(x, mask, n_freqs, space)
+    grid, power = periodogram(x, mask, n_freqs, space)  # grid on the padded FFT's bins
+    odd_grid, odd_power = periodogram(x, mask, 12, space)  # grid off them: direct DTFT
     gvar = global_variance(x, mask, space)
     lvar = local_variance(x, mask, window, space)
     assert grid.tolist() == pytest.approx([(g + 0.5) / (2 * n_freqs) for g in range(n_freqs)])
@@ -268,6 +269,8 @@ def test_signal_statistics_vs_reference(seed, space):
         assert nan_equal(lfr[i].item(), ref_lfr(values, cutoff), 1e-9)
         expected = ref_periodogram(values, grid.tolist())
         np.testing.assert_allclose(power[i].numpy(), expected, rtol=1e-9, atol=1e-12)
+        expected = ref_periodogram(values, odd_grid.tolist())
+        np.testing.assert_allclose(odd_power[i].numpy(), expected, rtol=1e-9, atol=1e-12)
         assert nan_equal(gvar[i].item(), ref_var(values), 1e-12)
         assert nan_equal(lvar[i].item(), ref_local_var(values, window), 1e-12)
 

@@ -11,6 +11,9 @@ ordered by ``state + 1``, i.e. :data:`STATE_LABELS` = ("down", "on", "up").
 Windows (switch frequency, local variance) are non-overlapping blocks of ``window``
 consecutive valid tokens starting at the first one; the last block may be shorter, and
 a block of a single token is dropped unless it is the whole sequence.
+
+Each public function packs its input (valid tokens to the front) and calls a private
+kernel on the packed rows; :func:`signal_statistics` packs once and shares the work.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ DEFAULT_LFR_CUTOFF = 0.1
 DEFAULT_N_FREQS = 64
 
 
-# --------------------------------------------------------------------------- helpers
+# --------------------------------------------------------------------------- packing
 
 
 def _check_pair(x: Tensor, mask: Tensor | None, name: str) -> Tensor:
@@ -55,61 +58,104 @@ def _check_window(window: int) -> None:
         raise UsageError(f"the window length must be >= 1 token, got {window}")
 
 
-def _compact(x: Tensor, mask: Tensor, fill: float = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """Move each row's valid values to the front, keeping their order.
-
-    Returns (values [B, T] with ``fill`` behind the valid prefix, lengths [B] int64,
-    prefix [B, T] bool = position < length).
-    """
-    import torch
-
-    lengths = mask.sum(1)
-    positions = torch.arange(x.shape[1], device=x.device)
-    prefix = positions.unsqueeze(0) < lengths.unsqueeze(1)
-    filler = torch.full((), fill, dtype=x.dtype, device=x.device)
-    if bool((prefix == mask).all()):  # already right-padded: nothing to move
-        return torch.where(prefix, x, filler), lengths, prefix
-    valid_upto = mask.cumsum(1)
-    target = torch.where(mask, valid_upto - 1, lengths.unsqueeze(1) + positions - valid_upto)
-    values = torch.empty_like(x).scatter_(1, target, torch.where(mask, x, filler))
-    return values, lengths, prefix
-
-
-def _to_space(signal: Tensor, space: Space) -> Tensor:
-    import torch
-
+def _check_space(space: str) -> None:
     if space not in ("log", "ratio"):
         raise UsageError(f"unknown signal space '{space}'; use 'log' or 'ratio'")
-    x = signal.to(torch.float64)
-    return x.exp() if space == "ratio" else x
 
 
-def _windowed(values: Tensor, window: int, fill=0) -> Tensor:
-    """[B, T] -> [B, ceil(T / window), window], padding the tail with ``fill``."""
+def _count(flags: Tensor) -> Tensor:
+    """Row counts of a bool [B, T] tensor as int64 (summing bytes: ~10x a bool sum)."""
+    import torch
+
+    return flags.view(torch.uint8).sum(1, dtype=torch.int32).long()
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """Rows with their valid tokens moved to the front, in order.
+
+    values: [B, T], zero behind each row's prefix; lengths: [B] int64;
+    prefix: [B, T] bool, position < length.
+    """
+
+    values: Tensor
+    lengths: Tensor
+    prefix: Tensor
+
+
+def _pack(x: Tensor, mask: Tensor) -> _Packed:
+    import torch
+
+    lengths = _count(mask)
+    positions = torch.arange(x.shape[1], device=x.device)
+    prefix = positions.unsqueeze(0) < lengths.unsqueeze(1)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    if bool((prefix == mask).all()):  # already right-padded: nothing to move
+        return _Packed(torch.where(prefix, x, zero), lengths, prefix)
+    valid_upto = mask.cumsum(1)
+    # A permutation: valid tokens keep their order at the front, masked ones go behind.
+    target = torch.where(mask, valid_upto - 1, lengths.unsqueeze(1) + positions - valid_upto)
+    values = torch.empty_like(x).scatter_(1, target, torch.where(mask, x, zero))
+    return _Packed(values, lengths, prefix)
+
+
+def _window_sums(values: Tensor, window: int, skip_first: bool = False) -> Tensor:
+    """[B, T] -> [B, ceil(T / window)] sums over consecutive windows (the last may be
+    short); ``skip_first`` leaves out each window's first element."""
     import torch
 
     rows, length = values.shape
-    n_windows = -(-length // window)
-    padded = torch.full((rows, n_windows * window), fill, dtype=values.dtype, device=values.device)
-    padded[:, :length] = values
-    return padded.view(rows, n_windows, window)
+    n_full = length // window
+    full = n_full * window
+    start = 1 if skip_first else 0
+    sums = values[:, :full].reshape(rows, n_full, window)[:, :, start:].sum(-1)
+    if full == length:
+        return sums
+    tail = values[:, full + start :].sum(-1, keepdim=True)
+    return torch.cat([sums, tail], dim=1)
 
 
 def _window_lengths(lengths: Tensor, n_windows: int, window: int) -> Tensor:
-    """[B, W] number of valid tokens in each window of each sequence."""
+    """[B, W] number of valid tokens in each window of each (packed) sequence."""
     import torch
 
     starts = torch.arange(n_windows, device=lengths.device) * window
     return (lengths.unsqueeze(1) - starts).clamp(0, window)
 
 
-def _used_windows(window_lengths: Tensor) -> Tensor:
-    """Windows that count: >= 2 tokens, or the only window of a 1-token sequence."""
-    only = window_lengths.sum(1, keepdim=True) == 1
-    return (window_lengths >= 2) | (only & (window_lengths == 1))
-
-
 # --------------------------------------------------------------------------- states
+
+
+def _threshold(value: float, dtype, above: bool) -> float:
+    """A threshold in ``dtype`` such that x > t (or x < t) in that dtype is exactly
+    x > value (x < value) in float64 for every x representable in ``dtype``."""
+    import numpy as np
+    import torch
+
+    if dtype == torch.float64:
+        return value
+    np_dtype = {torch.float32: np.float32, torch.float16: np.float16}.get(dtype)
+    if np_dtype is None:  # bfloat16 and friends: compare in float32 instead
+        return value
+    rounded = np_dtype(value)
+    if above and rounded > value:
+        rounded = np.nextafter(rounded, np_dtype(-np.inf))
+    if not above and rounded < value:
+        rounded = np.nextafter(rounded, np_dtype(np.inf))
+    return float(rounded)
+
+
+def _states(z: Tensor, valid: Tensor, on_band: tuple[float, float] | float) -> Tensor:
+    import torch
+
+    eps_lo, eps_hi = (on_band, on_band) if isinstance(on_band, (int, float)) else on_band
+    if not (0.0 <= eps_lo < 1.0 and eps_hi >= 0.0):
+        raise UsageError(f"the on-band must satisfy 0 <= eps_lo < 1 and eps_hi >= 0, got {on_band}")
+    if z.dtype not in (torch.float64, torch.float32, torch.float16):
+        z = z.to(torch.float32)
+    up = z > _threshold(math.log1p(eps_hi), z.dtype, above=True)
+    down = z < _threshold(math.log1p(-eps_lo), z.dtype, above=False)
+    return (up & valid).to(torch.int8) - (down & valid).to(torch.int8)
 
 
 def token_states(
@@ -117,11 +163,11 @@ def token_states(
 ) -> Tensor:
     """Token state from the ratio r = exp(z) (KPO App. C.1).
 
-    up (1) if r > 1 + eps_hi, down (-1) if r < 1 - eps_lo, on (0) otherwise; the
-    thresholds are applied in log space in float64 (z > log1p(eps_hi),
-    z < log1p(-eps_lo)), which is the same test without exp rounding, so
-    ``on_band=(0, 0)`` means on iff z == 0 exactly, i.e. r == 1 (the paper's raw-ratio
-    rule). The default band is the paper's eps^- = 3e-4, eps^+ = 4e-4.
+    up (1) if r > 1 + eps_hi, down (-1) if r < 1 - eps_lo, on (0) otherwise. The test is
+    done in log space (z > log1p(eps_hi), z < log1p(-eps_lo), exact as in float64),
+    which avoids exp rounding, so ``on_band=(0, 0)`` means on iff z == 0 exactly, i.e.
+    r == 1 (the paper's raw-ratio rule). The default band is the paper's
+    eps^- = 3e-4, eps^+ = 4e-4.
 
     Args:
         z: [B, T] float log-ratios (raw, filtered, or sequence-level broadcast).
@@ -136,16 +182,13 @@ def token_states(
     >>> token_states(z, None).tolist()
     [[1, 0, -1, 0]]
     """
+    return _states(z, _check_pair(z, mask, "z"), on_band)
+
+
+def _state_counts(states: Tensor, valid: Tensor) -> Tensor:
     import torch
 
-    mask = _check_pair(z, mask, "z")
-    eps_lo, eps_hi = (on_band, on_band) if isinstance(on_band, (int, float)) else on_band
-    if not (0.0 <= eps_lo < 1.0 and eps_hi >= 0.0):
-        raise UsageError(f"the on-band must satisfy 0 <= eps_lo < 1 and eps_hi >= 0, got {on_band}")
-    z64 = z.to(torch.float64)
-    up = (z64 > math.log1p(eps_hi)) & mask
-    down = (z64 < math.log1p(-eps_lo)) & mask
-    return up.to(torch.int8) - down.to(torch.int8)
+    return torch.stack([_count((states == s) & valid) for s in (-1, 0, 1)], dim=1)
 
 
 def state_counts(states: Tensor, mask: Tensor | None) -> Tensor:
@@ -158,12 +201,7 @@ def state_counts(states: Tensor, mask: Tensor | None) -> Tensor:
         [B, 3] int64, columns (down, on, up). Proportions over a dump are
         ``counts.sum(0) / counts.sum()``.
     """
-    import torch
-
-    mask = _check_pair(states, mask, "states")
-    levels = torch.arange(-1, 2, device=states.device, dtype=states.dtype)
-    hits = (states.unsqueeze(-1) == levels) & mask.unsqueeze(-1)
-    return hits.sum(1)
+    return _state_counts(states, _check_pair(states, mask, "states"))
 
 
 # --------------------------------------------------------------------------- run lengths
@@ -195,6 +233,28 @@ class RunLengths:
         return torch.nanmean(self.mean_per_sequence, dim=0)
 
 
+def _run_lengths(packed: _Packed) -> RunLengths:
+    import torch
+
+    states, lengths, prefix = packed.values, packed.lengths, packed.prefix
+    rows, length = states.shape
+    starts = prefix.clone()
+    starts[:, 1:] &= states[:, 1:] != states[:, :-1]
+    # One entry per run; a run ends where the next run of its row starts, or at the
+    # row's length.
+    row, start = starts.nonzero(as_tuple=True)
+    end = lengths[row]
+    if row.numel() > 1:
+        end[:-1] = torch.where(row[1:] == row[:-1], start[1:], end[:-1])
+    column = states[row, start].long() + 1
+    run_count = torch.bincount(row * 3 + column, minlength=rows * 3).view(rows, 3)
+    token_count = _state_counts(states, prefix)
+    mean = (token_count.double() / run_count.double()).masked_fill(run_count == 0, math.nan)
+    flat = column * (length + 1) + (end - start)
+    histogram = torch.bincount(flat, minlength=3 * (length + 1)).view(3, length + 1)
+    return RunLengths(run_count, token_count, mean, histogram)
+
+
 def run_lengths(states: Tensor, mask: Tensor | None) -> RunLengths:
     """Run-length statistics of the valid state sequence of every row (KPO App. B.1).
 
@@ -212,32 +272,25 @@ def run_lengths(states: Tensor, mask: Tensor | None) -> RunLengths:
     >>> run_lengths(s, None).mean_per_sequence.tolist()
     [[2.0, 1.0, 2.0]]
     """
-    import torch
-
-    mask = _check_pair(states, mask, "states")
-    rows, length = states.shape
-    compact, lengths, prefix = _compact(states, mask)
-    starts = prefix.clone()
-    starts[:, 1:] &= compact[:, 1:] != compact[:, :-1]
-    column = compact.long() + 1
-    run_count = torch.zeros(rows, 3, dtype=torch.int64, device=states.device)
-    run_count.scatter_add_(1, column, starts.long())
-    token_count = torch.zeros(rows, 3, dtype=torch.int64, device=states.device)
-    token_count.scatter_add_(1, column, prefix.long())
-    mean = token_count.double() / run_count.double()
-    mean = mean.masked_fill(run_count == 0, math.nan)
-
-    # A run ends where the next run of its row starts, or at the row's length.
-    row, start = starts.nonzero(as_tuple=True)
-    end = lengths[row].clone()
-    same_row = row[1:] == row[:-1]
-    end[:-1] = torch.where(same_row, start[1:], end[:-1])
-    flat = column[row, start] * (length + 1) + (end - start)
-    histogram = torch.bincount(flat, minlength=3 * (length + 1)).view(3, length + 1)
-    return RunLengths(run_count, token_count, mean, histogram)
+    return _run_lengths(_pack(states, _check_pair(states, mask, "states")))
 
 
 # --------------------------------------------------------------------------- switching
+
+
+def _switch_frequency(packed: _Packed, window: int) -> Tensor:
+    import torch
+
+    states, prefix = packed.values, packed.prefix
+    changes = torch.zeros_like(prefix)
+    changes[:, 1:] = (states[:, 1:] != states[:, :-1]) & prefix[:, 1:]
+    # A pair that straddles two windows (its second token opens a window) is in neither.
+    counts = _window_sums(changes, window, skip_first=True).double()
+    sizes = _window_lengths(packed.lengths, counts.shape[1], window)
+    used = sizes >= 2
+    rates = torch.where(used, counts / (sizes - 1).clamp(min=1), 0.0)
+    n_used = used.sum(1)
+    return torch.where(n_used > 0, rates.sum(1) / n_used.clamp(min=1), 0.0)
 
 
 def switch_frequency(states: Tensor, mask: Tensor | None, window: int = DEFAULT_WINDOW) -> Tensor:
@@ -261,24 +314,22 @@ def switch_frequency(states: Tensor, mask: Tensor | None, window: int = DEFAULT_
     >>> switch_frequency(s, None).item()
     0.5
     """
-    import torch
-
     _check_window(window)
-    mask = _check_pair(states, mask, "states")
-    compact, lengths, prefix = _compact(states, mask)
-    changes = torch.zeros_like(prefix)
-    changes[:, 1:] = (compact[:, 1:] != compact[:, :-1]) & prefix[:, 1:]
-    per_window = _windowed(changes, window, fill=False)
-    per_window[:, :, 0] = False  # a pair that straddles two windows is in neither
-    counts = per_window.sum(-1).double()
-    sizes = _window_lengths(lengths, counts.shape[1], window)
-    used = sizes >= 2
-    rates = torch.where(used, counts / (sizes - 1).clamp(min=1), torch.zeros_like(counts))
-    n_used = used.sum(1)
-    return torch.where(n_used > 0, rates.sum(1) / n_used.clamp(min=1), 0.0)
+    return _switch_frequency(_pack(states, _check_pair(states, mask, "states")), window)
 
 
 # --------------------------------------------------------------------------- windows
+
+
+def _window_frequency(packed: _Packed, window: int) -> Tensor:
+    import torch
+
+    rows, length = packed.values.shape
+    n_windows = length // window
+    off = packed.values[:, : n_windows * window] != 0
+    freq = off.reshape(rows, n_windows, window).sum(-1).double() / window
+    ends = torch.arange(1, n_windows + 1, device=off.device) * window
+    return freq.masked_fill(ends > packed.lengths.unsqueeze(1), math.nan)
 
 
 def window_offpolicy_frequency(
@@ -302,16 +353,8 @@ def window_offpolicy_frequency(
     >>> window_offpolicy_frequency(s, None, window=2).tolist()
     [[0.5, 0.5]]
     """
-    import torch
-
     _check_window(window)
-    mask = _check_pair(states, mask, "states")
-    compact, lengths, _ = _compact(states, mask)
-    n_windows = states.shape[1] // window
-    blocks = compact[:, : n_windows * window].reshape(states.shape[0], n_windows, window)
-    freq = (blocks != 0).sum(-1).double() / window
-    full = torch.arange(1, n_windows + 1, device=states.device) * window <= lengths.unsqueeze(1)
-    return freq.masked_fill(~full, math.nan)
+    return _window_frequency(_pack(states, _check_pair(states, mask, "states")), window)
 
 
 @dataclass(frozen=True)
@@ -370,39 +413,92 @@ def window_moments(values: Tensor) -> WindowMoments:
     return WindowMoments(filled.sum(0), (filled * filled).sum(0), present.sum(0))
 
 
-# --------------------------------------------------------------------------- spectra
+# --------------------------------------------------------------------------- signals
 
 
-def _centred(signal: Tensor, mask: Tensor | None, space: Space) -> tuple[Tensor, Tensor, Tensor]:
-    """Compacted, mean-centred float64 signal (0 behind the prefix), lengths, and
-    whether each row has energy (>= 2 valid tokens that are not all equal)."""
+@dataclass(frozen=True)
+class _Centred:
+    """Packed float64 signal minus each row's mean (0 behind the prefix).
+
+    weights: [B, T] float64 prefix indicator; energetic: [B] bool, >= 2 valid tokens
+    that are not all equal (exactly constant rows would otherwise keep the rounding
+    noise of their mean as "energy").
+    """
+
+    values: Tensor
+    lengths: Tensor
+    weights: Tensor
+    energetic: Tensor
+
+
+def _centre(packed: _Packed, space: Space) -> _Centred:
     import torch
 
-    mask = _check_pair(signal, mask, "signal")
-    x, lengths, prefix = _compact(_to_space(signal, space), mask)
-    n = lengths.clamp(min=1).to(torch.float64)
-    mean = x.sum(1) / n
-    centred = torch.where(
-        prefix, x - mean.unsqueeze(1), torch.zeros((), dtype=x.dtype, device=x.device)
-    )
-    if x.shape[1] == 0:
-        return centred, lengths, lengths > 0
-    inf = torch.full((), math.inf, dtype=x.dtype, device=x.device)
-    # Exactly constant rows would otherwise leave rounding noise of the mean as "energy".
-    spread = torch.where(prefix, x, -inf).amax(1) - torch.where(prefix, x, inf).amin(1)
-    return centred, lengths, (lengths >= 2) & (spread > 0)
+    _check_space(space)
+    weights = packed.prefix.to(torch.float64)
+    x = packed.values.to(torch.float64)
+    if space == "ratio":
+        x = x.exp_() if x is not packed.values else x.exp()
+        x.mul_(weights)
+    n = packed.lengths.clamp(min=1).to(torch.float64)
+    centred = (x - (x.sum(1) / n).unsqueeze(1)).mul_(weights)
+    varies = ((packed.values != packed.values[:, :1]) & packed.prefix).any(1)
+    return _Centred(centred, packed.lengths, weights, (packed.lengths >= 2) & varies)
 
 
-def _autocorrelation(centred: Tensor) -> Tensor:
-    """Linear autocorrelation a(m) = sum_t x_t x_{t+m}, m = 0..T-1, of zero-padded rows."""
+def _signal_pack(x: Tensor, mask: Tensor | None, space: Space) -> _Centred:
+    _check_space(space)
+    return _centre(_pack(x, _check_pair(x, mask, "signal")), space)
+
+
+@dataclass(frozen=True)
+class _Spectrum:
+    """|DTFT|^2 of the zero-padded packed rows at f = j / n_fft, j = 0..n_fft/2."""
+
+    power: Tensor
+    n_fft: int
+
+
+def _spectrum(signal: _Centred) -> _Spectrum:
     import torch
 
-    length = centred.shape[1]
-    n_fft = 1 << max(1, (2 * length - 1).bit_length())
-    spectrum = torch.fft.rfft(centred, n=n_fft, dim=1)
-    return torch.fft.irfft(spectrum.real.square() + spectrum.imag.square(), n=n_fft, dim=1)[
-        :, :length
-    ]
+    # A power of two >= 2T - 1, so that the autocorrelation does not wrap around.
+    n_fft = 1 << max(1, (2 * signal.values.shape[1] - 1).bit_length())
+    spectrum = torch.fft.rfft(signal.values, n=n_fft, dim=1)
+    return _Spectrum(spectrum.real.square_().add_(spectrum.imag.square_()), n_fft)
+
+
+def _autocorrelation(signal: _Centred, spectrum: _Spectrum) -> Tensor:
+    """Linear autocorrelation a(m) = sum_t x_t x_{t+m}, m = 0..T-1, of the packed rows.
+
+    Lags >= L are set to exactly 0 (the FFT leaves rounding noise there).
+    """
+    import torch
+
+    auto = torch.fft.irfft(spectrum.power, n=spectrum.n_fft, dim=1)
+    return auto[:, : signal.values.shape[1]].mul_(signal.weights)
+
+
+def _low_frequency_ratio(signal: _Centred, auto: Tensor, cutoff: float) -> Tensor:
+    import torch
+
+    rows, length = auto.shape
+    if length == 0:
+        return torch.full((rows,), math.nan, dtype=torch.float64, device=auto.device)
+    size = signal.lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
+    width = 2 * torch.floor(cutoff * size / 2) + 1  # 2 k_c + 1 bins
+    lag = torch.arange(length, dtype=torch.float64, device=auto.device).unsqueeze(0)
+    angle = (math.pi / size) * lag
+    # Dirichlet kernel of the band, sin(angle (2k_c+1)) / sin(angle); at lag 0 it is
+    # 2k_c + 1. c_L(m) pairs lag m with lag L - m and D is symmetric, so each lag m >= 1
+    # counts twice; lags >= L carry a(m) = 0.
+    kernel = torch.sin(angle * width).div_(torch.sin(angle).clamp_(min=1e-300)).mul_(2.0)
+    band = (auto[:, 1:] * kernel[:, 1:]).sum(1) + auto[:, 0] * width.squeeze(1)
+    total = signal.lengths.to(torch.float64) * auto[:, 0]
+    ratio = (band / total.clamp(min=1e-300)).clamp_(0.0, 1.0)
+    # When 2 k_c + 1 >= L the two halves of the band cover every bin.
+    ratio = torch.where(width.squeeze(1) >= signal.lengths, 1.0, ratio)
+    return torch.where(signal.energetic, ratio, math.nan)
 
 
 def low_frequency_ratio(
@@ -428,30 +524,20 @@ def low_frequency_ratio(
     Returns:
         [B] float64 in [0, 1]; NaN for sequences with zero energy (fewer than 2 valid
         tokens, or all valid values equal).
-    """
-    import torch
 
+    >>> import math, torch
+    >>> slow = torch.cos(2 * math.pi * torch.arange(40) / 40).unsqueeze(0)
+    >>> round(low_frequency_ratio(slow, None).item(), 6)
+    1.0
+    """
+    _check_cutoff(cutoff)
+    signal = _signal_pack(x, mask, space)
+    return _low_frequency_ratio(signal, _autocorrelation(signal, _spectrum(signal)), cutoff)
+
+
+def _check_cutoff(cutoff: float) -> None:
     if not 0.0 <= cutoff <= 1.0:
         raise UsageError(f"the LFR cutoff must be in [0, 1] (a fraction of Nyquist), got {cutoff}")
-    centred, lengths, energetic = _centred(x, mask, space)
-    rows, length = centred.shape
-    if length == 0:
-        return torch.full((rows,), math.nan, dtype=torch.float64, device=x.device)
-    auto = _autocorrelation(centred)
-    size = lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
-    k_c = torch.floor(cutoff * lengths.to(torch.float64) / 2).unsqueeze(1)
-    lag = torch.arange(length, dtype=torch.float64, device=x.device).unsqueeze(0)
-    angle = math.pi * lag / size
-    safe = torch.where(lag == 0, torch.ones_like(angle), torch.sin(angle))
-    kernel = torch.where(lag == 0, 2 * k_c + 1, torch.sin(angle * (2 * k_c + 1)) / safe)
-    # c_L(m) pairs lag m with lag L - m and D is symmetric, so each lag m >= 1 counts twice.
-    weight = torch.where(lag == 0, 1.0, 2.0)
-    terms = torch.where(lag < size, auto * kernel * weight, torch.zeros((), dtype=auto.dtype))
-    band = terms.sum(1)
-    total = lengths.to(torch.float64) * auto[:, 0]
-    whole_band = 2 * k_c.squeeze(1) + 1 >= lengths  # the two halves cover every bin
-    ratio = torch.where(whole_band, torch.ones_like(band), band / total.clamp(min=1e-300))
-    return torch.where(energetic, ratio.clamp(0.0, 1.0), torch.full_like(ratio, math.nan))
 
 
 def frequency_grid(n_freqs: int = DEFAULT_N_FREQS) -> Tensor:
@@ -461,6 +547,24 @@ def frequency_grid(n_freqs: int = DEFAULT_N_FREQS) -> Tensor:
     if n_freqs < 1:
         raise UsageError(f"the number of spectrum frequencies must be >= 1, got {n_freqs}")
     return (torch.arange(n_freqs, dtype=torch.float64) + 0.5) / (2 * n_freqs)
+
+
+def _periodogram(signal: _Centred, spectrum: _Spectrum, grid: Tensor) -> Tensor:
+    """P(f) = |X(f)|^2 / L on the grid: read off the padded FFT when the grid points are
+    FFT frequencies (n_fft a multiple of 4 n_freqs), else one small DTFT matmul."""
+    import torch
+
+    n_freqs = grid.shape[0]
+    if spectrum.n_fft % (4 * n_freqs) == 0:
+        step = spectrum.n_fft // (4 * n_freqs)
+        power = spectrum.power[:, step :: 2 * step][:, :n_freqs].clone()
+    else:
+        steps = torch.arange(signal.values.shape[1], dtype=torch.float64, device=grid.device)
+        phase = (2 * math.pi) * torch.outer(steps, grid)
+        values = signal.values
+        power = (values @ torch.cos(phase)).square_() + (values @ torch.sin(phase)).square_()
+    power /= signal.lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
+    return power.masked_fill_(~signal.energetic.unsqueeze(1), math.nan)
 
 
 def periodogram(
@@ -481,22 +585,22 @@ def periodogram(
         space: "log" or "ratio".
 
     Returns:
-        (grid [n_freqs] float64, power [B, n_freqs] float64); rows with zero energy
-        (as in :func:`low_frequency_ratio`) are NaN.
+        (grid [n_freqs] float64 on the CPU, power [B, n_freqs] float64); rows with zero
+        energy (as in :func:`low_frequency_ratio`) are NaN.
     """
-    import torch
-
-    grid = frequency_grid(n_freqs).to(x.device)
-    centred, lengths, energetic = _centred(x, mask, space)
-    steps = torch.arange(centred.shape[1], dtype=torch.float64, device=x.device)
-    phase = 2 * math.pi * torch.outer(steps, grid)
-    real = centred @ torch.cos(phase)
-    imag = centred @ torch.sin(phase)
-    power = (real * real + imag * imag) / lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
-    return grid, power.masked_fill(~energetic.unsqueeze(1), math.nan)
+    grid = frequency_grid(n_freqs)
+    signal = _signal_pack(x, mask, space)
+    return grid, _periodogram(signal, _spectrum(signal), grid.to(x.device))
 
 
 # --------------------------------------------------------------------------- variance
+
+
+def _global_variance(signal: _Centred) -> Tensor:
+    import torch
+
+    energy = torch.linalg.vector_norm(signal.values, dim=1).square_()
+    return energy / signal.lengths.to(torch.float64)
 
 
 def global_variance(x: Tensor, mask: Tensor | None, space: Space = "log") -> Tensor:
@@ -509,15 +613,33 @@ def global_variance(x: Tensor, mask: Tensor | None, space: Space = "log") -> Ten
     >>> global_variance(torch.tensor([[1.0, 2.0, 3.0, 4.0]]), None).tolist()
     [1.25]
     """
+    return _global_variance(_signal_pack(x, mask, space))
+
+
+def _local_variance(signal: _Centred, window: int) -> Tensor:
+    """Two passes per window on the globally centred rows (well conditioned)."""
     import torch
 
-    mask = _check_pair(x, mask, "x")
-    values = _to_space(x, space)
-    n = mask.sum(1).to(torch.float64)
-    zero = torch.zeros((), dtype=torch.float64, device=x.device)
-    mean = torch.where(mask, values, zero).sum(1) / n
-    deviation = torch.where(mask, values - mean.unsqueeze(1), zero)
-    return (deviation * deviation).sum(1) / n
+    values, weights = signal.values, signal.weights
+    rows, length = values.shape
+    sums = _window_sums(values, window)
+    sizes = _window_lengths(signal.lengths, sums.shape[1], window).to(torch.float64)
+    means = sums / sizes.clamp(min=1)
+    n_full = length // window
+    full = n_full * window
+    deviation = values[:, :full].reshape(rows, n_full, window) - means[:, :n_full, None]
+    deviation.mul_(weights[:, :full].reshape(rows, n_full, window))
+    squares = torch.linalg.vector_norm(deviation, dim=-1).square_()
+    if full < length:
+        tail = (values[:, full:] - means[:, -1:]).mul_(weights[:, full:])
+        squares = torch.cat([squares, torch.linalg.vector_norm(tail, dim=-1, keepdim=True) ** 2], 1)
+    variances = squares / sizes.clamp(min=1)
+    # A trailing single-token window is left out unless it is the whole sequence.
+    only = (signal.lengths == 1).unsqueeze(1)
+    used = (sizes >= 2) | (only & (sizes == 1))
+    n_used = used.sum(1)
+    total = torch.where(used, variances, 0.0).sum(1)
+    return torch.where(n_used > 0, total / n_used.clamp(min=1), math.nan)
 
 
 def local_variance(
@@ -536,22 +658,8 @@ def local_variance(
     >>> local_variance(torch.tensor([[1.0, 3.0, 10.0, 10.0, 7.0]]), None, window=2).tolist()
     [0.5]
     """
-    import torch
-
     _check_window(window)
-    mask = _check_pair(x, mask, "x")
-    values, lengths, prefix = _compact(_to_space(x, space), mask)
-    blocks = _windowed(values, window)
-    inside = _windowed(prefix, window, fill=False)
-    sizes = _window_lengths(lengths, blocks.shape[1], window).to(torch.float64)
-    mean = blocks.sum(-1) / sizes.clamp(min=1)
-    zero = torch.zeros((), dtype=torch.float64, device=x.device)
-    deviation = torch.where(inside, blocks - mean.unsqueeze(-1), zero)
-    variances = (deviation * deviation).sum(-1) / sizes.clamp(min=1)
-    used = _used_windows(sizes.long())
-    n_used = used.sum(1)
-    total = torch.where(used, variances, torch.zeros_like(variances)).sum(1)
-    return torch.where(n_used > 0, total / n_used.clamp(min=1), torch.full_like(total, math.nan))
+    return _local_variance(_signal_pack(x, mask, space), window)
 
 
 # --------------------------------------------------------------------------- all at once
@@ -594,28 +702,35 @@ def signal_statistics(
     n_freqs: int = DEFAULT_N_FREQS,
     space: Space = "log",
 ) -> SignalStatistics:
-    """All KPO Table 2 statistics of one log-space signal, compacting holes once.
+    """All KPO Table 2 statistics of one log-space signal, sharing the work.
 
+    Packs the rows once and computes one FFT for both the LFR and the periodogram.
     States come from the signal itself (:func:`token_states`); ``space`` applies to the
     LFR, periodogram and variances. Equal to calling the separate functions.
 
     Args:
         signal: [B, T] float log-space signal; mask: [B, T] bool or None.
     """
-    mask = _check_pair(signal, mask, "signal")
-    # Compact once; every function below then sees a right-padded batch and skips it.
-    signal, _, mask = _compact(signal, mask)
-    states = token_states(signal, mask, on_band)
-    grid, power = periodogram(signal, mask, n_freqs, space)
+    _check_window(window)
+    _check_cutoff(cutoff)
+    _check_space(space)
+    grid = frequency_grid(n_freqs)
+    packed = _pack(signal, _check_pair(signal, mask, "signal"))
+    states = _Packed(_states(packed.values, packed.prefix, on_band), packed.lengths, packed.prefix)
+    centred = _centre(packed, space)
+    spectrum = _spectrum(centred)
+    runs = _run_lengths(states)
     return SignalStatistics(
-        lengths=mask.sum(1),
-        state_counts=state_counts(states, mask),
-        runs=run_lengths(states, mask),
-        switch_frequency=switch_frequency(states, mask, window),
-        window_frequency=window_offpolicy_frequency(states, mask, window),
-        low_frequency_ratio=low_frequency_ratio(signal, mask, cutoff, space),
+        lengths=packed.lengths,
+        state_counts=runs.token_count,
+        runs=runs,
+        switch_frequency=_switch_frequency(states, window),
+        window_frequency=_window_frequency(states, window),
+        low_frequency_ratio=_low_frequency_ratio(
+            centred, _autocorrelation(centred, spectrum), cutoff
+        ),
         frequencies=grid,
-        periodogram=power,
-        global_variance=global_variance(signal, mask, space),
-        local_variance=local_variance(signal, mask, window, space),
+        periodogram=_periodogram(centred, spectrum, grid.to(signal.device)),
+        global_variance=_global_variance(centred),
+        local_variance=_local_variance(centred, window),
     )
