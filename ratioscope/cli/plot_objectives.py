@@ -1,9 +1,57 @@
-"""Plot kinds registered onto ``ratioscope plot`` (filled in by their feature)."""
+"""Objective-side figures for ``ratioscope plot``: covariance (CW-GRPO)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from ratioscope.cli._options import CovScope, Device, Format, Mapping, Quiet, UnsafePickle
+
+Inputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="Dump files, directories or globs (analysed), or analyze report JSON file(s) "
+        "(plotted as stored).",
+        show_default=False,
+    ),
+]
+Out = Annotated[Path, typer.Option("--out", help="Figure file; .png, .svg or .pdf.")]
 
 
 def register(plot_app: typer.Typer) -> None:
     """Add this module's plot kinds to ``plot_app``."""
+    plot_app.command("covariance")(covariance)
+
+
+def covariance(
+    paths: Inputs,
+    out: Out,
+    cov_scope: CovScope = "auto",
+    format: Format = "auto",
+    mapping: Mapping = None,
+    unsafe_pickle: UnsafePickle = False,
+    device: Device = "auto",
+    quiet: Quiet = False,
+) -> None:
+    """CW-GRPO: share of the total |c| held by the top tokens (Fig. 3) and the kernel weights.
+
+    Example: ratioscope plot covariance sample_data/verl/ --out covariance.png
+    """
+    from ratioscope.cli._common import check_output_paths, progress_bar
+    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.render.objective_plots import check_figure_path, plot_covariance
+    from ratioscope.sections.covariance import load_covariance
+
+    check_figure_path(out)
+    check_output_paths([Path(p) for p in paths], [out])
+    with progress_bar(not quiet) as progress:
+        section, source = load_covariance(
+            paths,
+            params=analysis_params(cov_scope=cov_scope),
+            load_options=load_options(format, mapping, "error", unsafe_pickle),
+            device=device,
+            progress=progress,
+        )
+    plot_covariance(section, out, source)
