@@ -203,6 +203,10 @@ def test_output_dtype_device_and_empty():
     assert kalman_filter(torch.zeros(3, 0), None).shape == (3, 0)
     ints = torch.ones(2, 5, dtype=torch.int64)
     assert kalman_filter(ints, None).dtype == torch.float32
+    z = torch.randn(2, 70, dtype=torch.float64)  # an int rho0 is a number like any other
+    torch.testing.assert_close(
+        kalman_filter(z, None, 1e-2, rho0=1), kalman_filter_loop(z, None, 1e-2, rho0=1.0)
+    )
 
 
 def test_bad_arguments_raise_ratioscope_errors():

@@ -284,6 +284,7 @@ def kalman_filter(
     if chunk < 2:
         raise UsageError(f"the Kalman scan chunk must be >= 2 tokens, got {chunk}")
     mask = _check_inputs(z, mask)
+    rho0 = float(rho0)
     rows, length = z.shape
     dtype = _compute_dtype(z)
     out_dtype = z.dtype if z.is_floating_point() else dtype
