@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
+from ratioscope.errors import InputError
 from ratioscope.functional.fpa import (
     count_below,
     future_log_probs_approx,
@@ -385,6 +386,7 @@ def exact_log_probs(
     mask = batch.mask
     rows, width = mask.shape
     vocab = int(batch.logits.shape[-1])
+    _check_token_ids(batch, vocab)
     span = max(1, SLICE_ELEMENTS // max(vocab, 1))
     future = torch.zeros((len(lams), rows, width), dtype=torch.float32, device=device)
     reference = torch.zeros((rows, width), dtype=torch.float32, device=device)
@@ -406,6 +408,18 @@ def exact_log_probs(
             )
             pages.release(logits, ref_logits)
     return future, reference
+
+
+def _check_token_ids(batch: TokenBatch, vocab: int) -> None:
+    outside = batch.mask & ((batch.token_ids < 0) | (batch.token_ids >= vocab))
+    if bool(outside.any()):
+        row, column = (int(i) for i in outside.nonzero()[0])
+        raise InputError(
+            batch.source,
+            f"'{batch.display_name('token_ids')}' has {int(outside.sum())} id(s) outside the "
+            f"vocabulary [0, {vocab}) of '{batch.display_name('logits')}' on valid tokens, the "
+            f"first at (row, column) = ({batch.row_offset + row}, {column})",
+        )
 
 
 class _MappedPages:
