@@ -160,6 +160,19 @@ def test_hand_case_states_band():
     assert masked.dtype == torch.int8 and masked.tolist() == [[1, 0, 0, -1, 0]]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_band_edges_are_exact_in_low_precision(dtype):
+    # The float32/float16 values nearest to the thresholds get the state that the exact
+    # (float64) comparison gives them.
+    values = []
+    for edge in (math.log1p(4e-4), math.log1p(-3e-4)):
+        x = dtype(edge)
+        values += [np.nextafter(x, dtype(-1)), x, np.nextafter(x, dtype(1))]
+    z = torch.from_numpy(np.array(values, dtype=dtype)).unsqueeze(0)
+    expected = [ref_state(float(v), 3e-4, 4e-4) for v in values]
+    assert token_states(z, None).tolist() == [expected]
+
+
 def test_hand_case_switching_edge_lengths():
     states = torch.tensor([[1, -1, 1], [1, -1, 0]], dtype=torch.int8)
     mask = torch.tensor([[True, False, False], [False, False, False]])
