@@ -161,16 +161,18 @@ def test_hand_case_states_band():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_band_edges_are_exact_in_low_precision(dtype):
+@pytest.mark.parametrize("band", [(3e-4, 4e-4), (0.05, 0.05)])  # 0.05: both edges round away
+def test_band_edges_are_exact_in_low_precision(dtype, band):
     # The float32/float16 values nearest to the thresholds get the state that the exact
-    # (float64) comparison gives them.
+    # (float64) comparison gives them, whichever way the thresholds round.
+    eps_lo, eps_hi = band
     values = []
-    for edge in (math.log1p(4e-4), math.log1p(-3e-4)):
+    for edge in (math.log1p(eps_hi), math.log1p(-eps_lo)):
         x = dtype(edge)
         values += [np.nextafter(x, dtype(-1)), x, np.nextafter(x, dtype(1))]
     z = torch.from_numpy(np.array(values, dtype=dtype)).unsqueeze(0)
-    expected = [ref_state(float(v), 3e-4, 4e-4) for v in values]
-    assert token_states(z, None).tolist() == [expected]
+    expected = [ref_state(float(v), eps_lo, eps_hi) for v in values]
+    assert token_states(z, None, on_band=band).tolist() == [expected]
 
 
 def test_hand_case_switching_edge_lengths():
