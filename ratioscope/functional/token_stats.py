@@ -138,9 +138,10 @@ def _threshold(value: float, dtype, above: bool) -> float:
     if np_dtype is None:  # bfloat16 and friends: compare in float32 instead
         return value
     rounded = np_dtype(value)
-    if above and rounded > value:
+    # Compare as Python floats: numpy would compare in the low precision.
+    if above and float(rounded) > value:
         rounded = np.nextafter(rounded, np_dtype(-np.inf))
-    if not above and rounded < value:
+    if not above and float(rounded) < value:
         rounded = np.nextafter(rounded, np_dtype(np.inf))
     return float(rounded)
 
