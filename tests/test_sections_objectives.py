@@ -353,12 +353,21 @@ def test_memory_mapped_logits_are_recognised_and_released_safely(tmp_path):
     loaded = ratioscope.load(write(arrays, tmp_path / "d.pt"))
     if not future_policy.sys.platform.startswith("linux"):
         pytest.skip("page release is Linux-only")
-    assert future_policy._file_mapped(mapped.logits)
-    assert not future_policy._file_mapped(loaded.logits)  # anonymous memory: left alone
+    assert future_policy._mapping(mapped.logits) == 0  # file-mapped, never written
+    assert future_policy._mapping(loaded.logits) is None  # anonymous memory: left alone
+    assert not future_policy._MappedPages(loaded.logits).active
     before = mapped.logits.clone()
     pages = future_policy._MappedPages(mapped.logits, mapped.ref_logits)
+    assert pages.active and pages.advice == future_policy.mmap.MADV_DONTNEED
     pages.release(mapped.logits, mapped.ref_logits)
     assert torch.equal(mapped.logits, before)  # released pages read back from the file
+    # a privately written page would be lost by MADV_DONTNEED: page-out instead, data kept
+    mapped.logits[0, 0, 0] = 123.0
+    assert future_policy._mapping(mapped.logits) > 0
+    pages = future_policy._MappedPages(mapped.logits, mapped.ref_logits)
+    assert pages.advice == future_policy._MADV_PAGEOUT
+    pages.release(mapped.logits[0], mapped.ref_logits[0])
+    assert float(mapped.logits[0, 0, 0]) == 123.0
 
 
 # -------------------------------------------------------------------------- TEPO

@@ -427,15 +427,20 @@ class _MappedPages:
 
     A safetensors file is mapped into memory; every page read stays resident in this
     process (as file-backed memory) until it is unmapped, so reading all the logits of a
-    large dump would grow the resident set to the file's size. ``MADV_PAGEOUT`` drops
-    the pages of a slice that has been read: it never loses data (a clean file page is
-    read again from the file if touched), and it is only applied to tensors that lie in
-    a mapping of a file. Elsewhere (other systems, anonymous memory) it does nothing.
+    large dump would grow the resident set to the file's size. Once a slice is read its
+    whole pages are dropped from this process: with ``MADV_DONTNEED`` (the file stays in
+    the page cache) when no page of the mapping was ever written (a private mapping's
+    written pages are private copies that it would discard), else with
+    ``MADV_PAGEOUT``, which never loses data. Only tensors that lie in a mapping of a
+    file are touched; elsewhere (other systems, anonymous memory) this does nothing.
     """
 
     def __init__(self, *tensors: Tensor) -> None:
         self._madvise = _madvise() if sys.platform.startswith("linux") else None
-        self.active = self._madvise is not None and all(_file_mapped(t) for t in tensors)
+        mappings = [_mapping(t) for t in tensors] if self._madvise is not None else [None]
+        self.active = all(m is not None for m in mappings)
+        written = any(m is None or m > 0 for m in mappings)
+        self.advice = _MADV_PAGEOUT if written else mmap.MADV_DONTNEED
 
     def release(self, *views: Tensor) -> None:
         if not self.active:
@@ -445,8 +450,8 @@ class _MappedPages:
             stop = start + view.numel() * view.element_size()
             first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
             last = stop // mmap.PAGESIZE * mmap.PAGESIZE
-            if last > first and self._madvise(first, last - first, _MADV_PAGEOUT) != 0:
-                self.active = False  # not supported by this kernel: keep the pages
+            if last > first and self._madvise(first, last - first, self.advice) != 0:
+                self.active = False  # not supported here: keep the pages
                 return
 
 
@@ -464,19 +469,25 @@ def _madvise() -> Any:
     return function
 
 
-def _file_mapped(tensor: Tensor) -> bool:
-    """True when the tensor's memory lies inside a mapping of a file (/proc/self/maps)."""
+def _mapping(tensor: Tensor) -> int | None:
+    """For a tensor inside a mapping of a file, the kB of that mapping's privately
+    written (anonymous) pages; None for anything else (/proc/self/smaps)."""
     if tensor.device.type != "cpu" or not tensor.is_contiguous():
-        return False
+        return None
     storage = tensor.untyped_storage()
     start, stop = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
     try:
-        with open("/proc/self/maps", encoding="utf-8") as maps:
-            for line in maps:
-                fields = line.split(maxsplit=5)
-                low, high = (int(v, 16) for v in fields[0].split("-"))
-                if low <= start and stop <= high:
-                    return len(fields) == 6 and fields[5].startswith("/")
-    except (OSError, ValueError):
-        return False
-    return False
+        with open("/proc/self/smaps", encoding="utf-8") as smaps:
+            inside = False
+            for line in smaps:
+                fields = line.split()
+                if "-" in fields[0] and not fields[0].endswith(":"):
+                    low, high = (int(v, 16) for v in fields[0].split("-"))
+                    inside = low <= start and stop <= high
+                    if inside and not (len(fields) >= 6 and fields[5].startswith("/")):
+                        return None
+                elif inside and fields[0] == "Anonymous:":
+                    return int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
