@@ -653,3 +653,13 @@ def test_parquet_has_the_objective_columns(tmp_path, three_files):
                    "tepo_kl_mask_fraction", "quatro_advantage", "grpo_advantage"):  # fmt: skip
         assert column in table.columns, column
     assert table.height == 96
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_gives_the_cpu_numbers(tmp_path):
+    parts = [make_arrays(15, vocab=9), make_arrays(16)]
+    paths = [write(parts[0], tmp_path / "a.safetensors"), write(parts[1], tmp_path / "b.pt")]
+    cpu = ratioscope.analyze(paths, device="cpu").to_dict()
+    cuda = ratioscope.analyze(paths, device="cuda").to_dict()
+    for key in SECTIONS:
+        assert _close_documents(cpu[key], cuda[key], rel=1e-5), key
