@@ -661,5 +661,8 @@ def test_cuda_gives_the_cpu_numbers(tmp_path):
     paths = [write(parts[0], tmp_path / "a.safetensors"), write(parts[1], tmp_path / "b.pt")]
     cpu = ratioscope.analyze(paths, device="cpu").to_dict()
     cuda = ratioscope.analyze(paths, device="cuda").to_dict()
+    # sums in another order can move a value across a histogram bin edge: quantiles may
+    # then differ by one bin (the stated error), everything else by rounding only
     for key in SECTIONS:
-        assert _close_documents(cpu[key], cuda[key], rel=1e-5), key
+        assert _close_documents(cpu[key], cuda[key], rel=2 * TOL), key
+    assert cpu["future_policy"]["method"] == cuda["future_policy"]["method"] == "mixed"
