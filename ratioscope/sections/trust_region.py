@@ -329,7 +329,7 @@ class TrustRegionAccumulator(Accumulator):
         where = self._where()
         if self.fed == 0:
             return [
-                "trust_region: not computed; QUATRO needs 'rewards' (or 'correct') and 'group' "
+                "trust_region: not computed; QUATRO needs 'rewards' and 'group' "
                 f"(prompt ids), missing in {where}"
             ]
         return [f"trust_region: computed without {where}, which lack 'rewards' or 'group'"]
