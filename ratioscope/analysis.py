@@ -10,8 +10,8 @@ together and merging their separate reports give the same numbers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import fields, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,27 +65,101 @@ def analyze(
         :class:`Report`.
     """
     params, load_options = _split_options(params, load_options, options)
+    classes = section_classes()
+    run = run_accumulators(
+        batch_or_paths,
+        lambda: [cls(params) for cls in classes],
+        params=params,
+        load_options=load_options,
+        device=device,
+        chunk_elements=chunk_elements,
+        per_sequence=per_sequence,
+        progress=progress,
+    )
+    return _build_report(run.inputs, params, load_options, run.totals, run.warnings, run.sequences)
+
+
+@dataclass
+class Run:
+    """What one streaming pass over the inputs produced."""
+
+    inputs: list[InputInfo]
+    warnings: list[str]
+    totals: list[Accumulator]
+    sequences: SequenceTable | None
+
+
+def run_accumulators(
+    batch_or_paths: TokenBatch | str | Path | Sequence[str | Path],
+    make: Callable[[], list[Accumulator]],
+    *,
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    device: str = "cpu",
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    per_sequence: bool = False,
+    progress: ProgressCallback | None = None,
+) -> Run:
+    """One streaming pass: every file gets fresh accumulators from ``make()``, fed chunk
+    by chunk, then merged into the totals (the merge ``ratioscope merge`` uses).
+    """
     target = resolve_device(device)
     sources = _sources(batch_or_paths)
-    classes = section_classes()
-    totals = [cls(params) for cls in classes]
-    inputs: list[InputInfo] = []
-    warnings: list[str] = []
-    table = SequenceTable() if per_sequence else None
+    totals = make()
+    run = Run(inputs=[], warnings=[], totals=totals, sequences=None)
+    if per_sequence:
+        run.sequences = SequenceTable()
     for index, source in enumerate(sources):
         name = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), name))
         batch = source if isinstance(source, TokenBatch) else load_file(source, load_options)
-        inputs.append(_input_info(batch, source))
-        warnings.extend(batch.warnings)
-        accumulators = [cls(params) for cls in classes]
+        run.inputs.append(_input_info(batch, source))
+        run.warnings.extend(batch.warnings)
+        accumulators = make()
         columns = _analyse_file(batch, accumulators, params, target, chunk_elements, progress)
         for total, acc in zip(totals, accumulators, strict=True):
             total.merge(acc)
-        if table is not None:
-            table.append(_sequence_frame(batch, columns))
+        if run.sequences is not None:
+            run.sequences.append(_sequence_frame(batch, columns))
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
-    return _build_report(inputs, params, load_options, totals, warnings, table)
+    return run
+
+
+def report_or_analysis(
+    paths: Sequence[str | Path],
+    *,
+    params: AnalysisParams | None = None,
+    load_options: LoadOptions | None = None,
+    device: str = "cpu",
+    progress: ProgressCallback | None = None,
+) -> tuple[dict[str, Any], str]:
+    """An analyze report document from report JSON files (used as stored, several are
+    merged) or from dumps (analysed); plots use it so they never recompute a report.
+
+    Returns:
+        ``(document, source)``: the report as JSON and a short description of the inputs.
+    """
+    from ratioscope.errors import UsageError
+    from ratioscope.report_io import read_json_report
+
+    reports = [Path(p) for p in paths if str(p).lower().endswith(".json")]
+    if reports and len(reports) != len(paths):
+        raise UsageError("give either analyze report JSON files or dumps, not both")
+    if reports:
+        documents = [read_json_report(path) for path in reports]
+        for path, document in zip(reports, documents, strict=True):
+            if "ratios" not in document:
+                raise MergeError(path, "not an analyze report (no 'ratios' section)")
+        if len(documents) == 1:
+            return documents[0], reports[0].name
+        merged = merge_reports(documents, names=[str(p) for p in reports])
+        return merged.to_dict(), f"{len(reports)} reports"
+    files = expand_paths(list(paths))
+    document = analyze(
+        files, params=params, load_options=load_options, device=device, progress=progress
+    ).to_dict()
+    source = files[0].name if len(files) == 1 else f"{len(files)} files in {files[0].parent}"
+    return document, source
 
 
 def merge_reports(documents: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> Report:

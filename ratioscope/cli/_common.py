@@ -56,10 +56,13 @@ def parse_mapping(items: list[str] | None) -> dict[str, str]:
 
 
 def stderr_console():
-    """A rich console on stderr (progress and warnings never mix with stdout output)."""
+    """A rich console on stderr (progress and warnings never mix with stdout output).
+
+    Soft wrapping keeps each warning on one line, so logs can be grepped.
+    """
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)
 
 
 def stdout_console():

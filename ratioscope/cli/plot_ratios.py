@@ -1,9 +1,146 @@
-"""Plot kinds registered onto ``ratioscope plot`` (filled in by their feature)."""
+"""Token-ratio figures for ``ratioscope plot``: spectrum, ratios, windows, runlengths."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from ratioscope.cli._options import (
+    Device,
+    Format,
+    KalmanQ,
+    KalmanV,
+    Mapping,
+    MaskPolicy,
+    OnBand,
+    Quiet,
+    UnsafePickle,
+    Window,
+)
+
+Inputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="Dumps (analysed) or analyze report JSON file(s) (plotted as stored).",
+        show_default=False,
+    ),
+]
+Out = Annotated[Path, typer.Option("--out", "-o", help="Figure file: .png, .svg or .pdf.")]
+Sequence = Annotated[
+    int, typer.Option("--sequence", "-s", help="Sequence index, counted over all files.", min=0)
+]
 
 
 def register(plot_app: typer.Typer) -> None:
     """Add this module's plot kinds to ``plot_app``."""
+    for name, kind in (("spectrum", spectrum), ("windows", windows), ("runlengths", runlengths)):
+        plot_app.command(name)(kind)
+    plot_app.command("ratios")(ratios)
+
+
+def _document(paths, out, format, mapping, unsafe_pickle, device, quiet, **analysis):
+    from ratioscope.analysis import report_or_analysis
+    from ratioscope.cli._common import check_output_paths, progress_bar
+    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.render.figures import check_figure_path
+
+    check_figure_path(out)
+    check_output_paths([Path(p) for p in paths], [out])
+    with progress_bar(not quiet) as progress:
+        return report_or_analysis(
+            paths,
+            params=analysis_params(**analysis),
+            load_options=load_options(format, mapping, "error", unsafe_pickle),
+            device=device,
+            progress=progress,
+        )
+
+
+def spectrum(
+    paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
+    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
+    mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
+    quiet: Quiet = False,
+) -> None:  # fmt: skip
+    """Mean periodogram per ratio variant with the low-frequency band marked (KPO C.2).
+
+    Example: ratioscope plot spectrum sample_data/verl/ --out spectrum.png
+    """
+    from ratioscope.render.ratio_plots import plot_spectrum
+
+    document, source = _document(
+        paths, out, format, mapping, unsafe_pickle, device, quiet, window=window,
+        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v,
+    )  # fmt: skip
+    plot_spectrum(document, out, source)
+
+
+def windows(
+    paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
+    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
+    mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
+    quiet: Quiet = False,
+) -> None:  # fmt: skip
+    """Window-wise off-policy frequency, mean ± std over window index (KPO Fig. 1).
+
+    Example: ratioscope plot windows sample_data/verl/ --out windows.png
+    """
+    from ratioscope.render.ratio_plots import plot_windows
+
+    document, source = _document(
+        paths, out, format, mapping, unsafe_pickle, device, quiet, window=window,
+        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v,
+    )  # fmt: skip
+    plot_windows(document, out, source)
+
+
+def runlengths(
+    paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
+    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
+    mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
+    quiet: Quiet = False,
+) -> None:  # fmt: skip
+    """Run-length distributions of the up, down and on states per ratio variant.
+
+    Example: ratioscope plot runlengths sample_data/verl/ --out runs.png
+    """
+    from ratioscope.render.ratio_plots import plot_runlengths
+
+    document, source = _document(
+        paths, out, format, mapping, unsafe_pickle, device, quiet, window=window,
+        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v,
+    )  # fmt: skip
+    plot_runlengths(document, out, source)
+
+
+def ratios(
+    paths: Inputs, out: Out, sequence: Sequence = 0, on_band: OnBand = "3e-4,4e-4",
+    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, mask_policy: MaskPolicy = "zero",
+    format: Format = "auto", mapping: Mapping = None, unsafe_pickle: UnsafePickle = False,
+) -> None:  # fmt: skip
+    """One sequence's raw, sequence-level and Kalman-filtered log-ratio (KPO Fig. 1).
+
+    Needs a dump: reports hold no per-token values.
+
+    Example: ratioscope plot ratios sample_data/verl/step_0003.pt --sequence 40 --out seq40.png
+    """
+    from ratioscope.cli._common import check_output_paths
+    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.errors import UsageError
+    from ratioscope.render.figures import check_figure_path
+    from ratioscope.render.ratio_plots import plot_trace
+    from ratioscope.sections.ratios import ratio_trace
+
+    check_figure_path(out)
+    check_output_paths([Path(p) for p in paths], [out])
+    if any(str(p).lower().endswith(".json") for p in paths):
+        raise UsageError("plot ratios needs a dump: a report JSON holds no per-token ratios")
+    params = analysis_params(
+        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v, mask_policy=mask_policy
+    )
+    trace = ratio_trace(
+        paths, sequence, params, load_options(format, mapping, "error", unsafe_pickle)
+    )
+    plot_trace(trace, out)

@@ -1,8 +1,70 @@
-"""Placeholder until the command lands."""
+"""``ratioscope sweep``: the KPO Table 2 statistics for several Kalman noise ratios Q/V."""
 
-from ratioscope.errors import UsageError
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ratioscope.cli._options import (
+    Device,
+    Format,
+    JsonOut,
+    Mapping,
+    MaskPolicy,
+    NonFinite,
+    OnBand,
+    Paths,
+    Quiet,
+    SeqClip,
+    UnsafePickle,
+    Window,
+)
+
+Qv = Annotated[str, typer.Option("--qv", help="Comma-separated Q/V values (V stays fixed).")]
 
 
-def sweep() -> None:
-    """Not available yet."""
-    raise UsageError("this command is not available yet")
+def sweep(
+    paths: Paths,
+    qv: Qv = "1e-6,1e-4,1e-2",
+    json_out: JsonOut = None,
+    device: Device = "auto",
+    format: Format = "auto",
+    mapping: Mapping = None,
+    nonfinite: NonFinite = "error",
+    unsafe_pickle: UnsafePickle = False,
+    on_band: OnBand = "3e-4,4e-4",
+    window: Window = 50,
+    seq_clip: SeqClip = "3e-4,4e-4",
+    mask_policy: MaskPolicy = "zero",
+    quiet: Quiet = False,
+) -> None:
+    """Token states, switching, LFR and variance per Kalman Q/V (KPO Fig. 4 / Table 2).
+
+    Example: ratioscope sweep sample_data/verl/ --qv 1e-6,1e-4,1e-2 --json sweep.json
+    """
+    from ratioscope import sweep as sweeps
+    from ratioscope.cli._common import check_output_paths, parse_floats, progress_bar
+    from ratioscope.cli._common import stderr_console, stdout_console
+    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.io.loaders import expand_paths
+    from ratioscope.render.terminal import show_sweep, show_warnings
+
+    check_output_paths(expand_paths(paths), [json_out])
+    params = analysis_params(
+        on_band=on_band, window=window, seq_clip=seq_clip, mask_policy=mask_policy
+    )
+    with progress_bar(not quiet) as progress:
+        result = sweeps.sweep(
+            paths,
+            parse_floats(qv, "--qv"),
+            params=params,
+            load_options=load_options(format, mapping, nonfinite, unsafe_pickle),
+            device=device,
+            progress=progress,
+        )
+    document = result.to_dict()
+    show_sweep(document, stdout_console())
+    show_warnings(document, stderr_console())
+    if json_out is not None:
+        result.write_json(json_out)

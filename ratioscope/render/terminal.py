@@ -161,33 +161,32 @@ def _ratio_distributions(ratios: Mapping[str, Any], console: Console) -> None:
 def _ratio_states(ratios: Mapping[str, Any], console: Console) -> None:
     if not any(s and s.get("proportion") for s in ratios.values()):
         return
-    table = Table(
-        title="token states (KPO Table 2): proportions, mean run lengths, switching, LFR, variance",
-        title_justify="left",
+    state_table(
+        list(ratios.items()),
+        "token states (KPO Table 2): proportions, mean run lengths, switching, LFR, variance",
+        console,
     )
+
+
+def state_table(
+    rows: Sequence[tuple[str, Mapping[str, Any] | None]], title: str, console: Console
+) -> None:
+    """The KPO Table 2 layout: one row per ratio variant (or per Kalman Q/V)."""
+    table = Table(title=title, title_justify="left")
     columns = (
-        "variant",
-        "up",
-        "down",
-        "on",
-        "run up",
-        "run down",
-        "run on",
-        "switch freq",
-        "LFR",
-        "var global",
-        "var window",
-    )
+        "variant", "up", "down", "on", "run up", "run down", "run on",
+        "switch freq", "LFR", "var global", "var window", "clip frac",
+    )  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "variant" else "right")
-    for variant, stats in ratios.items():
+    for label, stats in rows:
         if not stats or not stats.get("proportion"):
-            table.add_row(variant, *[DASH] * (len(columns) - 1))
+            table.add_row(label, *[DASH] * (len(columns) - 1))
             continue
         prop, runs = stats["proportion"], stats.get("run_length_mean") or {}
         variance = stats.get("variance") or {}
         table.add_row(
-            variant,
+            label,
             pct(prop.get("up")),
             pct(prop.get("down")),
             pct(prop.get("on")),
@@ -198,8 +197,18 @@ def _ratio_states(ratios: Mapping[str, Any], console: Console) -> None:
             fmt(stats.get("lfr")),
             fmt(variance.get("global")),
             fmt(variance.get("window_local")),
+            pct(stats.get("clip_fraction")),
         )
     console.print(table)
+
+
+def show_sweep(document: Mapping[str, Any], console: Console) -> None:
+    """The Q/V sweep: token and sequence rows, then one Kalman row per Q/V."""
+    _inputs(document, console)
+    sweep = document["sweep"]
+    rows = [("token", sweep["token"]), ("sequence", sweep["sequence"])]
+    rows += [(f"kalman Q/V={key}", stats) for key, stats in sweep["kalman"].items()]
+    state_table(rows, "Kalman Q/V sweep (KPO Fig. 4 / Table 2)", console)
 
 
 def _mismatch(mismatch: Mapping[str, Any], console: Console) -> None:

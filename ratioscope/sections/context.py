@@ -58,43 +58,49 @@ class Context:
 
         return self.cached("sequence_mean_z", compute)
 
-    def signal(self, variant: str) -> Tensor:
+    def signal(self, variant: str, params: AnalysisParams | None = None) -> Tensor:
         """[B, T] log-space ratio signal of a variant, 0 at masked positions.
 
         token: z; sequence: every token gets its sequence's mean z (GSPO/GMPO/TEPO
-        geometric mean); kalman: KPO's causally filtered log-ratio.
+        geometric mean); kalman: KPO's causally filtered log-ratio with the Kalman
+        settings of ``params`` (default: the context's), so a Q/V sweep can share a chunk.
         """
-        return self.cached(f"signal:{variant}", lambda: self._compute_signal(variant))
+        params = params or self.params
+        key = f"signal:{variant}"
+        if variant == "kalman":
+            key += ":" + repr(_kalman_settings(params))
+        return self.cached(key, lambda: self._compute_signal(variant, params))
 
-    def _compute_signal(self, variant: str) -> Tensor:
+    def _compute_signal(self, variant: str, params: AnalysisParams) -> Tensor:
+        zero = torch.zeros((), dtype=self.z.dtype)
         if variant == "token":
             return self.z
         if variant == "sequence":
             broadcast = self.sequence_mean_z[:, None].expand_as(self.z)
-            return torch.where(self.mask, broadcast, torch.zeros((), dtype=self.z.dtype))
+            return torch.where(self.mask, broadcast, zero)
         if variant == "kalman":
-            return torch.where(self.mask, self.kalman_rho(), torch.zeros((), dtype=self.z.dtype))
+            return torch.where(self.mask, self._kalman_rho(params), zero)
         raise ValueError(f"unknown variant {variant!r}")
 
-    def kalman_rho(self) -> Tensor:
+    def _kalman_rho(self, p: AnalysisParams) -> Tensor:
         """[B, T] the filtered log-ratio rho (scan or the authors' closed form)."""
+        from ratioscope.functional import kalman
 
-        def compute() -> Tensor:
-            from ratioscope.functional import kalman
-
-            p = self.params
-            if p.kalman_impl == "reference":
-                return kalman.kalman_filter_closed_form(
-                    self.z, self.mask, p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0
-                ).to(self.z.dtype)
-            return kalman.kalman_filter(
-                self.z,
-                self.mask,
-                q=p.kalman_q,
-                v=p.kalman_v,
-                p0=p.kalman_p0,
-                rho0=p.kalman_rho0,
-                mask_policy=p.mask_policy,
+        if p.kalman_impl == "reference":
+            rho = kalman.kalman_filter_closed_form(
+                self.z, self.mask, p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0
             )
+            return rho.to(self.z.dtype)
+        return kalman.kalman_filter(
+            self.z,
+            self.mask,
+            q=p.kalman_q,
+            v=p.kalman_v,
+            p0=p.kalman_p0,
+            rho0=p.kalman_rho0,
+            mask_policy=p.mask_policy,
+        )
 
-        return self.cached("kalman_rho", compute)
+
+def _kalman_settings(p: AnalysisParams) -> tuple:
+    return (p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0, p.mask_policy, p.kalman_impl)

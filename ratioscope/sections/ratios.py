@@ -1,9 +1,13 @@
 """The ``ratios`` section: the three ratio variants side by side (DESIGN 3.2-3.3).
 
 For each variant (token, sequence, kalman) the log-space signal's distribution over
-valid tokens, the PPO clip fraction and the clipped/unclipped surrogate loss. The KPO
-token-state statistics (proportions, run lengths, switch frequency, LFR, variances,
-window-wise frequency) are added by :mod:`ratioscope.sections.token_states`.
+valid tokens, the PPO clip fraction, the clipped/unclipped surrogate loss, and the KPO
+Table 2 token-state statistics: proportions up/down/on, run lengths, switch frequency,
+window-wise off-policy frequency, low-frequency ratio with the mean periodogram, and
+global and window-local variance (:mod:`ratioscope.functional.token_stats`).
+
+Per-sequence statistics are averaged over sequences (the paper's convention) from
+exact sums and counts, so chunks, files and shard reports merge exactly.
 """
 
 from __future__ import annotations
@@ -19,7 +23,11 @@ from ratioscope.functional.surrogate import ppo_clip_mask, ppo_objective_terms, 
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import VARIANTS, Context
-from ratioscope.stats import Histogram
+from ratioscope.stats import Counter, Histogram, Vector
+
+STATE_NAMES = ("down", "on", "up")
+#: --kalman-impl reference is flagged where it is this far from the exact filter
+REFERENCE_TOLERANCE = 1e-4  # column j of the [.., 3] state tensors is state j - 1
 
 
 @dataclass(frozen=True)
@@ -100,12 +108,151 @@ class _LossSums:
 
 
 @dataclass
+class _StateSums:
+    """Sums behind the KPO token-state statistics of one variant."""
+
+    state_tokens: list[int] = field(default_factory=lambda: [0, 0, 0])
+    run_mean_sum: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    run_mean_count: list[int] = field(default_factory=lambda: [0, 0, 0])
+    run_histogram: list[Counter] = field(default_factory=lambda: [Counter() for _ in range(3)])
+    sequences: int = 0
+    switch_sum: float = 0.0
+    lfr_sum: float = 0.0
+    lfr_count: int = 0
+    lfr_excluded: int = 0
+    var_global_sum: float = 0.0
+    var_local_sum: float = 0.0
+    window_total: Vector = field(default_factory=Vector)
+    window_total_sq: Vector = field(default_factory=Vector)
+    window_count: Vector = field(default_factory=Vector)
+    spectrum_sum: Vector = field(default_factory=Vector)
+    spectrum_count: int = 0
+
+    def add(self, stats, nonempty: Tensor) -> None:
+        """Fold a :class:`~ratioscope.functional.token_stats.SignalStatistics` in."""
+        import torch
+
+        rows = nonempty
+        counts = stats.state_counts[rows].sum(dim=0)
+        for j in range(3):
+            self.state_tokens[j] += int(counts[j])
+            per_sequence = stats.runs.mean_per_sequence[rows, j]
+            present = ~torch.isnan(per_sequence)
+            self.run_mean_sum[j] += float(per_sequence[present].sum())
+            self.run_mean_count[j] += int(present.sum())
+            histogram = stats.runs.histogram[j]
+            lengths = histogram.nonzero().flatten()
+            self.run_histogram[j].add_tensor(lengths, histogram[lengths])
+        self.sequences += int(rows.sum())
+        self.switch_sum += float(stats.switch_frequency[rows].sum())
+        lfr = stats.low_frequency_ratio[rows]
+        finite = ~torch.isnan(lfr)
+        self.lfr_sum += float(lfr[finite].sum())
+        self.lfr_count += int(finite.sum())
+        self.lfr_excluded += int((~finite).sum())
+        self.var_global_sum += float(stats.global_variance[rows].sum())
+        self.var_local_sum += float(stats.local_variance[rows].sum())
+        windows = stats.window_frequency[rows]
+        present = ~torch.isnan(windows)
+        values = torch.where(present, windows, 0.0)
+        self.window_total.add(values.sum(dim=0))
+        self.window_total_sq.add(values.square().sum(dim=0))
+        self.window_count.add(present.sum(dim=0))
+        spectra = stats.periodogram[rows & finite]
+        self.spectrum_sum.add(spectra.sum(dim=0))
+        self.spectrum_count += int(spectra.shape[0])
+
+    def merge(self, other: _StateSums) -> None:
+        for j in range(3):
+            self.state_tokens[j] += other.state_tokens[j]
+            self.run_mean_sum[j] += other.run_mean_sum[j]
+            self.run_mean_count[j] += other.run_mean_count[j]
+            self.run_histogram[j].merge(other.run_histogram[j])
+        for name in ("sequences", "switch_sum", "lfr_sum", "lfr_count", "lfr_excluded"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("var_global_sum", "var_local_sum", "spectrum_count"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("window_total", "window_total_sq", "window_count", "spectrum_sum"):
+            getattr(self, name).merge(getattr(other, name))
+
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        for key, value in vars(self).items():
+            if isinstance(value, Vector):
+                state[key] = value.state()
+            elif key == "run_histogram":
+                state[key] = [c.state() for c in value]
+            else:
+                state[key] = value
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _StateSums:
+        sums = cls()
+        for key, value in state.items():
+            current = getattr(sums, key)
+            if isinstance(current, Vector):
+                setattr(sums, key, Vector.from_state(value))
+            elif key == "run_histogram":
+                sums.run_histogram = [Counter.from_state(c) for c in value]
+            else:
+                setattr(sums, key, value)
+        return sums
+
+    def fields(self, frequencies: list[float]) -> dict[str, Any]:
+        """The KPO fields of :class:`VariantStats`."""
+        total = sum(self.state_tokens)
+        if self.sequences == 0 or total == 0:
+            return {}
+        # chunks are as wide as their longest row, so trailing windows may have no data
+        present = self.window_count.values.nonzero()
+        width = int(present.max()) + 1 if present.numel() else 0
+        count = self.window_count.values[:width]
+        mean = self.window_total.values[:width] / count
+        var = (self.window_total_sq.values[:width] / count - mean.square()).clamp(min=0.0)
+        spectrum = None
+        if self.spectrum_count:
+            power = (self.spectrum_sum.values / self.spectrum_count).tolist()
+            spectrum = {"frequency": frequencies, "power": power, "sequences": self.spectrum_count}
+        return {
+            "proportion": {name: self.state_tokens[j] / total for j, name in _REPORT_ORDER},
+            "run_length_mean": {
+                name: self.run_mean_sum[j] / self.run_mean_count[j]
+                if self.run_mean_count[j]
+                else None
+                for j, name in _REPORT_ORDER
+            },
+            "run_length_histogram": {
+                name: self.run_histogram[j].state() for j, name in _REPORT_ORDER
+            },
+            "switch_frequency": self.switch_sum / self.sequences,
+            "lfr": self.lfr_sum / self.lfr_count if self.lfr_count else None,
+            "lfr_excluded": self.lfr_excluded,
+            "variance": {
+                "global": self.var_global_sum / self.sequences,
+                "window_local": self.var_local_sum / self.sequences,
+            },
+            "window_frequency": {
+                "mean": mean.tolist(),
+                "var": var.tolist(),
+                "count": [int(c) for c in count.tolist()],
+            },
+            "spectrum": spectrum,
+        }
+
+
+#: report order up, down, on (DESIGN 4) with the column index of each state
+_REPORT_ORDER = ((2, "up"), (0, "down"), (1, "on"))
+
+
+@dataclass
 class _VariantState:
     histogram: Histogram = field(default_factory=Histogram)
     clipped_tokens: int = 0
     advantage_tokens: int = 0
     clipped_loss: _LossSums = field(default_factory=_LossSums)
     unclipped_loss: _LossSums = field(default_factory=_LossSums)
+    states: _StateSums = field(default_factory=_StateSums)
 
     def merge(self, other: _VariantState) -> None:
         self.histogram.merge(other.histogram)
@@ -113,6 +260,7 @@ class _VariantState:
         self.advantage_tokens += other.advantage_tokens
         self.clipped_loss.merge(other.clipped_loss)
         self.unclipped_loss.merge(other.unclipped_loss)
+        self.states.merge(other.states)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -121,6 +269,7 @@ class _VariantState:
             "advantage_tokens": self.advantage_tokens,
             "clipped_loss": vars(self.clipped_loss),
             "unclipped_loss": vars(self.unclipped_loss),
+            "states": self.states.state(),
         }
 
     @classmethod
@@ -131,6 +280,7 @@ class _VariantState:
             advantage_tokens=int(state["advantage_tokens"]),
             clipped_loss=_LossSums(**state["clipped_loss"]),
             unclipped_loss=_LossSums(**state["unclipped_loss"]),
+            states=_StateSums.from_state(state["states"]),
         )
 
 
@@ -139,10 +289,14 @@ class RatiosAccumulator(Accumulator):
 
     name = "ratios"
 
-    def __init__(self, params: AnalysisParams) -> None:
+    def __init__(self, params: AnalysisParams, variants: tuple[str, ...] = VARIANTS) -> None:
         super().__init__(params)
-        self.variants = {v: _VariantState() for v in VARIANTS}
+        self.variants = {v: _VariantState() for v in variants}
         self.no_advantages: list[str] = []
+        # --kalman-impl reference: where the authors' closed form leaves the exact filter
+        self.deviation_index: int | None = None
+        self.deviation_max = 0.0
+        self.deviation_clamp: int | None = None
 
     def band(self, variant: str) -> tuple[float, float]:
         return self.params.clip if variant == "token" else self.params.seq_clip
@@ -153,8 +307,9 @@ class RatiosAccumulator(Accumulator):
         if advantages is None and ctx.batch.row_offset == 0:
             self.no_advantages.append(ctx.batch.source)
         for variant, state in self.variants.items():
-            signal = ctx.signal(variant)
+            signal = ctx.signal(variant, self.params)
             state.histogram.add(signal[ctx.mask])
+            columns.update(self._token_states(ctx, variant, signal, state))
             if advantages is None:
                 continue
             band = self.band(variant)
@@ -167,11 +322,50 @@ class RatiosAccumulator(Accumulator):
             state.unclipped_loss.add(plain_terms, ctx.mask)
             columns[f"{variant}_clip_fraction"] = clipped.sum(dim=1) / ctx.lengths.clamp_min(1)
         columns["sequence_weight"] = torch.exp(ctx.sequence_mean_z.double())
+        if self.params.kalman_impl == "reference" and "kalman" in self.variants:
+            self._check_reference(ctx)
         return columns
+
+    def _check_reference(self, ctx: Context) -> None:
+        from ratioscope.functional.kalman import closed_form_deviation
+
+        p = self.params
+        deviation = closed_form_deviation(
+            ctx.z, ctx.mask, p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0,
+            atol=REFERENCE_TOLERANCE,
+        )  # fmt: skip
+        self.deviation_max = max(self.deviation_max, deviation.max_abs_error)
+        self.deviation_index = _min_index(self.deviation_index, deviation.first_index)
+        self.deviation_clamp = _min_index(self.deviation_clamp, deviation.clamp_index)
+
+    def _token_states(
+        self, ctx: Context, variant: str, signal: Tensor, state: _VariantState
+    ) -> dict[str, Tensor]:
+        from ratioscope.functional.token_stats import signal_statistics
+
+        p = self.params
+        stats = signal_statistics(
+            signal,
+            ctx.mask,
+            on_band=p.on_band,
+            window=p.window,
+            cutoff=p.lfr_cutoff,
+            space=p.space,
+        )
+        state.states.add(stats, ctx.nonempty)
+        return {
+            f"{variant}_switch_frequency": stats.switch_frequency,
+            f"{variant}_lfr": stats.low_frequency_ratio,
+            f"{variant}_var_global": stats.global_variance,
+            f"{variant}_var_window": stats.local_variance,
+        }
 
     def merge(self, other: Accumulator) -> None:
         assert isinstance(other, RatiosAccumulator)
         self.merge_base(other)
+        self.deviation_max = max(self.deviation_max, other.deviation_max)
+        self.deviation_index = _min_index(self.deviation_index, other.deviation_index)
+        self.deviation_clamp = _min_index(self.deviation_clamp, other.deviation_clamp)
         for variant, state in self.variants.items():
             state.merge(other.variants[variant])
         self.no_advantages.extend(other.no_advantages)
@@ -181,18 +375,27 @@ class RatiosAccumulator(Accumulator):
             **self.base_state(),
             "variants": {v: s.state() for v, s in self.variants.items()},
             "no_advantages": self.no_advantages,
+            "reference_deviation": {
+                "first_index": self.deviation_index,
+                "max_abs_error": self.deviation_max,
+                "clamp_index": self.deviation_clamp,
+            },
         }
 
     @classmethod
     def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> RatiosAccumulator:
-        acc = cls(params)
+        acc = cls(params, tuple(state["variants"]))
         acc.restore_base(state)
         acc.variants = {v: _VariantState.from_state(s) for v, s in state["variants"].items()}
         acc.no_advantages = list(state.get("no_advantages", []))
+        deviation = state.get("reference_deviation", {})
+        acc.deviation_index = deviation.get("first_index")
+        acc.deviation_max = float(deviation.get("max_abs_error") or 0.0)
+        acc.deviation_clamp = deviation.get("clamp_index")
         return acc
 
     def result(self) -> dict[str, VariantStats] | None:
-        if self.variants["token"].histogram.count == 0:
+        if all(state.histogram.count == 0 for state in self.variants.values()):
             return None
         return {variant: self._variant(variant, s) for variant, s in self.variants.items()}
 
@@ -208,6 +411,7 @@ class RatiosAccumulator(Accumulator):
         )
         has_adv = state.advantage_tokens > 0
         return VariantStats(
+            **state.states.fields(_frequency_grid()),
             distribution=distribution,
             clip_band=self.band(variant),
             clip_fraction=state.clipped_tokens / state.advantage_tokens if has_adv else None,
@@ -220,10 +424,80 @@ class RatiosAccumulator(Accumulator):
         )
 
     def warnings(self) -> list[str]:
-        if not self.no_advantages:
-            return []
-        files = "; ".join(self.no_advantages[:3])
-        more = f" and {len(self.no_advantages) - 3} more" if len(self.no_advantages) > 3 else ""
-        return [
-            f"ratios.*.clip_fraction and surrogate: need 'advantages', missing in {files}{more}"
-        ]
+        messages = []
+        if self.no_advantages:
+            files = "; ".join(self.no_advantages[:3])
+            more = f" and {len(self.no_advantages) - 3} more" if len(self.no_advantages) > 3 else ""
+            messages.append(
+                f"ratios.*.clip_fraction and surrogate: need 'advantages', missing in {files}{more}"
+            )
+        if self.deviation_index is not None:
+            p = self.params
+            clamp = (
+                f"; its clamps bind from token {self.deviation_clamp} on"
+                if self.deviation_clamp is not None
+                else ""
+            )
+            messages.append(
+                "ratios.kalman: --kalman-impl reference (the authors' closed form) deviates "
+                f"from the exact filter by more than {REFERENCE_TOLERANCE:g} from token "
+                f"{self.deviation_index} on (max error {self.deviation_max:.3g}) at "
+                f"Q/V = {p.kalman_q / p.kalman_v:g}{clamp}; use the default --kalman-impl scan"
+            )
+        return messages
+
+
+def _min_index(a: int | None, b: int | None) -> int | None:
+    present = [i for i in (a, b) if i is not None]
+    return min(present) if present else None
+
+
+def _frequency_grid() -> list[float]:
+    from ratioscope.functional.token_stats import frequency_grid
+
+    return frequency_grid().tolist()
+
+
+@dataclass(frozen=True)
+class RatioTrace:
+    """One sequence's three ratio signals over its valid tokens (for ``plot ratios``)."""
+
+    source: str
+    row: int
+    token: list[float]
+    sequence: list[float]
+    kalman: list[float]
+    on_band: tuple[float, float]
+    qv: float
+
+
+def ratio_trace(
+    paths: Any, index: int, params: AnalysisParams | None = None, load_options: Any = None
+) -> RatioTrace:
+    """The log-ratio, its sequence mean and its Kalman filter for sequence ``index``
+    (counted over all files in order).
+
+    Raises:
+        UsageError: ``index`` is past the last sequence.
+    """
+    from ratioscope.errors import UsageError
+    from ratioscope.io.loaders import LoadOptions, expand_paths, load_file
+
+    params = params or AnalysisParams()
+    seen = 0
+    for path in expand_paths(list(paths)):
+        batch = load_file(path, load_options or LoadOptions())
+        if index < seen + batch.num_sequences:
+            row = index - seen
+            ctx = Context(batch.select_rows(row, row + 1), params)
+            length = int(ctx.lengths[0])
+            signals = {v: ctx.signal(v)[0, :length].double().tolist() for v in VARIANTS}
+            return RatioTrace(
+                source=str(path),
+                row=row,
+                on_band=params.on_band,
+                qv=params.kalman_q / params.kalman_v,
+                **signals,
+            )
+        seen += batch.num_sequences
+    raise UsageError(f"--sequence {index} is out of range: the input has {seen} sequences")

@@ -1,0 +1,139 @@
+"""The ratios section: KPO statistics aggregated as the paper does, sweep, reference check."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from dumps import make_reference, write_layout
+from typer.testing import CliRunner
+
+import ratioscope
+from ratioscope.cli import app
+from ratioscope.functional.kalman import kalman_filter_loop
+from ratioscope.functional.token_stats import signal_statistics
+from ratioscope.sweep import sweep
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def long_batch():
+    """AR(1) log-ratios with ragged lengths (long enough for several windows)."""
+    rng = np.random.default_rng(5)
+    rows, width = 12, 400
+    z = np.zeros((rows, width))
+    for t in range(1, width):
+        z[:, t] = 0.8 * z[:, t - 1] + rng.normal(0, 0.01, size=rows)
+    z[:, ::7] = 0.0  # exact zeros: "on" tokens
+    lengths = rng.integers(30, width + 1, size=rows)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    return ratioscope.TokenBatch.from_tensors(
+        {"mask": torch.tensor(mask), "log_ratio": torch.tensor(z)}
+    )
+
+
+def expected_fields(signal, mask):
+    """The paper's aggregation, computed directly from the per-sequence functional."""
+    stats = signal_statistics(signal, mask)
+    lfr = stats.low_frequency_ratio
+    counts = stats.state_counts.sum(0).double()
+    return {
+        "proportion": {
+            "up": float(counts[2] / counts.sum()),
+            "down": float(counts[0] / counts.sum()),
+            "on": float(counts[1] / counts.sum()),
+        },
+        "run_up": float(torch.nanmean(stats.runs.mean_per_sequence[:, 2])),
+        "switch_frequency": float(stats.switch_frequency.mean()),
+        "lfr": float(lfr[~torch.isnan(lfr)].mean()),
+        "var_global": float(stats.global_variance.mean()),
+        "var_window": float(stats.local_variance.mean()),
+    }
+
+
+def test_token_and_kalman_rows_aggregate_the_per_sequence_statistics(long_batch):
+    report = ratioscope.analyze(long_batch, chunk_elements=1000)  # several chunks
+    mask = long_batch.mask
+    rho = kalman_filter_loop(long_batch.log_ratio, mask, 1e-6, 1.0)
+    for variant, signal in (("token", long_batch.log_ratio), ("kalman", rho)):
+        got = report.ratios[variant]
+        want = expected_fields(torch.where(mask, signal, 0.0), mask)
+        for state in ("up", "down", "on"):
+            assert got.proportion[state] == pytest.approx(want["proportion"][state], abs=1e-12)
+        if math.isnan(want["run_up"]):
+            assert got.run_length_mean["up"] is None
+        else:
+            assert got.run_length_mean["up"] == pytest.approx(want["run_up"], rel=1e-9)
+        assert got.switch_frequency == pytest.approx(want["switch_frequency"], rel=1e-9)
+        assert got.lfr == pytest.approx(want["lfr"], rel=1e-6)
+        assert got.variance["global"] == pytest.approx(want["var_global"], rel=1e-6)
+        assert got.variance["window_local"] == pytest.approx(want["var_window"], rel=1e-6)
+
+
+def test_window_frequency_curve_is_mean_and_population_variance_per_window(long_batch):
+    report = ratioscope.analyze(long_batch, chunk_elements=1000)
+    curve = report.ratios["token"].window_frequency
+    lengths = long_batch.lengths.tolist()
+    z = long_batch.log_ratio.numpy()
+    r = np.exp(z)
+    off = (r > 1 + 4e-4) | (r < 1 - 3e-4)
+    for w in range(len(curve["count"])):
+        values = [
+            off[i, w * 50 : (w + 1) * 50].mean()
+            for i in range(len(lengths))
+            if lengths[i] >= (w + 1) * 50
+        ]
+        assert curve["count"][w] == len(values)
+        assert curve["mean"][w] == pytest.approx(np.mean(values), rel=1e-12)
+        assert curve["var"][w] == pytest.approx(np.var(values), abs=1e-12)
+
+
+def test_sequence_variant_is_constant_within_sequences(long_batch):
+    seq = ratioscope.analyze(long_batch).ratios["sequence"]
+    assert seq.switch_frequency == 0.0
+    assert seq.lfr is None and seq.lfr_excluded == long_batch.num_sequences
+    assert seq.variance["global"] == pytest.approx(0.0, abs=1e-18)
+
+
+def test_sweep_rows_equal_analyze_at_each_q(long_batch):
+    result = sweep(long_batch, [1e-4, 1e-2])
+    for qv in (1e-4, 1e-2):
+        direct = ratioscope.analyze(long_batch, kalman_q=qv).ratios["kalman"]
+        row = result.kalman[f"{qv:g}"]
+        assert row.switch_frequency == pytest.approx(direct.switch_frequency, rel=1e-12)
+        assert row.lfr == pytest.approx(direct.lfr, rel=1e-12)
+        assert row.proportion == direct.proportion
+    assert result.token.switch_frequency == pytest.approx(
+        ratioscope.analyze(long_batch).ratios["token"].switch_frequency, rel=1e-12
+    )
+
+
+def test_reference_closed_form_is_flagged_where_it_breaks():
+    rng = np.random.default_rng(0)
+    z = torch.tensor(rng.normal(0, 0.05, size=(3, 1500)), dtype=torch.float32)
+    batch = ratioscope.TokenBatch.from_tensors({"mask": torch.ones(3, 1500), "log_ratio": z})
+    report = ratioscope.analyze(batch, kalman_impl="reference", kalman_q=1e-2)
+    flagged = [w for w in report.warnings if "--kalman-impl reference" in w]
+    assert len(flagged) == 1
+    index = int(flagged[0].split("from token ")[1].split(" ")[0])
+    assert 600 < index < 800  # DESIGN 3.1: wrong past roughly t ~ 700 at Q/V = 1e-2
+    exact = ratioscope.analyze(batch, kalman_q=1e-2)
+    assert not any("--kalman-impl reference" in w for w in exact.warnings)
+
+
+def test_sweep_cli_writes_json_with_one_row_per_qv(tmp_path):
+    path = write_layout(make_reference(seed=3, rows=8, width=80), "verl", tmp_path)
+    out = tmp_path / "sweep.json"
+    result = runner.invoke(app, ["sweep", str(path), "--qv", "1e-6,1e-3", "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert "kalman Q/V=0.001" in result.stdout
+    import json
+
+    document = json.loads(out.read_text())
+    assert list(document["sweep"]["kalman"]) == ["1e-06", "0.001"]
+    assert math.isfinite(document["sweep"]["token"]["switch_frequency"])
+    bad = runner.invoke(app, ["sweep", str(path), "--qv", "-1"])
+    assert bad.exit_code == 2 and "--qv" in bad.stderr
