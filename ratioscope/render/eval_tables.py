@@ -44,6 +44,14 @@ def _groups(report: EvalReport) -> list[tuple[str, dict[str, MetricBlock]]]:
     names: dict[str, None] = {}
     for result in report.by_method.values():
         names.update(dict.fromkeys(result.by_dataset or {}))
+    if len(names) == 1:
+        only = next(iter(names))
+        covers_all = all(
+            r.by_dataset is not None and r.by_dataset[only].problems == r.problems
+            for r in report.by_method.values()
+        )
+        if covers_all:  # one dataset holding every problem: no second, identical group
+            return [(only, dict(report.by_method))]
     for name in names:
         blocks = {
             method: result.by_dataset[name]
