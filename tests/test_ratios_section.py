@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 from dumps import make_reference, write_layout
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import ratioscope
@@ -137,3 +139,35 @@ def test_sweep_cli_writes_json_with_one_row_per_qv(tmp_path):
     assert math.isfinite(document["sweep"]["token"]["switch_frequency"])
     bad = runner.invoke(app, ["sweep", str(path), "--qv", "-1"])
     assert bad.exit_code == 2 and "--qv" in bad.stderr
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 12), width=st.integers(1, 180))
+def test_constant_signal_shortcut_equals_the_general_statistics(seed, rows, width):
+    from ratioscope.functional.token_stats import constant_signal_statistics
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, width + 1, (rows,), generator=g)
+    lengths[0] = width
+    values = torch.randn(rows, generator=g, dtype=torch.float64) * 5e-4
+    values[torch.rand(rows, generator=g) < 0.3] = 0.0
+    mask = torch.arange(width)[None, :] < lengths[:, None]
+    signal = torch.where(mask, values[:, None].expand(rows, width), 0.0)
+    general = signal_statistics(signal, mask, window=7)
+    shortcut = constant_signal_statistics(values, lengths, window=7)
+
+    def same(a, b):
+        return torch.equal(
+            torch.nan_to_num(a.double(), nan=-1.0), torch.nan_to_num(b.double(), nan=-1.0)
+        )
+
+    for name in ("state_counts", "switch_frequency", "window_frequency", "low_frequency_ratio",
+                 "periodogram"):  # fmt: skip
+        assert same(getattr(general, name), getattr(shortcut, name)), name
+    # the general path computes a constant's variance with rounding (~1e-40), not exactly 0
+    for name in ("global_variance", "local_variance"):
+        torch.testing.assert_close(
+            getattr(general, name), getattr(shortcut, name), atol=1e-30, rtol=0, equal_nan=True
+        )
+    for name in ("run_count", "mean_per_sequence", "histogram"):
+        assert same(getattr(general.runs, name), getattr(shortcut.runs, name)), name

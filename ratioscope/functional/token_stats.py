@@ -735,3 +735,60 @@ def signal_statistics(
         global_variance=_global_variance(centred),
         local_variance=_local_variance(centred, window),
     )
+
+
+def constant_signal_statistics(
+    values: Tensor,
+    lengths: Tensor,
+    *,
+    on_band: tuple[float, float] | float = DEFAULT_ON_BAND,
+    window: int = DEFAULT_WINDOW,
+    n_freqs: int = DEFAULT_N_FREQS,
+) -> SignalStatistics:
+    """:func:`signal_statistics` of a signal that is constant within each sequence.
+
+    The sequence-level ratio of GSPO/GMPO/TEPO gives every token of a sequence the same
+    value, so its statistics follow from one value and the length per sequence: one run
+    of the whole length in one state, no switching, windows entirely on or off, zero
+    energy (LFR and periodogram NaN) and zero variance. Equal to
+    ``signal_statistics(values[:, None].expand(B, T), mask)`` with a right-padded
+    ``mask`` of ``lengths``, at a fraction of the cost.
+
+    Args:
+        values: [B] float, the per-sequence log-space value.
+        lengths: [B] int64, valid tokens per sequence.
+    """
+    import torch
+
+    _check_window(window)
+    device = values.device
+    rows = values.shape[0]
+    width = int(lengths.max()) if rows else 0
+    valid = lengths > 0
+    states = _states(values.unsqueeze(1), valid.unsqueeze(1), on_band).squeeze(1)
+    column = states.long() + 1
+    state_counts = torch.zeros((rows, 3), dtype=torch.long, device=device)
+    state_counts.scatter_(1, column.unsqueeze(1), lengths.unsqueeze(1))
+    run_count = torch.zeros_like(state_counts)
+    run_count.scatter_(1, column.unsqueeze(1), valid.long().unsqueeze(1))
+    mean = (state_counts.double() / run_count.double()).masked_fill(run_count == 0, math.nan)
+    flat = (column * (width + 1) + lengths)[valid]
+    histogram = torch.bincount(flat, minlength=3 * (width + 1)).view(3, width + 1)
+    n_windows = width // window
+    ends = torch.arange(1, n_windows + 1, device=device) * window
+    off = (states != 0).double().unsqueeze(1).expand(rows, n_windows)
+    window_frequency = off.masked_fill(ends > lengths.unsqueeze(1), math.nan)
+    zeros = torch.zeros(rows, dtype=torch.float64, device=device)
+    nans = torch.full((rows,), math.nan, dtype=torch.float64, device=device)
+    return SignalStatistics(
+        lengths=lengths,
+        state_counts=state_counts,
+        runs=RunLengths(run_count, state_counts, mean, histogram),
+        switch_frequency=zeros,
+        window_frequency=window_frequency,
+        low_frequency_ratio=nans,
+        frequencies=frequency_grid(n_freqs),
+        periodogram=torch.full((rows, n_freqs), math.nan, dtype=torch.float64, device=device),
+        global_variance=zeros.masked_fill(~valid, math.nan),
+        local_variance=zeros.masked_fill(~valid, math.nan),
+    )

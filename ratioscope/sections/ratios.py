@@ -341,17 +341,26 @@ class RatiosAccumulator(Accumulator):
     def _token_states(
         self, ctx: Context, variant: str, signal: Tensor, state: _VariantState
     ) -> dict[str, Tensor]:
-        from ratioscope.functional.token_stats import signal_statistics
+        from ratioscope.functional.token_stats import (
+            constant_signal_statistics,
+            signal_statistics,
+        )
 
         p = self.params
-        stats = signal_statistics(
-            signal,
-            ctx.mask,
-            on_band=p.on_band,
-            window=p.window,
-            cutoff=p.lfr_cutoff,
-            space=p.space,
-        )
+        if variant == "sequence":
+            # constant within each sequence: the statistics follow from one value per row
+            stats = constant_signal_statistics(
+                ctx.sequence_mean_z, ctx.lengths, on_band=p.on_band, window=p.window
+            )
+        else:
+            stats = signal_statistics(
+                signal,
+                ctx.mask,
+                on_band=p.on_band,
+                window=p.window,
+                cutoff=p.lfr_cutoff,
+                space=p.space,
+            )
         state.states.add(stats, ctx.nonempty)
         return {
             f"{variant}_switch_frequency": stats.switch_frequency,
