@@ -79,3 +79,28 @@ def seq_mean_token_mean(values: Tensor, mask: Tensor) -> Tensor:
     """
     means = sequence_means(values, mask)
     return means[mask.any(dim=1)].mean()
+
+
+def ppo_row_sums(
+    log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip: tuple[float, float]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-sequence sums behind the clip fraction and both surrogates, in few passes.
+
+    Equal to summing :func:`ppo_clip_mask`, ``ppo_objective_terms(..., clip)`` and
+    ``ppo_objective_terms(..., None)`` over each row, but computed in the input's
+    precision with float64 accumulation, which is what a streaming analysis needs.
+
+    Returns:
+        ``(clipped [B] int64, clipped_terms [B] float64, plain_terms [B] float64)``.
+    """
+    eps_low, eps_high = clip
+    adv = torch.where(mask, advantages, torch.zeros((), dtype=advantages.dtype))
+    ratio = torch.exp(log_ratio.to(adv.dtype) if adv.is_floating_point() else log_ratio)
+    plain = ratio * adv
+    clipped_terms = torch.minimum(plain, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
+    clipped = ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
+    return (
+        clipped.sum(dim=1),
+        clipped_terms.sum(dim=1, dtype=torch.float64),
+        plain.sum(dim=1, dtype=torch.float64),
+    )

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ratioscope.functional.surrogate import ppo_clip_mask, ppo_objective_terms, sequence_means
+from ratioscope.functional.surrogate import ppo_row_sums
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import VARIANTS, Context
@@ -86,12 +86,13 @@ class _LossSums:
     seq_mean_sum: float = 0.0
     sequences: int = 0
 
-    def add(self, terms: Tensor, mask: Tensor) -> None:
-        self.token_sum += float(terms.sum())
-        self.tokens += int(mask.sum())
-        means = sequence_means(terms, mask)[mask.any(dim=1)]
-        self.seq_mean_sum += float(means.sum())
-        self.sequences += int(means.numel())
+    def add(self, row_sums: Tensor, lengths: Tensor) -> None:
+        """Fold in per-sequence sums [B] of a per-token quantity over [B] valid tokens."""
+        present = lengths > 0
+        self.token_sum += float(row_sums.sum())
+        self.tokens += int(lengths.sum())
+        self.seq_mean_sum += float((row_sums[present] / lengths[present]).sum())
+        self.sequences += int(present.sum())
 
     def merge(self, other: _LossSums) -> None:
         self.token_sum += other.token_sum
@@ -312,15 +313,14 @@ class RatiosAccumulator(Accumulator):
             columns.update(self._token_states(ctx, variant, signal, state))
             if advantages is None:
                 continue
-            band = self.band(variant)
-            clipped = ppo_clip_mask(signal, advantages, ctx.mask, band)
+            clipped, clipped_sums, plain_sums = ppo_row_sums(
+                signal, advantages, ctx.mask, self.band(variant)
+            )
             state.clipped_tokens += int(clipped.sum())
-            state.advantage_tokens += int(ctx.mask.sum())
-            clipped_terms = ppo_objective_terms(signal, advantages, ctx.mask, band)
-            state.clipped_loss.add(clipped_terms, ctx.mask)
-            plain_terms = ppo_objective_terms(signal, advantages, ctx.mask, None)
-            state.unclipped_loss.add(plain_terms, ctx.mask)
-            columns[f"{variant}_clip_fraction"] = clipped.sum(dim=1) / ctx.lengths.clamp_min(1)
+            state.advantage_tokens += int(ctx.lengths.sum())
+            state.clipped_loss.add(clipped_sums, ctx.lengths)
+            state.unclipped_loss.add(plain_sums, ctx.lengths)
+            columns[f"{variant}_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
         columns["sequence_weight"] = torch.exp(ctx.sequence_mean_z.double())
         if self.params.kalman_impl == "reference" and "kalman" in self.variants:
             self._check_reference(ctx)
