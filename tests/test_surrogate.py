@@ -53,7 +53,7 @@ def test_terms_mask_and_row_sums_match_loops(seed, rows, width):
 
 
 def test_aggregations_on_a_hand_computed_case():
-    values = torch.tensor([[1.0, 3.0, 99.0], [4.0, 99.0, 99.0]])
+    values = torch.tensor([[1.0, 3.0, 99.0], [4.0, 99.0, 99.0]], dtype=torch.float64)
     mask = torch.tensor([[True, True, False], [True, False, False]])
     assert float(token_mean(values, mask)) == (1 + 3 + 4) / 3
     assert float(seq_mean_token_mean(values, mask)) == (2 + 4) / 2
