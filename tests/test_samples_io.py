@@ -180,9 +180,15 @@ def test_empty_file_and_empty_responses(tmp_path):
     assert "contains no samples" in str(error_of(tmp_path, ["", "  "]))
     error = error_of(tmp_path, [{"idx": 1, "response": [], "score": []}])
     assert "line 1: field 'response' is an empty list" in str(error)
-    # an empty string is a legitimate (usually wrong) model output and is kept
+    # an empty response is an error (usually a broken export) unless explicitly allowed
+    rows = [{"problem_id": 1, "response": "a", "correct": 1}, {"problem_id": 1, "response": " "}]
+    rows[1]["correct"] = 0
+    error = error_of(tmp_path, rows)
+    assert "line 2: field 'response' is an empty response" in str(error)
+    assert "--allow-empty-responses" in str(error)
     path = write_lines(tmp_path / "e.jsonl", [{"problem_id": 1, "response": "", "correct": 0}])
-    assert load_samples(path).methods["e"].problems[0].responses == ("",)
+    kept = load_samples(path, SampleFields(allow_empty=True))
+    assert kept.methods["e"].problems[0].responses == ("",)
 
 
 def test_wrong_value_types(tmp_path):

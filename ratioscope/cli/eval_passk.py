@@ -37,6 +37,11 @@ METHOD_FIELD = typer.Option(
 DATASET_FIELD = typer.Option(
     "dataset", "--dataset-field", help="Field that groups problems into datasets (by_dataset)."
 )
+ALLOW_EMPTY = typer.Option(
+    False,
+    "--allow-empty-responses",
+    help="Keep empty responses (an error by default: usually a broken export).",
+)
 
 
 def load(
@@ -46,11 +51,19 @@ def load(
     correct_field: str | None,
     method_field: str,
     dataset_field: str = "dataset",
+    allow_empty: bool = False,
 ):
     """Read sample files with the field names given on the command line."""
     from ratioscope.io.samples import SampleFields, load_samples
 
-    fields = SampleFields(problem_field, response_field, correct_field, method_field, dataset_field)
+    fields = SampleFields(
+        problem_field,
+        response_field,
+        correct_field,
+        method_field,
+        dataset_field,
+        allow_empty=allow_empty,
+    )
     return load_samples(paths, fields)
 
 
@@ -64,6 +77,7 @@ def eval_passk(
     correct_field: str | None = CORRECT_FIELD,
     method_field: str = METHOD_FIELD,
     dataset_field: str = DATASET_FIELD,
+    allow_empty: bool = ALLOW_EMPTY,
     quiet: bool = QUIET_OPTION,
 ) -> None:
     """Pass@k (unbiased), avg@k and Pass@1 ± SE per method, side by side.
@@ -84,7 +98,7 @@ def eval_passk(
     check_output_paths(samples, [json_out])
     ks = parse_ints(k, "--k") if k else None
     fields = (problem_field, response_field, correct_field, method_field, dataset_field)
-    sample_set = load(samples, *fields)
+    sample_set = load(samples, *fields, allow_empty=allow_empty)
     with progress_bar(not quiet) as progress:
         report = evaluate_passk(sample_set, ks, base_method=base, progress=progress)
     show_eval(report, stdout_console())

@@ -8,6 +8,7 @@ import typer
 
 from ratioscope.cli._common import QUIET_OPTION
 from ratioscope.cli.eval_passk import (
+    ALLOW_EMPTY,
     BASE_OPTION,
     CORRECT_FIELD,
     DATASET_FIELD,
@@ -46,6 +47,7 @@ def eval_ucc(
     correct_field: str | None = CORRECT_FIELD,
     method_field: str = METHOD_FIELD,
     dataset_field: str = DATASET_FIELD,
+    allow_empty: bool = ALLOW_EMPTY,
     quiet: bool = QUIET_OPTION,
 ) -> None:
     """UCC@k (distinct correct solutions among k samples), Pass@k and diversity.
@@ -70,7 +72,7 @@ def eval_ucc(
     check_clustering_options(threshold, linkage, max_pairs)
     ks = parse_ints(k, "--k") if k else None
     fields = (problem_field, response_field, correct_field, method_field, dataset_field)
-    sample_set = load(samples, *fields)
+    sample_set = load(samples, *fields, allow_empty=allow_empty)
     with progress_bar(not quiet) as progress:
         report = evaluate_ucc(
             sample_set,

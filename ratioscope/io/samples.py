@@ -56,6 +56,8 @@ class SampleFields:
     method: str = "method"
     dataset: str = "dataset"
     sample_index: str = "sample_index"
+    #: an empty response is usually a broken export; keep it only when asked to
+    allow_empty: bool = False
 
 
 @dataclass(frozen=True)
@@ -323,10 +325,16 @@ def _correct(path: Path, number: int, value: Any, name: str) -> bool:
     return parsed
 
 
-def _response(path: Path, number: int, value: Any, name: str) -> str:
+def _response(path: Path, number: int, value: Any, name: str, allow_empty: bool) -> str:
     if not isinstance(value, str):
         raise SampleError(
             path, f"line {number}: field '{name}' must be a string, got {_kind(value)}"
+        )
+    if not value.strip() and not allow_empty:
+        raise SampleError(
+            path,
+            f"line {number}: field '{name}' is an empty response; fix the export, or pass "
+            "--allow-empty-responses if the model really generated nothing",
         )
     return value
 
@@ -384,7 +392,9 @@ def _add_flat(path, number, record, names, fields, problems) -> tuple[Any, int]:
     if builder.grouped:
         raise SampleError(path, f"line {number}: problem {key!r} also appears in a grouped file")
     index = record.get(fields.sample_index)
-    builder.responses.append(_response(path, number, response, names["response"]))
+    builder.responses.append(
+        _response(path, number, response, names["response"], fields.allow_empty)
+    )
     builder.correct.append(_correct(path, number, record[names["correct"]], names["correct"]))
     builder.indices.append(
         None if index is None else _sample_index(path, number, index, fields.sample_index)
@@ -431,7 +441,9 @@ def _add_grouped(path, number, record, names, fields, problems) -> tuple[Any, in
             f"'{names['response']}'",
         )
     for response, value, index in zip(responses, correct, indices, strict=True):
-        builder.responses.append(_response(path, number, response, names["response"]))
+        builder.responses.append(
+            _response(path, number, response, names["response"], fields.allow_empty)
+        )
         builder.correct.append(_correct(path, number, value, names["correct"]))
         builder.indices.append(_sample_index(path, number, index, fields.sample_index))
         builder.lines.append((str(path), number))
