@@ -317,13 +317,17 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     return x - top - np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
 
 
-@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
-def test_future_policy_exact_from_logits_against_numpy(tmp_path, monkeypatch, suffix):
+@pytest.mark.parametrize(
+    ("suffix", "span"), [(".pt", 3), (".safetensors", 3), (".safetensors", 25), (".pt", None)]
+)
+def test_future_policy_exact_from_logits_against_numpy(tmp_path, monkeypatch, suffix, span):
     vocab = 13
     parts = [make_arrays(seed, rows=16, width=10, vocab=vocab) for seed in (4, 5)]
     paths = [write(p, tmp_path / f"logits_{i}{suffix}") for i, p in enumerate(parts)]
-    # slices of 3 tokens: rows are read in several slices, across masked holes
-    monkeypatch.setattr(future_policy, "SLICE_ELEMENTS", 3 * vocab)
+    # 3 tokens: rows in several slices, across masked holes; 25: rows joined in pairs;
+    # None: the default, whole chunks at once
+    if span is not None:
+        monkeypatch.setattr(future_policy, "SLICE_ELEMENTS", span * vocab)
     section = ratioscope.analyze(paths, chunk_elements=40).future_policy
     assert section.method == "exact"
     joined = concatenated(parts)
@@ -345,6 +349,33 @@ def test_future_policy_exact_from_logits_against_numpy(tmp_path, monkeypatch, su
     log_ratio = picked(h) - picked(h_ref)
     sums = np.array([log_ratio[i][mask[i]].sum() for i in range(len(mask))])
     assert close(section.log_ratio_ref["sequence"].all.mean, sums.mean(), 1e-5, 1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda width: st.tuples(
+            st.just(width),
+            st.lists(st.integers(0, width), min_size=1, max_size=12),
+            st.integers(1, 30),
+            st.booleans(),
+        )
+    )
+)
+def test_segments_cover_every_row_within_the_span(case):
+    width, extents, span, join = case
+    ranges = future_policy.segments(extents, width, span, join=join)
+    covered = set()
+    for start, stop in ranges:
+        assert 0 <= start < stop <= len(extents) * width
+        assert stop - start <= span
+        covered.update(range(start, stop))
+    needed = {row * width + col for row, extent in enumerate(extents) for col in range(extent)}
+    assert needed <= covered
+    read = sum(stop - start for start, stop in ranges)
+    assert read - len(needed) <= 0.25 * read + 1e-9  # padding read stays within 25 %
+    if not join:
+        assert all((stop - 1) // width == start // width for start, stop in ranges)
 
 
 def test_memory_mapped_logits_are_recognised_and_released_safely(tmp_path):

@@ -375,9 +375,10 @@ def exact_log_probs(
 ) -> tuple[Tensor, Tensor]:
     """Exact ``log pi_hat_lam(y_t)`` for every lambda and ``log pi_ref(y_t)``, from logits.
 
-    Each row's span up to its last valid token is read in slices of about
-    :data:`SLICE_ELEMENTS` logits (padding after the last valid token is never read),
-    computed on ``device`` and, for memory-mapped logits, its pages released.
+    The logits are read in segments of at most about :data:`SLICE_ELEMENTS` values
+    (:func:`segments`): every row up to its last valid token, never the padding after the
+    last row of a segment; each segment is computed on ``device`` and, for memory-mapped
+    logits, its pages are released once read.
 
     Returns:
         ``(future [L, B, T] float32, reference [B, T] float32)`` on ``device``, 0 at
@@ -388,26 +389,74 @@ def exact_log_probs(
     vocab = int(batch.logits.shape[-1])
     _check_token_ids(batch, vocab)
     span = max(1, SLICE_ELEMENTS // max(vocab, 1))
-    future = torch.zeros((len(lams), rows, width), dtype=torch.float32, device=device)
-    reference = torch.zeros((rows, width), dtype=torch.float32, device=device)
+    future = torch.zeros((len(lams), rows * width), dtype=torch.float32, device=device)
+    reference = torch.zeros(rows * width, dtype=torch.float32, device=device)
     positions = torch.arange(1, width + 1, device=mask.device)
     extents = torch.where(mask, positions, 0).amax(dim=1).tolist()
+    # rows can only be joined where one flat view reaches across them
+    joinable = batch.logits.is_contiguous() and batch.ref_logits.is_contiguous()
+    ids, valid = batch.token_ids.reshape(-1), mask.reshape(-1)
     pages = _MappedPages(batch.logits, batch.ref_logits)
-    for row, extent in enumerate(extents):
-        for start in range(0, int(extent), span):
-            stop = min(int(extent), start + span)
-            logits = batch.logits[row, start:stop]
-            ref_logits = batch.ref_logits[row, start:stop]
-            ids = batch.token_ids[row, start:stop]
-            valid = mask[row, start:stop]
-            future[:, row, start:stop] = future_log_probs_sweep(
-                logits, ref_logits, ids, lams, valid, device=device
+    for start, stop in segments(extents, width, span, join=joinable):
+        logits = _flat_view(batch.logits, start, stop, width)
+        ref_logits = _flat_view(batch.ref_logits, start, stop, width)
+        future[:, start:stop] = future_log_probs_sweep(
+            logits, ref_logits, ids[start:stop], lams, valid[start:stop], device=device
+        )
+        reference[start:stop] = policy_log_probs_from_logits(
+            ref_logits, ids[start:stop], valid[start:stop], device=device
+        )
+        pages.release(logits, ref_logits)
+    return future.reshape(len(lams), rows, width), reference.reshape(rows, width)
+
+
+def segments(
+    extents: list[int], width: int, span: int, join: bool = True, waste: float = 0.25
+) -> list[tuple[int, int]]:
+    """Ranges ``[start, stop)`` of flat token positions (row * width + column) to read.
+
+    Together they cover every row up to its last valid token (``extents[row]``); a row
+    longer than ``span`` is cut into slices of ``span``; with ``join``, consecutive rows
+    share one range (padding between them included) while it stays within ``span``
+    tokens and the padding it reads stays within ``waste`` of it, so that short rows
+    over a small vocabulary do not cost one call each.
+
+    >>> segments([3, 0, 2, 4], width=4, span=3)
+    [(0, 3), (8, 10), (12, 15), (15, 16)]
+    >>> segments([4, 3, 4], width=4, span=8)
+    [(0, 7), (8, 12)]
+    """
+    ranges: list[tuple[int, int]] = []
+    current: list[int] | None = None  # start, stop, valid-extent tokens inside
+    for row, extent in enumerate(int(e) for e in extents):
+        if extent == 0:
+            continue
+        begin = row * width
+        if current is not None:
+            size = begin + extent - current[0]
+            if join and size <= span and size - current[2] - extent <= waste * size:
+                current[1], current[2] = begin + extent, current[2] + extent
+                continue
+            ranges.append((current[0], current[1]))
+            current = None
+        if extent > span:
+            ranges.extend(
+                (first, min(first + span, begin + extent))
+                for first in range(begin, begin + extent, span)
             )
-            reference[row, start:stop] = policy_log_probs_from_logits(
-                ref_logits, ids, valid, device=device
-            )
-            pages.release(logits, ref_logits)
-    return future, reference
+        else:
+            current = [begin, begin + extent, extent]
+    if current is not None:
+        ranges.append((current[0], current[1]))
+    return ranges
+
+
+def _flat_view(logits: Tensor, start: int, stop: int, width: int) -> Tensor:
+    """``[stop - start, V]`` view of the logits at flat token positions ``start:stop``."""
+    row, column = divmod(start, width)
+    if stop <= (row + 1) * width:
+        return logits[row, column : column + stop - start]
+    return logits.reshape(-1, logits.shape[-1])[start:stop]  # contiguous: a view
 
 
 def _check_token_ids(batch: TokenBatch, vocab: int) -> None:
