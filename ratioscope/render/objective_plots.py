@@ -87,11 +87,13 @@ def _cumulative_panel(axes: Any, section: Mapping[str, Any]) -> None:
             x = 100 * float(fraction)
             if share is None or x < xs[0] or float(fraction) not in (0.01, 0.2):
                 continue
+            right = x >= 10  # near the right edge: write the label to the left
             axes.annotate(
                 f"top {x:g}% hold {100 * share:.1f}%",
                 xy=(x, 100 * share),
-                xytext=(8, -14),
+                xytext=(-10, 6) if right else (8, -14),
                 textcoords="offset points",
+                ha="right" if right else "left",
                 fontsize=9,
             )
         axes.legend(loc="upper left", fontsize=9)
