@@ -247,3 +247,16 @@ def test_cuda_matches_cpu() -> None:
     for a, b in zip(cpu, gpu, strict=True):
         assert b.is_cuda
         torch.testing.assert_close(b.cpu(), a)
+
+
+def test_token_covariance_equals_the_c_of_covariance_weights():
+    from ratioscope.functional.covariance import token_covariance
+
+    g = torch.Generator().manual_seed(3)
+    logp = -torch.rand(6, 9, generator=g, dtype=torch.float64) * 3
+    adv = torch.randn(6, 1, generator=g, dtype=torch.float64).expand(6, 9)
+    mask = torch.rand(6, 9, generator=g) < 0.8
+    group = torch.tensor([5, 5, 2, 2, 9, 9])
+    for scope in (None, group):
+        expected = covariance_weights(logp, adv, mask, scope)[0]
+        assert torch.equal(token_covariance(logp, adv, mask, scope), expected)

@@ -97,21 +97,9 @@ def covariance_weights(
     batch = mask.shape[0]
     scope, n_scopes = _scope_ids(group, batch, device)
 
-    rows = torch.arange(batch, device=device).unsqueeze(1).expand_as(mask)[mask]
-    token_scope = scope[rows]
-    lp = logp[mask].to(torch.float64)
-    a = adv.to(device)[mask].to(torch.float64)
-
-    def scope_sum(values: Tensor) -> Tensor:
-        return torch.zeros(n_scopes, dtype=torch.float64, device=device).index_add_(
-            0, token_scope, values
-        )
-
-    count = scope_sum(torch.ones_like(lp))
-    safe_count = count.clamp_min(1.0)
-    lp_centred = lp - (scope_sum(lp) / safe_count)[token_scope]
-    a_centred = a - (scope_sum(a) / safe_count)[token_scope]
-    c = lp_centred * a_centred
+    token_scope, c, scope_sum, count, safe_count = _packed_covariance(
+        logp, adv, mask, scope, n_scopes
+    )
     c_mean = scope_sum(c) / safe_count
     variance = scope_sum((c - c_mean[token_scope]) ** 2) / safe_count
     mean_square = scope_sum(c**2) / safe_count
@@ -128,6 +116,47 @@ def covariance_weights(
         return full
 
     return scatter_back(c), scatter_back(w), scatter_back(w_norm)
+
+
+def _packed_covariance(logp: Tensor, adv: Tensor, mask: Tensor, scope: Tensor, n_scopes: int):
+    """c on the valid tokens (packed, float64) with the helpers its callers reuse."""
+    device = logp.device
+    rows = torch.arange(mask.shape[0], device=device).unsqueeze(1).expand_as(mask)[mask]
+    token_scope = scope[rows]
+    lp = logp[mask].to(torch.float64)
+    a = adv.to(device)[mask].to(torch.float64)
+
+    def scope_sum(values: Tensor) -> Tensor:
+        return torch.zeros(n_scopes, dtype=torch.float64, device=device).index_add_(
+            0, token_scope, values
+        )
+
+    count = scope_sum(torch.ones_like(lp))
+    safe_count = count.clamp_min(1.0)
+    lp_centred = lp - (scope_sum(lp) / safe_count)[token_scope]
+    a_centred = a - (scope_sum(a) / safe_count)[token_scope]
+    return token_scope, lp_centred * a_centred, scope_sum, count, safe_count
+
+
+def token_covariance(
+    logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None = None
+) -> Tensor:
+    """Only the token covariance ``c`` of :func:`covariance_weights` (no kernel).
+
+    For callers that need ``c`` under another scope than the weights (Clip-Cov and
+    KL-Cov rank the tokens of a whole batch), at a fraction of the cost.
+
+    Returns:
+        [B, T] like ``covariance_weights(...)[0]``, 0 at masked positions.
+    """
+    _check_same_shape("logp", logp, "mask", mask)
+    _check_same_shape("adv", adv, "mask", mask)
+    mask = mask.to(device=logp.device, dtype=torch.bool)
+    scope, n_scopes = _scope_ids(group, mask.shape[0], logp.device)
+    _, c, _, _, _ = _packed_covariance(logp, adv, mask, scope, n_scopes)
+    full = torch.zeros(mask.shape, dtype=_result_dtype(logp.dtype), device=logp.device)
+    full[mask] = c.to(full.dtype)
+    return full
 
 
 def _valid_values(values: Tensor, mask: Tensor | None) -> Tensor:

@@ -34,6 +34,7 @@ from ratioscope.functional.covariance import (
     clip_cov_touched,
     covariance_weights,
     kl_cov_touched,
+    token_covariance,
     top_count,
 )
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
@@ -230,7 +231,7 @@ class CovarianceAccumulator(Accumulator):
         """Clip-Cov and KL-Cov counts: both compute c over the whole batch (this file)."""
         batch, mask = ctx.batch, ctx.mask
         if batch_c is None:
-            batch_c, _, _ = covariance_weights(batch.log_probs, batch.advantages, mask, None)
+            batch_c = token_covariance(batch.log_probs, batch.advantages, mask, None)
         # Clip-Cov's reference implementation never picks tokens PPO clipping already zeroed
         clipped = ppo_clip_mask(ctx.z, batch.advantages, mask, self.params.clip)
         clip = clip_cov_touched(batch_c, mask, CLIP_COV_RATIO, CLIP_COV_BOUNDS, clipped)
