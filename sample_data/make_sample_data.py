@@ -439,7 +439,7 @@ def grpo_loss(
     clip_eps: float,
     kl_coef: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Clipped surrogate + k3 KL to the reference, "seq-mean-token-mean" aggregation.
+    """Clipped surrogate (GRPO, KPO Eq. 2) + k3 KL to the reference, "seq-mean-token-mean".
 
     Args: per-token tensors [B, T]; ``advantages`` [B, T] (broadcast over the response).
     Returns: (loss scalar, per-token policy-gradient loss [B, T], per-token KL [B, T]).
@@ -526,9 +526,9 @@ def grpo_step(
             ref_log_probs[rows_slice] = lp
             if ref_logits_all is not None:
                 ref_logits_all[rows_slice] = logits
-    for start in range(0, batch, rows_per_minibatch):
-        rows_slice = slice(start, start + rows_per_minibatch)
-        logits = response_logits(policy, prompts[rows_slice], responses[rows_slice])
+    # The generator computes each mini-batch's logits when it is reached, i.e. after the
+    # optimizer steps of the mini-batches before it.
+    for rows_slice, logits in per_minibatch(policy):
         lp, ent = token_log_probs_and_entropy(logits, responses[rows_slice])
         loss, pg, kl_token = grpo_loss(
             lp,
