@@ -14,15 +14,25 @@ __version__ = "0.1.0"
 _LAZY = {
     "load": ("ratioscope.io.loaders", "load"),
     "analyze": ("ratioscope.analysis", "analyze"),
+    "merge_reports": ("ratioscope.analysis", "merge_reports"),
+    "sweep": ("ratioscope.sweep", "sweep"),
     "TokenBatch": ("ratioscope.batch", "TokenBatch"),
     "Report": ("ratioscope.report", "Report"),
+    "AnalysisParams": ("ratioscope.params", "AnalysisParams"),
+    "load_samples": ("ratioscope.io.samples", "load_samples"),
+    "evaluate_passk": ("ratioscope.evaluation", "evaluate_passk"),
+    "evaluate_ucc": ("ratioscope.evaluation", "evaluate_ucc"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ratioscope.analysis import analyze
+    from ratioscope.analysis import analyze, merge_reports
     from ratioscope.batch import TokenBatch
+    from ratioscope.evaluation import evaluate_passk, evaluate_ucc
     from ratioscope.io.loaders import load
+    from ratioscope.io.samples import load_samples
+    from ratioscope.params import AnalysisParams
     from ratioscope.report import Report
+    from ratioscope.sweep import sweep
 
 
 def __getattr__(name: str) -> Any:
@@ -36,4 +46,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'ratioscope' has no attribute {name!r}")
 
 
-__all__ = ["Report", "TokenBatch", "__version__", "analyze", "load"]
+__all__ = [
+    "AnalysisParams",
+    "Report",
+    "TokenBatch",
+    "__version__",
+    "analyze",
+    "evaluate_passk",
+    "evaluate_ucc",
+    "load",
+    "load_samples",
+    "merge_reports",
+    "sweep",
+]

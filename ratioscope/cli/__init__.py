@@ -67,7 +67,7 @@ app = typer.Typer(
     help=(
         "Diagnostics for importance ratios, reweighting schemes and sample diversity "
         "in RL training of language models.\n\n"
-        "Example: ratioscope analyze sample_data/verl_step_0002.pt --json report.json"
+        "Example: ratioscope analyze sample_data/verl/ --json report.json"
     ),
     no_args_is_help=True,
     add_completion=False,
