@@ -45,6 +45,7 @@ def analyze(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
+    sections: Sequence[str] | None = None,
     **options: Any,
 ) -> Report:
     """Analyse one or more dumps (DESIGN section 6).
@@ -60,12 +61,13 @@ def analyze(
         chunk_elements: rows x tokens per chunk.
         per_sequence: also build the per-sequence table (``report.write_parquet``).
         progress: callback receiving :class:`ProgressUpdate` per file and chunk.
+        sections: report sections to compute (default: all); the others are null.
 
     Returns:
         :class:`Report`.
     """
     params, load_options = _split_options(params, load_options, options)
-    classes = section_classes()
+    classes = _chosen_sections(sections)
     run = run_accumulators(
         batch_or_paths,
         lambda: [cls(params) for cls in classes],
@@ -132,9 +134,11 @@ def report_or_analysis(
     load_options: LoadOptions | None = None,
     device: str = "cpu",
     progress: ProgressCallback | None = None,
+    sections: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """An analyze report document from report JSON files (used as stored, several are
-    merged) or from dumps (analysed); plots use it so they never recompute a report.
+    merged) or from dumps (analysed, only ``sections`` when given); plots use it so
+    they never recompute a report.
 
     Returns:
         ``(document, source)``: the report as JSON and a short description of the inputs.
@@ -156,7 +160,12 @@ def report_or_analysis(
         return merged.to_dict(), f"{len(reports)} reports"
     files = expand_paths(list(paths))
     document = analyze(
-        files, params=params, load_options=load_options, device=device, progress=progress
+        files,
+        params=params,
+        load_options=load_options,
+        device=device,
+        progress=progress,
+        sections=sections,
     ).to_dict()
     source = files[0].name if len(files) == 1 else f"{len(files)} files in {files[0].parent}"
     return document, source
@@ -188,6 +197,15 @@ def merge_reports(documents: Sequence[dict[str, Any]], names: Sequence[str] = ()
     load_options = first["params"].get("load", {})
     totals = []
     for cls in section_classes():
+        present = [cls.name in doc["state"] for doc in documents]
+        if not any(present):  # not requested in any shard (analyze --sections)
+            continue
+        if not all(present):
+            missing, having = names[present.index(False)], names[present.index(True)]
+            raise MergeError(
+                missing, f"has no '{cls.name}' section while {having} has; analyse every "
+                "shard with the same sections"
+            )  # fmt: skip
         accumulators = [cls.from_state(params, doc["state"][cls.name]) for doc in documents]
         for other in accumulators[1:]:
             accumulators[0].merge(other)
@@ -202,6 +220,19 @@ def merge_reports(documents: Sequence[dict[str, Any]], names: Sequence[str] = ()
 
 
 # --------------------------------------------------------------------------- internals
+def _chosen_sections(names: Sequence[str] | None) -> list[type[Accumulator]]:
+    from ratioscope.errors import UsageError
+
+    classes = section_classes()
+    if names is None:
+        return classes
+    known = [cls.name for cls in classes]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UsageError(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [cls for cls in classes if cls.name in names]
+
+
 def _split_options(
     params: AnalysisParams | None, load_options: LoadOptions | None, options: dict[str, Any]
 ) -> tuple[AnalysisParams, LoadOptions]:
@@ -349,7 +380,7 @@ def _build_report(
         state[acc.name] = acc.state()
     for key in SECTION_KEYS:
         if key not in state:
-            warnings.append(f"{key}: not computed by this version of ratioscope")
+            warnings.append(f"{key}: not computed (not requested)")
     return Report(
         tool=tool_info(),
         inputs=inputs,

@@ -253,3 +253,22 @@ def test_cuda_request_without_a_device_is_a_clear_error(verl_dump):
     result = runner.invoke(app, ["analyze", str(path), "--device", "cuda", "-q"])
     assert result.exit_code == 2
     assert "no CUDA device is available" in result.stderr
+
+
+def test_sections_option_computes_only_the_requested_sections(verl_dump, tmp_path):
+    _, path = verl_dump
+    report = ratioscope.analyze(path, sections=["mismatch"])
+    assert report.mismatch is not None and report.ratios is None
+    assert "ratios: not computed (not requested)" in report.warnings
+    out = tmp_path / "r.json"
+    result = runner.invoke(
+        app, ["analyze", str(path), "--sections", "ratios,tepo", "--json", str(out), "-q"]
+    )
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(out.read_text())
+    assert document["ratios"] and document["tepo"] and document["mismatch"] is None
+    bad = runner.invoke(app, ["analyze", str(path), "--sections", "ratio", "-q"])
+    assert bad.exit_code == 2 and "unknown section(s) ratio" in bad.stderr
+    full = ratioscope.analyze(path).to_dict()
+    with pytest.raises(ratioscope.errors.MergeError, match="has no 'mismatch' section"):
+        merge_reports([full, document])

@@ -36,6 +36,15 @@ from ratioscope.cli._options import (
     Window,
 )
 
+Sections = Annotated[
+    str | None,
+    typer.Option(
+        "--sections",
+        help="Only these sections, comma-separated: ratios, mismatch, covariance, "
+        "future_policy, tepo, trust_region (default: all).",
+        rich_help_panel="Run",
+    ),
+]
 ParquetOut = Annotated[
     Path | None,
     typer.Option(
@@ -71,6 +80,7 @@ def analyze(
     delta: Delta = 0.01,
     delta_sweep: DeltaSweep = "0.1,0.01,0.001",
     chunk_elements: ChunkElements = 1 << 22,
+    sections: Sections = None,
     quiet: Quiet = False,
 ) -> None:
     """Diagnose importance ratios in one or more dumps (files are streamed one by one).
@@ -105,6 +115,7 @@ def analyze(
             chunk_elements=chunk_elements,
             per_sequence=parquet_out is not None,
             progress=progress,
+            sections=sections.split(",") if sections else None,
         )
     document = report.to_dict()
     show_report(document, stdout_console())

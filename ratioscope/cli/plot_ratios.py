@@ -55,6 +55,7 @@ def _document(paths, out, format, mapping, unsafe_pickle, device, quiet, **analy
             load_options=load_options(format, mapping, "error", unsafe_pickle),
             device=device,
             progress=progress,
+            sections=["ratios"],
         )
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
-from ratioscope.errors import InputError, ReportError, UsageError
+from ratioscope.errors import ReportError
 from ratioscope.functional import histogram as bins
 from ratioscope.functional.covariance import (
     CLIP_COV_BOUNDS,
@@ -465,7 +465,7 @@ def load_covariance(
     """The ``covariance`` section as JSON, from report JSON files or from dumps.
 
     Report files (``.json``) are used as stored (several are merged from their state);
-    anything else is analysed with :func:`ratioscope.analyze`.
+    dumps are analysed (this section only) with :func:`ratioscope.analyze`.
 
     Returns:
         ``(section, source)``: the section's JSON and a short description of the inputs.
@@ -474,42 +474,19 @@ def load_covariance(
         UsageError: report files and dumps mixed; ReportError/InputError: no covariance
         section can be had from them (the reason is in the message).
     """
-    from ratioscope.io.loaders import expand_paths
+    from ratioscope.analysis import report_or_analysis
 
-    reports = [Path(p) for p in paths if str(p).lower().endswith(".json")]
-    if reports and len(reports) != len(paths):
-        raise UsageError("give either analyze report JSON files or dumps, not both")
-    if reports:
-        return _from_reports(reports)
-    from ratioscope.analysis import analyze
-
-    files = expand_paths(list(paths))
-    document = analyze(
-        files, params=params, load_options=load_options, device=device, progress=progress
-    ).to_dict()
-    source = files[0].name if len(files) == 1 else f"{len(files)} files from {files[0].parent}"
-    if document["covariance"] is None:
-        raise InputError(files[0], _why_missing(document))
+    document, source = report_or_analysis(
+        paths,
+        params=params,
+        load_options=load_options,
+        device=device,
+        progress=progress,
+        sections=["covariance"],
+    )
+    if document.get("covariance") is None:
+        raise ReportError(Path(str(paths[0])), _why_missing(document))
     return document["covariance"], source
-
-
-def _from_reports(reports: list[Path]) -> tuple[dict[str, Any], str]:
-    from ratioscope.analysis import merge_reports
-    from ratioscope.report_io import read_json_report
-
-    documents = [read_json_report(path) for path in reports]
-    for path, document in zip(reports, documents, strict=True):
-        if "covariance" not in document:
-            raise ReportError(path, "not an analyze report (no 'covariance' key)")
-        if document["covariance"] is None:
-            raise ReportError(path, _why_missing(document))
-    if len(documents) == 1:
-        document = documents[0]
-    else:
-        document = merge_reports(documents, [str(p) for p in reports]).to_dict()
-    names = [info["path"] for doc in documents for info in doc.get("inputs", [])]
-    source = Path(names[0]).name if len(names) == 1 else f"{len(names)} files"
-    return document["covariance"], f"{source} (report {reports[0].name})"
 
 
 def _why_missing(document: dict[str, Any]) -> str:
