@@ -35,85 +35,62 @@ Sequence = Annotated[
 
 def register(plot_app: typer.Typer) -> None:
     """Add this module's plot kinds to ``plot_app``."""
-    for name, kind in (("spectrum", spectrum), ("windows", windows), ("runlengths", runlengths)):
-        plot_app.command(name)(kind)
+    for kind, doc in _REPORT_FIGURES.items():
+        plot_app.command(kind)(_report_figure(kind, doc))
     plot_app.command("ratios")(ratios)
 
 
-def _document(paths, out, format, mapping, unsafe_pickle, device, quiet, **analysis):
-    from ratioscope.analysis import report_or_analysis
-    from ratioscope.cli._common import check_output_paths, progress_bar
-    from ratioscope.cli._options import analysis_params, load_options
-    from ratioscope.render.figures import check_figure_path
-
-    check_figure_path(out)
-    check_output_paths([Path(p) for p in paths], [out])
-    with progress_bar(not quiet) as progress:
-        return report_or_analysis(
-            paths,
-            params=analysis_params(**analysis),
-            load_options=load_options(format, mapping, "error", unsafe_pickle),
-            device=device,
-            progress=progress,
-            sections=["ratios"],
-        )
-
-
-def spectrum(
-    paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
-    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
-    mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
-    quiet: Quiet = False,
-) -> None:  # fmt: skip
-    """Mean periodogram per ratio variant with the low-frequency band marked (KPO C.2).
+#: figures drawn from a report's ``ratios`` section: kind -> help text
+_REPORT_FIGURES = {
+    "spectrum": """Mean periodogram per ratio variant with the low-frequency band marked (KPO C.2).
 
     Example: ratioscope plot spectrum sample_data/verl/ --out spectrum.png
-    """
-    from ratioscope.render.ratio_plots import plot_spectrum
-
-    document, source = _document(
-        paths, out, format, mapping, unsafe_pickle, device, quiet, window=window,
-        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v,
-    )  # fmt: skip
-    plot_spectrum(document, out, source)
-
-
-def windows(
-    paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
-    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
-    mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
-    quiet: Quiet = False,
-) -> None:  # fmt: skip
-    """Window-wise off-policy frequency, mean ± std over window index (KPO Fig. 1).
+    """,
+    "windows": """Window-wise off-policy frequency, mean ± std over window index (KPO Fig. 1).
 
     Example: ratioscope plot windows sample_data/verl/ --out windows.png
-    """
-    from ratioscope.render.ratio_plots import plot_windows
-
-    document, source = _document(
-        paths, out, format, mapping, unsafe_pickle, device, quiet, window=window,
-        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v,
-    )  # fmt: skip
-    plot_windows(document, out, source)
-
-
-def runlengths(
-    paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
-    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
-    mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
-    quiet: Quiet = False,
-) -> None:  # fmt: skip
-    """Run-length distributions of the up, down and on states per ratio variant.
+    """,
+    "runlengths": """Run-length distributions of the up, down and on states per ratio variant.
 
     Example: ratioscope plot runlengths sample_data/verl/ --out runs.png
-    """
-    from ratioscope.render.ratio_plots import plot_runlengths
+    """,
+}
 
-    document, source = _document(
-        paths, out, format, mapping, unsafe_pickle, device, quiet, window=window,
-        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v,
-    )  # fmt: skip
-    plot_runlengths(document, out, source)
+
+def _report_figure(kind: str, doc: str):
+    """A command drawing ``kind`` from a dump (analysed, ratios only) or a report JSON."""
+
+    def command(
+        paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
+        kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
+        mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
+        quiet: Quiet = False,
+    ) -> None:  # fmt: skip
+        from ratioscope.analysis import report_or_analysis
+        from ratioscope.cli._common import check_output_paths, progress_bar
+        from ratioscope.cli._options import analysis_params, load_options
+        from ratioscope.render import ratio_plots
+        from ratioscope.render.figures import check_figure_path
+
+        check_figure_path(out)
+        check_output_paths([Path(p) for p in paths], [out])
+        params = analysis_params(
+            window=window, on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v
+        )
+        with progress_bar(not quiet) as progress:
+            document, source = report_or_analysis(
+                paths,
+                params=params,
+                load_options=load_options(format, mapping, "error", unsafe_pickle),
+                device=device,
+                progress=progress,
+                sections=["ratios"],
+            )
+        getattr(ratio_plots, f"plot_{kind}")(document, out, source)
+
+    command.__name__ = kind
+    command.__doc__ = doc
+    return command
 
 
 def ratios(

@@ -13,27 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ratioscope.errors import UsageError
+from ratioscope.render.figures import check_figure_path, pyplot, save_figure
 
-FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
-
-
-def check_figure_path(out: Path) -> None:
-    """Refuse a suffix that does not name a figure format, before any work is done."""
-    if out.suffix.lower() not in FIGURE_SUFFIXES:
-        raise UsageError(
-            f"--out {out}: the suffix must be one of {', '.join(FIGURE_SUFFIXES)} "
-            "(it chooses the figure format)"
-        )
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+__all__ = ["check_figure_path", "plot_covariance"]
 
 
 def plot_covariance(section: Mapping[str, Any], out: Path, source: str = "") -> None:
@@ -44,10 +26,8 @@ def plot_covariance(section: Mapping[str, Any], out: Path, source: str = "") -> 
         out: .png, .svg or .pdf.
         source: what was analysed, for the title.
     """
-    from ratioscope.io.atomic import atomic_path
-
     check_figure_path(out)
-    plt = _pyplot()
+    plt = pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.9), layout="constrained")
     _cumulative_panel(left, section)
     _weight_panel(right, section)
@@ -61,11 +41,7 @@ def plot_covariance(section: Mapping[str, Any], out: Path, source: str = "") -> 
     if source:
         title += f"\n{source}"
     figure.suptitle(title, fontsize=11)
-    try:
-        with atomic_path(out) as tmp:
-            figure.savefig(tmp, format=out.suffix.lower().lstrip("."), dpi=150)
-    finally:
-        plt.close(figure)
+    save_figure(figure, out)
 
 
 def _cumulative_panel(axes: Any, section: Mapping[str, Any]) -> None:
