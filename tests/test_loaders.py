@@ -136,3 +136,20 @@ def test_nonfinite_mask_policy_masks_the_token_and_warns():
     batch = ratioscope.TokenBatch.from_tensors({"mask": mask, "log_ratio": z}, nonfinite="mask")
     assert batch.mask.tolist() == [[True, False, True], [True, True, False]]
     assert any("masked 2 token(s)" in w for w in batch.warnings)
+
+
+def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
+    from ratioscope.errors import InputError
+    from ratioscope.io.loaders import LoadOptions, load_file
+
+    ref = make_reference(seed=6, rows=8)
+    path = write_layout(ref, "trl", tmp_path)
+    assert ratioscope.load(path).group is None
+    batch = load_file(path, LoadOptions(group_size=4))
+    assert batch.group.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(InputError, match="--group-size 3 does not divide the 8 sequences"):
+        load_file(path, LoadOptions(group_size=3))
+    # files with their own ids keep them
+    verl = write_layout(ref, "verl", tmp_path)
+    ids = load_file(verl, LoadOptions(group_size=2)).group
+    assert ids.tolist() == ratioscope.load(verl).group.tolist()

@@ -48,6 +48,16 @@ UnsafePickle = Annotated[
         rich_help_panel="Input",
     ),
 ]
+GroupSize = Annotated[
+    int | None,
+    typer.Option(
+        "--group-size",
+        help="Files without group ids: every N consecutive rows form a GRPO group "
+        "(TRL's num_generations).",
+        rich_help_panel="Input",
+        min=1,
+    ),
+]
 Device = Annotated[
     str,
     typer.Option("--device", help="auto (CUDA when present), cpu or cuda.", rich_help_panel="Run"),
@@ -164,7 +174,13 @@ ChunkElements = Annotated[
 ]
 
 
-def load_options(format: str, mapping: list[str] | None, nonfinite: str, unsafe_pickle: bool):
+def load_options(
+    format: str,
+    mapping: list[str] | None,
+    nonfinite: str,
+    unsafe_pickle: bool,
+    group_size: int | None = None,
+):
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.profiles import FORMAT_CHOICES
@@ -178,6 +194,7 @@ def load_options(format: str, mapping: list[str] | None, nonfinite: str, unsafe_
         mapping=parse_mapping(mapping),
         nonfinite=nonfinite,
         unsafe_pickle=unsafe_pickle,
+        group_size=group_size,
     )
 
 

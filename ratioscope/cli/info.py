@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ratioscope.cli._options import Format, Mapping, NonFinite, Paths, UnsafePickle
+from ratioscope.cli._options import Format, GroupSize, Mapping, NonFinite, Paths, UnsafePickle
 
 
 def info(
@@ -11,6 +11,7 @@ def info(
     mapping: Mapping = None,
     nonfinite: NonFinite = "mask",
     unsafe_pickle: UnsafePickle = False,
+    group_size: GroupSize = None,
 ) -> None:
     """Show layout, keys, shapes, dtypes, padding, token counts and feedable sections.
 
@@ -21,5 +22,5 @@ def info(
     from ratioscope.inspect import inspect_paths
     from ratioscope.render.terminal import show_info
 
-    options = load_options(format, mapping, nonfinite, unsafe_pickle)
+    options = load_options(format, mapping, nonfinite, unsafe_pickle, group_size)
     show_info(inspect_paths(paths, options), stdout_console())

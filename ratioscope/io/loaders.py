@@ -34,12 +34,15 @@ class LoadOptions:
         mapping: canonical -> key in the file, patching single keys (``--map``).
         nonfinite: "error" or "mask" (NaN/inf on valid tokens).
         unsafe_pickle: allow arbitrary unpickling (``.pkl``, non-weights-only ``.pt``).
+        group_size: when a file has no group ids, consecutive rows in blocks of this
+            many form the GRPO groups (TRL orders the completions of a prompt so).
     """
 
     format: str = "auto"
     mapping: Mapping[str, str] = field(default_factory=dict)
     nonfinite: str = "error"
     unsafe_pickle: bool = False
+    group_size: int | None = None
 
 
 def _natural_key(path: Path) -> list[Any]:
@@ -97,6 +100,14 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     )
     key_map = resolve_keys(profile, raw.columns, options.mapping)
     canonical = _canonical_columns(path, raw, profile, key_map)
+    if (
+        options.group_size
+        and "group" not in canonical
+        and isinstance(canonical.get("mask"), Tensor)
+    ):
+        canonical["group"] = _consecutive_groups(
+            path, canonical["mask"].shape[0], options.group_size
+        )
     used = set(key_map.values())
     ignored = sorted(k for k in raw.columns if k not in used)
     batch = TokenBatch.from_tensors(
@@ -266,6 +277,15 @@ def _pad_ragged(
     if not isinstance(out.get("mask"), Tensor):
         raise InputError(path, "the mask must be stored per token like the other columns")
     return out, present
+
+
+def _consecutive_groups(path: Path, rows: int, size: int) -> Tensor:
+    """Group ids for files without them: rows 0..size-1 are group 0, and so on."""
+    if size < 1 or rows % size:
+        raise InputError(
+            path, f"--group-size {size} does not divide the {rows} sequences of the file"
+        )
+    return torch.arange(rows) // size
 
 
 def _is_bool_like(mask: Tensor) -> bool:
