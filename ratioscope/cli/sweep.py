@@ -43,19 +43,24 @@ def sweep(
 
     Example: ratioscope sweep sample_data/verl/ --qv 1e-6,1e-4,1e-2 --json sweep.json
     """
-    from ratioscope import sweep as sweeps
-    from ratioscope.cli._common import check_output_paths, parse_floats, progress_bar
-    from ratioscope.cli._common import stderr_console, stdout_console
+    from ratioscope.cli._common import (
+        check_output_paths,
+        parse_floats,
+        progress_bar,
+        stderr_console,
+        stdout_console,
+    )
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal import show_sweep, show_warnings
+    from ratioscope.sweep import sweep as run_sweep
 
     check_output_paths(expand_paths(paths), [json_out])
     params = analysis_params(
         on_band=on_band, window=window, seq_clip=seq_clip, mask_policy=mask_policy
     )
     with progress_bar(not quiet) as progress:
-        result = sweeps.sweep(
+        result = run_sweep(
             paths,
             parse_floats(qv, "--qv"),
             params=params,
