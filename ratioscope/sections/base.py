@@ -19,6 +19,12 @@ from ratioscope.params import AnalysisParams
 from ratioscope.sections.context import Context
 
 
+def listed(items: list[str], shown: int = 3) -> str:
+    """``a; b; c and 4 more``: file lists in warnings stay one readable line."""
+    text = "; ".join(items[:shown])
+    return text + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
 class Accumulator(ABC):
     """Base class of report-section accumulators."""
 
@@ -71,9 +77,7 @@ class Accumulator(ABC):
         return [f"{self.name}: computed without {self._where()}, which lack {needed}"]
 
     def _where(self) -> str:
-        shown = "; ".join(self.skipped[:3])
-        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
-        return shown + more
+        return listed(self.skipped)
 
     def base_state(self) -> dict[str, Any]:
         return {"fed": self.fed, "skipped": list(self.skipped)}

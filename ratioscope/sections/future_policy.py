@@ -43,7 +43,7 @@ from ratioscope.functional.fpa import (
     sequence_weights,
 )
 from ratioscope.params import AnalysisParams
-from ratioscope.sections.base import Accumulator
+from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.covariance import distribution_of
 from ratioscope.sections.ratios import Distribution
@@ -347,7 +347,7 @@ class FuturePolicyAccumulator(Accumulator):
         if self.approximated and self.fed:
             messages.append(
                 "future_policy: method 'approximation' for "
-                f"{_listed(self.approximated)}: log pi_hat is the unnormalised "
+                f"{listed(self.approximated)}: log pi_hat is the unnormalised "
                 "(1 + lam) log pi_theta - lam log pi_ref, which over-states the exact value by "
                 "log Z >= 0; dump 'logits', 'ref_logits' and 'token_ids' for exact values"
             )
@@ -355,14 +355,9 @@ class FuturePolicyAccumulator(Accumulator):
             what = "not split" if self.split_files == 0 else "split only over the other files"
             messages.append(
                 "future_policy.*.correct/incorrect: needs 'correct' (or 'rewards'), missing in "
-                f"{_listed(self.no_correct)}; {what}"
+                f"{listed(self.no_correct)}; {what}"
             )
         return messages
-
-
-def _listed(items: list[str]) -> str:
-    shown = "; ".join(items[:3])
-    return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
 
 
 def _exact(batch: TokenBatch) -> bool:

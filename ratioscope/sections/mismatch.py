@@ -21,7 +21,7 @@ from ratioscope.functional.mismatch import (
 )
 from ratioscope.functional.surrogate import sequence_means
 from ratioscope.params import AnalysisParams
-from ratioscope.sections.base import Accumulator
+from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 
 
@@ -87,11 +87,9 @@ class MismatchAccumulator(Accumulator):
     def warnings(self) -> list[str]:
         if not self.rollout_missing:
             return []
-        files = "; ".join(self.rollout_missing[:3])
-        more = f" and {len(self.rollout_missing) - 3} more" if len(self.rollout_missing) > 3 else ""
         return [
             "mismatch.rollout: needs 'rollout_log_probs' and 'old_log_probs' (train/inference "
-            f"mismatch), missing in {files}{more}"
+            f"mismatch), missing in {listed(self.rollout_missing)}"
         ]
 
 

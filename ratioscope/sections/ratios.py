@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ratioscope.functional.surrogate import ppo_row_sums
 from ratioscope.params import AnalysisParams
-from ratioscope.sections.base import Accumulator
+from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
 from ratioscope.stats import Counter, Histogram, Vector
 
@@ -435,10 +435,9 @@ class RatiosAccumulator(Accumulator):
     def warnings(self) -> list[str]:
         messages = []
         if self.no_advantages:
-            files = "; ".join(self.no_advantages[:3])
-            more = f" and {len(self.no_advantages) - 3} more" if len(self.no_advantages) > 3 else ""
             messages.append(
-                f"ratios.*.clip_fraction and surrogate: need 'advantages', missing in {files}{more}"
+                "ratios.*.clip_fraction and surrogate: need 'advantages', missing in "
+                f"{listed(self.no_advantages)}"
             )
         if self.deviation_index is not None:
             p = self.params

@@ -28,7 +28,7 @@ from ratioscope.functional.tepo import (
     tepo_policy_terms,
 )
 from ratioscope.params import AnalysisParams
-from ratioscope.sections.base import Accumulator
+from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution
 from ratioscope.stats import Histogram, Moments
@@ -228,16 +228,11 @@ class TepoAccumulator(Accumulator):
         if self.no_advantages:
             messages.append(
                 "tepo.clip_fraction, surrogate and kl_mask: need 'advantages', missing in "
-                f"{_listed(self.no_advantages)}"
+                f"{listed(self.no_advantages)}"
             )
         if self.no_entropy:
             messages.append(
                 "tepo.kl_mask: needs 'entropy' and 'old_entropy' (dH = entropy - old_entropy), "
-                f"missing in {_listed(self.no_entropy)}"
+                f"missing in {listed(self.no_entropy)}"
             )
         return messages
-
-
-def _listed(items: list[str]) -> str:
-    shown = "; ".join(items[:3])
-    return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
