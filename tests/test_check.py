@@ -16,7 +16,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ratioscope.check import CheckResult, evaluate, load_rules, parse_rules, run_check
+from ratioscope.check import (
+    BOUND_KEYS,
+    RELATIVE_BOUNDS,
+    CheckResult,
+    evaluate,
+    load_rules,
+    lookup_path,
+    parse_rules,
+    run_check,
+)
 from ratioscope.cli import app
 from ratioscope.errors import ReportError, RulesError
 from ratioscope.render.check_table import check_table, junit_xml, markdown_summary
@@ -198,6 +207,23 @@ def test_eval_report_numeric_keys():
     outcome = one(text, eval_report(pass8=0.77), eval_report(pass8=0.80))
     assert outcome.verdict == "fail"
     assert outcome.change == pytest.approx(-0.03)
+
+
+def test_keys_containing_dots_are_addressable():
+    report = {
+        "quantiles": {"0.5": 0.1, "0.99": 0.7},
+        "a": {"0": {"5": 1.0}, "0.5": 2.0},  # both splits exist: the plain one wins
+        "rows": [{"1.5": 3.0}],
+        "by_method": {"qwen2.5-grpo": {"pass_at_k": {"8": 0.9}}},
+    }
+    assert lookup_path(report, "quantiles.0.99") == 0.7
+    assert lookup_path(report, "a.0.5") == 1.0
+    assert lookup_path(report, "rows.-1.1.5") == 3.0
+    assert lookup_path(report, "by_method.qwen2.5-grpo.pass_at_k.8") == 0.9
+    outcome = one('[[rule]]\npath = "quantiles.0.99"\nmax_increase = 0.05\n', report, report)
+    assert (outcome.value, outcome.baseline, outcome.verdict) == (0.7, 0.7, "pass")
+    with pytest.raises(ReportError, match=r"no 'quantiles\.0'"):
+        one('[[rule]]\npath = "quantiles.0.9"\nmax = 1\n', report)
 
 
 def test_null_value_is_an_error_outcome_not_an_exception():
@@ -599,20 +625,84 @@ def design_layout_report() -> dict:
     }
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
 def test_example_rules_fit_the_design_report_layout():
-    root = Path(__file__).resolve().parents[1]
-    rules = load_rules(root / "examples" / "rules.toml")
-    assert len(rules.rules) >= 5
-    assert rules.needs_baseline  # the example shows relative bounds too
+    """Every ratios.* path of the example exists in the DESIGN section 4 layout."""
+    rules = load_rules(ROOT / "examples" / "rules.toml")
     report = design_layout_report()
+    # the hand-made layout has only mismatch.policy.chi2_token: check the ratios rules
+    shared = [rule for rule in rules.rules if not rule.path.startswith("mismatch.")]
+    assert len(shared) >= 5
+    result = evaluate(report, shared, report)  # raises when a path is not in the layout
+    assert all(isinstance(outcome.value, float) for outcome in result.outcomes)
+
+
+@pytest.fixture(scope="module")
+def sample_reports(tmp_path_factory) -> dict[str, dict]:
+    """Real analyze and eval-ucc reports of the bundled sample run, made by the CLI."""
+    out = tmp_path_factory.mktemp("sample_reports")
+    commands = {
+        "analyze": ["analyze", str(ROOT / "sample_data" / "verl"), "--json", str(out / "a.json")],
+        "eval": [
+            "eval-ucc",
+            str(ROOT / "sample_data" / "samples.jsonl"),
+            "--json",
+            str(out / "e.json"),
+        ],
+    }
+    reports = {}
+    for kind, args in commands.items():
+        result = runner.invoke(app, [*args, "--quiet"])
+        assert result.exit_code == 0, result.output
+        reports[kind] = json.loads(Path(args[-1]).read_text())
+    return reports
+
+
+@pytest.mark.parametrize(("kind", "file"), [("analyze", "rules.toml"), ("eval", "eval_rules.toml")])
+def test_example_rules_hold_on_the_sample_run(sample_reports, kind, file):
+    """The examples pass on the bundled run: against itself as baseline, and absolutely."""
+    rules = load_rules(ROOT / "examples" / file)
+    report = sample_reports[kind]
+    assert len(rules.rules) >= 6
+    kinds = {key for rule in rules.rules for key in BOUND_KEYS if getattr(rule, key) is not None}
+    assert kinds & {"min", "max"} and kinds & set(RELATIVE_BOUNDS)  # both kinds of bound
     result = evaluate(report, rules, report)
-    assert result.passed, [o.reason for o in result.outcomes]
+    assert result.passed, [(o.rule.path, o.reason) for o in result.outcomes if o.reason]
+    for outcome in result.outcomes:
+        for bound in outcome.bounds:
+            if bound.kind in ("min", "max"):
+                # room to spare: a healthy run is not on the edge of an absolute bound
+                assert outcome.value != pytest.approx(bound.threshold, rel=0.05), outcome.rule
+
+
+@pytest.mark.parametrize(
+    ("path", "worse"),
+    [
+        ("mismatch.policy.chi2_token", 2.0),  # relative bound +50 %
+        ("ratios.token.proportion.on", 0.5),  # absolute floor 0.25 / 10 points
+        ("by_method.grpo.pass_at_k.1", 0.9),  # 2 points
+    ],
+)
+def test_example_rules_catch_a_worse_value(sample_reports, path, worse):
+    kind, file = (
+        ("eval", "eval_rules.toml") if path.startswith("by_") else ("analyze", "rules.toml")
+    )
+    baseline = sample_reports[kind]
+    report = json.loads(json.dumps(baseline))
+    *parents, last = path.split(".")
+    node = report
+    for part in parents:
+        node = node[part]
+    node[last] *= worse
+    result = evaluate(report, load_rules(ROOT / "examples" / file), baseline)
+    assert [o.rule.path for o in result.outcomes if o.verdict == "fail"] == [path]
 
 
 def test_rules_in_the_ci_guide_parse():
-    root = Path(__file__).resolve().parents[1]
-    text = (root / "docs" / "ci.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
     blocks = text.split("```toml\n")[1:]
-    assert len(blocks) >= 2
+    assert len(blocks) >= 1
     for block in blocks:
         parse_rules(block.split("```")[0], "docs/ci.md")
