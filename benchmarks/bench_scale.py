@@ -14,8 +14,9 @@ interpreter start-up and imports.
     The files are streamed one after another, so peak RSS should not grow with the count.
 (b) the sharded workflow of a Slurm array or of Ray tasks: one ``analyze --json`` per
     file, then one ``merge`` of the reports: each task's time and peak RSS, the merge's
-    time, peak RSS and output size.
-(c) the merged report against the single multi-file report of the same files: every
+    time, peak RSS and output size for 1, 4, 16, 64 reports; and a staged merge (merges
+    of ``--stage`` reports, then one merge of their results).
+(c) the merged reports against the single multi-file report of the same files: every
     number compared (``tool``, which holds a timestamp, left out).
 
 The peer of the sharded workflow is the single multi-file run; the ratios are printed.
@@ -131,6 +132,18 @@ def compare_reports(left: Any, right: Any, path: str = "") -> dict[str, Any]:
     return result
 
 
+def compare_files(left: Path, right: Path) -> tuple[dict[str, Any], bool]:
+    """Compare two report files without ``tool`` (it holds a timestamp); the bool says
+    whether they agree: same structure and non-float values, floats to 1e-9 relative,
+    quantiles identical."""
+    documents = [json.loads(path.read_text()) for path in (left, right)]
+    for document in documents:
+        document.pop("tool")
+    found = compare_reports(*documents)
+    agree = not found["mismatched"] and found["max_rel"] <= 1e-9
+    return found, agree and found["quantiles_identical"] == found["quantiles"]
+
+
 def _compare(left: Any, right: Any, path: str, result: dict[str, Any]) -> None:
     if isinstance(left, dict) and isinstance(right, dict):
         if left.keys() != right.keys():
@@ -174,6 +187,9 @@ def _options() -> argparse.Namespace:
     parser.add_argument("--counts", default="1,4,16,64", help="file counts for part (a)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per count in (a), best time")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--stage", type=int, default=0, help="reports per first-stage merge (default: sqrt)"
+    )
     parser.add_argument("--quick", action="store_true", help="8 files of 64 x 512, counts 1,2,4,8")
     args = parser.parse_args()
     if args.quick:
@@ -258,29 +274,39 @@ def main() -> None:
             f"{size_in / MB:>7.1f} MB {out.stat().st_size / MB:>8.2f} MB"
         )
 
-    total = args.shards
-    merged_path = work / f"merged_{total:05d}.json"
-    single_path = work / f"multi_{total:05d}.json"
-    print(f"\n(c) merge of {total} shard reports vs one analyze of the same {total} files")
-    merged = json.loads(merged_path.read_text())
-    direct = json.loads(single_path.read_text())
-    for document in (merged, direct):
-        document.pop("tool")
-    found = compare_reports(direct, merged)
+    stage = args.stage or math.ceil(math.sqrt(len(reports)))
+    stages = [reports[i : i + stage] for i in range(0, len(reports), stage)]
+    partials = [work / f"stage_{index:05d}.json" for index in range(len(stages))]
+    staged = [run_merge(group, out, logs) for group, out in zip(stages, partials, strict=True)]
+    staged_path = work / f"staged_{len(reports):05d}.json"
+    staged.append(run_merge(partials, staged_path, logs))
     print(
-        f"{found['leaves']:,} values compared (inputs, params, sections, warnings, state): "
-        f"{found['identical']:,} identical, largest relative difference of the others "
-        f"{found['max_rel']:.1e}; quantiles identical: "
-        f"{found['quantiles_identical']} of {found['quantiles']}; "
-        f"structural or non-float differences: {len(found['mismatched'])}"
+        f"staged merge (merges of at most {stage} reports, then one of the {len(partials)} "
+        f"results): {sum(m.seconds for m in staged):.2f} s in all, highest peak RSS "
+        f"{_mb(max(m.peak for m in staged))}"
     )
-    for item in found["mismatched"][:10]:
-        print(f"  differs: {item}")
-    agree = not found["mismatched"] and found["max_rel"] <= 1e-9
-    agree = agree and found["quantiles_identical"] == found["quantiles"]
-    print(f"merged report equals the multi-file report (floats to 1e-9): {agree}")
+
+    total = args.shards
+    single_path = work / f"multi_{total:05d}.json"
+    print(f"\n(c) merged reports of {total} shards vs one analyze of the same {total} files")
+    for label, path in (("merge", work / f"merged_{total:05d}.json"), ("staged", staged_path)):
+        found, agree = compare_files(single_path, path)
+        print(
+            f"{label}: {found['leaves']:,} values compared (inputs, params, sections, "
+            f"warnings, state), {found['identical']:,} identical, largest relative "
+            f"difference of the others {found['max_rel']:.1e}; quantiles identical: "
+            f"{found['quantiles_identical']} of {found['quantiles']}; structural or "
+            f"non-float differences: {len(found['mismatched'])}"
+        )
+        for item in found["mismatched"][:10]:
+            print(f"  differs: {item}")
+        print(f"{label}: equals the multi-file report (floats to 1e-9): {agree}")
 
     merge = merges[total]
+    low, high = args.counts[0], args.counts[-1]
+    if high > low:
+        slope = (merges[high].peak - merges[low].peak) / (high - low)
+        print(f"\nmerge peak RSS grows by {slope / MB:.1f} MB per shard report ({low} -> {high})")
     print(f"\npeer comparison: sharded workflow vs one multi-file analyze of {total} files")
     print(
         f"  one analyze:   {last.seconds:7.2f} s, peak RSS {_mb(last.peak)}\n"
@@ -291,8 +317,9 @@ def main() -> None:
     print(
         f"  ratios sharded/single: time, tasks serial + merge "
         f"{(sum(times) + merge.seconds) / last.seconds:.2f}x; "
-        f"time, all tasks in parallel (slowest task + merge) "
-        f"{(max(times) + merge.seconds) / last.seconds:.2f}x; "
+        f"time, all tasks in parallel (median task + merge) "
+        f"{(statistics.median(times) + merge.seconds) / last.seconds:.2f}x, "
+        f"(slowest task + merge) {(max(times) + merge.seconds) / last.seconds:.2f}x; "
         f"peak RSS per task {max(peaks) / last.peak:.2f}x; merge {merge.peak / last.peak:.2f}x"
     )
     print(f"# load average {os.getloadavg()[0]:.2f} at the end")
