@@ -304,16 +304,54 @@ def test_plot_similarity(tmp_path):
     assert not (tmp_path / "x.jpg").exists()
 
 
+def sample_data_counts() -> dict[str, dict[str, tuple[int, int]]]:
+    """{method: {problem: (n, c)}} read straight from the JSON lines."""
+    counts: dict[str, dict[str, list[int]]] = {}
+    for line in SAMPLE_DATA.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        n_c = counts.setdefault(row["method"], {}).setdefault(row["problem_id"], [0, 0])
+        n_c[0] += 1
+        n_c[1] += bool(row["correct"])
+    return {m: {p: (n, c) for p, (n, c) in problems.items()} for m, problems in counts.items()}
+
+
 @pytest.mark.skipif(not SAMPLE_DATA.exists(), reason="sample_data/samples.jsonl not present")
 def test_commands_on_sample_data(tmp_path):
     out = tmp_path / "s.json"
     result = run("eval-passk", SAMPLE_DATA, "--base", "base", "--json", out, "-q")
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert set(report["by_method"]) == {"base", "grpo"}
-    for block in report["by_method"].values():
-        assert block["problems"] >= 50 and block["samples_per_problem"]["min"] == 64
+    counts = sample_data_counts()
+    assert set(report["by_method"]) == set(counts) == {"base", "grpo"}
+    # one file, 50 distinct problems answered by two methods
+    (info,) = report["inputs"]
+    assert (info["problems"], info["samples"], info["methods"]) == (50, 6400, ["base", "grpo"])
+    assert "(flat, 50 problems, 2 methods, 6400 samples)" in result.stdout
+    assert report["params"]["k"] == [1, 2, 4, 8, 16, 32, 64]
+    for method, block in report["by_method"].items():
+        problems = counts[method]
+        assert block["problems"] == len(problems) == 50
+        assert block["samples_per_problem"] == {"min": 64, "max": 64}
+        for k in (1, 8, 64):
+            expected = sum(exact_pass(n, c, k) for n, c in problems.values()) / len(problems)
+            assert block["pass_at_k"][str(k)] == pytest.approx(float(expected), abs=1e-12)
         assert block["pass_at_k"]["1"] == pytest.approx(block["avg"], abs=1e-12)
+    # flip-rate buckets by the base correct count c of 64: [0, 2), [2, 8), [8, 32), [32, 64]
+    bases = [c for _, c in counts["base"].values()]
+    expected_prompts = [
+        sum(c < 2 for c in bases),
+        sum(2 <= c < 8 for c in bases),
+        sum(8 <= c < 32 for c in bases),
+        sum(c >= 32 for c in bases),
+    ]
+    buckets = report["flip_rate"]["by_method"]["grpo"]["buckets"]
+    assert [b["prompts"] for b in buckets] == expected_prompts
+    grpo = counts["grpo"]
+    medium = [p for p, (_, c) in counts["base"].items() if 8 <= c < 32]
+    flip1 = sum(
+        (1 - Fraction(counts["base"][p][1], 64)) * Fraction(grpo[p][1], 64) for p in medium
+    ) / len(medium)
+    assert buckets[2]["flip_at_k"]["1"] == pytest.approx(float(flip1), abs=1e-12)
 
 
 def test_progress_is_reported_per_problem():

@@ -222,7 +222,7 @@ def _read_file(
     digest = hashlib.sha256()
     names: dict[str, str] | None = None
     layout = ""
-    problems: set[tuple[str, Any]] = set()
+    problems: set[Any] = set()  # distinct problem ids, whichever methods answered them
     samples = 0
     file_methods: dict[str, None] = {}
     for number, text in _lines(path, digest):
@@ -238,7 +238,7 @@ def _read_file(
         file_methods.setdefault(method)
         add = _add_grouped if layout == "grouped" else _add_flat
         key, count = add(path, number, record, names, fields, builders.setdefault(method, {}))
-        problems.add((method, key))
+        problems.add(key)
         samples += count
     if names is None:
         raise SampleError(path, "contains no samples (the file is empty)")

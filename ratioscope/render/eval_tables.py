@@ -33,7 +33,10 @@ def show_warnings(report: EvalReport, console: Any) -> None:
 
 def _inputs_line(report: EvalReport) -> str:
     parts = [
-        f"{f.path} ({f.layout}, {f.problems} problems, {f.samples} samples)" for f in report.inputs
+        f"{f.path} ({f.layout}, {f.problems} problems, "
+        + (f"{len(f.methods)} methods, " if len(f.methods) > 1 else "")
+        + f"{f.samples} samples)"
+        for f in report.inputs
     ]
     return "[dim]" + "; ".join(parts) + "[/]"
 
