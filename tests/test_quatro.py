@@ -172,7 +172,10 @@ def test_grpo_equal_rewards_give_zero_even_without_eps() -> None:
 @settings(max_examples=40, deadline=None)
 @given(
     data=st.lists(
-        st.tuples(st.integers(0, 5), st.floats(-3, 3, allow_nan=False, width=32)),
+        # rewards on a 0.01 grid: shift invariance holds to float precision only when the
+        # reward gaps stay well above the rounding of the shifted values (gaps of 1e-10
+        # around 5 keep just 6 significant digits)
+        st.tuples(st.integers(0, 5), st.integers(-300, 300).map(lambda k: k / 100)),
         min_size=1,
         max_size=40,
     ),
