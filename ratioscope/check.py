@@ -314,52 +314,10 @@ def _describe_node(node: Any) -> str:
     return f"a {type(node).__name__} ({node!r})"
 
 
-def _dotted_key_lookup(node: Any, parts: Sequence[str]) -> Any:
-    """Follow ``parts`` where some keys contain dots (``quantiles.0.99``, ``fraction_below.0.5``).
-
-    At each object the longest run of parts that joins into one of its keys is tried
-    first, then shorter ones. Raises KeyError when no split reaches a value.
-    """
-    if not parts:
-        return node
-    if isinstance(node, Mapping):
-        for end in range(len(parts), 0, -1):
-            key = ".".join(parts[:end])
-            if key in node:
-                try:
-                    return _dotted_key_lookup(node[key], parts[end:])
-                except KeyError:
-                    continue
-    elif isinstance(node, list) and parts[0].lstrip("-").isdigit():
-        index = int(parts[0])
-        if -len(node) <= index < len(node):
-            return _dotted_key_lookup(node[index], parts[1:])
-    raise KeyError(parts[0])
-
-
-def lookup_path(document: Mapping[str, Any], path: str) -> Any:
-    """The value at a rule's dotted ``path``; keys that contain dots are matched too.
-
-    The plain split on dots is tried first; only when it finds nothing are the parts
-    re-joined to match keys such as ``"0.99"`` (the quantiles of an analyze report).
-    Raises the plain lookup's KeyError (naming the first missing part) when both fail.
-
-    >>> lookup_path({"quantiles": {"0.99": 2.5}}, "quantiles.0.99")
-    2.5
-    """
-    try:
-        return lookup(document, path)
-    except KeyError as error:
-        try:
-            return _dotted_key_lookup(document, path.split("."))
-        except KeyError:
-            raise error from None
-
-
 def _resolve(document: Mapping[str, Any], rule: Rule, file: str, rules: str) -> Any:
     """The value at ``rule.path``, or a :class:`_Null`; a path that does not exist raises."""
     try:
-        return lookup_path(document, rule.path)
+        return lookup(document, rule.path)
     except KeyError as error:
         missing = str(error.args[0])
     parent_path = missing.rpartition(".")[0]
@@ -444,7 +402,7 @@ def _baseline_value(baseline: Mapping[str, Any], rule: Rule, file: str, rules: s
         # Shown for context only: a baseline that predates a metric must not break
         # absolute rules on it.
         try:
-            value = lookup_path(baseline, rule.path)
+            value = lookup(baseline, rule.path)
         except KeyError:
             return None
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -95,9 +95,26 @@ _MISSING = object()
 def lookup(document: Mapping[str, Any], dotted: str) -> Any:
     """Follow a dotted path (``ratios.kalman.switch_frequency``, ``pass_at_k.8``).
 
-    List elements are addressed by integer index. Raises KeyError naming the first
-    part that does not exist.
+    List elements are addressed by integer index. Keys that contain dots themselves
+    (the quantiles ``"0.99"``, ``fraction_below."0.5"``) are matched too: the plain split
+    on dots is tried first, then the parts are re-joined. Raises KeyError naming the
+    first part of the plain split that does not exist.
+
+    >>> lookup({"quantiles": {"0.99": 2.5}, "k": [1, 2]}, "quantiles.0.99")
+    2.5
+    >>> lookup({"k": [1, 2]}, "k.-1")
+    2
     """
+    try:
+        return _plain_lookup(document, dotted)
+    except KeyError as error:
+        try:
+            return _dotted_key_lookup(document, dotted.split("."))
+        except KeyError:
+            raise error from None
+
+
+def _plain_lookup(document: Mapping[str, Any], dotted: str) -> Any:
     node: Any = document
     walked: list[str] = []
     for part in dotted.split("."):
@@ -113,3 +130,22 @@ def lookup(document: Mapping[str, Any], dotted: str) -> Any:
             raise KeyError(".".join(walked))
         node = found
     return node
+
+
+def _dotted_key_lookup(node: Any, parts: list[str]) -> Any:
+    """Follow ``parts`` where some keys contain dots, longest join first at each level."""
+    if not parts:
+        return node
+    if isinstance(node, Mapping):
+        for end in range(len(parts), 0, -1):
+            key = ".".join(parts[:end])
+            if key in node:
+                try:
+                    return _dotted_key_lookup(node[key], parts[end:])
+                except KeyError:
+                    continue
+    elif isinstance(node, list) and parts[0].lstrip("-").isdigit():
+        index = int(parts[0])
+        if -len(node) <= index < len(node):
+            return _dotted_key_lookup(node[index], parts[1:])
+    raise KeyError(parts[0])

@@ -22,13 +22,13 @@ from ratioscope.check import (
     CheckResult,
     evaluate,
     load_rules,
-    lookup_path,
     parse_rules,
     run_check,
 )
 from ratioscope.cli import app
 from ratioscope.errors import ReportError, RulesError
 from ratioscope.render.check_table import check_table, junit_xml, markdown_summary
+from ratioscope.report_io import lookup
 
 runner = CliRunner()
 
@@ -216,10 +216,10 @@ def test_keys_containing_dots_are_addressable():
         "rows": [{"1.5": 3.0}],
         "by_method": {"qwen2.5-grpo": {"pass_at_k": {"8": 0.9}}},
     }
-    assert lookup_path(report, "quantiles.0.99") == 0.7
-    assert lookup_path(report, "a.0.5") == 1.0
-    assert lookup_path(report, "rows.-1.1.5") == 3.0
-    assert lookup_path(report, "by_method.qwen2.5-grpo.pass_at_k.8") == 0.9
+    assert lookup(report, "quantiles.0.99") == 0.7
+    assert lookup(report, "a.0.5") == 1.0
+    assert lookup(report, "rows.-1.1.5") == 3.0
+    assert lookup(report, "by_method.qwen2.5-grpo.pass_at_k.8") == 0.9
     outcome = one('[[rule]]\npath = "quantiles.0.99"\nmax_increase = 0.05\n', report, report)
     assert (outcome.value, outcome.baseline, outcome.verdict) == (0.7, 0.7, "pass")
     with pytest.raises(ReportError, match=r"no 'quantiles\.0'"):
@@ -442,7 +442,7 @@ def test_junit_all_pass_has_no_failure_elements():
 def test_markdown_summary_has_verdict_line_and_one_row_per_rule():
     text = markdown_summary(mixed_result())
     lines = text.splitlines()
-    assert lines[0].startswith("**ratioscope check: FAIL** (3 of 4 rules did not hold")
+    assert lines[0].startswith("**ratioscope check: FAIL**: 3 of 4 rules did not hold")
     assert "report `run.json`" in lines[0] and "baseline `base.json`" in lines[0]
     table = [line for line in lines if line.startswith("|")]
     assert len(table) == 2 + 4
@@ -506,6 +506,7 @@ def test_cli_exit_1_writes_outputs_before_failing(files):
     assert result.exit_code == 1
     assert "FAIL: 2 of 2 rules did not hold" in result.stdout
     assert result.stderr.count("\n") == 1 and "worse.json" in result.stderr
+    assert result.stderr.startswith("ratioscope: regression: ")
     root = ET.parse(junit).getroot()
     assert (root.get("tests"), root.get("failures")) == ("2", "2")
     assert "**ratioscope check: FAIL**" in summary.read_text()

@@ -12,7 +12,7 @@ import os
 import typer
 from typer.core import TyperGroup
 
-from ratioscope.errors import EXIT_INTERNAL, RatioscopeError
+from ratioscope.errors import EXIT_INTERNAL, RatioscopeError, RegressionFound
 
 try:  # typer >= 0.2x ships its own copy of click
     from typer._click import exceptions as _click_exceptions
@@ -31,8 +31,8 @@ _PASS_THROUGH = (
 )
 
 
-def _stderr_line(message: str) -> None:
-    typer.echo(f"ratioscope: error: {message}", err=True)
+def _stderr_line(message: str, kind: str = "error") -> None:
+    typer.echo(f"ratioscope: {kind}: {message}", err=True)
 
 
 class _BoundaryGroup(TyperGroup):
@@ -44,7 +44,9 @@ class _BoundaryGroup(TyperGroup):
         except RatioscopeError as error:
             if os.environ.get("RATIOSCOPE_DEBUG") == "1":
                 raise
-            _stderr_line(str(error))
+            # a failed check is the gate working, not an error of the tool
+            kind = "regression" if isinstance(error, RegressionFound) else "error"
+            _stderr_line(str(error), kind)
             raise typer.Exit(error.exit_code) from None
         except _PASS_THROUGH:
             raise

@@ -143,7 +143,7 @@ def markdown_summary(result: CheckResult) -> str:
         files.append(f"rules `{result.rules}`")
     verdict, _, detail = result.summary_line().partition(": ")
     lines = [
-        f"**ratioscope check: {verdict}** ({detail})" + (f"; {', '.join(files)}" if files else ""),
+        f"**ratioscope check: {verdict}**: {detail}" + (f"; {', '.join(files)}" if files else ""),
         "",
         "| # | rule | value | baseline | change | bound | verdict | reason |",
         "|---:|---|---:|---:|---:|---|---|---|",
