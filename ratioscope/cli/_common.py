@@ -81,9 +81,12 @@ def stdout_console():
 def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback | None]:
     """A rich progress display on stderr driven by :class:`ProgressUpdate` callbacks.
 
-    Yields None when disabled, so the library skips progress work entirely.
+    Yields None when disabled or when stderr is not a terminal (a log file gains
+    nothing from a live bar), so the library skips progress work entirely.
     """
-    if not enabled:
+    import sys
+
+    if not enabled or not sys.stderr.isatty():
         yield None
         return
     from rich.progress import (
