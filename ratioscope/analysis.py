@@ -171,52 +171,76 @@ def report_or_analysis(
     return document, source
 
 
-def merge_reports(documents: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> Report:
+def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()) -> Report:
     """Merge analyze reports of shards of one run into the report of the whole.
 
+    Reports are folded in one at a time, so ``documents`` may be a generator that reads
+    them lazily: memory then holds one report and the running totals, however many
+    shards there are.
+
     Raises:
-        MergeError: different schema versions or parameters, or a report without state.
+        MergeError: different schema versions, parameters or sections, or a document
+            that is not an analyze report.
     """
-    if not documents:
+    names = list(names)
+    totals: dict[str, Accumulator] | None = None
+    params: AnalysisParams | None = None
+    first: tuple[str, dict[str, Any]] | None = None
+    inputs: list[InputInfo] = []
+    loader_warnings: list[str] = []
+    classes = {cls.name: cls for cls in section_classes()}
+    for index, document in enumerate(documents):
+        name = names[index] if index < len(names) else f"report {index + 1}"
+        _check_mergeable(document, name)
+        present = [key for key in classes if key in document["state"]]
+        if first is None:
+            first = (name, document.get("params", {}))
+            params = AnalysisParams.from_dict(document["params"]["analysis"])
+            totals = {
+                key: classes[key].from_state(params, document["state"][key]) for key in present
+            }
+        else:
+            _check_same_run(name, document, first, list(totals))
+            for key, total in totals.items():
+                total.merge(classes[key].from_state(params, document["state"][key]))
+        inputs.extend(InputInfo(**info) for info in document["inputs"])
+        loader_warnings.extend(document["state"].get("loader_warnings", []))
+    if first is None or totals is None or params is None:
         raise MergeError(None, "no report to merge")
-    names = list(names) or [f"report {i + 1}" for i in range(len(documents))]
-    first = documents[0]
-    for name, document in zip(names, documents, strict=True):
-        if document.get("schema_version") != SCHEMA_VERSION:
-            raise MergeError(name, f"schema version {document.get('schema_version')} differs")
-        if "state" not in document or "ratios" not in document["state"]:
-            raise MergeError(name, "not an analyze report (no 'state' block to merge)")
-        if document.get("params") != first.get("params"):
-            differing = _differing_keys(first.get("params", {}), document.get("params", {}))
+    load_options = LoadOptions(**_load_kwargs(first[1].get("load", {})))
+    return _build_report(inputs, params, load_options, list(totals.values()), loader_warnings, None)
+
+
+def _check_mergeable(document: dict[str, Any], name: str) -> None:
+    if document.get("schema_version") != SCHEMA_VERSION:
+        raise MergeError(name, f"schema version {document.get('schema_version')} differs")
+    if "state" not in document or "analysis" not in document.get("params", {}):
+        raise MergeError(name, "not an analyze report (no 'state' block to merge)")
+
+
+def _check_same_run(
+    name: str, document: dict[str, Any], first: tuple[str, dict[str, Any]], sections: list[str]
+) -> None:
+    first_name, first_params = first
+    if document.get("params") != first_params:
+        differing = _differing_keys(first_params, document.get("params", {}))
+        raise MergeError(
+            name,
+            f"made with different parameters than {first_name} ({', '.join(differing)}); "
+            "only reports of the same analysis settings can be merged",
+        )
+    for key in sections:
+        if key not in document["state"]:
             raise MergeError(
-                name,
-                f"made with different parameters than {names[0]} ({', '.join(differing)}); "
-                "only reports of the same analysis settings can be merged",
-            )
-    params = AnalysisParams.from_dict(first["params"]["analysis"])
-    load_options = first["params"].get("load", {})
-    totals = []
+                name, f"has no '{key}' section while {first_name} has; analyse every shard "
+                "with the same sections"
+            )  # fmt: skip
     for cls in section_classes():
-        present = [cls.name in doc["state"] for doc in documents]
-        if not any(present):  # not requested in any shard (analyze --sections)
-            continue
-        if not all(present):
-            missing, having = names[present.index(False)], names[present.index(True)]
+        if cls.name in document["state"] and cls.name not in sections:
             raise MergeError(
-                missing, f"has no '{cls.name}' section while {having} has; analyse every "
+                name, f"has a '{cls.name}' section that {first_name} lacks; analyse every "
                 "shard with the same sections"
             )  # fmt: skip
-        accumulators = [cls.from_state(params, doc["state"][cls.name]) for doc in documents]
-        for other in accumulators[1:]:
-            accumulators[0].merge(other)
-        totals.append(accumulators[0])
-    inputs = [InputInfo(**info) for doc in documents for info in doc["inputs"]]
-    loader_warnings = [
-        w for doc in documents for w in doc.get("state", {}).get("loader_warnings", [])
-    ]
-    return _build_report(
-        inputs, params, LoadOptions(**_load_kwargs(load_options)), totals, loader_warnings, None
-    )
 
 
 # --------------------------------------------------------------------------- internals

@@ -27,7 +27,8 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
     from ratioscope.report_io import read_json_report
 
     check_output_paths(list(reports), [out])
-    documents = [read_json_report(path) for path in reports]
+    # one report in memory at a time, however many shards there are
+    documents = (read_json_report(path) for path in reports)
     merged = merge_reports(documents, names=[str(path) for path in reports])
     merged.write_json(out)
     if not quiet:
