@@ -42,10 +42,14 @@ def _child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     import ratioscope
+    from ratioscope.allocator import keep_freed_memory
+
+    result_allocator = keep_freed_memory()  # as the CLI does at start-up
     from ratioscope.analysis import analyze
     from ratioscope.sections import registry
 
     result: dict[str, object] = {"threads": torch.get_num_threads()}
+    result["allocator_tuned"] = result_allocator
     batch = ratioscope.load(args.path)
     result["tokens"] = batch.num_tokens
     if args.mode == "load":
@@ -181,7 +185,7 @@ def main() -> None:
     )
 
 
-_NOT_RUNS = ("threads", "tokens", "peak_rss_gib", "token_stats_seconds")
+_NOT_RUNS = ("threads", "tokens", "peak_rss_gib", "token_stats_seconds", "allocator_tuned")
 
 
 if __name__ == "__main__":

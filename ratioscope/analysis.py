@@ -30,8 +30,9 @@ from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
 
-#: elements ([rows x tokens]) per chunk; about 32 MB per float64 temporary
-DEFAULT_CHUNK_ELEMENTS = 1 << 22
+#: elements ([rows x tokens]) per chunk: 8 MB per float64 temporary, small enough for the
+#: allocator to reuse freed blocks (see ratioscope.allocator) and for caches to help
+DEFAULT_CHUNK_ELEMENTS = 1 << 20
 _LOAD_OPTION_NAMES = {f.name for f in fields(LoadOptions)}
 _PARAM_NAMES = {f.name for f in fields(AnalysisParams)}
 

@@ -39,6 +39,9 @@ class _BoundaryGroup(TyperGroup):
     """Turns library exceptions into one line on stderr and the design's exit code."""
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
+        from ratioscope.allocator import keep_freed_memory
+
+        keep_freed_memory()
         try:
             return super().invoke(ctx)
         except RatioscopeError as error:

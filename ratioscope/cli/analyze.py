@@ -81,7 +81,7 @@ def analyze(
     fpa_threshold: FpaThreshold = 0.2,
     delta: Delta = 0.01,
     delta_sweep: DeltaSweep = "0.1,0.01,0.001",
-    chunk_elements: ChunkElements = 1 << 22,
+    chunk_elements: ChunkElements = 1 << 20,
     sections: Sections = None,
     quiet: Quiet = False,
 ) -> None:
