@@ -278,6 +278,11 @@ class _Builder:
                 f"'{self.name('mask')}' must be 2-D [sequences, tokens], got shape "
                 f"{list(mask.shape)}",
             )
+        if mask.numel() == 0:
+            raise EmptyDumpError(
+                self.source,
+                f"the mask marks no valid token (its shape is {list(mask.shape)})",
+            )
         if mask.dtype == torch.bool:
             return mask
         if mask.is_complex():
@@ -340,7 +345,7 @@ class _Builder:
         """Map any labels (ints, strings) to ids 0..G-1 in order of first appearance."""
         if isinstance(raw, Tensor):
             if raw.is_floating_point():
-                raise InputError(self.source, f"'{self.name('group')}' must hold integer ids")
+                raw = self.integral_ids(raw)
             items = raw.reshape(-1).tolist() if raw.dim() == 1 else None
             if items is None:
                 raise ShapeMismatchError(
@@ -353,9 +358,29 @@ class _Builder:
                 )
         else:
             items = list(raw)
+            missing = [i for i, item in enumerate(items) if item is None or item == ""]
+            if missing:
+                raise InputError(
+                    self.source,
+                    f"'{self.name('group')}' has no id for {len(missing)} sequence(s), the "
+                    f"first at row {missing[0]}",
+                )
         index: dict[Any, int] = {}
         ids = [index.setdefault(item, len(index)) for item in items]
         return torch.tensor(ids, dtype=torch.long), list(index)
+
+    def integral_ids(self, raw: Tensor) -> Tensor:
+        """Group ids stored as floats (parquet/jsonl with nulls): whole numbers, no NaN."""
+        missing = torch.isnan(raw).nonzero()
+        if missing.numel():
+            raise InputError(
+                self.source,
+                f"'{self.name('group')}' has no id for {missing.shape[0]} sequence(s), the "
+                f"first at row {int(missing[0, 0])}",
+            )
+        if not bool((raw.frac() == 0).all()):
+            raise InputError(self.source, f"'{self.name('group')}' must hold integer ids")
+        return raw.long()
 
     def vocab_tensors(self, shape: torch.Size) -> dict[str, Tensor]:
         values = {}

@@ -153,3 +153,70 @@ def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
     verl = write_layout(ref, "verl", tmp_path)
     ids = load_file(verl, LoadOptions(group_size=2)).group
     assert ids.tolist() == ratioscope.load(verl).group.tolist()
+
+
+def test_canonical_names_never_select_a_framework_layout(tmp_path):
+    from ratioscope.batch import CANONICAL_KEYS
+    from ratioscope.io.profiles import PROFILES
+
+    for profile in PROFILES.values():
+        assert not set(profile.signature) & set(CANONICAL_KEYS), profile.name
+    ref = make_reference(seed=8)
+    torch.save(
+        {
+            "mask": torch.tensor(ref.mask),
+            "log_probs": torch.tensor(ref.log_probs),
+            "old_log_probs": torch.tensor(ref.old_log_probs),
+            "rollout_log_probs": torch.tensor(ref.rollout_log_probs),
+        },
+        tmp_path / "c.pt",
+    )
+    batch = ratioscope.load(tmp_path / "c.pt")
+    assert batch.profile == "canonical"
+    assert batch.key_map["old_log_probs"] == "old_log_probs"
+    assert batch.key_map["rollout_log_probs"] == "rollout_log_probs"
+
+
+def test_canonical_per_token_rewards_take_the_last_valid_value(tmp_path):
+    import json
+
+    path = tmp_path / "r.jsonl"
+    rows = [
+        {"mask": [1, 1, 1], "log_ratio": [0, 0, 0], "rewards": [1.0, 1.0, 1.0]},
+        {"mask": [1, 1, 0], "log_ratio": [0, 0, 0], "rewards": [0.0, 2.0, 9.0]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert ratioscope.load(path).rewards.tolist() == [1.0, 2.0]
+
+
+def test_missing_group_ids_and_null_integers_are_errors_not_values(tmp_path):
+    import json
+
+    import polars as pl
+
+    from ratioscope.errors import InputError
+
+    pl.DataFrame(
+        {
+            "mask": [[1, 1], [1, 1], [1, 1]],
+            "log_ratio": [[0.0, 0.1], [0.0, 0.2], [0.1, 0.0]],
+            "rewards": [1, None, 0],
+            "group": [7, 7, None],
+        }
+    ).write_parquet(tmp_path / "g.parquet")
+    with pytest.raises(
+        InputError, match=r"'group' has no id for 1 sequence\(s\), the first at row 2"
+    ):
+        ratioscope.load(tmp_path / "g.parquet")
+    path = tmp_path / "g.jsonl"
+    rows = [{"mask": [1], "log_ratio": [0.0], "group": g} for g in ("a", None, "b")]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match="first at row 1"):
+        ratioscope.load(path)
+    frame = pl.DataFrame({"mask": [[1], [1]], "log_ratio": [[0.0], [0.1]], "rewards": [None, 1]})
+    frame.write_parquet(tmp_path / "r.parquet")
+    with pytest.raises(InputError, match="non-finite"):
+        ratioscope.load(tmp_path / "r.parquet")
+    batch = ratioscope.load(tmp_path / "r.parquet", nonfinite="mask")
+    assert batch.mask[:, 0].tolist() == [False, True]
+    assert batch.rewards[1] == 1.0

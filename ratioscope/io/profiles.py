@@ -34,7 +34,15 @@ class Profile:
     description: str = ""
 
 
-CANONICAL = Profile(name="canonical", keys={}, signature=(), description="ratioscope's own names")
+CANONICAL = Profile(
+    name="canonical",
+    keys={},
+    signature=(),
+    # per-token rewards: the value at the last valid token (a constant row gives that
+    # constant; a reward placed on the last token gives that reward)
+    reducers={"rewards": "last", "correct": "last"},
+    description="ratioscope's own names",
+)
 
 VERL = Profile(
     name="verl",
@@ -107,7 +115,9 @@ SLIME = Profile(
         "rewards": ("rewards",),
         "entropy": ("entropy",),
     },
-    signature=("loss_masks", "rollout_log_probs", "response_lengths", "rollout_id"),
+    # canonical names never identify a framework: a canonical dump with
+    # rollout_log_probs must not be read as slime
+    signature=("loss_masks", "response_lengths", "rollout_id"),
     description="slime train data (--save-debug-train-data .pt files)",
 )
 

@@ -278,13 +278,14 @@ def _add_series(path: Path, dump: RawDump, series: Any) -> None:
         dump.columns[series.name] = list(torch.split(values, lengths.tolist()))
         dump.ragged.add(series.name)
     elif dtype.is_numeric() or dtype == pl.Boolean:
-        dump.columns[series.name] = torch.from_numpy(
+        values = torch.from_numpy(
             series.cast(pl.Float64).fill_null(float("nan")).to_numpy().copy()
         )
-        if dtype.is_integer() or dtype == pl.Boolean:
-            dump.columns[series.name] = dump.columns[series.name].long()
+        # integers stay integers unless a null must be kept as NaN (never -2**63)
+        exact = (dtype.is_integer() or dtype == pl.Boolean) and series.null_count() == 0
+        dump.columns[series.name] = values.long() if exact else values
     elif dtype == pl.String:
-        dump.columns[series.name] = series.fill_null("").to_list()
+        dump.columns[series.name] = series.to_list()
     else:
         dump.notes.append(f"ignored column '{series.name}' of type {dtype}")
 
@@ -350,7 +351,7 @@ def _columns_from_records(path: Path, records: list[dict[str, Any]]) -> RawDump:
                 [math.nan if v is None else float(v) for v in values], dtype=torch.float64
             )
         elif all(isinstance(v, (str, int)) for v in present):
-            dump.columns[key] = ["" if v is None else v for v in values]
+            dump.columns[key] = values  # None stays None: a missing label is not a label
         else:
             dump.notes.append(f"ignored field '{key}' of mixed or nested type")
     return dump

@@ -213,10 +213,12 @@ class FuturePolicyAccumulator(Accumulator):
             reference = batch.ref_log_probs
         current = future[self.lams.index(0.0)]
 
-        selections = {"all": torch.ones(mask.shape[0], dtype=torch.bool, device=mask.device)}
+        # a row without valid tokens has no sequence weight or log-ratio: leave it out
+        present = ctx.nonempty
+        selections = {"all": present}
         if batch.correct is not None:
             correct = batch.correct.to(mask.device)
-            selections.update(correct=correct, incorrect=~correct)
+            selections.update(correct=correct & present, incorrect=~correct & present)
             self.split_files += int(first_chunk)
         elif first_chunk:
             self.no_correct.append(batch.source)

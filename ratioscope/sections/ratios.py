@@ -159,7 +159,7 @@ class _StateSums:
         self.window_total.add(values.sum(dim=0))
         self.window_total_sq.add(values.square().sum(dim=0))
         self.window_count.add(present.sum(dim=0))
-        spectra = stats.periodogram[rows & finite]
+        spectra = stats.periodogram[rows][finite]
         self.spectrum_sum.add(spectra.sum(dim=0))
         self.spectrum_count += int(spectra.shape[0])
 

@@ -1,0 +1,104 @@
+"""Edge inputs that real dumps contain: empty rows, one sequence, T = 0, holes, dtypes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from dumps import make_reference
+from typer.testing import CliRunner
+
+import ratioscope
+from ratioscope.cli import app
+from ratioscope.errors import EmptyDumpError
+
+runner = CliRunner()
+
+
+def canonical(ref, rows=None):
+    rows = list(range(len(ref.mask))) if rows is None else rows
+    return {
+        "mask": torch.tensor(ref.mask[rows]),
+        "log_probs": torch.tensor(ref.log_probs[rows], dtype=torch.float32),
+        "old_log_probs": torch.tensor(ref.old_log_probs[rows], dtype=torch.float32),
+        "ref_log_probs": torch.tensor(ref.ref_log_probs[rows], dtype=torch.float32),
+        "rollout_log_probs": torch.tensor(ref.rollout_log_probs[rows], dtype=torch.float32),
+        "advantages": torch.tensor(ref.advantages[rows], dtype=torch.float32),
+        "entropy": torch.tensor(ref.entropy[rows], dtype=torch.float32),
+        "old_entropy": torch.tensor(ref.entropy[rows][:, ::-1].copy(), dtype=torch.float32),
+        "rewards": torch.tensor(ref.rewards[rows]),
+        "group": torch.tensor([i // 4 for i in rows]),
+    }
+
+
+def sections(report):
+    document = report.to_dict()
+    return {k: document[k] for k in ("ratios", "mismatch", "future_policy", "tepo")}
+
+
+def close(a, b, path=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_an_all_masked_row_changes_no_number():
+    ref = make_reference(seed=4, rows=8, width=30)
+    with_empty = canonical(ref)
+    with_empty["mask"][2] = False
+    without = canonical(ref, [0, 1, 3, 4, 5, 6, 7])
+    a = ratioscope.analyze(ratioscope.TokenBatch.from_tensors(with_empty))
+    b = ratioscope.analyze(ratioscope.TokenBatch.from_tensors(without))
+    close(sections(a), sections(b))
+
+
+def test_a_single_sequence_and_a_single_token():
+    ref = make_reference(seed=5, rows=4, width=12)
+    one = canonical(ref, [0])
+    report = ratioscope.analyze(ratioscope.TokenBatch.from_tensors(one))
+    assert report.ratios["token"].distribution.count == int(ref.mask[0].sum())
+    tiny = {"mask": torch.ones(1, 1, dtype=torch.bool), "log_ratio": torch.tensor([[0.25]])}
+    report = ratioscope.analyze(ratioscope.TokenBatch.from_tensors(tiny))
+    assert report.ratios["token"].switch_frequency == 0.0
+    assert report.ratios["token"].lfr is None and report.ratios["token"].lfr_excluded == 1
+
+
+def test_zero_width_dump_is_an_empty_dump_error(tmp_path):
+    with pytest.raises(EmptyDumpError):
+        ratioscope.TokenBatch.from_tensors(
+            {"mask": torch.zeros(3, 0, dtype=torch.bool), "log_ratio": torch.zeros(3, 0)}
+        )
+    path = tmp_path / "empty.pt"
+    torch.save({"mask": torch.zeros(3, 0), "log_ratio": torch.zeros(3, 0)}, path)
+    result = runner.invoke(app, ["analyze", str(path), "-q"])
+    assert result.exit_code == 2 and "no valid token" in result.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_half_and_double_precision_inputs(dtype):
+    ref = make_reference(seed=6, rows=8, width=20)
+    tensors = canonical(ref)
+    for key in ("log_probs", "old_log_probs", "ref_log_probs", "advantages"):
+        tensors[key] = tensors[key].to(dtype)
+    report = ratioscope.analyze(ratioscope.TokenBatch.from_tensors(tensors))
+    assert report.ratios["token"].distribution.count == int(ref.mask.sum())
+    assert math.isfinite(report.mismatch.policy.k3)
+
+
+def test_nan_reward_with_mask_policy_does_not_crash():
+    ref = make_reference(seed=7, rows=8, width=20)
+    tensors = canonical(ref)
+    tensors["rewards"][3] = float("nan")
+    batch = ratioscope.TokenBatch.from_tensors(tensors, nonfinite="mask")
+    report = ratioscope.analyze(batch)
+    assert report.ratios is not None and report.trust_region is not None
