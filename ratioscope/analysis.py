@@ -196,20 +196,58 @@ def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()
         present = [key for key in classes if key in document["state"]]
         if first is None:
             first = (name, document.get("params", {}))
-            params = AnalysisParams.from_dict(document["params"]["analysis"])
-            totals = {
-                key: classes[key].from_state(params, document["state"][key]) for key in present
-            }
+            params = _params_of(document, name)
+            totals = {key: _restore(classes[key], params, document, name) for key in present}
         else:
             _check_same_run(name, document, first, list(totals))
             for key, total in totals.items():
-                total.merge(classes[key].from_state(params, document["state"][key]))
-        inputs.extend(InputInfo(**info) for info in document["inputs"])
+                _fold(total, _restore(classes[key], params, document, name), name)
+        for info in document["inputs"]:
+            entry = InputInfo(**info)
+            if entry.sha256 and any(
+                (entry.path, entry.sha256) == (seen.path, seen.sha256) for seen in inputs
+            ):
+                raise MergeError(
+                    name, f"covers {entry.path} again (same path and sha256 as an earlier "
+                    "report); merging a shard twice would count it twice"
+                )  # fmt: skip
+            inputs.append(entry)
         loader_warnings.extend(document["state"].get("loader_warnings", []))
     if first is None or totals is None or params is None:
         raise MergeError(None, "no report to merge")
     load_options = LoadOptions(**_load_kwargs(first[1].get("load", {})))
     return _build_report(inputs, params, load_options, list(totals.values()), loader_warnings, None)
+
+
+_MALFORMED = (KeyError, TypeError, ValueError, IndexError, RuntimeError)
+
+
+def _params_of(document: dict[str, Any], name: str) -> AnalysisParams:
+    try:
+        return AnalysisParams.from_dict(document["params"]["analysis"])
+    except _MALFORMED as error:
+        raise MergeError(name, f"malformed 'params' block ({error})") from None
+
+
+def _restore(
+    cls: type[Accumulator], params: AnalysisParams, document: dict[str, Any], name: str
+) -> Accumulator:
+    """An accumulator from a report's state; a damaged state is the report's fault."""
+    try:
+        return cls.from_state(params, document["state"][cls.name])
+    except _MALFORMED as error:
+        raise MergeError(
+            name, f"malformed state of the '{cls.name}' section ({type(error).__name__}: {error})"
+        ) from None
+
+
+def _fold(total: Accumulator, other: Accumulator, name: str) -> None:
+    try:
+        total.merge(other)
+    except _MALFORMED as error:
+        raise MergeError(
+            name, f"state of the '{total.name}' section does not fit the others ({error})"
+        ) from None
 
 
 def _check_mergeable(document: dict[str, Any], name: str) -> None:
@@ -415,6 +453,7 @@ def _build_report(
                 "format": load_options.format,
                 "mapping": dict(load_options.mapping),
                 "nonfinite": load_options.nonfinite,
+                "group_size": load_options.group_size,
             },
         },
         warnings=warnings,

@@ -6,6 +6,7 @@ here; reports made with equal parameters can be merged (``ratioscope merge``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -43,6 +44,11 @@ class AnalysisParams:
     quantiles: tuple[float, ...] = (0.001, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 0.999)
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+                raise UsageError(f"--{f.name.replace('_', '-')} must be finite, got {value}")
         _check_pair("clip", self.clip, upper=1.0)
         _check_pair("seq-clip", self.seq_clip, upper=1.0)
         _check_pair("on-band", self.on_band, upper=1.0, allow_zero=True)
@@ -56,12 +62,18 @@ class AnalysisParams:
         _check_choice("mask-policy", self.mask_policy, MASK_POLICIES)
         _check_choice("kalman-impl", self.kalman_impl, KALMAN_IMPLS)
         _check_choice("cov-scope", self.cov_scope, COV_SCOPES)
-        if self.kalman_q <= 0 or self.kalman_v <= 0 or self.kalman_p0 < 0:
-            raise UsageError("Kalman noise variances must be positive (q, v > 0, p0 >= 0)")
+        if self.kalman_q <= 0:
+            raise UsageError(f"--kalman-q (process noise Q) must be > 0, got {self.kalman_q}")
+        if self.kalman_v <= 0:
+            raise UsageError(f"--kalman-v (observation noise V) must be > 0, got {self.kalman_v}")
+        if self.kalman_p0 < 0:
+            raise UsageError(f"the Kalman prior variance p0 must be >= 0, got {self.kalman_p0}")
         if self.delta <= 0 or any(d <= 0 for d in self.deltas):
             raise UsageError("--delta values must be positive")
         if self.fpa_lambda < 0 or any(x < 0 for x in self.fpa_lambdas):
             raise UsageError("--fpa-lambda values must be >= 0")
+        if not 0 < self.fpa_threshold < 1:
+            raise UsageError(f"--fpa-threshold must be in (0, 1), got {self.fpa_threshold}")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

@@ -13,6 +13,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 import torch
 from dumps import make_reference
 from hypothesis import HealthCheck, Phase, given, settings
@@ -126,7 +127,15 @@ def test_merge_cli_refuses_different_parameters_and_non_analyze_reports(tmp_path
     result = runner.invoke(app, ["merge", str(a), str(other), "--out", str(out)])
     assert result.exit_code == 2 and "not an analyze report" in result.stderr
     result = runner.invoke(app, ["merge", str(a), str(a), "--out", str(out), "-q"])
-    assert result.exit_code == 0
+    assert result.exit_code == 2 and "again (same path and sha256" in result.stderr
+    assert not out.exists()
+    # the same dump under another name is a different shard: merged, counted twice
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(dump.read_bytes())
+    c = tmp_path / "c.json"
+    assert runner.invoke(app, ["analyze", str(copy), "--json", str(c), "-q"]).exit_code == 0
+    result = runner.invoke(app, ["merge", str(a), str(c), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
     merged = json.loads(out.read_text())
     single = json.loads(a.read_text())
     assert (
@@ -138,3 +147,19 @@ def test_merge_cli_refuses_different_parameters_and_non_analyze_reports(tmp_path
         got = merged["ratios"]["token"]["distribution"]["quantiles"][q]
         assert abs(got - value) <= 0.0117 * abs(value) + 1e-9, q
     assert np.isclose(merged["mismatch"]["policy"]["k3"], single["mismatch"]["policy"]["k3"])
+
+
+def test_damaged_state_is_a_merge_error_not_a_crash(tmp_path):
+    ref = make_reference(seed=2)
+    dump = save_rows(ref, range(8), tmp_path / "d.pt")
+    document = ratioscope.analyze(dump).to_dict()
+    other = json.loads(json.dumps(document))
+    other["inputs"][0]["path"] = "elsewhere.pt"
+    del other["state"]["mismatch"]["policy"]["tokens"]
+    with pytest.raises(ratioscope.errors.MergeError, match="malformed state of the 'mismatch'"):
+        merge_reports([document, other])
+    other = json.loads(json.dumps(document))
+    other["inputs"][0]["path"] = "elsewhere.pt"
+    other["state"]["ratios"]["variants"]["token"]["clipped_tokens"] = "many"
+    with pytest.raises(ratioscope.errors.MergeError, match="ratios"):
+        merge_reports([document, other])

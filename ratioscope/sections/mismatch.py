@@ -8,7 +8,7 @@ train/inference mismatch; present only when ``rollout_log_probs`` is dumped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from torch import Tensor
@@ -94,5 +94,9 @@ class MismatchAccumulator(Accumulator):
 
 
 def _partials(state: dict[str, Any]) -> MismatchPartials:
+    expected = {f.name for f in fields(MismatchPartials)}
+    if set(state) != expected:
+        raise KeyError(f"expected keys {sorted(expected)}, got {sorted(state)}")
+    # JSON has no -inf: an empty log-sum was written as null
     values = {k: (-float("inf") if v is None else v) for k, v in state.items()}
     return MismatchPartials(**values)
