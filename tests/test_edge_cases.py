@@ -102,3 +102,25 @@ def test_nan_reward_with_mask_policy_does_not_crash():
     batch = ratioscope.TokenBatch.from_tensors(tensors, nonfinite="mask")
     report = ratioscope.analyze(batch)
     assert report.ratios is not None and report.trust_region is not None
+
+
+def test_ratio_trace_skips_holes_inside_a_sequence(tmp_path):
+    from ratioscope.sections.ratios import ratio_trace
+
+    mask = torch.tensor([[1, 1, 0, 1, 1, 0]], dtype=torch.bool)
+    z = torch.tensor([[0.1, 0.2, 9.0, 0.3, 0.4, 0.0]])
+    path = tmp_path / "holes.pt"
+    torch.save({"mask": mask, "log_ratio": z}, path)
+    trace = ratio_trace([path], 0)
+    assert [round(v, 6) for v in trace.token] == [0.1, 0.2, 0.3, 0.4]
+
+
+def test_concatenated_load_warns_about_keys_some_files_lack(tmp_path):
+    ref = make_reference(seed=9, rows=4, width=6)
+    full = canonical(ref)
+    partial = {k: v for k, v in canonical(ref).items() if k != "advantages"}
+    torch.save(full, tmp_path / "a.pt")
+    torch.save(partial, tmp_path / "b.pt")
+    batch = ratioscope.load([tmp_path / "a.pt", tmp_path / "b.pt"])
+    assert batch.advantages is None
+    assert any("'advantages' is not in every file" in w for w in batch.warnings)

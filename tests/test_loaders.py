@@ -220,3 +220,23 @@ def test_missing_group_ids_and_null_integers_are_errors_not_values(tmp_path):
     batch = ratioscope.load(tmp_path / "r.parquet", nonfinite="mask")
     assert batch.mask[:, 0].tolist() == [False, True]
     assert batch.rewards[1] == 1.0
+
+
+def test_jsonl_errors_name_file_lines_and_partial_fields_are_dropped(tmp_path):
+    import json
+
+    from ratioscope.errors import JsonLineError
+
+    good = {"mask": [1, 1], "log_ratio": [0.0, 0.1]}
+    path = tmp_path / "blank.jsonl"
+    path.write_text(
+        "\n\n" + json.dumps(good) + "\n\n" + json.dumps({**good, "log_ratio": [0, "x"]}) + "\n"
+    )
+    with pytest.raises(JsonLineError, match="line 5"):
+        ratioscope.load(path)
+    path = tmp_path / "partial.jsonl"
+    rows = [{**good, "entropy": [1.0, 1.0]}, good, {**good, "entropy": [0.5, 0.5]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    batch = ratioscope.load(path)
+    assert batch.entropy is None and batch.num_tokens == 6
+    assert any("dropped per-token field 'entropy': missing on line 2" in w for w in batch.warnings)

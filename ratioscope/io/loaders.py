@@ -165,9 +165,12 @@ def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
 
     width = max(b.max_length for b in batches)
     merged: dict[str, Tensor] = {}
+    dropped: list[str] = []
     for name in CANONICAL_KEYS:
         values = [getattr(b, name) for b in batches]
         if any(v is None for v in values):
+            if any(v is not None for v in values):
+                dropped.append(name)
             continue
         if name in SEQUENCE_KEYS and name != "group":
             merged[name] = torch.cat(values)
@@ -190,7 +193,13 @@ def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
         log_ratio=merged["log_ratio"],
         group_labels=labels,
         source=", ".join(b.source for b in batches),
-        warnings=[w for b in batches for w in b.warnings],
+        padding="left" if any(b.padding == "left" for b in batches) else "right",
+        warnings=[w for b in batches for w in b.warnings]
+        + [
+            f"'{name}' is not in every file, so the concatenation has none "
+            "(analyse the files with ratioscope.analyze to keep it where it exists)"
+            for name in dropped
+        ],
     )
 
 

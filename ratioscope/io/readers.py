@@ -278,9 +278,7 @@ def _add_series(path: Path, dump: RawDump, series: Any) -> None:
         dump.columns[series.name] = list(torch.split(values, lengths.tolist()))
         dump.ragged.add(series.name)
     elif dtype.is_numeric() or dtype == pl.Boolean:
-        values = torch.from_numpy(
-            series.cast(pl.Float64).fill_null(float("nan")).to_numpy().copy()
-        )
+        values = torch.from_numpy(series.cast(pl.Float64).fill_null(float("nan")).to_numpy().copy())
         # integers stay integers unless a null must be kept as NaN (never -2**63)
         exact = (dtype.is_integer() or dtype == pl.Boolean) and series.null_count() == 0
         dump.columns[series.name] = values.long() if exact else values
@@ -293,6 +291,7 @@ def _add_series(path: Path, dump: RawDump, series: Any) -> None:
 # ----------------------------------------------------------------------------- jsonl
 def _read_jsonl(path: Path) -> RawDump:
     records: list[dict[str, Any]] = []
+    numbers: list[int] = []  # the file line of each record (blank lines are skipped)
     try:
         with path.open("r", encoding="utf-8") as handle:
             for number, line in enumerate(handle, start=1):
@@ -305,14 +304,15 @@ def _read_jsonl(path: Path) -> RawDump:
                 if not isinstance(record, dict):
                     raise JsonLineError(path, number, "expected a JSON object (one sequence)")
                 records.append(record)
+                numbers.append(number)
     except UnicodeDecodeError:
         raise CorruptFileError(path, "not a UTF-8 text file") from None
     if not records:
         raise CorruptFileError(path, "the file holds no JSON line")
-    return _columns_from_records(path, records)
+    return _columns_from_records(path, records, numbers)
 
 
-def _columns_from_records(path: Path, records: list[dict[str, Any]]) -> RawDump:
+def _columns_from_records(path: Path, records: list[dict[str, Any]], numbers: list[int]) -> RawDump:
     """One sequence per record: list fields are per-token, scalars are per-sequence."""
     dump = RawDump(columns={}, file_format="jsonl")
     keys: dict[str, None] = {}
@@ -327,10 +327,17 @@ def _columns_from_records(path: Path, records: list[dict[str, Any]]) -> RawDump:
             if any(isinstance(item, (dict, list, str)) for v in present for item in v[:1]):
                 dump.notes.append(f"ignored non-numeric per-token field '{key}'")
                 continue
+            absent = [n for n, v in zip(numbers, values, strict=True) if v is None]
+            if absent:
+                # an optional tensor on some lines only: its section is then null with a
+                # warning (a required one is reported missing by the loader)
+                more = f" and {len(absent) - 1} other line(s)" if len(absent) > 1 else ""
+                dump.notes.append(
+                    f"dropped per-token field '{key}': missing on line {absent[0]}{more}"
+                )
+                continue
             rows = []
-            for number, v in enumerate(values, start=1):
-                if v is None:
-                    raise JsonLineError(path, number, f"field '{key}' is missing on this line")
+            for number, v in zip(numbers, values, strict=True):
                 try:
                     rows.append(_json_row(v))
                 except (TypeError, ValueError):

@@ -498,8 +498,8 @@ def ratio_trace(
         if index < seen + batch.num_sequences:
             row = index - seen
             ctx = Context(batch.select_rows(row, row + 1), params)
-            length = int(ctx.lengths[0])
-            signals = {v: ctx.signal(v)[0, :length].double().tolist() for v in VARIANTS}
+            valid = ctx.mask[0]  # holes inside the sequence (masked turns) are left out
+            signals = {v: ctx.signal(v)[0][valid].double().tolist() for v in VARIANTS}
             return RatioTrace(
                 source=str(path),
                 row=row,
