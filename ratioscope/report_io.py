@@ -70,6 +70,8 @@ def read_json_report(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ReportError(path, "not a JSON report (the file is binary, not UTF-8 text)") from None
     except OSError as error:
         raise ReportError(path, f"cannot read the report ({error.strerror or error})") from None
     try:

@@ -218,3 +218,38 @@ def test_debug_environment_variable_shows_the_traceback(tmp_path):
     )
     assert result.exit_code != 0
     assert result.exception is not None
+
+
+@pytest.mark.parametrize(
+    "outputs, fragment",
+    [
+        (["--json", "{d}/same", "--parquet", "{d}/same"], "same file"),
+        (["--json", "{d}"], "is a directory"),
+        (["--json", "{d}/missing/r.json"], "does not exist"),
+        (["--json", "{d}/r.json", "--parquet", "{d}/missing/s.parquet"], "does not exist"),
+        (["--parquet", "{d}/s.csv"], "writes .parquet files"),
+    ],
+)
+def test_outputs_are_validated_before_any_work(tmp_path, outputs, fragment):
+    path = write_canonical(make_reference(), ".pt", tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    args = [a.format(d=out_dir) for a in outputs]
+    result = runner.invoke(app, ["analyze", str(path), *args, "-q"])
+    assert result.exit_code == 2, result.stderr
+    assert fragment in result.stderr
+    assert result.stdout == ""  # refused before the analysis ran
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "command", [["merge", "{f}", "--out", "{d}/m.json"], ["check", "{f}", "--rules", "{r}"]]
+)
+def test_binary_file_where_a_report_is_expected(tmp_path, command):
+    dump = write_canonical(make_reference(), ".pt", tmp_path)
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\npath = "ratios.token.lfr"\nmax = 1\n')
+    args = [a.format(f=dump, d=tmp_path, r=rules) for a in command]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.stderr
+    assert "not a JSON report" in result.stderr

@@ -127,11 +127,31 @@ def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback | None]:
 
 
 def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
-    """Refuse to write an output over one of the inputs (DESIGN section 4)."""
+    """Validate every output path before any work is done (DESIGN 4: nothing is
+    half-written): none may be an input, another output or a directory, and each must
+    go to an existing directory.
+    """
     resolved_inputs = {p.resolve() for p in inputs if p.exists()}
+    seen: dict[Path, Path] = {}
     for out in outputs:
-        if out is not None and out.resolve() in resolved_inputs:
+        if out is None:
+            continue
+        target = out.resolve()
+        if target in resolved_inputs:
             raise UsageError(f"refusing to overwrite the input file {out} with an output")
+        if target in seen:
+            raise UsageError(f"two outputs would be written to the same file {out}")
+        if out.is_dir():
+            raise UsageError(f"cannot write {out}: it is a directory; give a file name")
+        if not target.parent.is_dir():
+            raise UsageError(f"cannot write {out}: the directory {out.parent} does not exist")
+        seen[target] = out
+
+
+def check_suffix(path: Path | None, suffix: str, option: str) -> None:
+    """Refuse an output whose suffix names another format (``--parquet x.csv``)."""
+    if path is not None and path.suffix.lower() != suffix:
+        raise UsageError(f"{option} writes {suffix} files; name it *{suffix}, not {path.name}")
 
 
 QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")

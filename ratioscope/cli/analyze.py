@@ -92,6 +92,7 @@ def analyze(
     import ratioscope
     from ratioscope.cli._common import (
         check_output_paths,
+        check_suffix,
         progress_bar,
         stderr_console,
         stdout_console,
@@ -101,6 +102,7 @@ def analyze(
     from ratioscope.render.terminal import show_report, show_warnings
 
     check_output_paths(expand_paths(paths), [json_out, parquet_out])
+    check_suffix(parquet_out, ".parquet", "--parquet")
     params = analysis_params(
         clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
         window=window, lfr_cutoff=lfr_cutoff, space=space, kalman_q=kalman_q,

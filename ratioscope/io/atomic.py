@@ -19,6 +19,8 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     The suffix is kept so that writers that look at it (matplotlib, polars) behave.
     """
     target = Path(target)
+    if target.is_dir():
+        raise UsageError(f"cannot write {target}: it is a directory; give a file name")
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise UsageError(f"cannot write {target}: the directory {directory} does not exist")
