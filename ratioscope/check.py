@@ -172,7 +172,7 @@ class CheckResult:
         """``FAIL: 2 of 7 rules did not hold (1 failed, 1 error)`` or ``PASS: ...``."""
         total, failed, errors = len(self.outcomes), self.count("fail"), self.count("error")
         if self.passed:
-            return f"PASS: all {total} rule{'s' if total != 1 else ''} hold"
+            return "PASS: the rule holds" if total == 1 else f"PASS: all {total} rules hold"
         return (
             f"FAIL: {failed + errors} of {total} rules did not hold "
             f"({failed} failed, {errors} could not be evaluated)"
@@ -453,12 +453,18 @@ def evaluate(
     rules_name = rules.source if isinstance(rules, RuleSet) else "the rules"
     file = "<report>" if report_name is None else str(report_name)
     base_file = "<baseline>" if baseline_name is None else str(baseline_name)
+    # every path is looked up first: a report of the wrong kind is named as such before
+    # anything is said about baselines
+    values = [
+        _as_number(_resolve(report, rule, file, rule.source or rules_name), rule, file,
+                   rule.source or rules_name)
+        for rule in rule_list
+    ]  # fmt: skip
     if baseline is None:
         _require_no_relative_bounds(rule_list, rules_name)
     outcomes = []
-    for rule in rule_list:
+    for rule, value in zip(rule_list, values, strict=True):
         source = rule.source or rules_name
-        value = _as_number(_resolve(report, rule, file, source), rule, file, source)
         base = None if baseline is None else _baseline_value(baseline, rule, base_file, source)
         outcomes.append(_outcome(rule, value, base))
     return CheckResult(
@@ -476,12 +482,10 @@ def run_check(
 ) -> CheckResult:
     """Read the rules and the report(s) and evaluate; every input problem raises (exit 2).
 
-    The rules are read first, so a relative bound without a baseline is reported
-    before any report is opened.
+    The rules are read first, then the report: a rule path missing from it (a report of
+    another kind) is reported before a missing baseline.
     """
     rules = load_rules(rules_path)
-    if baseline_path is None:
-        _require_no_relative_bounds(rules.rules, rules.source)
     report = read_json_report(report_path)
     baseline = None if baseline_path is None else read_json_report(baseline_path)
     return evaluate(report, rules, baseline, report_name=report_path, baseline_name=baseline_path)

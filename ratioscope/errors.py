@@ -12,10 +12,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
-def _fmt_path(path: str | Path | None) -> str:
-    return "<memory>" if path is None else str(path)
-
-
 def _fmt_keys(keys: Iterable[str], limit: int = 20) -> str:
     keys = sorted(str(k) for k in keys)
     if not keys:
@@ -38,7 +34,8 @@ class InputError(RatioscopeError):
     def __init__(self, path: str | Path | None, problem: str) -> None:
         self.path = path
         self.problem = problem.rstrip(".")
-        super().__init__(f"{_fmt_path(path)}: {self.problem}.")
+        # no file to name (an option, an in-memory batch): the problem alone
+        super().__init__(f"{self.problem}." if path is None else f"{path}: {self.problem}.")
 
 
 class UsageError(RatioscopeError):
@@ -160,6 +157,9 @@ class DeviceError(RatioscopeError):
     """The requested device is not available (exit 2)."""
 
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message.rstrip(".") + ".")
 
 
 class RegressionFound(RatioscopeError):

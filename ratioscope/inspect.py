@@ -84,6 +84,7 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
         for section, what, needs in FEATURES
         for missing in [[n for n in needs if not batch.has(n)]]
     ]
+    features = _needs_a_method(features)
     return DumpInfo(
         path=str(path),
         file_format=raw.file_format,
@@ -101,6 +102,20 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
         features=features,
         warnings=batch.warnings + [f"{path}: {n}" for n in raw.notes if "ignored" in n],
     )
+
+
+def _needs_a_method(features: list[Feature]) -> list[Feature]:
+    """FPA's split by correctness exists only when one of its two methods does."""
+    methods = [f for f in features if f.section == "future_policy" and "FPA" in f.what]
+    if any(f.available for f in methods):
+        return features
+    needs = tuple(dict.fromkeys(n for f in methods for n in f.missing))
+    return [
+        Feature(f.section, f.what, False, needs)
+        if f.section == "future_policy" and f.available
+        else f
+        for f in features
+    ]
 
 
 def _shape(value: Any, ragged: bool) -> str:

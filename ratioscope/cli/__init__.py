@@ -19,6 +19,8 @@ try:  # typer >= 0.2x ships its own copy of click
 except ImportError:  # pragma: no cover - older typer uses the click package
     from click import exceptions as _click_exceptions
 
+_USAGE_ERROR = _click_exceptions.UsageError
+
 #: exceptions that carry their own exit handling (usage errors, --help, explicit exits)
 _PASS_THROUGH = (
     typer.Exit,
@@ -51,6 +53,11 @@ class _BoundaryGroup(TyperGroup):
             kind = "regression" if isinstance(error, RegressionFound) else "error"
             _stderr_line(str(error), kind)
             raise typer.Exit(error.exit_code) from None
+        except _USAGE_ERROR as error:
+            # one line like every other error (not a help panel), naming the command
+            command = error.ctx.command_path if error.ctx is not None else "ratioscope"
+            _stderr_line(f"{command}: {error.format_message()} (see {command} --help)")
+            raise typer.Exit(2) from None
         except _PASS_THROUGH:
             raise
         except KeyboardInterrupt:

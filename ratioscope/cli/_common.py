@@ -148,6 +148,15 @@ def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
         seen[target] = out
 
 
+def announce_written(paths: list[Path | None], quiet: bool = False) -> None:
+    """One stderr line per file written, so a user (or a CI log) sees where output went."""
+    if quiet:
+        return
+    for path in paths:
+        if path is not None:
+            typer.echo(f"wrote {path}", err=True)
+
+
 def check_suffix(path: Path | None, suffix: str, option: str) -> None:
     """Refuse an output whose suffix names another format (``--parquet x.csv``)."""
     if path is not None and path.suffix.lower() != suffix:

@@ -91,6 +91,7 @@ def analyze(
     """
     import ratioscope
     from ratioscope.cli._common import (
+        announce_written,
         check_output_paths,
         check_suffix,
         progress_bar,
@@ -128,3 +129,4 @@ def analyze(
         report.write_json(json_out)
     if parquet_out is not None:
         report.write_parquet(parquet_out)
+    announce_written([json_out, parquet_out], quiet)

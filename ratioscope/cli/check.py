@@ -9,7 +9,7 @@ import typer
 
 def check(
     report: Path = typer.Argument(..., help="Report JSON from analyze, eval-passk or eval-ucc."),
-    rules: Path = typer.Option(..., "--rules", help="Rules TOML: [[rule]] tables."),
+    rules: Path = typer.Option(..., "--rules", help="Rules TOML: \\[[rule]] tables."),
     baseline: Path | None = typer.Option(
         None, "--baseline", help="Older report for max_increase/max_decrease(_pct) bounds."
     ),

@@ -9,13 +9,13 @@ def info(
     paths: Paths,
     format: Format = "auto",
     mapping: Mapping = None,
-    nonfinite: NonFinite = "mask",
+    nonfinite: NonFinite = "error",
     unsafe_pickle: UnsafePickle = False,
     group_size: GroupSize = None,
 ) -> None:
     """Show layout, keys, shapes, dtypes, padding, token counts and feedable sections.
 
-    Example: ratioscope info sample_data/verl/step_0002.pt
+    Example: ratioscope info sample_data/verl/step_0032.pt
     """
     from ratioscope.cli._common import stdout_console
     from ratioscope.cli._options import load_options

@@ -22,15 +22,23 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
     Example: ratioscope merge shard_*.json --out run.json
     """
     from ratioscope.analysis import merge_reports
-    from ratioscope.cli._common import check_output_paths, stderr_console, stdout_console
+    from ratioscope.cli._common import (
+        announce_written,
+        check_output_paths,
+        check_suffix,
+        stderr_console,
+        stdout_console,
+    )
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.report_io import read_json_report
 
     check_output_paths(list(reports), [out])
+    check_suffix(out, ".json", "--out")
     # one report in memory at a time, however many shards there are
     documents = (read_json_report(path) for path in reports)
     merged = merge_reports(documents, names=[str(path) for path in reports])
     merged.write_json(out)
+    announce_written([out], quiet)
     if not quiet:
         document = merged.to_dict()
         show_report(document, stdout_console())

@@ -14,7 +14,7 @@ from ratioscope.cli import plot_eval, plot_objectives, plot_ratios
 plot_app = typer.Typer(
     help=(
         "Draw a figure from a dump (computing what it needs) or from a report JSON.\n\n"
-        "Example: ratioscope plot spectrum sample_data/verl_step_0002.pt --out spectrum.png"
+        "Example: ratioscope plot spectrum sample_data/verl/ --out spectrum.png"
     ),
     no_args_is_help=True,
 )

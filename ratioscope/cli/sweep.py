@@ -44,6 +44,7 @@ def sweep(
     Example: ratioscope sweep sample_data/verl/ --qv 1e-6,1e-4,1e-2 --json sweep.json
     """
     from ratioscope.cli._common import (
+        announce_written,
         check_output_paths,
         parse_floats,
         progress_bar,
@@ -73,3 +74,4 @@ def sweep(
     show_warnings(document, stderr_console())
     if json_out is not None:
         result.write_json(json_out)
+    announce_written([json_out], quiet)

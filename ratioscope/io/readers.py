@@ -373,6 +373,13 @@ def _json_row(values: list[Any]) -> Tensor:
     return torch.tensor([math.nan if x is None else x for x in values], dtype=torch.float64)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__
+def _first_line(error: BaseException, limit: int = 160) -> str:
+    """The first line of a library's message, cut at a sentence end when it is long."""
+    lines = str(error).strip().splitlines()
+    if not lines:
+        return type(error).__name__
+    text = lines[0]
+    if len(text) <= limit:
+        return text.rstrip(". ")
+    cut = text.rfind(". ", 0, limit)
+    return text[:cut] if cut > 40 else text[:limit].rstrip() + "..."

@@ -60,7 +60,10 @@ def show_info(infos: Sequence[DumpInfo], console: Console) -> None:
             sizes = ", ".join(f"{n} of size {s}" for s, n in sorted(info.group_sizes.items()))
             console.print(f"{info.groups} groups ({sizes})")
         else:
-            console.print("no group ids (GRPO groups and QUATRO need 'group')")
+            console.print(
+                "no group ids (GRPO groups and QUATRO need 'group'; for rows stored in "
+                "groups of N consecutive completions, as TRL does, pass --group-size N)"
+            )
         table = Table(title="keys", title_justify="left", show_edge=False)
         for column in ("key in file", "canonical", "shape", "dtype"):
             table.add_column(column)
