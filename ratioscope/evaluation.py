@@ -726,28 +726,80 @@ def curves_from_report(document: dict[str, Any], metric: str, path: str | Path) 
     return curves
 
 
+@dataclass(frozen=True)
+class MetricCurves:
+    """Curves {label: {k: value}} of one metric and the clustering they were made with.
+
+    ``threshold`` and ``linkage`` are those of the UCC@k clusters (None for Pass@k):
+    the reports' own when reports were given, so a figure's label always says what
+    its numbers are.
+    """
+
+    metric: str
+    curves: dict[str, dict[int, float]]
+    threshold: float | None = None
+    linkage: str | None = None
+
+
+#: SampleFields attribute -> the option that sets it, for messages
+_FIELD_OPTIONS = {
+    "problem": "--problem-field",
+    "response": "--response-field",
+    "correct": "--correct-field",
+    "method": "--method-field",
+    "dataset": "--dataset-field",
+}
+
+
 def metric_curves(
     paths: Sequence[str | Path],
     metric: str,
     *,
     fields=None,
     ks: Sequence[int] | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    linkage: str = DEFAULT_LINKAGE,
+    threshold: float | None = None,
+    linkage: str | None = None,
     progress: ProgressCallback | None = None,
-) -> dict[str, dict[int, float]]:
-    """Curves {label: {k: value}} from eval reports (read as is) and sample files (evaluated).
+) -> MetricCurves:
+    """Curves of ``metric`` from eval reports (read as is) and sample files (evaluated).
 
     A path ending in ``.json`` is an eval report; every other path is a samples file,
     and all sample files are evaluated together. Labels that collide get the file name.
+
+    ``ks``, ``threshold``, ``linkage`` and the names in ``fields`` are None unless the
+    user chose them. A report is plotted as stored, so a choice that differs from the
+    report's own value is refused rather than silently ignored; sample files given
+    beside reports are clustered with the reports' threshold and linkage, so that all
+    curves of a figure are comparable.
+
+    Raises:
+        UsageError: an option that a report input cannot honour, or reports made with
+            different clustering parameters.
+        ReportError: a report without ``metric``.
     """
-    from ratioscope.io.samples import load_samples
+    from ratioscope.io.samples import SampleFields, load_samples
     from ratioscope.report_io import read_json_report
 
-    sources: list[tuple[str, dict[str, dict[int, float]]]] = []
+    fields = fields or SampleFields()
+    report_paths = [Path(p) for p in paths if Path(p).suffix.lower() == ".json"]
     sample_paths = [Path(p) for p in paths if Path(p).suffix.lower() != ".json"]
-    for path in (Path(p) for p in paths if Path(p).suffix.lower() == ".json"):
-        sources.append((path.name, curves_from_report(read_json_report(path), metric, path)))
+    if not sample_paths:
+        _refuse_fields(fields, report_paths)
+    if metric == "ucc_at_k":
+        check_clustering_options(
+            DEFAULT_THRESHOLD if threshold is None else threshold, linkage or DEFAULT_LINKAGE
+        )
+    sources: list[tuple[str, dict[str, dict[int, float]]]] = []
+    stored: dict[str, Any] = {}
+    for path in report_paths:
+        document = read_json_report(path)
+        sources.append((path.name, curves_from_report(document, metric, path)))
+        _agree(stored, path, document.get("params") or {}, metric, ks, threshold, linkage)
+    if metric == "ucc_at_k":  # the reports' clustering, else the user's, else the default
+        threshold = stored["threshold"][1] if "threshold" in stored else threshold
+        linkage = stored["linkage"][1] if "linkage" in stored else linkage
+        threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+        linkage = linkage or DEFAULT_LINKAGE
     if sample_paths:
         sample_set = load_samples(sample_paths, fields)
         if metric == "ucc_at_k":
@@ -761,6 +813,58 @@ def metric_curves(
             for name, block in result.by_method.items()
         }
         sources.append(("samples", curves))
+    return MetricCurves(metric, _label_curves(sources), threshold, linkage)
+
+
+def _refuse_fields(fields: Any, reports: list[Path]) -> None:
+    for attribute, option in _FIELD_OPTIONS.items():
+        if getattr(fields, attribute) is not None:
+            raise UsageError(
+                f"{option} applies only to samples input; the report {reports[0].name} is "
+                "plotted as stored"
+            )
+
+
+def _agree(
+    stored: dict[str, tuple[Path, Any]],
+    path: Path,
+    params: dict[str, Any],
+    metric: str,
+    ks: Sequence[int] | None,
+    threshold: float | None,
+    linkage: str | None,
+) -> None:
+    """Check a report's parameters against the user's choices and the other reports."""
+    chosen: dict[str, Any] = {"k": None if ks is None else sorted({int(k) for k in ks})}
+    if metric == "ucc_at_k":
+        chosen.update(threshold=threshold, linkage=linkage)
+    for name, value in chosen.items():
+        made_with = params.get(name)
+        if value is not None and made_with is not None and value != made_with:
+            raise UsageError(
+                f"--{name} applies only to samples input; the report {path.name} was made "
+                f"with {name} {_shown(made_with)}"
+            )
+        if name == "k" or made_with is None:
+            continue  # curves over different k still share the axis
+        if name in stored and stored[name][1] != made_with:
+            first, other = stored[name]
+            raise UsageError(
+                f"the reports were made with different {name}s ({first.name}: "
+                f"{_shown(other)}, {path.name}: {_shown(made_with)}), so their curves are "
+                "not comparable"
+            )
+        stored[name] = (path, made_with)
+
+
+def _shown(value: Any) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
+def _label_curves(
+    sources: list[tuple[str, dict[str, dict[int, float]]]],
+) -> dict[str, dict[int, float]]:
+    """Merge the curves of all sources; a method name found in several gets its origin."""
     seen: dict[str, int] = {}
     for _, curves in sources:
         for name in curves:

@@ -1,12 +1,13 @@
 """``ratioscope eval-passk``: Pass@k, avg@k and Pass@1 ± SE of sample files.
 
-The field options and the sample-loading helper are shared with ``eval-ucc`` and the
+The field options and the sample-loading helpers are shared with ``eval-ucc`` and the
 evaluation plots, which import them from here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -32,11 +33,18 @@ CORRECT_FIELD = typer.Option(
     None, "--correct-field", help="Correctness field (default: correct, else score)."
 )
 METHOD_FIELD = typer.Option(
-    "method", "--method-field", help="Method field; without it a file's stem names its method."
+    "method",
+    "--method-field",
+    help="Method field; a line without it takes its file's stem as method. A name given "
+    "here must be on some line of every file.",
 )
 DATASET_FIELD = typer.Option(
-    "dataset", "--dataset-field", help="Field that groups problems into datasets (by_dataset)."
+    "dataset",
+    "--dataset-field",
+    help="Field that groups problems into datasets (by_dataset). A name given here must "
+    "be on some line of every file.",
 )
+FIELD_PARAMETERS = ("problem_field", "response_field", "correct_field", "method_field")
 ALLOW_EMPTY = typer.Option(
     False,
     "--allow-empty-responses",
@@ -44,30 +52,37 @@ ALLOW_EMPTY = typer.Option(
 )
 
 
-def load(
-    paths: list[Path],
-    problem_field: str | None,
-    response_field: str | None,
-    correct_field: str | None,
-    method_field: str,
-    dataset_field: str = "dataset",
-    allow_empty: bool = False,
-):
-    """Read sample files with the field names given on the command line."""
-    from ratioscope.io.samples import SampleFields, load_samples
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set parameter ``name`` (rather than leaving its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
-    fields = SampleFields(
-        problem_field,
-        response_field,
-        correct_field,
-        method_field,
-        dataset_field,
+
+def chosen(ctx: typer.Context, name: str) -> Any:
+    """The value of parameter ``name`` when the user set it, else None."""
+    return ctx.params[name] if given(ctx, name) else None
+
+
+def sample_fields(ctx: typer.Context, allow_empty: bool = False):
+    """SampleFields from the field options; an option left at its default is None.
+
+    A default name is optional where the library allows it (method, dataset), while a
+    name the user typed must exist, so a typo is an error and not a silent fallback.
+    """
+    from ratioscope.io.samples import SampleFields
+
+    return SampleFields(
+        problem=chosen(ctx, "problem_field"),
+        response=chosen(ctx, "response_field"),
+        correct=chosen(ctx, "correct_field"),
+        method=chosen(ctx, "method_field"),
+        dataset=chosen(ctx, "dataset_field") if "dataset_field" in ctx.params else None,
         allow_empty=allow_empty,
     )
-    return load_samples(paths, fields)
 
 
 def eval_passk(
+    ctx: typer.Context,
     samples: list[Path] = SAMPLES_ARGUMENT,
     k: str | None = K_OPTION,
     json_out: Path | None = JSON_OPTION,
@@ -93,15 +108,17 @@ def eval_passk(
         stdout_console,
     )
     from ratioscope.evaluation import evaluate_passk
+    from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_tables import show_eval, show_warnings
+    from ratioscope.render.figures import announce_written
 
     check_output_paths(samples, [json_out])
     ks = parse_ints(k, "--k") if k else None
-    fields = (problem_field, response_field, correct_field, method_field, dataset_field)
-    sample_set = load(samples, *fields, allow_empty=allow_empty)
+    sample_set = load_samples(samples, sample_fields(ctx, allow_empty))
     with progress_bar(not quiet) as progress:
         report = evaluate_passk(sample_set, ks, base_method=base, progress=progress)
     show_eval(report, stdout_console())
     show_warnings(report, stderr_console())
     if json_out:
         report.write_json(json_out)
+    announce_written([json_out], quiet)

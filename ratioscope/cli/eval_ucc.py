@@ -18,7 +18,7 @@ from ratioscope.cli.eval_passk import (
     PROBLEM_FIELD,
     RESPONSE_FIELD,
     SAMPLES_ARGUMENT,
-    load,
+    sample_fields,
 )
 
 THRESHOLD_OPTION = typer.Option(
@@ -30,6 +30,7 @@ LINKAGE_OPTION = typer.Option(
 
 
 def eval_ucc(
+    ctx: typer.Context,
     samples: list[Path] = SAMPLES_ARGUMENT,
     k: str | None = K_OPTION,
     threshold: float = THRESHOLD_OPTION,
@@ -57,22 +58,22 @@ def eval_ucc(
     """
     from ratioscope.cli._common import (
         check_output_paths,
+        check_suffix,
         parse_ints,
         progress_bar,
         stderr_console,
         stdout_console,
     )
-    from ratioscope.errors import UsageError
     from ratioscope.evaluation import check_clustering_options, evaluate_ucc
+    from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_tables import show_eval, show_warnings
+    from ratioscope.render.figures import announce_written
 
     check_output_paths(samples, [json_out, per_problem])
-    if per_problem is not None and per_problem.suffix.lower() != ".parquet":
-        raise UsageError(f"--per-problem writes Parquet; name it *.parquet, not {per_problem}")
+    check_suffix(per_problem, ".parquet", "--per-problem")
     check_clustering_options(threshold, linkage, max_pairs)
     ks = parse_ints(k, "--k") if k else None
-    fields = (problem_field, response_field, correct_field, method_field, dataset_field)
-    sample_set = load(samples, *fields, allow_empty=allow_empty)
+    sample_set = load_samples(samples, sample_fields(ctx, allow_empty))
     with progress_bar(not quiet) as progress:
         report = evaluate_ucc(
             sample_set,
@@ -89,3 +90,4 @@ def eval_ucc(
         report.write_json(json_out)
     if per_problem:
         report.write_parquet(per_problem)
+    announce_written([json_out, per_problem], quiet)

@@ -9,18 +9,25 @@ import typer
 from ratioscope.cli._common import QUIET_OPTION
 from ratioscope.cli.eval_passk import (
     CORRECT_FIELD,
-    K_OPTION,
     METHOD_FIELD,
     PROBLEM_FIELD,
     RESPONSE_FIELD,
-    load,
+    chosen,
+    sample_fields,
 )
 from ratioscope.cli.eval_ucc import LINKAGE_OPTION, THRESHOLD_OPTION
 
 INPUTS_ARGUMENT = typer.Argument(
-    ..., help="Eval report JSON(s) (plotted as is) and/or samples JSONL file(s) (evaluated)."
+    ...,
+    help="Eval report JSON(s) (plotted as stored) and/or samples JSONL file(s) (evaluated).",
 )
-OUT_OPTION = typer.Option(..., "--out", help="Figure file; .png, .svg or .pdf.")
+OUT_OPTION = typer.Option(..., "--out", "-o", help="Figure file: .png, .svg or .pdf.")
+CURVE_K_OPTION = typer.Option(
+    None,
+    "--k",
+    help="Comma-separated budgets for samples input, e.g. 1,8,64 (default: powers of two up "
+    "to n). A report is plotted at the k it was made with.",
+)
 
 
 def register(plot_app: typer.Typer) -> None:
@@ -30,28 +37,34 @@ def register(plot_app: typer.Typer) -> None:
     plot_app.command("similarity")(similarity)
 
 
-def _curves(metric, inputs, out, k, threshold, linkage, fields, quiet) -> None:
+def _curves(ctx: typer.Context, metric: str, inputs: list[Path], out: Path, quiet: bool) -> None:
     from ratioscope.cli._common import check_output_paths, parse_ints, progress_bar
     from ratioscope.evaluation import metric_curves
-    from ratioscope.io.samples import SampleFields
-    from ratioscope.render.eval_plots import check_figure_path, plot_curves
+    from ratioscope.render.eval_plots import plot_curves
+    from ratioscope.render.figures import announce_written, check_figure_path
 
     check_output_paths(inputs, [out])
     check_figure_path(out)
-    ks = parse_ints(k, "--k") if k else None
+    k = ctx.params["k"]
     with progress_bar(not quiet) as progress:
         curves = metric_curves(
-            inputs, metric, fields=SampleFields(*fields), ks=ks, threshold=threshold,
-            linkage=linkage, progress=progress,
-        )  # fmt: skip
-    subtitle = "" if metric == "pass_at_k" else f"TF-IDF clusters at cosine >= {threshold}"
-    plot_curves(curves, metric, out, subtitle)
+            inputs,
+            metric,
+            fields=sample_fields(ctx),
+            ks=parse_ints(k, "--k") if k else None,
+            threshold=chosen(ctx, "threshold") if metric == "ucc_at_k" else None,
+            linkage=chosen(ctx, "linkage") if metric == "ucc_at_k" else None,
+            progress=progress,
+        )
+    plot_curves(curves, out)
+    announce_written([out], quiet)
 
 
 def passk(
+    ctx: typer.Context,
     inputs: list[Path] = INPUTS_ARGUMENT,
     out: Path = OUT_OPTION,
-    k: str | None = K_OPTION,
+    k: str | None = CURVE_K_OPTION,
     problem_field: str | None = PROBLEM_FIELD,
     response_field: str | None = RESPONSE_FIELD,
     correct_field: str | None = CORRECT_FIELD,
@@ -60,16 +73,19 @@ def passk(
 ) -> None:
     """Pass@k against k (log2 axis), one line per method.
 
+    A report is plotted as stored: --k and the field options apply to samples input
+    only, and are refused for a report unless they match what it was made with.
+
     Example: ratioscope plot passk passk.json --out passk.png
     """
-    fields = (problem_field, response_field, correct_field, method_field)
-    _curves("pass_at_k", inputs, out, k, 0.8, "single", fields, quiet)
+    _curves(ctx, "pass_at_k", inputs, out, quiet)
 
 
 def ucc(
+    ctx: typer.Context,
     inputs: list[Path] = INPUTS_ARGUMENT,
     out: Path = OUT_OPTION,
-    k: str | None = K_OPTION,
+    k: str | None = CURVE_K_OPTION,
     threshold: float = THRESHOLD_OPTION,
     linkage: str = LINKAGE_OPTION,
     problem_field: str | None = PROBLEM_FIELD,
@@ -80,13 +96,18 @@ def ucc(
 ) -> None:
     """UCC@k against k (log2 axis), one line per method.
 
+    A report is plotted as stored, labelled with the threshold and linkage it was made
+    with: --k, --threshold, --linkage and the field options apply to samples input only
+    (samples given beside reports are clustered as the reports were), and are refused
+    for a report unless they match its params.
+
     Example: ratioscope plot ucc base.jsonl grpo.jsonl --threshold 0.8 --out ucc.png
     """
-    fields = (problem_field, response_field, correct_field, method_field)
-    _curves("ucc_at_k", inputs, out, k, threshold, linkage, fields, quiet)
+    _curves(ctx, "ucc_at_k", inputs, out, quiet)
 
 
 def similarity(
+    ctx: typer.Context,
     samples: list[Path] = typer.Argument(..., help="Samples JSONL file(s)."),
     problem: str = typer.Option(..., "--problem", help="Problem id to draw."),
     out: Path = OUT_OPTION,
@@ -99,6 +120,7 @@ def similarity(
     response_field: str | None = RESPONSE_FIELD,
     correct_field: str | None = CORRECT_FIELD,
     method_field: str = METHOD_FIELD,
+    quiet: bool = QUIET_OPTION,
 ) -> None:
     """Heatmap of pairwise TF-IDF similarity of one problem's correct responses.
 
@@ -108,11 +130,15 @@ def similarity(
     Example: ratioscope plot similarity samples.jsonl --problem 17 --out sim17.png
     """
     from ratioscope.cli._common import check_output_paths
-    from ratioscope.evaluation import similarity_panels
-    from ratioscope.render.eval_plots import check_figure_path, plot_similarity
+    from ratioscope.evaluation import check_clustering_options, similarity_panels
+    from ratioscope.io.samples import load_samples
+    from ratioscope.render.eval_plots import plot_similarity
+    from ratioscope.render.figures import announce_written, check_figure_path
 
     check_output_paths(samples, [out])
     check_figure_path(out)
-    sample_set = load(samples, problem_field, response_field, correct_field, method_field)
+    check_clustering_options(threshold, linkage)
+    sample_set = load_samples(samples, sample_fields(ctx))
     panels = similarity_panels(sample_set, problem, method, threshold=threshold, linkage=linkage)
     plot_similarity(panels, out, threshold, linkage)
+    announce_written([out], quiet)

@@ -13,11 +13,11 @@ Inputs = Annotated[
     list[str],
     typer.Argument(
         help="Dump files, directories or globs (analysed), or analyze report JSON file(s) "
-        "(plotted as stored).",
+        "(plotted as stored; --cov-scope must then match the report's or be left out).",
         show_default=False,
     ),
 ]
-Out = Annotated[Path, typer.Option("--out", help="Figure file; .png, .svg or .pdf.")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="Figure file: .png, .svg or .pdf.")]
 
 
 def register(plot_app: typer.Typer) -> None:
@@ -26,6 +26,7 @@ def register(plot_app: typer.Typer) -> None:
 
 
 def covariance(
+    ctx: typer.Context,
     paths: Inputs,
     out: Out,
     cov_scope: CovScope = "auto",
@@ -41,11 +42,14 @@ def covariance(
     """
     from ratioscope.cli._common import check_output_paths, progress_bar
     from ratioscope.cli._options import analysis_params, load_options
-    from ratioscope.render.objective_plots import check_figure_path, plot_covariance
+    from ratioscope.cli.plot_ratios import refuse_report_options
+    from ratioscope.render.figures import announce_written, check_figure_path
+    from ratioscope.render.objective_plots import plot_covariance
     from ratioscope.sections.covariance import load_covariance
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])
+    refuse_report_options(ctx, paths, ("cov_scope",))
     with progress_bar(not quiet) as progress:
         section, source = load_covariance(
             paths,
@@ -55,3 +59,4 @@ def covariance(
             progress=progress,
         )
     plot_covariance(section, out, source)
+    announce_written([out], quiet)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +24,15 @@ from ratioscope.cli._options import (
 Inputs = Annotated[
     list[str],
     typer.Argument(
-        help="Dumps (analysed) or analyze report JSON file(s) (plotted as stored).",
+        help="Dumps (analysed) or analyze report JSON file(s) (plotted as stored; the "
+        "analysis options must then match the report's params or be left out).",
+        show_default=False,
+    ),
+]
+TraceInputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="Dump files, directories or globs; a report JSON holds no per-token ratios.",
         show_default=False,
     ),
 ]
@@ -61,19 +70,20 @@ def _report_figure(kind: str, doc: str):
     """A command drawing ``kind`` from a dump (analysed, ratios only) or a report JSON."""
 
     def command(
-        paths: Inputs, out: Out, window: Window = 50, on_band: OnBand = "3e-4,4e-4",
-        kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, format: Format = "auto",
-        mapping: Mapping = None, unsafe_pickle: UnsafePickle = False, device: Device = "auto",
-        quiet: Quiet = False,
+        ctx: typer.Context, paths: Inputs, out: Out, window: Window = 50,
+        on_band: OnBand = "3e-4,4e-4", kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0,
+        format: Format = "auto", mapping: Mapping = None, unsafe_pickle: UnsafePickle = False,
+        device: Device = "auto", quiet: Quiet = False,
     ) -> None:  # fmt: skip
         from ratioscope.analysis import report_or_analysis
         from ratioscope.cli._common import check_output_paths, progress_bar
         from ratioscope.cli._options import analysis_params, load_options
         from ratioscope.render import ratio_plots
-        from ratioscope.render.figures import check_figure_path
+        from ratioscope.render.figures import announce_written, check_figure_path
 
         check_figure_path(out)
         check_output_paths([Path(p) for p in paths], [out])
+        refuse_report_options(ctx, paths, ("window", "on_band", "kalman_q", "kalman_v"))
         params = analysis_params(
             window=window, on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v
         )
@@ -87,6 +97,7 @@ def _report_figure(kind: str, doc: str):
                 sections=["ratios"],
             )
         getattr(ratio_plots, f"plot_{kind}")(document, out, source)
+        announce_written([out], quiet)
 
     command.__name__ = kind
     command.__doc__ = doc
@@ -94,20 +105,21 @@ def _report_figure(kind: str, doc: str):
 
 
 def ratios(
-    paths: Inputs, out: Out, sequence: Sequence = 0, on_band: OnBand = "3e-4,4e-4",
+    paths: TraceInputs, out: Out, sequence: Sequence = 0, on_band: OnBand = "3e-4,4e-4",
     kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, mask_policy: MaskPolicy = "zero",
     format: Format = "auto", mapping: Mapping = None, unsafe_pickle: UnsafePickle = False,
+    quiet: Quiet = False,
 ) -> None:  # fmt: skip
     """One sequence's raw, sequence-level and Kalman-filtered log-ratio (KPO Fig. 1).
 
     Needs a dump: reports hold no per-token values.
 
-    Example: ratioscope plot ratios sample_data/verl/step_0003.pt --sequence 40 --out seq40.png
+    Example: ratioscope plot ratios sample_data/verl/step_0032.pt --sequence 40 --out seq40.png
     """
     from ratioscope.cli._common import check_output_paths
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.errors import UsageError
-    from ratioscope.render.figures import check_figure_path
+    from ratioscope.render.figures import announce_written, check_figure_path
     from ratioscope.render.ratio_plots import plot_trace
     from ratioscope.sections.ratios import ratio_trace
 
@@ -122,3 +134,51 @@ def ratios(
         paths, sequence, params, load_options(format, mapping, "error", unsafe_pickle)
     )
     plot_trace(trace, out)
+    announce_written([out], quiet)
+
+
+#: analysis parameter -> its option, for the report check
+_OPTION_NAMES = {
+    "window": "--window",
+    "on_band": "--on-band",
+    "kalman_q": "--kalman-q",
+    "kalman_v": "--kalman-v",
+    "cov_scope": "--cov-scope",
+}
+
+
+def refuse_report_options(ctx: typer.Context, paths: list[str], names: tuple[str, ...]) -> None:
+    """A report is plotted as stored: an analysis option the user set must match it.
+
+    Otherwise the option would be silently ignored while the figure looked as if it
+    had been honoured; checked before any work, from the reports' ``params.analysis``.
+    """
+    from ratioscope.cli._options import analysis_params
+    from ratioscope.cli.eval_passk import given
+    from ratioscope.errors import UsageError
+    from ratioscope.report_io import read_json_report
+
+    reports = [Path(p) for p in paths if str(p).lower().endswith(".json")]
+    wanted = [name for name in names if given(ctx, name)]
+    if not reports or not wanted:
+        return
+    chosen = analysis_params(**{name: ctx.params[name] for name in wanted})
+    for path in reports:
+        stored = (read_json_report(path).get("params") or {}).get("analysis") or {}
+        for name in wanted:
+            made_with = stored.get(name)
+            if made_with is not None and not _same(getattr(chosen, name), made_with):
+                shown = ",".join(map(str, made_with)) if isinstance(made_with, list) else made_with
+                raise UsageError(
+                    f"{_OPTION_NAMES[name]} applies only to dump input; the report "
+                    f"{path.name} was made with {name.replace('_', ' ')} {shown}"
+                )
+
+
+def _same(value: object, stored: object) -> bool:
+    if isinstance(stored, list):
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        return len(values) == len(stored) and all(map(_same, values, stored))
+    if isinstance(stored, (int, float)) and isinstance(value, (int, float)):
+        return math.isclose(value, stored, rel_tol=1e-12, abs_tol=0.0)
+    return value == stored

@@ -18,6 +18,13 @@ because guessing would silently change Pass@k.
 Methods: the method field of a line when present (a string), else the file name stem,
 so ``base.jsonl grpo.jsonl`` compare two systems side by side. Samples of one method
 may be spread over several files; problems keep the order of their first appearance.
+The method and dataset fields are optional under their default names; a name given
+explicitly must appear on at least one line of each file, since a mistyped name would
+otherwise silently fall back to the file stem (or to no dataset).
+
+Files that are not samples are recognised from their first line and named as such: a
+ratioscope report (a JSON document with ``schema_version``), any other JSON document
+spread over several lines, a binary file or a text file whose first line is not JSON.
 
 Sample indices: the ``sample_index`` field in the flat layout (optional, all or none of
 a problem's samples), the list position in the grouped layout. A repeated index within
@@ -46,18 +53,31 @@ _TRUE_STRINGS = {"true"}
 _FALSE_STRINGS = {"false"}
 
 
+DEFAULT_METHOD_FIELD = "method"
+DEFAULT_DATASET_FIELD = "dataset"
+
+
 @dataclass(frozen=True)
 class SampleFields:
-    """Field names of a sample file; None means "the first candidate present"."""
+    """Field names of a sample file.
+
+    None means the default: the first candidate present for the problem, response and
+    correctness fields, the optional ``method`` and ``dataset`` fields for the others.
+    A method or dataset name given explicitly must be on some line of every file.
+    """
 
     problem: str | None = None
     response: str | None = None
     correct: str | None = None
-    method: str = "method"
-    dataset: str = "dataset"
+    method: str | None = None
+    dataset: str | None = None
     sample_index: str = "sample_index"
     #: an empty response is usually a broken export; keep it only when asked to
     allow_empty: bool = False
+
+    def optional_names(self) -> dict[str, str | None]:
+        """{role: name given} of the optional fields (method, dataset)."""
+        return {"method": self.method, "dataset": self.dataset}
 
 
 @dataclass(frozen=True)
@@ -178,15 +198,67 @@ def _lines(path: Path, digest: Any) -> Iterator[tuple[int, str]]:
         raise UnreadablePathError(
             path, f"cannot read the samples file ({error.strerror or error})"
         ) from None
+    first = True
     with handle:
         for number, raw in enumerate(handle, start=1):
             digest.update(raw)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
+                if first:  # a dump, an archive or a Parquet file given by mistake
+                    raise _not_samples(path, "binary data, not UTF-8 text") from None
                 raise JsonLineError(path, number, "not valid UTF-8 text") from None
             if text.strip():
+                first = False
                 yield number, text
+
+
+_REPORT = "this is a ratioscope report, not a samples JSONL file"
+
+
+def _not_samples(path: Path, why: str) -> SampleError:
+    return SampleError(path, f"not a JSON-lines samples file ({why})")
+
+
+def _is_report(record: Any) -> bool:
+    """A ratioscope report document (analyze, eval, merge), not a sample."""
+    if not isinstance(record, dict) or "schema_version" not in record:
+        return False
+    tool = record.get("tool")
+    from_us = isinstance(tool, dict) and tool.get("name") == "ratioscope"
+    return from_us or "by_method" in record or "ratios" in record
+
+
+def _first_record(path: Path, number: int, text: str) -> dict[str, Any]:
+    """The first line as a JSON object, or an error saying what the file is instead."""
+    stripped = text.strip()
+    if stripped in ("{", "["):
+        raise _whole_document_error(path)
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        if stripped.startswith("{"):  # a sample line, broken: say where
+            raise JsonLineError(
+                path, number, f"not valid JSON ({error.msg} at column {error.colno})"
+            ) from None
+        raise _not_samples(path, f"line {number} is not JSON: {error.msg}") from None
+    if _is_report(record):
+        raise SampleError(path, _REPORT)
+    if not isinstance(record, dict):
+        raise JsonLineError(path, number, f"expected a JSON object, got {_kind(record)}")
+    return record
+
+
+def _whole_document_error(path: Path) -> SampleError:
+    """The file opens a JSON document over several lines: a report, or another JSON file."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        document = None
+    if _is_report(document):
+        return SampleError(path, _REPORT)
+    why = "one JSON document over several lines; a samples file has one JSON object a line"
+    return _not_samples(path, why)
 
 
 def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
@@ -202,15 +274,23 @@ def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
 
 
 def _resolve(
-    path: Path, number: int, record: dict[str, Any], given: str | None, candidates: tuple
+    path: Path,
+    number: int,
+    record: dict[str, Any],
+    given: str | None,
+    candidates: tuple,
+    role: str,
 ) -> str:
     options = (given,) if given else candidates
     for name in options:
         if name in record:
             return name
-    wanted = " or ".join(f"'{name}'" for name in options)
     found = ", ".join(sorted(record)) or "none"
-    hint = "" if given else "; name it with the matching --*-field option"
+    if given:
+        problem = f"line {number} has no {role} field '{given}' (--{role}-field)"
+        raise SampleError(path, f"{problem}; fields found: {found}")
+    wanted = " or ".join(f"'{name}'" for name in options)
+    hint = "; name it with the matching --*-field option"
     raise JsonLineError(path, number, f"missing field {wanted} (fields found: {found}){hint}")
 
 
@@ -225,23 +305,36 @@ def _read_file(
     problems: set[Any] = set()  # distinct problem ids, whichever methods answered them
     samples = 0
     file_methods: dict[str, None] = {}
-    for number, text in _lines(path, digest):
-        record = _parse(path, number, text)
-        if names is None:
-            names = {
-                "problem": _resolve(path, number, record, fields.problem, PROBLEM_CANDIDATES),
-                "response": _resolve(path, number, record, fields.response, RESPONSE_CANDIDATES),
-                "correct": _resolve(path, number, record, fields.correct, CORRECT_CANDIDATES),
-            }
-            layout = _detect_layout(path, number, record[names["response"]], names["response"])
-        method = _method(path, number, record, fields.method)
-        file_methods.setdefault(method)
-        add = _add_grouped if layout == "grouped" else _add_flat
-        key, count = add(path, number, record, names, fields, builders.setdefault(method, {}))
-        problems.add(key)
-        samples += count
+    # explicitly named optional fields not seen on any line yet: role -> field name
+    unseen = {role: name for role, name in fields.optional_names().items() if name}
+    first_keys: list[str] = []
+    lines = _lines(path, digest)
+    try:
+        for number, text in lines:
+            if names is None:
+                record = _first_record(path, number, text)
+                first_keys = sorted(record)
+                names = _field_names(path, number, record, fields)
+                layout = _detect_layout(path, number, record[names["response"]], names["response"])
+            else:
+                record = _parse(path, number, text)
+            if unseen:
+                unseen = {role: name for role, name in unseen.items() if name not in record}
+            method = _method(path, number, record, fields.method or DEFAULT_METHOD_FIELD)
+            file_methods.setdefault(method)
+            add = _add_grouped if layout == "grouped" else _add_flat
+            key, count = add(path, number, record, names, fields, builders.setdefault(method, {}))
+            problems.add(key)
+            samples += count
+    except (SampleError, JsonLineError):
+        # a mistyped method field makes two methods' samples collide; name the real cause
+        if unseen and not _seen_later(lines, unseen):
+            raise _unseen_field(path, unseen, first_keys) from None
+        raise
     if names is None:
         raise SampleError(path, "contains no samples (the file is empty)")
+    if unseen:
+        raise _unseen_field(path, unseen, first_keys)
     return SampleFile(
         path=str(path),
         format="jsonl",
@@ -252,6 +345,40 @@ def _read_file(
         methods=tuple(file_methods),
         fields=names,
     )
+
+
+def _field_names(
+    path: Path, number: int, record: dict[str, Any], fields: SampleFields
+) -> dict[str, str]:
+    return {
+        "problem": _resolve(path, number, record, fields.problem, PROBLEM_CANDIDATES, "problem"),
+        "response": _resolve(
+            path, number, record, fields.response, RESPONSE_CANDIDATES, "response"
+        ),
+        "correct": _resolve(path, number, record, fields.correct, CORRECT_CANDIDATES, "correct"),
+    }
+
+
+def _seen_later(lines: Iterator[tuple[int, str]], unseen: dict[str, str]) -> bool:
+    """Whether the rest of the file has every field of ``unseen`` on some line."""
+    missing = set(unseen.values())
+    for _, text in lines:
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            missing.difference_update(record)
+        if not missing:
+            return True
+    return False
+
+
+def _unseen_field(path: Path, unseen: dict[str, str], first_keys: list[str]) -> SampleError:
+    role, name = next(iter(unseen.items()))
+    found = ", ".join(first_keys) or "none"
+    problem = f"no line has the {role} field '{name}' named by --{role}-field"
+    return SampleError(path, f"{problem}; fields on the first line: {found}")
 
 
 def _detect_layout(path: Path, number: int, value: Any, name: str) -> str:
@@ -356,7 +483,7 @@ def _builder(
     problems: dict[Any, _ProblemBuilder],
 ) -> tuple[Any, _ProblemBuilder]:
     key = _problem_key(path, number, record, names["problem"])
-    dataset = _dataset(path, number, record, fields.dataset)
+    dataset = _dataset(path, number, record, fields.dataset or DEFAULT_DATASET_FIELD)
     builder = problems.get(key)
     if builder is None:
         builder = _ProblemBuilder(key, (str(path), number), dataset)

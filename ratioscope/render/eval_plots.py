@@ -12,10 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.errors import UsageError
-from ratioscope.evaluation import SimilarityPanel
-
-FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+from ratioscope.evaluation import MetricCurves, SimilarityPanel
+from ratioscope.render.figures import pyplot, save_figure
 
 _CURVE_LABELS = {
     "pass_at_k": (
@@ -31,44 +29,19 @@ _CURVE_LABELS = {
 }
 
 
-def check_figure_path(out: Path) -> None:
-    """Refuse a suffix matplotlib would not write as intended, before any work is done."""
-    if out.suffix.lower() not in FIGURE_SUFFIXES:
-        raise UsageError(
-            f"--out {out}: the suffix must be one of {', '.join(FIGURE_SUFFIXES)} "
-            "(it chooses the figure format)"
-        )
+def plot_curves(result: MetricCurves, out: Path) -> None:
+    """One line per method of the metric against k, log2 x axis.
 
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(figure: Any, out: Path) -> None:
-    from ratioscope.io.atomic import atomic_path
-
-    check_figure_path(out)
-    plt = _pyplot()
-    try:
-        with atomic_path(out) as tmp:
-            figure.savefig(tmp, format=out.suffix.lower().lstrip("."), dpi=150)
-    finally:
-        plt.close(figure)
-
-
-def plot_curves(
-    curves: dict[str, dict[int, float]], metric: str, out: Path, subtitle: str = ""
-) -> None:
-    """One line per method of ``metric`` ("pass_at_k" or "ucc_at_k") against k, log2 x axis."""
-    plt = _pyplot()
+    UCC@k figures name the clustering (threshold and linkage) the curves were made with.
+    """
+    plt = pyplot()
     from matplotlib.ticker import FixedLocator, NullLocator
 
+    metric, curves = result.metric, result.curves
     y_label, title, scale = _CURVE_LABELS[metric]
+    subtitle = ""
+    if metric == "ucc_at_k":
+        subtitle = f"TF-IDF clusters at cosine >= {result.threshold}, {result.linkage} linkage"
     figure, axes = plt.subplots(figsize=(7.0, 4.6), layout="constrained")
     all_ks: set[int] = set()
     markers = "osD^v<>pXh*"
@@ -99,14 +72,14 @@ def plot_curves(
         top = max((v for c in curves.values() for v in c.values()), default=1.0)
         axes.set_ylim(0.0, 1.08 * top if top > 0 else 1.0)
     axes.legend(title="method", loc="best", frameon=True)
-    _save(figure, out)
+    save_figure(figure, out)
 
 
 def plot_similarity(
     panels: Sequence[SimilarityPanel], out: Path, threshold: float, linkage: str
 ) -> None:
     """Heatmaps of pairwise TF-IDF similarity, one per method, ordered by cluster."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Rectangle
 
     count = len(panels)
@@ -149,7 +122,7 @@ def plot_similarity(
         f"white squares = clusters (cosine >= {threshold}, {linkage} linkage)",
         fontsize=11,
     )
-    _save(figure, out)
+    save_figure(figure, out)
 
 
 def _runs(labels: np.ndarray) -> list[tuple[int, int]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ratioscope.evaluation import EvalReport, MetricBlock
+from ratioscope.render.terminal import DASH
 
 
 def show_eval(report: EvalReport, console: Any) -> None:
@@ -74,7 +75,7 @@ def _best(values: list[float | None], lower_is_better: bool = False) -> float | 
 
 def _cell(value: float | None, best: float | None, fmt: str) -> str:
     if value is None:
-        return "-"
+        return DASH
     text = format(value, fmt)
     return f"[bold]{text}[/]" if best is not None and value == best else text
 
@@ -111,7 +112,7 @@ def passk_table(report: EvalReport):
         for row, (method, block) in enumerate(blocks.items()):
             lead = [label if row == 0 else "", method] if with_datasets else [method]
             se = block.pass1_se
-            se_text = "-" if se is None else f"{100 * se.mean:.2f} ± {100 * se.se:.2f}"
+            se_text = DASH if se is None else f"{100 * se.mean:.2f} ± {100 * se.se:.2f}"
             cells = [_cell(100 * block.pass_at_k[k], _pct(best[k]), ".2f") for k in ks]
             avg = _cell(100 * block.avg, _pct(best_avg), ".2f")
             table.add_row(*lead, str(block.problems), *cells, avg, se_text)
@@ -169,10 +170,7 @@ def diversity_table(report: EvalReport):
     table = _new_table(
         "Similarity of correct responses — lower means more diverse",
         ["dataset", "method"] if with_datasets else ["method"],
-        caption=(
-            f"mean over problems with >= 2 correct responses; ROUGE-L, Jaccard and edit "
-            f"similarity on at most {report.params.max_pairs} sampled pairs per problem"
-        ),
+        caption="mean over problems with >= 2 correct responses; " + _pairs_note(report),
     )
     for _, title in columns:
         table.add_column(title, justify="right")
@@ -191,6 +189,15 @@ def diversity_table(report: EvalReport):
         if with_datasets:
             table.add_section()
     return table
+
+
+def _pairs_note(report: EvalReport) -> str:
+    if not report.params.max_pairs:
+        return "ROUGE-L, Jaccard and edit similarity skipped (--max-pairs 0)"
+    return (
+        f"ROUGE-L, Jaccard and edit similarity on at most {report.params.max_pairs} "
+        "sampled pairs per problem"
+    )
 
 
 def flip_tables(report: EvalReport) -> list:
@@ -215,7 +222,7 @@ def flip_tables(report: EvalReport) -> list:
             low, high = bucket.base_fraction
             span = f"[{_fraction(low)}, {_fraction(high)}{']' if high == 1 else ')'}"
             cells = [
-                "-" if bucket.flip_at_k[k] is None else f"{100 * bucket.flip_at_k[k]:.2f}"
+                DASH if bucket.flip_at_k[k] is None else f"{100 * bucket.flip_at_k[k]:.2f}"
                 for k in ks
             ]
             table.add_row(
