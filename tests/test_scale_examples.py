@@ -211,7 +211,7 @@ def test_slurm_array_then_merge_equals_one_analyze(tmp_path):
         EXPECTED_SHARDS="2",
     )  # fmt: skip
     assert merged.returncode == 0, merged.stderr
-    assert "PASS: all 1 rule hold" in merged.stdout
+    assert "PASS: the rule holds" in merged.stdout
     document = json.loads((tmp_path / "run.json").read_text())
     direct = ratioscope.analyze([str(p) for p in paths], window=8).to_dict()
     assert_same_report(without_tool(document), without_tool(direct))
