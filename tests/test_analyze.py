@@ -272,3 +272,19 @@ def test_sections_option_computes_only_the_requested_sections(verl_dump, tmp_pat
     full = ratioscope.analyze(path).to_dict()
     with pytest.raises(ratioscope.errors.MergeError, match="has no 'mismatch' section"):
         merge_reports([full, document])
+
+
+def test_narrow_terminals_get_transposed_tables_with_whole_numbers(verl_dump):
+    _, path = verl_dump
+    wide = runner.invoke(app, ["analyze", str(path), "-q"], env={"COLUMNS": "200"})
+    narrow = runner.invoke(app, ["analyze", str(path), "-q"], env={"COLUMNS": "80"})
+    assert wide.exit_code == 0 and narrow.exit_code == 0
+    assert "…" not in narrow.stdout
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
+    report = ratioscope.analyze(path)
+    from ratioscope.render.terminal import fmt
+
+    # every number of the mismatch table is printed whole in both layouts
+    for key in ("k1", "k3", "chi2_token", "ess"):
+        value = fmt(getattr(report.mismatch.policy, key))
+        assert value in wide.stdout and value in narrow.stdout, key

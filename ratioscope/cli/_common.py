@@ -66,15 +66,18 @@ def stderr_console():
 
 
 def stdout_console():
-    """A rich console on stdout; 160 columns wide when not a terminal (files, CI logs).
-
-    Rich falls back to 80 columns without a terminal, which squeezes the wide tables.
+    """A rich console on stdout; when not a terminal (files, CI logs), as wide as
+    ``COLUMNS`` says, else 160 columns (rich's own fallback, 80, squeezes wide tables).
     """
+    import os
     import sys
 
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() else 160)
 
 
 @contextlib.contextmanager

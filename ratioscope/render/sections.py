@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ratioscope.render.terminal import DASH, fmt, pct
+from ratioscope.render.terminal import DASH, fmt, pct, print_table
 
 Renderer = Callable[[Mapping[str, Any], Console], None]
 
@@ -22,7 +22,7 @@ _CLASSES = ("all", "correct", "incorrect")
 def _table(title: str, columns: list[str], caption: str | None = None) -> Table:
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for index, column in enumerate(columns):
-        table.add_column(column, justify="left" if index == 0 else "right")
+        table.add_column(column, justify="left" if index == 0 else "right", overflow="fold")
     return table
 
 
@@ -56,7 +56,7 @@ def show_covariance(document: Mapping[str, Any], console: Console) -> None:
             fmt(negative["threshold"]),
             fmt(negative["top_mean"]),
         )
-    console.print(table)
+    print_table(console, table)
 
     shares = section["cumulative_share"]
     share_table = _table(
@@ -64,7 +64,7 @@ def show_covariance(document: Mapping[str, Any], console: Console) -> None:
         ["top x of tokens", *(_fraction_label(float(x)) for x in shares)],
     )
     share_table.add_row("share of sum |c|", *(pct(v) for v in shares.values()))
-    console.print(share_table)
+    print_table(console, share_table)
 
     weights = section["weights"]
     w = weights["distribution"]
@@ -103,7 +103,7 @@ def show_covariance(document: Mapping[str, Any], console: Console) -> None:
         f"KL-Cov would penalise (top k = {fmt(kl_cov['ratio'])} by c)",
         f"{fmt(kl_cov['count'])} of {fmt(kl_cov['total'])} tokens ({pct(kl_cov['fraction'])})",
     )
-    console.print(kernel)
+    print_table(console, kernel)
 
 
 # ----------------------------------------------------------------------------- FPA
@@ -149,7 +149,7 @@ def show_future_policy(document: Mapping[str, Any], console: Console) -> None:
     log_ratio = section["log_ratio_ref"]
     table.add_row("log pi(y|x) - log pi_ref(y|x)", *_by_class(log_ratio["sequence"]))
     table.add_row("  per token", *_by_class(log_ratio["per_token"]))
-    console.print(table)
+    print_table(console, table)
 
     sweep = _table(
         "FPA lambda sweep: mean future weight, mean future/current ratio, "
@@ -174,7 +174,7 @@ def show_future_policy(document: Mapping[str, Any], console: Console) -> None:
             for name in ("correct", "incorrect", "all")
         ]
         sweep.add_row(fmt(row["lam"]), weight[1], weight[2], ratio[1], ratio[2], *counts)
-    console.print(sweep)
+    print_table(console, sweep)
 
 
 # ---------------------------------------------------------------------------- TEPO
@@ -213,7 +213,7 @@ def show_tepo(document: Mapping[str, Any], console: Console) -> None:
     surrogate = section.get("surrogate") or {}
     table.add_row("loss -J, token-mean (TEPO)", fmt(surrogate.get("token_mean")))
     table.add_row("loss -J, seq-mean-token-mean (GSPO)", fmt(surrogate.get("seq_mean_token_mean")))
-    console.print(table)
+    print_table(console, table)
     kl_mask = section.get("kl_mask")
     if not kl_mask:
         return
@@ -224,7 +224,7 @@ def show_tepo(document: Mapping[str, Any], console: Console) -> None:
     )
     for key, (label, note) in _QUADRANT_LABELS.items():
         quadrants.add_row(label, fmt(kl_mask["counts"][key]), pct(kl_mask["fractions"][key]), note)
-    console.print(quadrants)
+    print_table(console, quadrants)
 
 
 # -------------------------------------------------------------------------- QUATRO
@@ -263,7 +263,7 @@ def show_trust_region(document: Mapping[str, Any], console: Console) -> None:
         "GRPO advantage: std, min, max",
         f"{fmt(grpo['std'])}, {fmt(grpo['min'])}, {fmt(grpo['max'])}",
     )
-    console.print(summary)
+    print_table(console, summary)
 
     if section["by_correct"]:
         table = _table(
@@ -287,7 +287,7 @@ def show_trust_region(document: Mapping[str, Any], console: Console) -> None:
                 fmt(cell["grpo_correct"]),
                 fmt(cell["grpo_incorrect"]),
             )
-        console.print(table)
+        print_table(console, table)
 
     sweep = _table(
         "QUATRO delta sweep (advantage means over rollouts of non-degenerate groups)",
@@ -305,7 +305,7 @@ def show_trust_region(document: Mapping[str, Any], console: Console) -> None:
             fmt(row["advantage_correct_mean"]),
             fmt(row["advantage_incorrect_mean"]),
         )
-    console.print(sweep)
+    print_table(console, sweep)
 
 
 RENDERERS: list[Renderer] = [show_covariance, show_future_policy, show_tepo, show_trust_region]

@@ -38,6 +38,45 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table``; when it is wider than the console, print it transposed (its rows
+    become columns), so that narrow terminals never cut a number short.
+
+    Most tables here have a few rows (variants, policy pairs) and many columns, so the
+    transposed form fits 80 columns; a table too wide either way is printed as is, its
+    cells folded rather than cut.
+    """
+    from rich.measure import Measurement
+
+    unbounded = console.options.update_width(1 << 16)  # measure without wrapping
+    needed = Measurement.get(console, unbounded, table).maximum
+    if needed <= console.width or len(table.columns) <= 2:
+        console.print(table)
+        return
+    flipped = transposed(table)
+    if Measurement.get(console, unbounded, flipped).maximum <= console.width:
+        console.print(flipped)
+    else:
+        console.print(table)
+
+
+def transposed(table: Table) -> Table:
+    """``table`` with rows and columns swapped (title and caption kept)."""
+    columns = list(table.columns)
+    flipped = Table(
+        title=table.title,
+        title_justify="left",
+        caption=table.caption,
+        caption_justify="left",
+    )
+    flipped.add_column(columns[0].header, justify="left", overflow="fold")
+    for label in columns[0].cells:
+        flipped.add_column(label, justify="right", overflow="fold")
+    for column in columns[1:]:
+        flipped.add_row(column.header, *column.cells)
+    return flipped
+
+
 def pct(value: Any) -> str:
     return DASH if value is None else f"{100 * value:.2f}%"
 
@@ -70,7 +109,7 @@ def show_info(infos: Sequence[DumpInfo], console: Console) -> None:
         for key in info.keys:
             canonical = key.canonical or Text("ignored", style="dim")
             table.add_row(key.key, canonical, key.shape, key.dtype)
-        console.print(table)
+        print_table(console, table)
         features = Table(title="what analyze can compute", title_justify="left", show_edge=False)
         for column in ("section", "quantity", "available"):
             features.add_column(column)
@@ -81,7 +120,7 @@ def show_info(infos: Sequence[DumpInfo], console: Console) -> None:
                 else Text(f"no: needs {', '.join(feature.missing)}", style="yellow")
             )
             features.add_row(feature.section, feature.what, status)
-        console.print(features)
+        print_table(console, features)
         for warning in info.warnings:
             console.print(Text(f"note: {warning}", style="yellow"))
 
@@ -132,10 +171,12 @@ def _ratio_distributions(ratios: Mapping[str, Any], console: Console) -> None:
         title_justify="left",
     )
     for column in ("variant", "mean z", "std z", "p1", "p50", "p99", "max |z|", "clip band"):
-        table.add_column(column, justify="right" if column != "variant" else "left")
-    table.add_column("clip frac", justify="right")
-    table.add_column("loss tok-mean", justify="right")
-    table.add_column("loss seq-mean", justify="right")
+        table.add_column(
+            column, justify="right" if column != "variant" else "left", overflow="fold"
+        )
+    table.add_column("clip frac", justify="right", overflow="fold")
+    table.add_column("loss tok-mean", justify="right", overflow="fold")
+    table.add_column("loss seq-mean", justify="right", overflow="fold")
     for variant, stats in ratios.items():
         if stats is None:
             table.add_row(variant, *[DASH] * 10)
@@ -158,7 +199,7 @@ def _ratio_distributions(ratios: Mapping[str, Any], console: Console) -> None:
             fmt(clipped.get("token_mean")),
             fmt(clipped.get("seq_mean_token_mean")),
         )
-    console.print(table)
+    print_table(console, table)
 
 
 def _ratio_states(ratios: Mapping[str, Any], console: Console) -> None:
@@ -181,7 +222,9 @@ def state_table(
         "switch freq", "LFR", "var global", "var window", "clip frac",
     )  # fmt: skip
     for column in columns:
-        table.add_column(column, justify="left" if column == "variant" else "right")
+        table.add_column(
+            column, justify="left" if column == "variant" else "right", overflow="fold"
+        )
     for label, stats in rows:
         if not stats or not stats.get("proportion"):
             table.add_row(label, *[DASH] * (len(columns) - 1))
@@ -202,7 +245,7 @@ def state_table(
             fmt(variance.get("window_local")),
             pct(stats.get("clip_fraction")),
         )
-    console.print(table)
+    print_table(console, table)
 
 
 def show_sweep(document: Mapping[str, Any], console: Console) -> None:
@@ -221,7 +264,7 @@ def _mismatch(mismatch: Mapping[str, Any], console: Console) -> None:
     )
     columns = ("pair", "tokens", "k1", "k2", "k3", "chi2 token", "chi2 seq", "ESS", "r outside")
     for column in columns:
-        table.add_column(column, justify="left" if column == "pair" else "right")
+        table.add_column(column, justify="left" if column == "pair" else "right", overflow="fold")
     labels = {
         "policy": "policy (current / behaviour)",
         "rollout": "rollout (trainer / engine)",
@@ -248,4 +291,4 @@ def _mismatch(mismatch: Mapping[str, Any], console: Console) -> None:
             fmt(stats["ess"]),
             f"{pct(stats['frac_outside'])} of [1/{fmt(c)}, {fmt(c)}]",
         )
-    console.print(table)
+    print_table(console, table)
