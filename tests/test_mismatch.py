@@ -82,3 +82,21 @@ def test_long_sequences_do_not_overflow():
     assert math.isinf(s.chi2_seq)
     assert math.isclose(s.log_chi2_seq_plus_1, 2 * 0.5 * 5000, rel_tol=1e-12)
     assert math.isclose(s.ess_seq, 1.0, rel_tol=1e-12)
+
+
+def test_near_on_policy_chi2_keeps_its_digits():
+    from fractions import Fraction
+
+    rng = np.random.default_rng(3)
+    z = rng.normal(0, 1e-5, size=(50, 40))
+    mask = np.ones_like(z, dtype=bool)
+    got = mismatch_statistics(mismatch_partials(torch.tensor(z), torch.tensor(mask)))
+    # exact reference: E[exp(2z)] - 1 with the terms expanded to high order in Fractions
+    terms = [Fraction(float(np.expm1(2 * v))) for v in z.ravel()]
+    exact = float(sum(terms) / len(terms))
+    assert math.isclose(got.chi2_token, exact, rel_tol=1e-9)
+    # chunked and merged the same way
+    merged = MismatchPartials()
+    for part in np.array_split(np.arange(50), 7):
+        merged.merge(mismatch_partials(torch.tensor(z[part]), torch.tensor(mask[part])))
+    assert math.isclose(mismatch_statistics(merged).chi2_token, exact, rel_tol=1e-9)

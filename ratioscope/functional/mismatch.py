@@ -27,7 +27,10 @@ NEG_INF = -math.inf
 class MismatchPartials:
     """Sufficient statistics of one or more chunks; ``merge`` combines them exactly.
 
-    ``log_sum_*`` fields are natural logs of sums of positive terms (-inf when empty).
+    ``log_sum_*`` fields are natural logs of sums of positive terms (-inf when empty),
+    used when the direct sums overflow; ``sum_expm1_*`` are sums of exp(x) - 1, exact
+    to float64 precision however close to on-policy the ratios are (r - 1 ~ 1e-9 keeps
+    its digits, where a log-sum-exp minus log n would cancel them away).
     """
 
     tokens: int = 0
@@ -36,6 +39,10 @@ class MismatchPartials:
     sum_k2: float = 0.0
     sum_k3: float = 0.0
     outside: int = 0
+    sum_expm1_z: float = 0.0
+    sum_expm1_2z: float = 0.0
+    sum_expm1_s: float = 0.0
+    sum_expm1_2s: float = 0.0
     log_sum_r: float = NEG_INF
     log_sum_r2: float = NEG_INF
     log_sum_seq_w: float = NEG_INF
@@ -119,6 +126,10 @@ def mismatch_partials(z: Tensor, mask: Tensor, is_threshold: float = 2.0) -> Mis
         # expm1(z) - z keeps its precision for the tiny z of nearly on-policy tokens
         sum_k3=float((torch.expm1(valid) - valid).sum()),
         outside=int((valid.abs() > log_c).sum()),
+        sum_expm1_z=float(torch.expm1(valid).sum()),
+        sum_expm1_2z=float(torch.expm1(2 * valid).sum()),
+        sum_expm1_s=float(torch.expm1(sequence_sums).sum()),
+        sum_expm1_2s=float(torch.expm1(2 * sequence_sums).sum()),
         log_sum_r=_logsumexp(valid),
         log_sum_r2=_logsumexp(2 * valid),
         log_sum_seq_w=_logsumexp(sequence_sums),
@@ -138,19 +149,36 @@ def mismatch_statistics(partials: MismatchPartials, is_threshold: float = 2.0) -
     if n == 0:
         nan = math.nan
         return MismatchStats(0, 0, nan, nan, nan, nan, nan, nan, nan, nan, nan, is_threshold)
-    log_second_seq = partials.log_sum_seq_w2 - math.log(b)
+    p = partials
+    log_second_seq = p.log_sum_seq_w2 - math.log(b)
+    direct = all(math.isfinite(x) for x in (p.sum_expm1_z, p.sum_expm1_2z))
+    direct_seq = all(math.isfinite(x) for x in (p.sum_expm1_s, p.sum_expm1_2s))
+    if direct:
+        # (sum r)^2 / (n sum r^2) with sum r = n + sum expm1(z), exact near r = 1
+        chi2_token = p.sum_expm1_2z / n
+        ess = (1 + p.sum_expm1_z / n) ** 2 / (1 + chi2_token)
+    else:
+        chi2_token = _expm1_safe(p.log_sum_r2 - math.log(n))
+        ess = math.exp(2 * p.log_sum_r - math.log(n) - p.log_sum_r2)
+    if direct_seq:
+        chi2_seq = p.sum_expm1_2s / b
+        ess_seq = (1 + p.sum_expm1_s / b) ** 2 / (1 + chi2_seq)
+        log_second_seq = math.log1p(chi2_seq)
+    else:
+        chi2_seq = _expm1_safe(log_second_seq)
+        ess_seq = math.exp(2 * p.log_sum_seq_w - math.log(b) - p.log_sum_seq_w2)
     return MismatchStats(
         tokens=n,
         sequences=b,
-        k1=partials.sum_k1 / n,
-        k2=partials.sum_k2 / n,
-        k3=partials.sum_k3 / n,
-        chi2_token=_expm1_safe(partials.log_sum_r2 - math.log(n)),
-        chi2_seq=_expm1_safe(log_second_seq),
+        k1=p.sum_k1 / n,
+        k2=p.sum_k2 / n,
+        k3=p.sum_k3 / n,
+        chi2_token=chi2_token,
+        chi2_seq=chi2_seq,
         log_chi2_seq_plus_1=log_second_seq,
-        ess=math.exp(2 * partials.log_sum_r - math.log(n) - partials.log_sum_r2),
-        ess_seq=math.exp(2 * partials.log_sum_seq_w - math.log(b) - partials.log_sum_seq_w2),
-        frac_outside=partials.outside / n,
+        ess=ess,
+        ess_seq=ess_seq,
+        frac_outside=p.outside / n,
         is_threshold=is_threshold,
     )
 
