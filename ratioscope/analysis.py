@@ -411,6 +411,16 @@ def _input_info(batch: TokenBatch, source: TokenBatch | Path) -> InputInfo:
     )
 
 
+def load_params(options: LoadOptions) -> dict[str, Any]:
+    """The ``params.load`` block: the load options that change the numbers."""
+    return {
+        "format": options.format,
+        "mapping": dict(options.mapping),
+        "nonfinite": options.nonfinite,
+        "group_size": options.group_size,
+    }
+
+
 def _load_kwargs(state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state.items() if k in _LOAD_OPTION_NAMES}
 
@@ -447,12 +457,7 @@ def _build_report(
         inputs=inputs,
         params={
             "analysis": params.to_dict(),
-            "load": {
-                "format": load_options.format,
-                "mapping": dict(load_options.mapping),
-                "nonfinite": load_options.nonfinite,
-                "group_size": load_options.group_size,
-            },
+            "load": load_params(load_options),
         },
         warnings=warnings,
         state=state,

@@ -152,8 +152,11 @@ class TokenBatch:
         device = torch.device(device)
         if self.device == device:
             return self
+        # non-blocking only towards the GPU: a copy back to the host could be read early
+        non_blocking = device.type == "cuda"
         updates = {
-            name: value.to(device, non_blocking=True) for name, value in self._tensor_fields()
+            name: value.to(device, non_blocking=non_blocking)
+            for name, value in self._tensor_fields()
         }
         return replace(self, **updates)
 
@@ -309,7 +312,10 @@ class _Builder:
             tensor = self.as_tensor(key, self.raw[key])
             if key == "advantages" and tensor.dim() == 1 and tensor.shape[0] == shape[0]:
                 tensor = tensor[:, None].expand(shape)
-            self.check_shape(key, tensor, shape, "[sequences, tokens] like the mask")
+            expected = "[sequences, tokens] like the mask"
+            if key == "advantages":
+                expected += ", or [sequences]"
+            self.check_shape(key, tensor, shape, expected)
             values[key] = _as_float(tensor)
         if "token_ids" in self.raw:
             ids = self.as_tensor("token_ids", self.raw["token_ids"])

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, run_accumulators
+from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, load_params, run_accumulators
 from ratioscope.batch import TokenBatch
 from ratioscope.errors import UsageError
 from ratioscope.io.loaders import LoadOptions
@@ -81,7 +81,7 @@ def sweep(
     """
     params = params or AnalysisParams()
     load_options = load_options or LoadOptions()
-    qvs = [float(x) for x in qvs]
+    qvs = list(dict.fromkeys(float(x) for x in qvs))  # a repeated value is one row
     if not qvs or any(x <= 0 for x in qvs):
         raise UsageError(f"--qv needs positive values, got {qvs}")
     per_qv = [replace(params, kalman_q=qv * params.kalman_v) for qv in qvs]
@@ -109,7 +109,11 @@ def sweep(
     return SweepReport(
         tool=tool_info(),
         inputs=run.inputs,
-        params={"analysis": params.to_dict(), "qv": qvs},
+        params={
+            "analysis": params.to_dict(),
+            "load": load_params(load_options),
+            "qv": qvs,
+        },
         qv=qvs,
         token=base_result.get("token"),
         sequence=base_result.get("sequence"),

@@ -223,8 +223,11 @@ def _read_npz(path: Path, unsafe_pickle: bool) -> RawDump:
                     value = archive[key]
                 except ValueError as error:
                     if "allow_pickle" in str(error):
-                        raise UnsafePickleError(
-                            path, f"array '{key}' is an object array stored as a pickle"
+                        raise InputError(
+                            path,
+                            f"array '{key}' is an object array, stored as a pickle that can "
+                            "run arbitrary code; save numeric or string arrays instead, or "
+                            "pass --unsafe-pickle if you trust the file",
                         ) from None
                     raise
                 if value.dtype == object and unsafe_pickle:

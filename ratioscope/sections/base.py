@@ -74,7 +74,7 @@ class Accumulator(ABC):
         needed = " and ".join(f"'{n}'" for n in self.requires) or "its inputs"
         if self.fed == 0:
             return [f"{self.name}: not computed; it needs {needed}, missing in {self._where()}"]
-        return [f"{self.name}: computed without {self._where()}, which lack {needed}"]
+        return [f"{self.name}: computed without {self._where()}"]
 
     def _where(self) -> str:
         return listed(self.skipped)
