@@ -1,13 +1,13 @@
 """Figures of the ratios section (KPO Figs. 1 and 4): spectrum, traces, windows, runs.
 
 All but the trace are drawn from a report document, fresh or stored, so a report JSON
-plots without recomputation.
+plots without recomputation. Legends sit outside the axes, so they never hide data.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,14 @@ LABELS = {
     "kalman": "Kalman-filtered (KPO)",
 }
 STATE_COLORS = {"up": "tab:orange", "down": "tab:green", "on": "tab:gray"}
+MARKERS = {"token": "o", "sequence": "s", "kalman": "D"}
+HATCHES = {"token": "///", "sequence": "\\\\\\", "kalman": "..."}
+
+#: windows reached by fewer sequences than this share are drawn faded, without a band
+SPARSE_WINDOW_SHARE = 0.1
+
+#: a run length with fewer runs than this is a bare marker, never joined by a line
+WELL_SAMPLED_RUNS = 20
 
 
 def _ratios(document: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -35,16 +43,37 @@ def _params(document: Mapping[str, Any]) -> Mapping[str, Any]:
     return document.get("params", {}).get("analysis", {})
 
 
+def _figure(plt: Any, figsize: tuple[float, float], **subplots: Any) -> tuple[Any, Any]:
+    return plt.subplots(figsize=figsize, layout="constrained", **subplots)
+
+
 def _footer(figure: Any, source: str) -> None:
-    figure.text(0.995, 0.005, f"ratioscope · {source}", ha="right", va="bottom",
-                fontsize=7, color="0.45")  # fmt: skip
+    """The source under everything: as the figure's x label, the layout keeps room for it."""
+    figure.supxlabel(f"ratioscope · {source}", x=0.995, ha="right", fontsize=7, color="0.45")
+
+
+def _legend_under(
+    axes: Any, handles: Sequence[Any], labels: Sequence[str], columns: int, **options: Any
+) -> Any:
+    """A legend under the x label of ``axes``, off the data.
+
+    Anchored a fixed distance below the axes (not a fraction of its height), so it
+    clears the tick labels and the x label of short and tall axes alike; constrained
+    layout counts it as part of the axes and makes room, the footer goes under it.
+    """
+    from matplotlib.transforms import ScaledTranslation
+
+    below = ScaledTranslation(0, -0.5, axes.figure.dpi_scale_trans)
+    return axes.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                       bbox_transform=axes.transAxes + below, ncols=columns, fontsize=8,
+                       frameon=False, **options)  # fmt: skip
 
 
 def plot_spectrum(document: Mapping[str, Any], out: Path, source: str = "") -> None:
     """Mean periodogram per variant on the normalised-frequency grid, LFR band marked."""
     ratios, params = _ratios(document), _params(document)
     plt = pyplot()
-    figure, axes = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
+    figure, axes = _figure(plt, (8.5, 5.2))
     drawn = 0
     for variant, stats in ratios.items():
         spectrum = (stats or {}).get("spectrum")
@@ -52,7 +81,8 @@ def plot_spectrum(document: Mapping[str, Any], out: Path, source: str = "") -> N
             continue
         power = [p if p and p > 0 else math.nan for p in spectrum["power"]]
         lfr = stats.get("lfr")
-        label = f"{LABELS.get(variant, variant)}: LFR {lfr:.3f}" if lfr is not None else variant
+        name = LABELS.get(variant, variant)
+        label = f"{name}: LFR {lfr:.3f}" if lfr is not None else name
         axes.plot(spectrum["frequency"], power, color=COLORS.get(variant), label=label, lw=1.8)
         drawn += 1
     cutoff = params.get("lfr_cutoff", 0.1) * 0.5
@@ -70,91 +100,250 @@ def plot_spectrum(document: Mapping[str, Any], out: Path, source: str = "") -> N
     if drawn == 0:
         axes.text(0.5, 0.5, "no sequence with fluctuating ratios", transform=axes.transAxes,
                   ha="center")  # fmt: skip
-    axes.legend(loc="upper right", fontsize=8)
     axes.grid(alpha=0.3, which="both")
+    _legend_under(axes, *axes.get_legend_handles_labels(), columns=2)
     _footer(figure, source)
     save_figure(figure, out)
+
+
+def _sequence_count(document: Mapping[str, Any], counts: Sequence[int]) -> int:
+    """Sequences analysed (from ``inputs``), else the most that reached any window."""
+    inputs = document.get("inputs") or []
+    total = sum(int(i.get("sequences") or 0) for i in inputs if isinstance(i, Mapping))
+    return total or max(counts, default=0)
+
+
+def window_reach(counts: Sequence[int], sequences: int) -> list[bool]:
+    """Per window index: whether at least ``SPARSE_WINDOW_SHARE`` of the sequences reach it.
+
+    >>> window_reach([500, 120, 49, 3], 500)
+    [True, True, False, False]
+    """
+    return [sequences > 0 and c >= SPARSE_WINDOW_SHARE * sequences for c in counts]
 
 
 def plot_windows(document: Mapping[str, Any], out: Path, source: str = "") -> None:
-    """Window-wise off-policy frequency mean ± std over window index (KPO Fig. 1)."""
+    """Window-wise off-policy frequency mean ± std over window index (KPO Fig. 1).
+
+    A thin lower panel shows how many sequences reach each window; windows reached by
+    fewer than 10% of the sequences are faded and have no band, since their mean
+    rests on few sequences.
+    """
+    from matplotlib.legend_handler import HandlerTuple
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
     ratios, params = _ratios(document), _params(document)
     window = params.get("window", 50)
     plt = pyplot()
-    figure, axes = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
-    for variant, stats in ratios.items():
-        curve = (stats or {}).get("window_frequency")
-        if not curve or not curve["mean"]:
-            continue
-        index = list(range(len(curve["mean"])))
-        mean = [math.nan if m is None else m for m in curve["mean"]]
-        std = [math.sqrt(v) if v is not None else math.nan for v in curve["var"]]
-        # a frequency lives in [0, 1]; clip the band so it does not suggest otherwise
-        low = [max(m - s, 0.0) for m, s in zip(mean, std, strict=True)]
-        high = [min(m + s, 1.0) for m, s in zip(mean, std, strict=True)]
-        color = COLORS.get(variant)
-        axes.plot(index, mean, color=color, marker="o", ms=3, label=LABELS.get(variant, variant))
-        axes.fill_between(index, low, high, color=color, alpha=0.15)
-    axes.set_xlabel(f"window index ({window} valid tokens per window)")
-    axes.set_ylabel("off-policy frequency (share of up + down tokens)")
+    figure, (axes, count_axes) = _figure(
+        plt, (8.5, 6.2), nrows=2, sharex=True, gridspec_kw={"height_ratios": [4, 1.2]}
+    )
+    curves = {
+        variant: stats["window_frequency"]
+        for variant, stats in ratios.items()
+        if stats and stats.get("window_frequency") and stats["window_frequency"].get("mean")
+    }
+    first = next(iter(curves.values()), {"mean": [], "count": []})
+    counts = [int(c or 0) for c in first.get("count") or [0] * len(first["mean"])]
+    sequences = _sequence_count(document, counts)
+    reached = window_reach(counts, sequences)
+    handles: list[Any] = []
+    labels: list[str] = []
+    for variant, curve in curves.items():
+        handles.append(_window_curve(axes, variant, curve, reached))
+        labels.append(f"{LABELS.get(variant, variant)}: mean ± std")
+    if not all(reached):
+        handles.append(Line2D([], [], color="0.5", alpha=0.4, ls="--", marker="o", ms=3))
+        labels.append(
+            f"faded: window reached by < {SPARSE_WINDOW_SHARE:.0%} of the sequences (no band)"
+        )
+    axes.set_ylabel("off-policy frequency\n(share of up + down tokens)")
     axes.set_ylim(-0.02, 1.02)
-    axes.set_title("Window-wise off-policy frequency: mean ± std over sequences")
-    axes.legend(fontsize=8)
+    axes.set_title("Window-wise off-policy frequency: mean (line) ± std over sequences (band)")
     axes.grid(alpha=0.3)
+    if not curves:
+        axes.text(0.5, 0.5, "no sequence has a full window", transform=axes.transAxes,
+                  ha="center")  # fmt: skip
+    _count_panel(count_axes, counts, reached, sequences)
+    count_axes.set_xlabel(f"window index ({window} valid tokens per window)")
+    count_axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend_under(count_axes, handles, labels, columns=2,
+                  handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)})  # fmt: skip
     _footer(figure, source)
     save_figure(figure, out)
 
 
+def _count_panel(axes: Any, counts: list[int], reached: list[bool], sequences: int) -> None:
+    """Bars: sequences that reach each window, with the 10% line that separates faded ones."""
+    colors = ["0.55" if ok else "0.85" for ok in reached]
+    bars = axes.bar(range(len(counts)), counts, width=0.7, color=colors)
+    if len(counts) <= 30:  # past that the numbers would overlap; the bars still show it
+        axes.bar_label(bars, fontsize=7, padding=1)
+    axes.axhline(SPARSE_WINDOW_SHARE * sequences, color="0.3", ls=":", lw=0.8)
+    axes.text(1.0, SPARSE_WINDOW_SHARE * sequences, f" {SPARSE_WINDOW_SHARE:.0%}",
+              transform=axes.get_yaxis_transform(), va="center", fontsize=7)  # fmt: skip
+    axes.set_ylim(0, 1.3 * max(counts, default=1) or 1)
+    axes.set_ylabel(f"sequences\n(of {sequences})", fontsize=9)
+    axes.grid(alpha=0.3, axis="y")
+
+
+def _window_curve(
+    axes: Any, variant: str, curve: Mapping[str, Any], reached: list[bool]
+) -> tuple[Any, ...]:
+    """Mean line with markers and a hatched ±std band edged in the variant's colour.
+
+    Returns the legend handle: (band, line) drawn as one entry.
+    """
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
+    color = COLORS.get(variant, "0.3")
+    marker = MARKERS.get(variant, "o")
+    mean = np.array([math.nan if m is None else m for m in curve["mean"]], dtype=float)
+    std = np.sqrt(np.array([math.nan if v is None else v for v in curve["var"]], dtype=float))
+    index = np.arange(mean.size)
+    solid = np.array(reached[: mean.size], dtype=bool)
+    # a frequency lives in [0, 1]; clip the band so it does not suggest otherwise
+    low, high = np.clip(mean - std, 0.0, 1.0), np.clip(mean + std, 0.0, 1.0)
+    line = axes.plot(np.where(solid, mean, np.nan), color=color, marker=marker, ms=4, lw=1.8,
+                     label=LABELS.get(variant, variant))[0]  # fmt: skip
+    # the faded part starts at the last solid window so that the curve stays one line
+    faded = ~solid
+    faded[:-1] |= solid[:-1] & ~solid[1:]
+    if (~solid).any():
+        axes.plot(index[faded], mean[faded], color=color, alpha=0.4, lw=1.2, ls="--",
+                  marker=marker, ms=3)  # fmt: skip
+    band = axes.fill_between(index, np.where(solid, low, np.nan), np.where(solid, high, np.nan),
+                             facecolor=to_rgba(color, 0.1), edgecolor=to_rgba(color, 0.55),
+                             hatch=HATCHES.get(variant), lw=0.8, ls=":")  # fmt: skip
+    return (band, line)
+
+
+def well_sampled_stretches(histogram: Mapping[int, int], minimum: int) -> list[list[int]]:
+    """Stretches of consecutive run lengths that each have at least ``minimum`` runs.
+
+    Only these are joined by lines: a line through lengths seen once or twice draws
+    sampling noise as a zigzag.
+
+    >>> well_sampled_stretches({1: 50, 2: 30, 3: 2, 4: 40, 5: 25, 7: 90}, 20)
+    [[1, 2], [4, 5]]
+    """
+    stretches: list[list[int]] = []
+    previous = None
+    for length in sorted(histogram):
+        if histogram[length] < minimum:
+            previous = None
+            continue
+        if previous is not None and length == previous + 1:
+            stretches[-1].append(length)
+        else:
+            stretches.append([length])
+        previous = length
+    return [s for s in stretches if len(s) > 1]
+
+
 def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") -> None:
-    """Pooled run-length distributions: one panel per state, one line per variant."""
+    """Pooled run-length distributions: one panel per state, one marker series per variant.
+
+    Every run length is a marker; lines join only consecutive lengths with at least
+    ``WELL_SAMPLED_RUNS`` runs each, so sparse tails stay scattered points.
+    """
+    from matplotlib.lines import Line2D
+
     ratios = _ratios(document)
     plt = pyplot()
-    figure, panels = plt.subplots(1, 3, figsize=(13, 4.3), layout="constrained", sharey=True)
+    figure, panels = _figure(plt, (13, 5.0), ncols=3, sharey=True)
     titles = {"up": "up (r > 1 + eps_high)", "down": "down (r < 1 - eps_low)", "on": "on"}
     for axes, state in zip(panels, ("up", "down", "on"), strict=True):
+        entries, empty = [], []
         for variant, stats in ratios.items():
-            histogram = ((stats or {}).get("run_length_histogram") or {}).get(state) or {}
-            if not histogram:
+            if not stats:
                 continue
-            lengths = sorted(int(k) for k in histogram)
-            counts = [histogram[str(n)] for n in lengths]
-            total = sum(counts)
+            histogram = (stats.get("run_length_histogram") or {}).get(state) or {}
+            name = LABELS.get(variant, variant)
+            color = COLORS.get(variant)
+            marker = MARKERS.get(variant, "o")
+            empty.append(not histogram)
+            if not histogram:
+                entries.append(Line2D([], [], ls="none", label=f"{name}: no {state} runs"))
+                continue
+            runs = {int(k): int(v) for k, v in histogram.items()}
+            total = sum(runs.values())
+            share = {n: c / total for n, c in runs.items()}
+            axes.scatter(list(share), list(share.values()), s=14, marker=marker, color=color,
+                         alpha=0.85, zorder=3)  # fmt: skip
+            for stretch in well_sampled_stretches(runs, WELL_SAMPLED_RUNS):
+                axes.plot(stretch, [share[n] for n in stretch], color=color, lw=1.0)
             mean = (stats.get("run_length_mean") or {}).get(state)
-            label = LABELS.get(variant, variant) + (f" (mean {mean:.3g})" if mean else "")
-            axes.plot(lengths, [c / total for c in counts], marker="o", ms=3, lw=1.2,
-                      color=COLORS.get(variant), label=label)  # fmt: skip
+            text = f"{name}: {total} runs" + (f", mean {mean:.3g}" if mean else "")
+            entries.append(Line2D([], [], color=color, marker=marker, ms=4, lw=1.0, label=text))
         axes.set_xscale("log")
         axes.set_yscale("log")
         axes.set_xlabel("run length (consecutive tokens in the state)")
         axes.set_title(titles[state])
         axes.grid(alpha=0.3, which="both")
-        axes.legend(fontsize=7)
+        legend = _legend_under(axes, entries, [e.get_label() for e in entries], columns=1,
+                               handlelength=1.5)  # fmt: skip
+        for text, none in zip(legend.get_texts(), empty, strict=True):
+            if none:
+                text.set_color("0.45")
     panels[0].set_ylabel("share of runs")
     figure.suptitle("Run lengths of token states (pooled over sequences)")
     _footer(figure, source)
     save_figure(figure, out)
 
 
+def _zoom_limit(values: Sequence[float], band: tuple[float, float]) -> float:
+    """Half-height of the zoomed panel: the smooth signals and the on-policy band fit."""
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    top = max([*finite, band[0], band[1]], default=1e-3)
+    return 1.35 * top if top > 0 else 1e-3
+
+
 def plot_trace(trace: Any, out: Path) -> None:
-    """One sequence: raw, sequence-level and Kalman-filtered log-ratio over token position."""
+    """One sequence: raw, sequence-level and Kalman-filtered log-ratio over token position.
+
+    The lower panel zooms on the Kalman and sequence-level signals: raw spikes are
+    orders of magnitude larger than the on-policy band, which would otherwise be a
+    line of zero height.
+    """
     plt = pyplot()
-    figure, axes = plt.subplots(figsize=(10, 4.6), layout="constrained")
+    figure, (full, zoom) = _figure(
+        plt, (10, 6.6), nrows=2, sharex=True, gridspec_kw={"height_ratios": [1, 1]}
+    )
     positions = list(range(len(trace.token)))
-    axes.plot(positions, trace.token, color=COLORS["token"], lw=0.8, alpha=0.8,
-              label=LABELS["token"])  # fmt: skip
-    axes.plot(positions, trace.kalman, color=COLORS["kalman"], lw=2,
-              label=f"{LABELS['kalman']}, Q/V = {trace.qv:g}")  # fmt: skip
-    axes.plot(positions, trace.sequence, color=COLORS["sequence"], lw=2, ls="--",
-              label=LABELS["sequence"])  # fmt: skip
     low, high = trace.on_band
-    axes.axhspan(math.log1p(-low) if low < 1 else -1.0, math.log1p(high), color="0.85",
-                 zorder=0, label="on-policy band")  # fmt: skip
-    axes.set_xlabel("token position in the response")
-    axes.set_ylabel("log importance ratio  log(pi_theta / pi_old)")
-    axes.set_title(
+    band = (-math.log1p(-low) if low < 1 else 1.0, math.log1p(high))
+    for axes in (full, zoom):
+        axes.axhspan(-band[0], band[1], color="0.85", zorder=0,
+                     label=f"on-policy band ({-band[0]:.1e}, +{band[1]:.1e})")  # fmt: skip
+        axes.axhline(0.0, color="0.6", lw=0.6, zorder=1)
+        axes.grid(alpha=0.3)
+    full.plot(positions, trace.token, color=COLORS["token"], lw=0.8, alpha=0.8,
+              label=LABELS["token"])  # fmt: skip
+    for axes in (full, zoom):
+        axes.plot(positions, trace.kalman, color=COLORS["kalman"], lw=2,
+                  label=f"{LABELS['kalman']}, Q/V = {trace.qv:g}")  # fmt: skip
+        axes.plot(positions, trace.sequence, color=COLORS["sequence"], lw=2, ls="--",
+                  label=LABELS["sequence"])  # fmt: skip
+    limit = _zoom_limit([*trace.kalman, *trace.sequence], band)
+    zoom.set_ylim(-limit, limit)
+    zoom.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    outside = sum(1 for v in trace.token if abs(v) > limit)
+    zoom.set_title(
+        f"zoom on the smooth signals and the on-policy band ({outside} of "
+        f"{len(trace.token)} raw token ratios lie outside this range, not drawn)",
+        fontsize=9,
+    )
+    full.set_ylabel("log(pi_theta / pi_old)")
+    zoom.set_ylabel("log(pi_theta / pi_old), zoomed")
+    zoom.set_xlabel("token position in the response")
+    full.set_title(
         f"Importance ratios of one sequence (row {trace.row} of {Path(trace.source).name})"
     )
-    axes.legend(fontsize=8, loc="upper right")
-    axes.grid(alpha=0.3)
+    handles, labels = full.get_legend_handles_labels()
+    order = [1, 2, 3, 0]  # signals first, the band last
+    _legend_under(zoom, [handles[i] for i in order], [labels[i] for i in order], columns=2)
     _footer(figure, trace.source)
     save_figure(figure, out)
