@@ -167,6 +167,9 @@ def test_flip_rate_and_datasets(tmp_path):
     ]  # fmt: skip
     assert buckets["very hard"]["unsolved_to_solved"] == 1
     assert buckets["hard"]["flip_at_k"]["2"] is None
+    flip_table = result.stdout[result.stdout.index("Flip rate") :]
+    hard_row = next(line for line in flip_table.splitlines() if line.startswith("│ hard "))
+    assert hard_row.count("—") == 3 and "-" not in hard_row.replace("->", "")  # k = 1, 2, 8
     for k in (1, 2, 8):
         very_hard = (exact_pass(8, 2, k) + exact_pass(8, 0, k)) / 2
         medium = (1 - exact_pass(8, 1, k)) * exact_pass(8, 3, k)
@@ -359,3 +362,181 @@ def test_progress_is_reported_per_problem():
     evaluate_ucc(load_samples(SLICE), max_pairs=0, progress=updates.append)
     assert [u.completed for u in updates] == list(range(1, 7))
     assert {(u.task, u.total, u.description) for u in updates} == {("problems", 6, METHOD)}
+
+
+# ---- report inputs: options that would change the numbers --------------------------
+
+
+@pytest.fixture(scope="module")
+def strict_report(tmp_path_factory):
+    """An eval-ucc report of the slice made with a non-default clustering."""
+    path = tmp_path_factory.mktemp("strict") / "strict.json"
+    args = ("eval-ucc", SLICE, "--threshold", "0.9", "--linkage", "complete", "--json", path)
+    result = run(*args, "-q")
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "message"),
+    [
+        ("ucc", ["--threshold", "0.95"], "--threshold applies only to samples input; the "
+         "report strict.json was made with threshold 0.9"),
+        ("ucc", ["--linkage", "single"], "the report strict.json was made with linkage complete"),
+        ("passk", ["--k", "128"], "--k applies only to samples input; the report strict.json "
+         "was made with k 1,2,4,8"),
+        ("passk", ["--problem-field", "q"], "--problem-field applies only to samples input"),
+        ("ucc", ["--method-field", "method"], "--method-field applies only to samples input"),
+    ],
+)  # fmt: skip
+def test_report_input_refuses_options_that_would_change_it(
+    tmp_path, strict_report, kind, args, message
+):
+    out = tmp_path / "f.png"
+    result = run("plot", kind, strict_report, *args, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert not out.exists()
+
+
+def test_report_input_accepts_its_own_values_and_is_labelled_by_them(
+    tmp_path, strict_report, monkeypatch
+):
+    import matplotlib
+
+    # SVG text as text, so the labels can be read back from the file
+    monkeypatch.setitem(matplotlib.rcParams, "svg.fonttype", "none")
+    out = tmp_path / "ucc.svg"
+    args = ("--threshold", "0.9", "--linkage", "complete", "--k", "8,4,2,1")
+    result = run("plot", "ucc", strict_report, *args, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "cosine &gt;= 0.9, complete linkage" in out.read_text()
+    result = run("plot", "ucc", strict_report, "-o", out)  # no option: the report's params
+    assert result.exit_code == 0 and "cosine &gt;= 0.9, complete linkage" in out.read_text()
+
+
+def test_samples_beside_a_report_are_clustered_as_the_report_was(strict_report):
+    from ratioscope.evaluation import metric_curves
+
+    default = evaluate_ucc(load_samples(SLICE), max_pairs=0).by_method[METHOD].ucc_at_k
+    strict = json.loads(strict_report.read_text())["by_method"][METHOD]["ucc_at_k"]
+    assert default != strict  # otherwise this test could not tell the settings apart
+    result = metric_curves([strict_report, SLICE], "ucc_at_k")
+    assert (result.threshold, result.linkage) == (0.9, "complete")
+    from_samples = result.curves[f"{METHOD} (samples)"]
+    assert from_samples == {int(k): pytest.approx(v, abs=1e-12) for k, v in strict.items()}
+    assert result.curves[f"{METHOD} (strict.json)"] == {int(k): v for k, v in strict.items()}
+
+
+def test_reports_with_different_clustering_are_not_mixed(tmp_path, strict_report):
+    other = tmp_path / "default.json"
+    assert run("eval-ucc", SLICE, "--json", other, "-q").exit_code == 0
+    result = run("plot", "ucc", strict_report, other, "--out", tmp_path / "u.png")
+    assert result.exit_code == 2
+    assert "different thresholds (strict.json: 0.9, default.json: 0.8)" in result.stderr
+
+
+# ---- sample files: named fields must exist; reports and other files are recognised --
+
+
+@pytest.mark.skipif(not SAMPLE_DATA.exists(), reason="sample_data/samples.jsonl not present")
+@pytest.mark.parametrize("option", ["--method-field", "--dataset-field"])
+def test_a_named_optional_field_that_no_line_has_is_an_error(option):
+    result = run("eval-passk", SAMPLE_DATA, option, "nope", "-q")
+    assert result.exit_code == 2
+    role = option.removeprefix("--").removesuffix("-field")
+    assert f"{SAMPLE_DATA}: no line has the {role} field 'nope' named by {option}" in (
+        result.stderr
+    )
+    assert "repeats" not in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--problem-field", "--response-field", "--correct-field"])
+def test_a_named_required_field_that_is_missing_is_an_error(option):
+    result = run("eval-passk", SLICE, option, "nope", "-q")
+    assert result.exit_code == 2
+    assert f"{SLICE}: line 1 has no" in result.stderr and f"'nope' ({option})" in result.stderr
+
+
+def test_default_optional_fields_stay_optional(tmp_path):
+    # the slice has neither "method" nor "dataset": the defaults must not complain
+    result = run("eval-passk", SLICE, "-q")
+    assert result.exit_code == 0, result.output
+
+
+def test_reports_and_other_files_given_as_samples(tmp_path, strict_report):
+    compact = tmp_path / "compact.jsonl"
+    compact.write_text(json.dumps(json.loads(strict_report.read_text())) + "\n")
+    other_json = tmp_path / "other.json"
+    other_json.write_text(json.dumps({"a": [1, 2]}, indent=2))
+    binary = tmp_path / "dump.pt"
+    binary.write_bytes(b"PK\x03\x04\x14\x00\x00\x00\x08\x00\xb7\x8b\xff\xfe\n\x00")
+    csv = tmp_path / "s.csv"
+    csv.write_text("problem_id,response,correct\n1,a,1\n")
+    cases = [
+        (strict_report, "this is a ratioscope report, not a samples JSONL file"),
+        (compact, "this is a ratioscope report, not a samples JSONL file"),
+        (other_json, "not a JSON-lines samples file (one JSON document over several lines"),
+        (binary, "not a JSON-lines samples file (binary data, not UTF-8 text)"),
+        (csv, "not a JSON-lines samples file (line 1 is not JSON"),
+    ]
+    for path, message in cases:
+        result = run("eval-passk", path)
+        assert result.exit_code == 2 and f"{path}: {message}" in result.stderr, path
+    out = tmp_path / "p.png"
+    result = run("plot", "similarity", strict_report, "--problem", "1", "--out", out)
+    assert result.exit_code == 2 and "this is a ratioscope report" in result.stderr
+    assert not out.exists()
+
+
+# ---- tables -------------------------------------------------------------------------
+
+
+def test_max_pairs_zero_is_said_and_missing_values_are_dashes():
+    result = run("eval-ucc", SLICE, "--max-pairs", "0", "-q")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # the caption wraps at the table's width
+    assert "ROUGE-L, Jaccard and edit similarity skipped (--max-pairs 0)" in text
+    assert "at most 0" not in text
+    diversity = result.stdout[result.stdout.index("Similarity of correct responses") :]
+    row = next(line for line in diversity.splitlines() if METHOD in line)
+    assert row.count("—") == 3 and " - " not in row  # ROUGE-L, Jaccard, edit: not computed
+
+
+# ---- outputs: checked before any work, one line naming what was written -------------
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path):
+    same = tmp_path / "a.parquet"
+    result = run("eval-ucc", SLICE, "--json", same, "--per-problem", same, "-q")
+    assert result.exit_code == 2 and "same file" in result.stderr and not same.exists()
+    first = tmp_path / "u.json"
+    missing = tmp_path / "nodir" / "p.parquet"
+    result = run("eval-ucc", SLICE, "--json", first, "--per-problem", missing, "-q")
+    assert result.exit_code == 2 and "does not exist" in result.stderr
+    assert not first.exists()  # refused before u.json was written
+    result = run("eval-passk", SLICE, "--json", tmp_path, "-q")
+    assert result.exit_code == 2 and "is a directory" in result.stderr
+    for kind in ("passk", "ucc"):
+        result = run("plot", kind, SLICE, "--out", missing.with_suffix(".png"))
+        assert result.exit_code == 2 and "does not exist" in result.stderr
+    result = run("plot", "similarity", SLICE, "--problem", "89", "--out", SLICE)
+    assert result.exit_code == 2 and "refusing to overwrite the input" in result.stderr
+
+
+def test_written_files_are_named_on_stderr_unless_quiet(tmp_path):
+    report, table = tmp_path / "u.json", tmp_path / "u.parquet"
+    result = run("eval-ucc", SLICE, "--json", report, "--per-problem", table, "--max-pairs", "0")
+    assert result.exit_code == 0, result.output
+    assert f"wrote {report}, {table}\n" in result.stderr and "wrote" not in result.stdout
+    result = run("eval-passk", SLICE, "--json", report, "-q")
+    assert result.exit_code == 0 and "wrote" not in result.stderr
+    result = run("eval-passk", SLICE)  # nothing written, nothing said
+    assert result.exit_code == 0 and "wrote" not in result.stderr
+    for kind, extra in (("passk", []), ("ucc", []), ("similarity", ["--problem", "89"])):
+        out = tmp_path / f"{kind}.png"
+        result = run("plot", kind, SLICE, *extra, "-o", out)
+        assert result.exit_code == 0, result.output
+        assert result.stderr.endswith(f"wrote {out}\n") and out.read_bytes()[:8] == PNG_MAGIC
+        quiet = run("plot", kind, SLICE, *extra, "-o", out, "--quiet")
+        assert quiet.exit_code == 0 and "wrote" not in quiet.stderr

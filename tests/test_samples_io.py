@@ -255,3 +255,70 @@ def test_counts_are_int_arrays(tmp_path):
     path = write_lines(tmp_path / "s.jsonl", flat_rows(n=3, correct_every=3))
     n, c = load_samples(path).methods["grpo"].counts()
     assert n.dtype == np.int64 and n.tolist() == [3, 3] and c.tolist() == [1, 1]
+
+
+def test_named_optional_fields_must_be_on_some_line(tmp_path):
+    rows = flat_rows()
+    path = write_lines(tmp_path / "s.jsonl", rows)
+    for fields, message in (
+        (SampleFields(method="who"), "no line has the method field 'who' named by --method-field"),
+        (
+            SampleFields(dataset="lvl"),
+            "no line has the dataset field 'lvl' named by --dataset-field",
+        ),
+    ):
+        with pytest.raises(SampleError, match=message) as caught:
+            load_samples(path, fields)
+        assert str(path) in str(caught.value) and caught.value.exit_code == 2
+    # present on a later line only: accepted, and lines without it take the file stem
+    rows[-1]["who"] = "other"
+    loaded = load_samples(write_lines(tmp_path / "late.jsonl", rows), SampleFields(method="who"))
+    assert sorted(loaded.methods) == ["late", "other"]
+    assert loaded.methods["other"].samples == 1
+
+
+def test_a_mistyped_method_field_is_named_even_when_methods_collide_mid_file(tmp_path):
+    # two methods in one grouped file: with the wrong method field both fall back to the
+    # file stem and problem 1 repeats on line 2, before the end of the file is reached
+    rows = [
+        {"idx": 1, "response": ["a"], "score": [1], "system": "base"},
+        {"idx": 1, "response": ["b"], "score": [0], "system": "grpo"},
+    ]
+    path = write_lines(tmp_path / "g.jsonl", rows)
+    assert sorted(load_samples(path, SampleFields(method="system")).methods) == ["base", "grpo"]
+    with pytest.raises(SampleError, match="no line has the method field 'model'"):
+        load_samples(path, SampleFields(method="model"))
+    # the collision itself is still reported when the named field does exist
+    rows[1]["system"] = "base"
+    with pytest.raises(SampleError, match="problem 1 was already given"):
+        load_samples(write_lines(tmp_path / "g2.jsonl", rows), SampleFields(method="system"))
+
+
+def test_default_method_and_dataset_fields_are_optional(tmp_path):
+    path = write_lines(tmp_path / "plain.jsonl", [{"problem_id": 1, "response": "r", "correct": 1}])
+    loaded = load_samples(path)
+    assert list(loaded.methods) == ["plain"]
+    assert loaded.methods["plain"].problems[0].dataset is None
+
+
+def test_files_that_are_not_samples_say_what_they_are(tmp_path):
+    report = {"schema_version": 1, "tool": {"name": "ratioscope"}, "by_method": {}}
+    pretty = tmp_path / "r.json"
+    pretty.write_text(json.dumps(report, indent=2))
+    one_line = tmp_path / "r.jsonl"
+    one_line.write_text(json.dumps(report) + "\n")
+    for path in (pretty, one_line):
+        with pytest.raises(SampleError, match="this is a ratioscope report, not a samples"):
+            load_samples(path)
+    other = tmp_path / "o.json"
+    other.write_text('[\n  {"problem_id": 1}\n]\n')
+    with pytest.raises(SampleError, match=r"not a JSON-lines samples file \(one JSON document"):
+        load_samples(other)
+    binary = tmp_path / "b.pt"
+    binary.write_bytes(b"\x80\x02}q\x00(X\x04\x00\x00\x00mask\xff\n")
+    with pytest.raises(SampleError, match=r"b\.pt: not a JSON-lines samples file \(binary"):
+        load_samples(binary)
+    # a broken sample line keeps its line number, on the first line too
+    broken = write_lines(tmp_path / "x.jsonl", ['{"problem_id": 1, "response": '])
+    with pytest.raises(JsonLineError, match="line 1: not valid JSON"):
+        load_samples(broken)
