@@ -332,8 +332,8 @@ def plot_trace(trace: Any, out: Path) -> None:
     zoom.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     outside = sum(1 for v in trace.token if abs(v) > limit)
     zoom.set_title(
-        f"zoom on the smooth signals and the on-policy band ({outside} of "
-        f"{len(trace.token)} raw token ratios lie outside this range, not drawn)",
+        f"zoom on the smooth signals and the on-policy band (raw token ratios not drawn: "
+        f"{outside} of {len(trace.token)} lie outside this range)",
         fontsize=9,
     )
     full.set_ylabel("log(pi_theta / pi_old)")
