@@ -540,3 +540,22 @@ def test_written_files_are_named_on_stderr_unless_quiet(tmp_path):
         assert result.stderr.endswith(f"wrote {out}\n") and out.read_bytes()[:8] == PNG_MAGIC
         quiet = run("plot", kind, SLICE, *extra, "-o", out, "--quiet")
         assert quiet.exit_code == 0 and "wrote" not in quiet.stderr
+
+
+def test_curve_legend_covers_no_point(monkeypatch, tmp_path):
+    from ratioscope.evaluation import metric_curves
+    from ratioscope.render import eval_plots
+
+    figures = []
+    monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))
+    two = [write_flat(tmp_path / f"{m}.jsonl", None, counts) for m, counts in
+           (("base", [1, 2, 3, 8]), ("grpo", [4, 6, 8, 8]))]  # fmt: skip
+    for metric in ("pass_at_k", "ucc_at_k"):
+        eval_plots.plot_curves(metric_curves(two, metric), tmp_path / "c.png")
+    for figure in figures:
+        figure.canvas.draw()
+        (axes,) = figure.axes
+        box = axes.get_legend().get_window_extent()
+        for line in axes.get_lines():
+            points = axes.transData.transform(line.get_xydata())
+            assert not any(box.contains(x, y) for x, y in points), line.get_label()

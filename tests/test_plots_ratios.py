@@ -216,3 +216,22 @@ def test_trace_zoom_shows_the_band_and_the_smooth_signals(tmp_path, captured):
     assert full.get_ylim()[1] >= 0.3
     # -0.1 and 0.3 lie beyond the zoom (at most ~0.05 here), 0.002 and the zeros within
     assert any("2 of 5 lie outside this range" in t for t in _texts(figure))
+
+
+@pytest.mark.parametrize("kind", ["spectrum", "windows", "runlengths"])
+def test_legends_sit_outside_every_panel(kind, dump_and_report, captured, tmp_path):
+    import json
+
+    from ratioscope.render import ratio_plots
+
+    _, report = dump_and_report
+    getattr(ratio_plots, f"plot_{kind}")(json.loads(report.read_text()), tmp_path / "f.png")
+    (figure,) = captured
+    renderer = figure.canvas.get_renderer()
+    figure.canvas.draw()
+    legends = [axes.get_legend() for axes in figure.axes if axes.get_legend() is not None]
+    assert legends
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for axes in figure.axes:
+            assert not box.overlaps(axes.get_window_extent(renderer)), (kind, axes.get_title())
