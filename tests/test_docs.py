@@ -21,7 +21,9 @@ def test_readme_starts_with_the_two_set_up_commands():
     assert block is not None and text.index("```bash") < 40
     commands = [line for line in block.group(1).splitlines() if line.strip()]
     assert len(commands) == 2
-    assert commands[0].startswith("pip install") and "ratioscope analyze sample_data/" in commands[0]
+    assert (
+        commands[0].startswith("pip install") and "ratioscope analyze sample_data/" in commands[0]
+    )
     assert commands[1].startswith("pip install") and commands[1].endswith("pytest -q")
 
 

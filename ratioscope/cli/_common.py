@@ -152,12 +152,24 @@ def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
 
 
 def announce_written(paths: list[Path | None], quiet: bool = False) -> None:
-    """One stderr line per file written, so a user (or a CI log) sees where output went."""
-    if quiet:
-        return
-    for path in paths:
-        if path is not None:
-            typer.echo(f"wrote {path}", err=True)
+    """One stderr line naming the files a command wrote ("wrote u.json, u.parquet").
+
+    Stderr, so that the tables on stdout stay clean for a pipe; nothing under --quiet.
+    """
+    written = [str(path) for path in paths if path is not None]
+    if written and not quiet:
+        typer.echo(f"wrote {', '.join(written)}", err=True)
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set parameter ``name`` (rather than leaving its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def chosen(ctx: typer.Context, name: str):
+    """The value of parameter ``name`` when the user set it, else None."""
+    return ctx.params[name] if given(ctx, name) else None
 
 
 def check_suffix(path: Path | None, suffix: str, option: str) -> None:
@@ -166,4 +178,6 @@ def check_suffix(path: Path | None, suffix: str, option: str) -> None:
         raise UsageError(f"{option} writes {suffix} files; name it *{suffix}, not {path.name}")
 
 
-QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")
+QUIET_OPTION = typer.Option(
+    False, "--quiet", "-q", help="No progress bar and no 'wrote FILE' line on stderr."
+)

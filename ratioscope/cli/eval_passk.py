@@ -7,11 +7,10 @@ evaluation plots, which import them from here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from ratioscope.cli._common import QUIET_OPTION
+from ratioscope.cli._common import QUIET_OPTION, chosen
 
 SAMPLES_ARGUMENT = typer.Argument(
     ..., help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line)."
@@ -52,17 +51,6 @@ ALLOW_EMPTY = typer.Option(
 )
 
 
-def given(ctx: typer.Context, name: str) -> bool:
-    """Whether the user set parameter ``name`` (rather than leaving its default)."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-
-
-def chosen(ctx: typer.Context, name: str) -> Any:
-    """The value of parameter ``name`` when the user set it, else None."""
-    return ctx.params[name] if given(ctx, name) else None
-
-
 def sample_fields(ctx: typer.Context, allow_empty: bool = False):
     """SampleFields from the field options; an option left at its default is None.
 
@@ -101,6 +89,7 @@ def eval_passk(
     --json passk.json
     """
     from ratioscope.cli._common import (
+        announce_written,
         check_output_paths,
         parse_ints,
         progress_bar,
@@ -110,7 +99,6 @@ def eval_passk(
     from ratioscope.evaluation import evaluate_passk
     from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_tables import show_eval, show_warnings
-    from ratioscope.render.figures import announce_written
 
     check_output_paths(samples, [json_out])
     ks = parse_ints(k, "--k") if k else None

@@ -57,6 +57,7 @@ def eval_ucc(
     --base base --json ucc.json --per-problem ucc.parquet
     """
     from ratioscope.cli._common import (
+        announce_written,
         check_output_paths,
         check_suffix,
         parse_ints,
@@ -67,7 +68,6 @@ def eval_ucc(
     from ratioscope.evaluation import check_clustering_options, evaluate_ucc
     from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_tables import show_eval, show_warnings
-    from ratioscope.render.figures import announce_written
 
     check_output_paths(samples, [json_out, per_problem])
     check_suffix(per_problem, ".parquet", "--per-problem")

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import typer
 
-from ratioscope.cli._common import QUIET_OPTION
+from ratioscope.cli._common import QUIET_OPTION, chosen
 from ratioscope.cli.eval_passk import (
     CORRECT_FIELD,
     METHOD_FIELD,
     PROBLEM_FIELD,
     RESPONSE_FIELD,
-    chosen,
     sample_fields,
 )
 from ratioscope.cli.eval_ucc import LINKAGE_OPTION, THRESHOLD_OPTION
@@ -38,10 +37,15 @@ def register(plot_app: typer.Typer) -> None:
 
 
 def _curves(ctx: typer.Context, metric: str, inputs: list[Path], out: Path, quiet: bool) -> None:
-    from ratioscope.cli._common import check_output_paths, parse_ints, progress_bar
+    from ratioscope.cli._common import (
+        announce_written,
+        check_output_paths,
+        parse_ints,
+        progress_bar,
+    )
     from ratioscope.evaluation import metric_curves
     from ratioscope.render.eval_plots import plot_curves
-    from ratioscope.render.figures import announce_written, check_figure_path
+    from ratioscope.render.figures import check_figure_path
 
     check_output_paths(inputs, [out])
     check_figure_path(out)
@@ -129,11 +133,11 @@ def similarity(
 
     Example: ratioscope plot similarity samples.jsonl --problem 17 --out sim17.png
     """
-    from ratioscope.cli._common import check_output_paths
+    from ratioscope.cli._common import announce_written, check_output_paths
     from ratioscope.evaluation import check_clustering_options, similarity_panels
     from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_plots import plot_similarity
-    from ratioscope.render.figures import announce_written, check_figure_path
+    from ratioscope.render.figures import check_figure_path
 
     check_output_paths(samples, [out])
     check_figure_path(out)

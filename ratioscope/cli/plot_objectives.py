@@ -40,10 +40,10 @@ def covariance(
 
     Example: ratioscope plot covariance sample_data/verl/ --out covariance.png
     """
-    from ratioscope.cli._common import check_output_paths, progress_bar
+    from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.cli.plot_ratios import refuse_report_options
-    from ratioscope.render.figures import announce_written, check_figure_path
+    from ratioscope.render.figures import check_figure_path
     from ratioscope.render.objective_plots import plot_covariance
     from ratioscope.sections.covariance import load_covariance
 

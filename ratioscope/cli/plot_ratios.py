@@ -76,10 +76,10 @@ def _report_figure(kind: str, doc: str):
         device: Device = "auto", quiet: Quiet = False,
     ) -> None:  # fmt: skip
         from ratioscope.analysis import report_or_analysis
-        from ratioscope.cli._common import check_output_paths, progress_bar
+        from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
         from ratioscope.cli._options import analysis_params, load_options
         from ratioscope.render import ratio_plots
-        from ratioscope.render.figures import announce_written, check_figure_path
+        from ratioscope.render.figures import check_figure_path
 
         check_figure_path(out)
         check_output_paths([Path(p) for p in paths], [out])
@@ -116,10 +116,10 @@ def ratios(
 
     Example: ratioscope plot ratios sample_data/verl/step_0032.pt --sequence 40 --out seq40.png
     """
-    from ratioscope.cli._common import check_output_paths
+    from ratioscope.cli._common import announce_written, check_output_paths
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.errors import UsageError
-    from ratioscope.render.figures import announce_written, check_figure_path
+    from ratioscope.render.figures import check_figure_path
     from ratioscope.render.ratio_plots import plot_trace
     from ratioscope.sections.ratios import ratio_trace
 
@@ -153,8 +153,8 @@ def refuse_report_options(ctx: typer.Context, paths: list[str], names: tuple[str
     Otherwise the option would be silently ignored while the figure looked as if it
     had been honoured; checked before any work, from the reports' ``params.analysis``.
     """
+    from ratioscope.cli._common import given
     from ratioscope.cli._options import analysis_params
-    from ratioscope.cli.eval_passk import given
     from ratioscope.errors import UsageError
     from ratioscope.report_io import read_json_report
 

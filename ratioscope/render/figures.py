@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,3 @@ def save_figure(figure: Any, out: Path, dpi: int = 150) -> None:
             figure.savefig(tmp, dpi=dpi, format=out.suffix.lower().lstrip("."))
     finally:
         pyplot().close(figure)
-
-
-def announce_written(paths: list[Path | None], quiet: bool = False) -> None:
-    """One stderr line naming the files a command wrote ("wrote u.json, u.parquet").
-
-    Stderr, so that the tables on stdout stay clean for a pipe; nothing under --quiet.
-    """
-    written = [str(path) for path in paths if path is not None]
-    if written and not quiet:
-        sys.stderr.write(f"wrote {', '.join(written)}\n")
