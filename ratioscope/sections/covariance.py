@@ -41,7 +41,7 @@ from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
-from ratioscope.sections.ratios import Distribution
+from ratioscope.sections.ratios import Distribution, distribution_of
 from ratioscope.stats import Counter, Histogram
 
 #: raw kernel weights below these are counted (DESIGN 3.4)
@@ -55,22 +55,6 @@ CURVE_FRACTIONS: tuple[float, ...] = tuple(
     sorted({round(10 ** (k / 10), 12) for k in range(-50, 1)} | {0.2, 0.4, 0.5})
 )
 SCOPE_NAMES = ("group", "batch")
-
-
-def distribution_of(histogram: Histogram, quantiles: Sequence[float]) -> Distribution:
-    """A :class:`Distribution` (exact moments, histogram quantiles) of a histogram's values.
-
-    Shared by the objective-side sections.
-    """
-    moments = histogram.moments
-    return Distribution(
-        count=moments.count,
-        mean=moments.mean if moments.count else math.nan,
-        std=moments.std,
-        min=moments.minimum,
-        max=moments.maximum,
-        quantiles=histogram.quantiles(tuple(quantiles)),
-    )
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,7 @@ from ratioscope.functional.fpa import (
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
-from ratioscope.sections.covariance import distribution_of
-from ratioscope.sections.ratios import Distribution
+from ratioscope.sections.ratios import Distribution, distribution_of
 from ratioscope.stats import Counter, Histogram
 
 EXACT_INPUTS = ("logits", "ref_logits", "token_ids")

@@ -13,6 +13,7 @@ exact sums and counts, so chunks, files and shard reports merge exactly.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,19 @@ class Distribution:
     min: float
     max: float
     quantiles: dict[str, float]
+
+
+def distribution_of(histogram: Histogram, quantiles: Sequence[float]) -> Distribution:
+    """A :class:`Distribution` (exact moments, histogram quantiles) of a histogram's values."""
+    moments = histogram.moments
+    return Distribution(
+        count=moments.count,
+        mean=moments.mean if moments.count else math.nan,
+        std=moments.std,
+        min=moments.minimum,
+        max=moments.maximum,
+        quantiles=histogram.quantiles(tuple(quantiles)),
+    )
 
 
 @dataclass(frozen=True)
@@ -409,15 +423,7 @@ class RatiosAccumulator(Accumulator):
         return {variant: self._variant(variant, s) for variant, s in self.variants.items()}
 
     def _variant(self, variant: str, state: _VariantState) -> VariantStats:
-        moments = state.histogram.moments
-        distribution = Distribution(
-            count=moments.count,
-            mean=moments.mean,
-            std=moments.std,
-            min=moments.minimum,
-            max=moments.maximum,
-            quantiles=state.histogram.quantiles(self.params.quantiles),
-        )
+        distribution = distribution_of(state.histogram, self.params.quantiles)
         has_adv = state.advantage_tokens > 0
         return VariantStats(
             **state.states.fields(_frequency_grid()),

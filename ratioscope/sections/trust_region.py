@@ -25,8 +25,7 @@ from ratioscope.functional.quatro import grpo_advantages, quatro_delta_sweep
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
-from ratioscope.sections.covariance import distribution_of
-from ratioscope.sections.ratios import Distribution
+from ratioscope.sections.ratios import Distribution, distribution_of
 from ratioscope.stats import Counter, Histogram
 
 #: GRPO advantage conventions used beside QUATRO (ratioscope's population std)
