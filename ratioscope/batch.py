@@ -321,7 +321,7 @@ class _Builder:
             ids = self.as_tensor("token_ids", self.raw["token_ids"])
             self.check_shape("token_ids", ids, shape, "[sequences, tokens] like the mask")
             if ids.is_floating_point() and not bool(
-                (torch.where(shape_mask(self.raw, ids), ids, 0.0).frac() == 0).all()
+                (torch.where(_raw_mask(self.raw, ids), ids, 0.0).frac() == 0).all()
             ):
                 raise InputError(self.source, f"'{self.name('token_ids')}' must hold integers")
             values["token_ids"] = ids.long()
@@ -461,7 +461,7 @@ class _Builder:
         }
 
 
-def shape_mask(raw: Mapping[str, Any], like: Tensor) -> Tensor:
+def _raw_mask(raw: Mapping[str, Any], like: Tensor) -> Tensor:
     """The raw mask as bool (for checks that run before validation finishes)."""
     mask = raw.get("mask")
     if isinstance(mask, Tensor) and mask.shape == like.shape:
