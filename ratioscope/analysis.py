@@ -408,6 +408,7 @@ def _input_info(batch: TokenBatch, source: TokenBatch | Path) -> InputInfo:
         sequences=batch.num_sequences,
         tokens=batch.num_tokens,
         padding=batch.padding,
+        ratio_pair=batch.ratio_pair,
     )
 
 

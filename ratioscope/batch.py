@@ -49,6 +49,17 @@ CANONICAL_KEYS = ("mask", *TOKEN_FLOAT_KEYS, "token_ids", *SEQUENCE_KEYS, *VOCAB
 
 NONFINITE_POLICIES = ("error", "mask")
 
+#: What the log-ratio z of a batch compares, numerator / denominator (DESIGN 2.1 and
+#: docs/formats.md "Which ratio"): the current policy against the trainer's behaviour
+#: policy (PPO's ratio), the current policy against the inference engine that sampled
+#: (prime-rl: no separate old policy), or the trainer's old policy against the engine
+#: (slime, SkyRL, NeMo-RL dumps: the train/inference mismatch alone, no update yet).
+RATIO_PAIRS = {
+    "current/old": "current policy / behaviour (old) policy",
+    "current/engine": "current policy (trainer) / inference engine",
+    "old/engine": "old policy (trainer) / inference engine: train/inference mismatch",
+}
+
 
 @dataclass
 class TokenBatch:
@@ -67,7 +78,8 @@ class TokenBatch:
         source: the file the batch came from; ``profile`` the key layout it was read as;
         ``key_map`` canonical name -> the name in the file; ``padding`` "right" or "left"
         (as found in the file); ``row_offset`` the index of row 0 in the file (chunks);
-        ``warnings`` notes produced while loading.
+        ``warnings`` notes produced while loading; ``ratio_pair`` what ``log_ratio``
+        compares (a key of :data:`RATIO_PAIRS`).
     """
 
     mask: Tensor
@@ -94,6 +106,7 @@ class TokenBatch:
     padding: str = "right"
     row_offset: int = 0
     warnings: list[str] = field(default_factory=list)
+    ratio_pair: str = "current/old"
 
     # ------------------------------------------------------------------ queries
     @property
@@ -225,6 +238,7 @@ class _Builder:
     # --- steps -------------------------------------------------------------
     def build(self, profile: str, file_format: str, ignored_keys: list[str]) -> TokenBatch:
         mask = self.mask()
+        pair = self.ratio_pair()
         values = self.token_tensors(mask.shape)
         sequence_values, labels = self.sequence_tensors(mask.shape[0])
         vocab = self.vocab_tensors(mask.shape)
@@ -235,7 +249,7 @@ class _Builder:
         if bool((offsets > 0).any()):
             padding = "left"
             mask, values, vocab = _shift_left(mask, offsets, values, vocab)
-        values = self.derive(mask, values)
+        values = self.derive(mask, values, pair)
         if sequence_values.get("correct") is None and sequence_values.get("rewards") is not None:
             sequence_values["correct"] = sequence_values["rewards"] > 0
         if int(mask.sum()) == 0:
@@ -253,6 +267,7 @@ class _Builder:
             ignored_keys=ignored_keys,
             padding=padding,
             warnings=self.warnings,
+            ratio_pair=pair,
         )
 
     def require(self, canonical: str, hint: str = "") -> Any:
@@ -301,10 +316,24 @@ class _Builder:
             )
         return mask != 0
 
+    def ratio_pair(self) -> str:
+        """Which two log-probs form z (see :data:`RATIO_PAIRS`), from what is present."""
+        present = {k for k in ("log_probs", "old_log_probs", "rollout_log_probs") if k in self.raw}
+        if "log_ratio" in self.raw or {"log_probs", "old_log_probs"} <= present:
+            return "current/old"
+        if {"log_probs", "rollout_log_probs"} <= present:
+            return "current/engine"
+        if {"old_log_probs", "rollout_log_probs"} <= present:
+            return "old/engine"
+        missing = "old_log_probs" if "log_probs" in present else "log_probs"
+        self.require(
+            missing,
+            "the importance ratio needs two of 'log_probs', 'old_log_probs' and "
+            "'rollout_log_probs', or 'log_ratio'",
+        )
+        raise AssertionError("unreachable: require raised")
+
     def token_tensors(self, shape: torch.Size) -> dict[str, Tensor]:
-        if "log_ratio" not in self.raw:
-            for key in ("log_probs", "old_log_probs"):
-                self.require(key, "needed to form the importance ratio unless 'log_ratio' is given")
         values: dict[str, Tensor] = {}
         for key in TOKEN_FLOAT_KEYS:
             if key not in self.raw:
@@ -450,9 +479,14 @@ class _Builder:
                 )
         return mask
 
-    def derive(self, mask: Tensor, values: dict[str, Tensor]) -> dict[str, Tensor]:
+    def derive(self, mask: Tensor, values: dict[str, Tensor], pair: str) -> dict[str, Tensor]:
         if "log_ratio" not in values:
-            values["log_ratio"] = values["log_probs"] - values["old_log_probs"]
+            numerator, denominator = {
+                "current/old": ("log_probs", "old_log_probs"),
+                "current/engine": ("log_probs", "rollout_log_probs"),
+                "old/engine": ("old_log_probs", "rollout_log_probs"),
+            }[pair]
+            values["log_ratio"] = values[numerator] - values[denominator]
         # Masked positions may hold padding garbage (even NaN); zero them once here so
         # every downstream reduction can multiply by the mask safely.
         return {

@@ -31,6 +31,8 @@ class InputInfo:
     sequences: int
     tokens: int
     padding: str
+    #: what z compares (a key of ratioscope.batch.RATIO_PAIRS)
+    ratio_pair: str = "current/old"
 
 
 @dataclass

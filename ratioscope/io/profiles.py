@@ -88,7 +88,9 @@ PRIME_RL = Profile(
     name="prime-rl",
     keys={
         "mask": ("loss_mask",),
-        "old_log_probs": ("inference_logprobs",),
+        # prime-rl keeps no separate old policy: the engine's log-probs are the behaviour
+        # policy, so z = trainer - inference is both off-policyness and mismatch
+        "rollout_log_probs": ("inference_logprobs",),
         "log_probs": ("trainer_logprobs",),
         "advantages": ("advantages",),
         "rewards": ("rewards", "reward"),

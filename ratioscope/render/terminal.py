@@ -163,6 +163,15 @@ def _inputs(document: Mapping[str, Any], console: Console) -> None:
         f"[bold]{len(inputs)}[/] file(s), {fmt(sequences)} sequences, {fmt(tokens)} valid "
         f"tokens, layout {', '.join(layouts)}"
     )
+    pairs = list(dict.fromkeys(i.get("ratio_pair", "current/old") for i in inputs))
+    console.print("importance ratio z = log " + "; ".join(ratio_label(p) for p in pairs))
+
+
+def ratio_label(pair: str) -> str:
+    """``current/old`` -> ``current policy / behaviour (old) policy`` for headings."""
+    from ratioscope.batch import RATIO_PAIRS
+
+    return RATIO_PAIRS.get(pair, pair)
 
 
 def _ratio_distributions(ratios: Mapping[str, Any], console: Console) -> None:
@@ -265,11 +274,11 @@ def _mismatch(mismatch: Mapping[str, Any], console: Console) -> None:
     columns = ("pair", "tokens", "k1", "k2", "k3", "chi2 token", "chi2 seq", "ESS", "r outside")
     for column in columns:
         table.add_column(column, justify="left" if column == "pair" else "right", overflow="fold")
-    labels = {
-        "policy": "policy (current / behaviour)",
-        "rollout": "rollout (trainer / engine)",
-    }
-    for key, label in labels.items():
+    pairs = mismatch.get("pairs") or {"policy": "current/old", "rollout": "old/engine"}
+    defaults = {"policy": "current/old", "rollout": "old/engine"}
+    for key in ("policy", "rollout"):
+        pair = pairs.get(key) or defaults[key]
+        label = f"{key}: " + " + ".join(p.replace("/", " / ") for p in pair.split(" + "))
         stats = mismatch.get(key)
         if stats is None:
             table.add_row(label, *[DASH] * (len(columns) - 1))

@@ -1,9 +1,12 @@
 """The ``mismatch`` section: how far the policies that produced the dump disagree.
 
-``policy``: the current policy against the behaviour policy (z = log_probs -
-old_log_probs). ``rollout``: the behaviour policy as the trainer computes it against
-the inference engine that sampled (z = old_log_probs - rollout_log_probs), the
-train/inference mismatch; present only when ``rollout_log_probs`` is dumped.
+``policy``: the current policy against the behaviour policy, which is the trainer's old
+policy (z = log_probs - old_log_probs) or, in dumps without one (prime-rl), the inference
+engine that sampled (z = log_probs - rollout_log_probs). ``rollout``: the trainer's old
+policy against the inference engine (z = old_log_probs - rollout_log_probs), the
+train/inference mismatch, present when both are dumped. A dump whose only log-probs are
+old vs engine (slime, SkyRL, NeMo-RL) fills ``rollout`` alone. ``pairs`` names, per row,
+the two log-probs compared (keys of :data:`ratioscope.batch.RATIO_PAIRS`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from ratioscope.sections.context import Context
 
 @dataclass(frozen=True)
 class MismatchSection:
-    policy: MismatchStats
+    policy: MismatchStats | None
     rollout: MismatchStats | None
+    pairs: dict[str, str | None]
 
 
 class MismatchAccumulator(Accumulator):
@@ -39,17 +43,28 @@ class MismatchAccumulator(Accumulator):
         self.policy = MismatchPartials()
         self.rollout = MismatchPartials()
         self.rollout_missing: list[str] = []
+        # what the policy row compares in the files that fed it ("current/old", ...)
+        self.policy_pairs: list[str] = []
 
     def update(self, ctx: Context) -> dict[str, Tensor]:
         c = self.params.is_threshold
-        self.policy.merge(mismatch_partials(ctx.z, ctx.mask, c))
-        columns = {"policy_log_ratio_mean": sequence_means(ctx.z.double(), ctx.mask)}
         batch = ctx.batch
-        if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
-            z_rollout = batch.old_log_probs - batch.rollout_log_probs
+        columns: dict[str, Tensor] = {}
+        if batch.ratio_pair == "old/engine":
+            z_rollout: Tensor | None = ctx.z
+        else:
+            self.policy.merge(mismatch_partials(ctx.z, ctx.mask, c))
+            columns["policy_log_ratio_mean"] = sequence_means(ctx.z.double(), ctx.mask)
+            if batch.ratio_pair not in self.policy_pairs:
+                self.policy_pairs.append(batch.ratio_pair)
+            z_rollout = None
+            if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
+                z_rollout = batch.old_log_probs - batch.rollout_log_probs
+        if z_rollout is not None:
             self.rollout.merge(mismatch_partials(z_rollout, ctx.mask, c))
             columns["rollout_log_ratio_mean"] = sequence_means(z_rollout.double(), ctx.mask)
-        elif batch.row_offset == 0:
+        elif batch.row_offset == 0 and batch.ratio_pair == "current/old":
+            # with current/engine the policy row already holds the engine comparison
             self.rollout_missing.append(batch.source)
         return columns
 
@@ -59,6 +74,7 @@ class MismatchAccumulator(Accumulator):
         self.policy.merge(other.policy)
         self.rollout.merge(other.rollout)
         self.rollout_missing.extend(other.rollout_missing)
+        self.policy_pairs += [p for p in other.policy_pairs if p not in self.policy_pairs]
 
     def state(self) -> dict[str, Any]:
         return {
@@ -66,6 +82,7 @@ class MismatchAccumulator(Accumulator):
             "policy": vars(self.policy),
             "rollout": vars(self.rollout),
             "rollout_missing": self.rollout_missing,
+            "policy_pairs": self.policy_pairs,
         }
 
     @classmethod
@@ -75,19 +92,34 @@ class MismatchAccumulator(Accumulator):
         acc.policy = _partials(state["policy"])
         acc.rollout = _partials(state["rollout"])
         acc.rollout_missing = list(state.get("rollout_missing", []))
+        # reports written before pairs were recorded compared current and old policies
+        default = ["current/old"] if acc.policy.tokens else []
+        acc.policy_pairs = list(state.get("policy_pairs", default))
         return acc
 
     def result(self) -> MismatchSection | None:
-        if self.policy.tokens == 0:
+        if self.policy.tokens == 0 and self.rollout.tokens == 0:
             return None
         c = self.params.is_threshold
+        policy = mismatch_statistics(self.policy, c) if self.policy.tokens else None
         rollout = mismatch_statistics(self.rollout, c) if self.rollout.tokens else None
-        return MismatchSection(policy=mismatch_statistics(self.policy, c), rollout=rollout)
+        pairs = {
+            "policy": " + ".join(self.policy_pairs) if policy else None,
+            "rollout": "old/engine" if rollout else None,
+        }
+        return MismatchSection(policy=policy, rollout=rollout, pairs=pairs)
 
     def warnings(self) -> list[str]:
+        messages = []
+        if len(self.policy_pairs) > 1:
+            messages.append(
+                "mismatch.policy: the files compare different log-probs ("
+                + ", ".join(self.policy_pairs)
+                + "); the pooled row mixes them"
+            )
         if not self.rollout_missing:
-            return []
-        return [
+            return messages
+        return messages + [
             "mismatch.rollout: needs 'rollout_log_probs' and 'old_log_probs' (train/inference "
             f"mismatch), missing in {listed(self.rollout_missing)}"
         ]

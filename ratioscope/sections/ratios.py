@@ -308,6 +308,7 @@ class RatiosAccumulator(Accumulator):
         super().__init__(params)
         self.variants = {v: _VariantState() for v in variants}
         self.no_advantages: list[str] = []
+        self.not_policy_ratio: list[str] = []  # files whose z is old vs engine
         # --kalman-impl reference: where the authors' closed form leaves the exact filter
         self.deviation_index: int | None = None
         self.deviation_max = 0.0
@@ -319,7 +320,12 @@ class RatiosAccumulator(Accumulator):
     def update(self, ctx: Context) -> dict[str, Tensor]:
         columns: dict[str, Tensor] = {}
         advantages = ctx.batch.advantages
-        if advantages is None and ctx.batch.row_offset == 0:
+        if ctx.batch.ratio_pair == "old/engine":
+            # the train/inference ratio is no PPO ratio: no update clips it
+            if ctx.batch.row_offset == 0:
+                self.not_policy_ratio.append(ctx.batch.source)
+            advantages = None
+        elif advantages is None and ctx.batch.row_offset == 0:
             self.no_advantages.append(ctx.batch.source)
         for variant, state in self.variants.items():
             signal = ctx.signal(variant, self.params)
@@ -392,12 +398,14 @@ class RatiosAccumulator(Accumulator):
         for variant, state in self.variants.items():
             state.merge(other.variants[variant])
         self.no_advantages.extend(other.no_advantages)
+        self.not_policy_ratio.extend(other.not_policy_ratio)
 
     def state(self) -> dict[str, Any]:
         return {
             **self.base_state(),
             "variants": {v: s.state() for v, s in self.variants.items()},
             "no_advantages": self.no_advantages,
+            "not_policy_ratio": self.not_policy_ratio,
             "reference_deviation": {
                 "first_index": self.deviation_index,
                 "max_abs_error": self.deviation_max,
@@ -411,6 +419,7 @@ class RatiosAccumulator(Accumulator):
         acc.restore_base(state)
         acc.variants = {v: _VariantState.from_state(s) for v, s in state["variants"].items()}
         acc.no_advantages = list(state.get("no_advantages", []))
+        acc.not_policy_ratio = list(state.get("not_policy_ratio", []))
         deviation = state.get("reference_deviation", {})
         acc.deviation_index = deviation.get("first_index")
         acc.deviation_max = float(deviation.get("max_abs_error") or 0.0)
@@ -444,6 +453,12 @@ class RatiosAccumulator(Accumulator):
             messages.append(
                 "ratios.*.clip_fraction and surrogate: need 'advantages', missing in "
                 f"{listed(self.no_advantages)}"
+            )
+        if self.not_policy_ratio:
+            messages.append(
+                "ratios: z is the train/inference mismatch (old policy / inference engine) in "
+                f"{listed(self.not_policy_ratio)}, which hold no current-policy log-probs; "
+                "clip fraction and surrogate apply to the policy ratio and are left out there"
             )
         if self.deviation_index is not None:
             p = self.params
