@@ -70,6 +70,11 @@ class UnsafePickleError(InputError):
         super().__init__(path, f"{detail}; {why}" if detail else why)
 
 
+class NotADumpError(InputError):
+    """A readable file of another kind (a text log of samples, a report): names the
+    command that takes it."""
+
+
 class DumpKeyError(InputError):
     """A required tensor is missing from the dump."""
 

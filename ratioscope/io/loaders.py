@@ -18,7 +18,12 @@ import torch
 from torch import Tensor
 
 from ratioscope.batch import SEQUENCE_KEYS, TokenBatch
-from ratioscope.errors import InputError, ShapeMismatchError, UnreadablePathError
+from ratioscope.errors import (
+    InputError,
+    NotADumpError,
+    ShapeMismatchError,
+    UnreadablePathError,
+)
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
 
@@ -98,6 +103,8 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     profile = (
         detect_profile(raw.columns) if options.format == "auto" else get_profile(options.format)
     )
+    if options.format == "auto" and profile.name == "canonical":
+        _refuse_text_log(path, raw)
     key_map = resolve_keys(profile, raw.columns, options.mapping)
     canonical = _canonical_columns(path, raw, profile, key_map)
     if (
@@ -215,6 +222,33 @@ def _pad_to(tensor: Tensor, width: int) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- helpers
+#: text logs that frameworks write per sample (no per-token numbers): their telltale
+#: columns, and what to call them in the message
+_TEXT_LOGS = (
+    ({"input", "output", "score"}, "a verl rollout log (trainer.rollout_data_dir)"),
+    ({"prompt", "completion"}, "a TRL completions log (GRPOConfig(log_completions=True))"),
+    ({"problem_id", "response"}, "a samples file"),
+    ({"idx", "code", "score"}, "a samples file"),
+)
+
+
+def _refuse_text_log(path: Path, raw: RawDump) -> None:
+    """A file with no per-token column that looks like samples is named as such."""
+    per_token = raw.ragged or any(
+        isinstance(v, Tensor) and v.dim() >= 2 for v in raw.columns.values()
+    )
+    if per_token:
+        return
+    keys = set(raw.columns) | {note.split("'")[1] for note in raw.notes if "'" in note}
+    for telltale, what in _TEXT_LOGS:
+        if telltale <= keys:
+            raise NotADumpError(
+                path,
+                f"this is {what}: responses as text, no per-token log-probs; evaluate it "
+                "with 'ratioscope eval-passk' or 'ratioscope eval-ucc'",
+            )
+
+
 def _canonical_columns(
     path: Path, raw: RawDump, profile: Profile, key_map: Mapping[str, str]
 ) -> dict[str, Any]:
