@@ -117,12 +117,12 @@ class MismatchAccumulator(Accumulator):
                 + ", ".join(self.policy_pairs)
                 + "); the pooled row mixes them"
             )
-        if not self.rollout_missing:
-            return messages
-        return messages + [
-            "mismatch.rollout: needs 'rollout_log_probs' and 'old_log_probs' (train/inference "
-            f"mismatch), missing in {listed(self.rollout_missing)}"
-        ]
+        if self.rollout_missing:
+            messages.append(
+                "mismatch.rollout: needs 'rollout_log_probs' and 'old_log_probs' (train/"
+                f"inference mismatch), missing in {listed(self.rollout_missing)}"
+            )
+        return messages
 
 
 def _partials(state: dict[str, Any]) -> MismatchPartials:
