@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ratioscope.batch import TokenBatch
 from ratioscope.device import resolve_device
-from ratioscope.errors import MergeError
+from ratioscope.errors import InputError, MergeError, SkippedFileError
 from ratioscope.io.loaders import LoadOptions, expand_paths, load_file
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
@@ -112,10 +112,27 @@ def run_accumulators(
     run = Run(inputs=[], warnings=[], totals=totals, sequences=None)
     if per_sequence:
         run.sequences = SequenceTable()
+    seen: dict[str, str] = {}  # content key -> the file analysed for it
+    skipped: list[SkippedFileError] = []
     for index, source in enumerate(sources):
         name = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), name))
-        batch = source if isinstance(source, TokenBatch) else load_file(source, load_options)
+        try:
+            batch = source if isinstance(source, TokenBatch) else load_file(source, load_options)
+        except SkippedFileError as error:
+            if len(sources) == 1:
+                raise
+            skipped.append(error)
+            run.warnings.append(f"skipped {error}".rstrip("."))
+            continue
+        if batch.content_key is not None:
+            if batch.content_key in seen:
+                run.warnings.append(
+                    f"skipped {name}: the same samples as {seen[batch.content_key]} (a copy "
+                    "written by another rank of the same data-parallel shard)"
+                )
+                continue
+            seen[batch.content_key] = name
         run.inputs.append(_input_info(batch, source))
         run.warnings.extend(batch.warnings)
         accumulators = make()
@@ -125,6 +142,8 @@ def run_accumulators(
         if run.sequences is not None:
             run.sequences.append(_sequence_frame(batch, columns))
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
+    if not run.inputs and skipped:
+        raise InputError(None, f"no input holds token data to analyse: {skipped[0]}")
     return run
 
 

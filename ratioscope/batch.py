@@ -107,6 +107,8 @@ class TokenBatch:
     row_offset: int = 0
     warnings: list[str] = field(default_factory=list)
     ratio_pair: str = "current/old"
+    #: files with equal keys hold the same samples (a framework's rank copies)
+    content_key: str | None = None
 
     # ------------------------------------------------------------------ queries
     @property

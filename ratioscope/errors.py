@@ -75,6 +75,11 @@ class NotADumpError(InputError):
     command that takes it."""
 
 
+class SkippedFileError(NotADumpError):
+    """A file of a run that holds no token data of its own (a framework's side table, a
+    duplicate written by another rank): a run over many files skips it with a note."""
+
+
 class DumpKeyError(InputError):
     """A required tensor is missing from the dump."""
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from torch import Tensor
 
+from ratioscope.batch import TokenBatch
 from ratioscope.io.loaders import LoadOptions, batch_from_raw, expand_paths
+from ratioscope.io.profiles import get_profile
 from ratioscope.io.readers import read_raw
 from ratioscope.sections.registry import FEATURES
 
@@ -48,6 +50,8 @@ class DumpInfo:
     length_max: int
     groups: int | None
     group_sizes: dict[int, int] | None
+    #: how the groups were formed, or why there are none and what would give them
+    group_note: str
     features: list[Feature]
     warnings: list[str]
 
@@ -86,6 +90,7 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
     ]
     features = _needs_a_method(features)
     return DumpInfo(
+        group_note=_group_note(batch, options),
         path=str(path),
         file_format=raw.file_format,
         profile=batch.profile,
@@ -102,6 +107,21 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
         features=features,
         warnings=batch.warnings + [f"{path}: {n}" for n in raw.notes if "ignored" in n],
     )
+
+
+def _group_note(batch: TokenBatch, options: LoadOptions) -> str:
+    profile = get_profile(batch.profile)
+    if batch.group is not None:
+        if options.group_size and "group" not in batch.key_map:
+            return f"from --group-size {options.group_size}: consecutive rows"
+        return profile.groups
+    if profile.consecutive_rows:
+        return (
+            "no group ids: GRPO groups (QUATRO, CW-GRPO group scope) need 'group'; if the "
+            "rows come in consecutive groups of N completions of one prompt, pass "
+            "--group-size N"
+        )
+    return f"no group ids: {profile.groups}"
 
 
 def _needs_a_method(features: list[Feature]) -> list[Feature]:

@@ -137,23 +137,53 @@ def write_layout(ref: Reference, layout: str, directory: Path, name: str = "dump
                 }
                 handle.write(json.dumps(line) + "\n")
     elif layout == "slime":
-        path = directory / f"{name}.pt"
+        # slime v0.3.1, slime/utils/train_dump_utils.py + slime/ray/rollout.py
+        # (THUDM/slime a6272da0d4f3): `{rollout_id}_{rank}.pt` with the rank's samples under
+        # "rollout_data"; `log_probs` are the old policy recomputed by the trainer, the
+        # engine's are `rollout_log_probs`; `rewards` are group-normalised and the raw ones
+        # are `raw_reward` for the whole rollout, placed by the rollout dump
+        # (`D/rollout_data/{rollout_id}.pt`, samples with `index` and `group_index`).
         rows = range(m.shape[0])
+        n = [int(m[i].sum()) for i in rows]
+        labels = list(dict.fromkeys(ref.group))
+        normalised = ref.advantages[:, 0]
+        train = directory / "train_data"
+        train.mkdir(exist_ok=True)
+        path = train / f"{name}.pt"
         torch.save(
             {
                 "rollout_id": 3,
                 "rank": 0,
                 "rollout_data": {
-                    "log_probs": [_t(ref.log_probs[i, : m[i].sum()]) for i in rows],
-                    "rollout_log_probs": [_t(ref.old_log_probs[i, : m[i].sum()]) for i in rows],
-                    "loss_masks": [torch.ones(int(m[i].sum()), dtype=torch.int64) for i in rows],
-                    "advantages": [_t(ref.advantages[i, : m[i].sum()]) for i in rows],
-                    "rewards": [float(r) for r in ref.rewards],
-                    "response_lengths": [int(m[i].sum()) for i in rows],
+                    "tokens": [torch.tensor([1, 2, *ref.token_ids[i, : n[i]]]) for i in rows],
+                    "response_lengths": n,
+                    "total_lengths": [n[i] + 2 for i in rows],
+                    "loss_masks": [torch.ones(n[i], dtype=torch.int32) for i in rows],
+                    "log_probs": [_t(ref.old_log_probs[i, : n[i]]) for i in rows],
+                    "rollout_log_probs": [_t(ref.rollout_log_probs[i, : n[i]]) for i in rows],
+                    "advantages": [_t(ref.advantages[i, : n[i]]) for i in rows],
+                    "rewards": [float(r) for r in normalised],
+                    "raw_reward": [float(r) for r in ref.rewards],
+                    "sample_indices": [100 + i for i in rows],
+                    "truncated": [0 for _ in rows],
                 },
             },
             path,
         )
+        rollout = directory / "rollout_data"
+        rollout.mkdir(exist_ok=True)
+        samples = [
+            {
+                "group_index": labels.index(ref.group[i]),
+                "index": 100 + i,
+                "response_length": n[i],
+                "reward": float(ref.rewards[i]),
+                "status": "completed",
+                "rollout_log_probs": ref.rollout_log_probs[i, : n[i]].tolist(),
+            }
+            for i in rows
+        ]
+        torch.save({"rollout_id": 3, "samples": samples}, rollout / "3.pt")
     else:
         raise ValueError(layout)
     return path

@@ -25,8 +25,8 @@ def test_framework_layouts_load_to_the_same_canonical_tensors(tmp_path, layout):
     assert batch.profile == layout
     lengths = ref.mask.sum(1)
     assert batch.lengths.tolist() == lengths.tolist()
-    # the slime fixture stores the behaviour log-probs as its rollout engine's (io/profiles.py)
-    expected_z = ref.z
+    # slime dumps the old policy and the engine: z is the train/inference mismatch
+    expected_z = ref.old_log_probs - ref.rollout_log_probs if layout == "slime" else ref.z
     np.testing.assert_allclose(
         _valid(batch.log_ratio, ref.mask), _valid(torch.tensor(expected_z), ref.mask), atol=1e-6
     )
@@ -143,12 +143,16 @@ def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
     from ratioscope.io.loaders import LoadOptions, load_file
 
     ref = make_reference(seed=6, rows=8)
-    path = write_layout(ref, "trl", tmp_path)
+    path = write_canonical(ref, ".pt", tmp_path)
     assert ratioscope.load(path).group is None
     batch = load_file(path, LoadOptions(group_size=4))
     assert batch.group.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(InputError, match="--group-size 3 does not divide the 8 sequences"):
         load_file(path, LoadOptions(group_size=3))
+    # TRL shuffles the rows of its loss inputs: consecutive groups would be wrong groups
+    trl = write_layout(ref, "trl", tmp_path)
+    with pytest.raises(InputError, match="shuffle_sequence_dict"):
+        load_file(trl, LoadOptions(group_size=4))
     # files with their own ids keep them
     verl = write_layout(ref, "verl", tmp_path)
     ids = load_file(verl, LoadOptions(group_size=2)).group

@@ -11,6 +11,7 @@ import glob
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,16 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     )
     if options.format == "auto" and profile.name == "canonical":
         _refuse_text_log(path, raw)
+    if profile.native:
+        raw = import_module(f"ratioscope.io.frameworks.{profile.native}").prepare(path, raw)
     key_map = resolve_keys(profile, raw.columns, options.mapping)
     canonical = _canonical_columns(path, raw, profile, key_map)
+    if options.group_size and not profile.consecutive_rows:
+        raise InputError(
+            path,
+            f"--group-size assumes consecutive groups, but in a {profile.name} file "
+            f"{profile.groups}",
+        )
     if (
         options.group_size
         and "group" not in canonical
@@ -129,6 +138,7 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
         file_keys=list(raw.columns),
     )
     batch.warnings[:0] = [f"{path}: {note}" for note in raw.notes if "ignored" not in note]
+    batch.content_key = raw.meta.get("content_key")
     return batch
 
 

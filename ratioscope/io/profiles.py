@@ -25,6 +25,14 @@ class Profile:
         reducers: canonical per-sequence name -> "sum" or "last", applied when the file
             stores that quantity per token (e.g. verl's ``token_level_scores``).
         description: one line for ``info`` and the docs.
+        native: module of :mod:`ratioscope.io.frameworks` whose ``prepare`` reads what
+            the framework means by its columns (groups, trained tokens), or None.
+        groups: how this layout's GRPO groups are formed, or why there are none (for
+            ``info`` and the docs).
+        consecutive_rows: whether a file's rows can be consecutive groups, so that
+            ``--group-size`` means something (TRL shuffles its loss inputs).
+        shadowed: canonical names that this framework uses for something else (slime's
+            group-normalised ``rewards``), never read as the canonical quantity.
     """
 
     name: str
@@ -32,6 +40,10 @@ class Profile:
     signature: tuple[str, ...]
     reducers: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    native: str | None = None
+    groups: str = ""
+    consecutive_rows: bool = True
+    shadowed: tuple[str, ...] = ()
 
 
 CANONICAL = Profile(
@@ -42,6 +54,7 @@ CANONICAL = Profile(
     # constant; a reward placed on the last token gives that reward)
     reducers={"rewards": "last", "correct": "last"},
     description="ratioscope's own names",
+    groups="from 'group'",
 )
 
 VERL = Profile(
@@ -61,6 +74,7 @@ VERL = Profile(
     signature=("response_mask", "ref_log_prob", "entropys", "token_level_scores", "uid"),
     reducers={"rewards": "sum"},
     description="verl actor batch (DataProto of the update step)",
+    groups="from 'uid' (verl's per-prompt id)",
 )
 
 TRL = Profile(
@@ -82,6 +96,12 @@ TRL = Profile(
         "completion_ids",
     ),
     description="TRL GRPOTrainer inputs",
+    groups=(
+        "TRL's loss inputs carry no prompt id and are shuffled (shuffle_sequence_dict), so "
+        "consecutive rows are not a prompt's completions; capture with "
+        "ratioscope.capture.trl to record prompt ids before the shuffle"
+    ),
+    consecutive_rows=False,
 )
 
 PRIME_RL = Profile(
@@ -96,31 +116,50 @@ PRIME_RL = Profile(
         "rewards": ("rewards", "reward"),
         "entropy": ("entropy",),
         "token_ids": ("token_ids",),
-        "group": ("example_id", "problem_id"),
+        "group": ("example_id", "problem_id", "prompt_prefix_group"),
     },
     signature=("inference_logprobs", "trainer_logprobs", "loss_mask", "log_importance_ratio"),
     reducers={"rewards": "last"},
     description="prime-rl token export (token_exports/step_N/rank_R.jsonl)",
+    native="prime_rl",
+    groups=(
+        "from identical prompt tokens (the tokens before the first trained one), as prime-rl "
+        "writes no example id"
+    ),
+    consecutive_rows=False,
 )
 
 SLIME = Profile(
     name="slime",
     keys={
         "mask": ("loss_masks",),
-        # slime's `log_probs` are the trainer's recomputation before the update and the
-        # sequences were sampled by the rollout engine, whose log-probs are therefore the
-        # behaviour policy: the ratio is slime's train/inference importance ratio.
-        "log_probs": ("log_probs",),
-        "old_log_probs": ("rollout_log_probs",),
+        # slime's `log_probs` are the old policy, recomputed by the trainer before the
+        # update; with the engine's log-probs they give the train/inference mismatch
+        "old_log_probs": ("log_probs",),
+        "rollout_log_probs": ("rollout_log_probs",),
         "ref_log_probs": ("ref_log_probs",),
         "advantages": ("advantages",),
-        "rewards": ("rewards",),
         "entropy": ("entropy",),
+        # slime's `rewards` are group-normalised: raw ones come from `raw_reward`
+        "rewards": ("raw_rewards",),
+        "group": ("group_index",),
+        "token_ids": ("response_tokens",),
     },
     # canonical names never identify a framework: a canonical dump with
     # rollout_log_probs must not be read as slime
-    signature=("loss_masks", "response_lengths", "rollout_id"),
-    description="slime train data (--save-debug-train-data .pt files)",
+    signature=(
+        "loss_masks",
+        "response_lengths",
+        "total_lengths",
+        "sample_indices",
+        "rollout_position",
+        "local_raw_reward",
+    ),
+    description="slime train data (--save-debug-train-data, v1 and v2 files)",
+    native="slime",
+    groups="from the rollout dump's group_index (D/rollout_data/ beside D/train_data/)",
+    consecutive_rows=False,
+    shadowed=("rewards",),
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME)}
@@ -179,6 +218,8 @@ def resolve_keys(
                 claimed.add(key)
                 break
     for canonical in CANONICAL_KEYS:
+        if canonical in profile.shadowed:
+            continue
         if canonical not in resolved and canonical in present and canonical not in claimed:
             resolved[canonical] = canonical
             claimed.add(canonical)

@@ -41,12 +41,15 @@ class RawDump:
         file_format: "pt", "safetensors", "npz", "parquet", "jsonl" or "pickle".
         ragged: keys whose values are per-sequence lists of different lengths.
         notes: non-fatal observations (skipped non-numeric keys, ...).
+        meta: scalar values of the file's top level (a step, a rank, a format version),
+            which frameworks' readers use to join and name files.
     """
 
     columns: dict[str, Any]
     file_format: str
     ragged: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 SUFFIXES = {
@@ -128,15 +131,21 @@ def _read_pickle(path: Path, unsafe_pickle: bool) -> RawDump:
 
 
 def _from_object(path: Path, obj: Any, kind: str) -> RawDump:
-    """Turn a loaded dict (possibly slime's ``{"rollout_data": {...}}``) into columns."""
-    if isinstance(obj, dict) and isinstance(obj.get("rollout_data"), dict):
-        obj = {**{k: v for k, v in obj.items() if k != "rollout_data"}, **obj["rollout_data"]}
+    """Turn a loaded dict into columns; slime's train and rollout dumps are unwrapped."""
+    from ratioscope.io.frameworks import slime
+
+    meta: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        meta = {str(k): v for k, v in obj.items() if isinstance(v, (int, float, str, bool))}
+        obj = slime.unwrap(path, obj)
     if not isinstance(obj, dict):
         raise CorruptFileError(
             path, f"expected a dict of tensors at the top level, found {type(obj).__name__}"
         )
-    dump = RawDump(columns={}, file_format=kind)
+    dump = RawDump(columns={}, file_format=kind, meta=meta)
     for key, value in obj.items():
+        if key in meta:
+            continue
         _add_column(path, dump, str(key), value)
     return dump
 

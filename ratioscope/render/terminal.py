@@ -97,12 +97,9 @@ def show_info(infos: Sequence[DumpInfo], console: Console) -> None:
         )
         if info.groups is not None:
             sizes = ", ".join(f"{n} of size {s}" for s, n in sorted(info.group_sizes.items()))
-            console.print(f"{info.groups} groups ({sizes})")
+            console.print(f"{info.groups} groups ({sizes}), {info.group_note}")
         else:
-            console.print(
-                "no group ids (GRPO groups and QUATRO need 'group'; for rows stored in "
-                "groups of N consecutive completions, as TRL does, pass --group-size N)"
-            )
+            console.print(info.group_note)
         table = Table(title="keys", title_justify="left", show_edge=False)
         for column in ("key in file", "canonical", "shape", "dtype"):
             table.add_column(column)
