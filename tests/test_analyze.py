@@ -199,9 +199,11 @@ def test_cli_info_and_analyze_on_each_layout(tmp_path, layout):
     assert table.height == ref.mask.shape[0]
     assert table["length"].to_list() == ref.mask.sum(1).tolist()
     lengths = ref.mask.sum(1)
-    z = ref.z if layout != "slime" else ref.log_probs - ref.old_log_probs
+    # slime holds the old policy and the engine: its z is the train/inference mismatch
+    z = ref.z if layout != "slime" else ref.old_log_probs - ref.rollout_log_probs
+    column = "policy_log_ratio_mean" if layout != "slime" else "rollout_log_ratio_mean"
     expected = [z[i, : lengths[i]].mean() for i in range(len(lengths))]
-    np.testing.assert_allclose(table["policy_log_ratio_mean"].to_numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(table[column].to_numpy(), expected, atol=1e-6)
 
 
 def test_help_is_fast_because_heavy_modules_are_not_imported():
