@@ -47,12 +47,19 @@ class MismatchPartials:
     log_sum_r2: float = NEG_INF
     log_sum_seq_w: float = NEG_INF
     log_sum_seq_w2: float = NEG_INF
+    # the quantities frameworks log under their own names (docs/frameworks.md)
+    sum_abs_z: float = 0.0
+    max_abs_z: float = 0.0
+    sum_seq_mean_abs_z: float = 0.0
+    sum_expm1_neg_seq_mean_z: float = 0.0
 
     def merge(self, other: MismatchPartials) -> None:
         for field in fields(self):
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
             if field.name.startswith("log_sum"):
                 setattr(self, field.name, _logaddexp(mine, theirs))
+            elif field.name.startswith("max_"):
+                setattr(self, field.name, max(mine, theirs))
             else:
                 setattr(self, field.name, mine + theirs)
 
@@ -71,6 +78,12 @@ class MismatchStats:
         ess_seq: the same over sequence weights prod r.
         frac_outside: fraction of tokens with r outside [1/c, c].
         is_threshold: c.
+        abs_diff: token mean of |z| (TRL ``sampling/sampling_logp_difference/mean``).
+        abs_diff_max: max |z| (TRL ``sampling/sampling_logp_difference/max``).
+        abs_diff_seq_mean: mean over sequences of the token mean of |z| (slime
+            ``train_rollout_logprob_abs_diff``).
+        ppl_ratio: mean over sequences of PPL(numerator) / PPL(denominator) =
+            exp(-mean_t z) (verl ``rollout_corr/ppl_ratio``).
     """
 
     tokens: int
@@ -85,6 +98,10 @@ class MismatchStats:
     ess_seq: float
     frac_outside: float
     is_threshold: float
+    abs_diff: float = math.nan
+    abs_diff_max: float = math.nan
+    abs_diff_seq_mean: float = math.nan
+    ppl_ratio: float = math.nan
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -116,7 +133,10 @@ def mismatch_partials(z: Tensor, mask: Tensor, is_threshold: float = 2.0) -> Mis
     if is_threshold <= 1:
         raise ValueError("is_threshold must be > 1")
     valid = z.double()[mask]
-    sequence_sums = torch.where(mask, z.double(), 0.0).sum(dim=1)[mask.any(dim=1)]
+    present = mask.any(dim=1)
+    sequence_sums = torch.where(mask, z.double(), 0.0).sum(dim=1)[present]
+    lengths = mask.sum(dim=1)[present].double()
+    seq_mean_abs = torch.where(mask, z.double().abs(), 0.0).sum(dim=1)[present] / lengths
     log_c = math.log(is_threshold)
     return MismatchPartials(
         tokens=int(valid.numel()),
@@ -134,6 +154,10 @@ def mismatch_partials(z: Tensor, mask: Tensor, is_threshold: float = 2.0) -> Mis
         log_sum_r2=_logsumexp(2 * valid),
         log_sum_seq_w=_logsumexp(sequence_sums),
         log_sum_seq_w2=_logsumexp(2 * sequence_sums),
+        sum_abs_z=float(valid.abs().sum()),
+        max_abs_z=float(valid.abs().max()) if valid.numel() else 0.0,
+        sum_seq_mean_abs_z=float(seq_mean_abs.sum()),
+        sum_expm1_neg_seq_mean_z=float(torch.expm1(-sequence_sums / lengths).sum()),
     )
 
 
@@ -180,6 +204,10 @@ def mismatch_statistics(partials: MismatchPartials, is_threshold: float = 2.0) -
         ess_seq=ess_seq,
         frac_outside=p.outside / n,
         is_threshold=is_threshold,
+        abs_diff=p.sum_abs_z / n,
+        abs_diff_max=p.max_abs_z,
+        abs_diff_seq_mean=p.sum_seq_mean_abs_z / b,
+        ppl_ratio=1.0 + p.sum_expm1_neg_seq_mean_z / b,
     )
 
 
