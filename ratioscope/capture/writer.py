@@ -1,0 +1,590 @@
+"""CaptureWriter: per-token data of a training step, written where ``ratioscope`` reads it.
+
+A training framework that keeps no per-token data calls :meth:`CaptureWriter.write` once
+per optimisation step or micro-batch with its canonical tensors (DESIGN 2.1). In mode
+``"tensors"`` every call becomes one ``.pt`` file that ``ratioscope analyze DIR`` reads
+with the canonical layout::
+
+    DIR/step_{step:06d}/rank_{rank:05d}_part_{part:04d}.pt
+
+In mode ``"report"`` nothing but reports is written: each call is analysed in process
+and the reports of one step are merged, then written by :meth:`CaptureWriter.end_step`
+as ``DIR/step_{step:06d}/rank_{rank:05d}.json`` for ``ratioscope merge``.
+
+Files are written atomically (a temporary file in the same directory, then a rename),
+so a reader never sees half a file, and a crash leaves no partial one.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ratioscope.capture.sampling import choose_units, rows_of_units, sampling_order
+from ratioscope.capture.tensors import Inputs, Part, gather, validate_inputs
+from ratioscope.io.atomic import atomic_path
+
+MODES = ("tensors", "report")
+#: prefix of the metadata keys stored in every part file, as 0-d tensors: the loader
+#: lists them as ignored keys and analyses nothing from them
+METADATA_PREFIX = "ratioscope_capture."
+#: version of the part file layout, stored as ``ratioscope_capture.version``
+FORMAT_VERSION = 1
+#: keyword arguments of :func:`ratioscope.analyze` that ``analysis_options`` may hold
+#: besides the :class:`~ratioscope.params.AnalysisParams` fields
+ANALYZE_KEYWORDS = ("params", "device", "chunk_elements", "sections", "nonfinite")
+
+
+# ------------------------------------------------------------------------------ layout
+def part_path(directory: str | Path, step: int, rank: int, part: int) -> Path:
+    """Where mode "tensors" writes call ``part`` of ``step`` on ``rank``.
+
+    >>> part_path("run", 7, 1, 0).as_posix()
+    'run/step_000007/rank_00001_part_0000.pt'
+    """
+    return Path(directory) / f"step_{step:06d}" / f"rank_{rank:05d}_part_{part:04d}.pt"
+
+
+def report_path(directory: str | Path, step: int, rank: int) -> Path:
+    """Where mode "report" writes the merged report of ``step`` on ``rank``.
+
+    >>> report_path("run", 7, 1).as_posix()
+    'run/step_000007/rank_00001.json'
+    """
+    return Path(directory) / f"step_{step:06d}" / f"rank_{rank:05d}.json"
+
+
+def read_capture_metadata(path: str | Path) -> dict[str, int | float]:
+    """The ``ratioscope_capture`` metadata of a part file, as plain Python numbers.
+
+    Keys: version, step, rank, part, seed, sample_fraction, rows_total (rows passed to
+    ``write``), rows_sampled (after ``sample_fraction``), rows_kept (stored, after the
+    byte bound) and, when groups were given, groups_total, groups_sampled, groups_kept.
+    """
+    content = torch.load(Path(path), map_location="cpu", weights_only=True)
+    return {
+        key[len(METADATA_PREFIX) :]: value.item()
+        for key, value in content.items()
+        if key.startswith(METADATA_PREFIX)
+    }
+
+
+def resolve_rank(rank: int | None = None) -> int:
+    """``rank`` if given; else the torch.distributed rank when a process group is
+    initialised; else the ``RANK`` environment variable; else 0."""
+    if rank is not None:
+        return _non_negative_int("rank", rank)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    text = os.environ.get("RANK", "").strip()
+    if not text:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"the RANK environment variable must be an integer >= 0, got {text!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------- summary
+@dataclass(frozen=True)
+class CaptureSummary:
+    """What a writer has done so far (:meth:`CaptureWriter.summary`).
+
+    Attributes:
+        parts_written: calls whose rows were stored (mode "tensors") or analysed
+            (mode "report").
+        parts_skipped: calls dropped whole because not even one group (row) fitted in
+            what was left of ``max_bytes_per_step``.
+        parts_empty: calls whose mask held no valid token (nothing to analyse).
+        rows_total: rows passed to ``write``.
+        rows_kept: rows stored or analysed.
+        rows_dropped_by_bytes: rows removed to respect ``max_bytes_per_step``, the rows
+            of skipped calls included (the rest of rows_total - rows_kept was removed by
+            ``sample_fraction`` or belonged to empty calls).
+        bytes_written: bytes of every file written (part files and reports).
+        reports_written: step reports written (mode "report").
+    """
+
+    parts_written: int = 0
+    parts_skipped: int = 0
+    parts_empty: int = 0
+    rows_total: int = 0
+    rows_kept: int = 0
+    rows_dropped_by_bytes: int = 0
+    bytes_written: int = 0
+    reports_written: int = 0
+
+
+@dataclass
+class _Step:
+    """Running state of one step on this rank."""
+
+    parts: int = 0  # calls so far: the part number of the next call
+    bytes: int = 0  # bytes of this step's part files
+    document: dict[str, Any] | None = None  # mode "report": merged report of the calls
+    ended: bool = False
+
+
+class _OverBudget(Exception):
+    """A part file came out larger than the bytes left for its step."""
+
+
+class _ByteCounter:
+    """A write-only sink that counts what torch.save would write (exactly: torch.save
+    streams the same bytes to any writable object)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes
+        self.size += size
+        return size
+
+    def flush(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------ writer
+class CaptureWriter:
+    """Record canonical per-token tensors of training steps for ratioscope.
+
+    Args:
+        directory: output directory (created if missing).
+        rank: this process's rank; None = the torch.distributed rank when a process
+            group is initialised, else the ``RANK`` environment variable, else 0.
+        sample_fraction: share of groups (or rows, without groups) kept per call, in
+            (0, 1]; the choice depends only on (seed, step, rank, part).
+        seed: non-negative integer seed of that choice.
+        max_bytes_per_step: bound on the bytes of the part files of one step on this
+            rank (mode "tensors" only); a call that would exceed it is sampled down by
+            whole groups, or skipped when not even one group fits.
+        mode: "tensors" (write ``.pt`` part files) or "report" (analyse in process and
+            write one merged report per step).
+        analysis_options: mode "report" only: keyword options of
+            :func:`ratioscope.analyze` (``window=20``, ``clip=(0.2, 0.28)``,
+            ``sections=[...]``, ``nonfinite="mask"``, ``device="cuda"``, ...).
+
+    Raises:
+        ValueError: an option out of range or not meaningful in ``mode``.
+
+    Example (mode "tensors")::
+
+        with CaptureWriter("captures", sample_fraction=0.25) as capture:
+            for step, batch in enumerate(loader):
+                ...
+                capture.write(step, mask=mask, log_probs=logp, old_log_probs=old_logp,
+                              advantages=adv, group=uids)
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        rank: int | None = None,
+        sample_fraction: float = 1.0,
+        seed: int = 0,
+        max_bytes_per_step: int | None = None,
+        mode: str = "tensors",
+        analysis_options: dict[str, Any] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.mode = mode
+        self.sample_fraction = _fraction(sample_fraction)
+        self.seed = _non_negative_int("seed", seed)
+        self.max_bytes_per_step = _byte_bound(max_bytes_per_step, mode)
+        self.analysis_options = _analysis_options(analysis_options, mode)
+        self.rank = resolve_rank(rank)
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"directory {self.directory} exists and is not a directory")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._steps: dict[int, _Step] = {}
+        self._counts = {f.name: 0 for f in fields(CaptureSummary)}
+        self._closed = False
+
+    # ---------------------------------------------------------------- public API
+    def write(
+        self,
+        step: int,
+        *,
+        mask: Tensor,
+        log_probs: Tensor | None = None,
+        old_log_probs: Tensor | None = None,
+        rollout_log_probs: Tensor | None = None,
+        ref_log_probs: Tensor | None = None,
+        advantages: Tensor | None = None,
+        entropy: Tensor | None = None,
+        old_entropy: Tensor | None = None,
+        rewards: Tensor | None = None,
+        correct: Tensor | None = None,
+        group: Tensor | list[str] | list[int] | None = None,
+        token_ids: Tensor | None = None,
+    ) -> Path | None:
+        """Record one micro-batch of ``step``.
+
+        Tensors may live on any device, have any float dtype and require grad: they are
+        detached and copied to the host (only the kept rows), floats as float32.
+
+        Args:
+            step: non-negative step number (steps are names: any order is allowed).
+            mask: [B, T] bool (or 0/1), True on valid (trained) tokens.
+            log_probs, old_log_probs: [B, T] current and behaviour policy log-probs
+                (required).
+            rollout_log_probs, ref_log_probs: [B, T] inference-engine and reference
+                policy log-probs.
+            advantages: [B, T] or [B].
+            entropy, old_entropy: [B, T] per-token entropies of pi_theta and pi_old.
+            rewards: [B] float; correct: [B] bool.
+            group: [B] integer tensor, or B str/int labels (e.g. verl's ``uid``):
+                responses to the same prompt.
+            token_ids: [B, T] integer sampled tokens.
+
+        Returns:
+            The part file written (mode "tensors"); None in mode "report", or when the
+            call was skipped (no valid token, or over the byte bound).
+
+        Raises:
+            ValueError: a shape or dtype does not fit (the message names the argument),
+                the writer is closed, or (mode "report") ``step`` was already ended.
+            TypeError: an argument is not a tensor.
+        """
+        if self._closed:
+            raise ValueError("the CaptureWriter is closed")
+        step = _non_negative_int("step", step)
+        inputs = validate_inputs(
+            mask,
+            {
+                "log_probs": log_probs,
+                "old_log_probs": old_log_probs,
+                "rollout_log_probs": rollout_log_probs,
+                "ref_log_probs": ref_log_probs,
+                "advantages": advantages,
+                "entropy": entropy,
+                "old_entropy": old_entropy,
+                "rewards": rewards,
+                "correct": correct,
+                "token_ids": token_ids,
+            },
+            group,
+        )
+        state = self._steps.setdefault(step, _Step())
+        if state.ended and self.mode == "report":
+            raise ValueError(
+                f"step {step} was ended and its report written; write every part of a step "
+                "before end_step"
+            )
+        part = state.parts
+        state.parts += 1
+        self._count("rows_total", inputs.rows)
+        has_valid = inputs.units_with_valid_tokens()
+        if not has_valid.any():
+            self._count("parts_empty")
+            return None
+        order = sampling_order(self.seed, step, self.rank, part, len(has_valid))
+        units = choose_units(order, has_valid, self.sample_fraction)
+        stored = gather(inputs, rows_of_units(inputs.units, units))
+        context = _PartContext(self, step, part, inputs, stored)
+        if self.mode == "report":
+            self._analyse(state, context)
+            return None
+        return self._save_part(state, context, units)
+
+    def end_step(self, step: int) -> Path | None:
+        """Finish ``step``: in mode "report" write its merged report and return its path.
+
+        Returns None when nothing is written (mode "tensors", or no call of ``step``
+        stored any row). Calling it twice, or for a step never written, is harmless.
+        """
+        step = _non_negative_int("step", step)
+        state = self._steps.get(step)
+        if state is None:
+            return None
+        state.ended = True
+        if state.document is None:
+            return None
+        from ratioscope.report_io import write_json
+
+        path = report_path(self.directory, step, self.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(state.document, path)
+        state.document = None  # the step's memory is given back once it is on disk
+        self._count("bytes_written", path.stat().st_size)
+        self._count("reports_written")
+        return path
+
+    def close(self) -> None:
+        """End every step not yet ended (mode "report": write their reports)."""
+        if self._closed:
+            return
+        for step in sorted(self._steps):
+            if not self._steps[step].ended:
+                self.end_step(step)
+        self._closed = True
+
+    def summary(self) -> CaptureSummary:
+        """Counts of parts, rows and bytes so far."""
+        return CaptureSummary(**self._counts)
+
+    def __enter__(self) -> CaptureWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- internals
+    def _analyse(self, state: _Step, context: _PartContext) -> None:
+        """Mode "report": analyse the part and fold it into the step's running report."""
+        from ratioscope.analysis import analyze, merge_reports
+        from ratioscope.batch import TokenBatch
+
+        options = dict(self.analysis_options)
+        nonfinite = options.get("nonfinite", "error")
+        batch = TokenBatch.from_tensors(
+            context.stored.columns, source=context.source, nonfinite=nonfinite
+        )
+        document = analyze(batch, **options).to_dict()
+        if state.document is not None:
+            # one running document per step: memory stays that of one report
+            document = merge_reports([state.document, document]).to_dict()
+        state.document = document
+        self._count("parts_written")
+        self._count("rows_kept", context.stored.rows)
+
+    def _save_part(self, state: _Step, context: _PartContext, units: np.ndarray) -> Path | None:
+        """Mode "tensors": write the part, sampled down to the step's byte bound."""
+        path = part_path(self.directory, context.step, self.rank, context.part)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        budget = None
+        if self.max_bytes_per_step is not None:
+            budget = self.max_bytes_per_step - state.bytes
+        written = _write_within(context, units, path, budget)
+        if written is None:
+            return self._skip(context)
+        stored, size = written
+        state.bytes += size
+        self._count("parts_written")
+        self._count("rows_kept", stored.rows)
+        self._count("rows_dropped_by_bytes", context.stored.rows - stored.rows)
+        self._count("bytes_written", size)
+        return path
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        self._counts[name] += amount
+
+    def _skip(self, context: _PartContext) -> None:
+        """Drop a whole call that does not fit the step's byte bound; count it."""
+        self._count("parts_skipped")
+        self._count("rows_dropped_by_bytes", context.stored.rows)
+
+
+@dataclass
+class _PartContext:
+    """One call of ``write``: what identifies it and the rows kept by sampling."""
+
+    writer: CaptureWriter
+    step: int
+    part: int
+    inputs: Inputs
+    stored: Part
+
+    @property
+    def source(self) -> str:
+        """The part's name in reports and messages (the file it would be, less suffix)."""
+        path = part_path(self.writer.directory, self.step, self.writer.rank, self.part)
+        return str(path.with_suffix(""))
+
+    def payload(self, part: Part) -> dict[str, Any]:
+        """What torch.save writes: the columns, then the metadata as 0-d tensors (a
+        plain dict of tensors and str lists, so torch.load(weights_only=True) reads it)."""
+        metadata: dict[str, int | float] = {
+            "version": FORMAT_VERSION,
+            "step": self.step,
+            "rank": self.writer.rank,
+            "part": self.part,
+            "seed": self.writer.seed,
+            "sample_fraction": self.writer.sample_fraction,
+            "rows_total": self.inputs.rows,
+            "rows_sampled": self.stored.rows,
+            "rows_kept": part.rows,
+        }
+        if self.inputs.group is not None:
+            metadata["groups_total"] = int(np.unique(self.inputs.units).size)
+            metadata["groups_sampled"] = int(np.unique(self.stored.units).size)
+            metadata["groups_kept"] = int(np.unique(part.units).size)
+        payload: dict[str, Any] = dict(part.columns)
+        for key, value in metadata.items():
+            dtype = torch.float64 if isinstance(value, float) else torch.int64
+            payload[METADATA_PREFIX + key] = torch.tensor(value, dtype=dtype)
+        return payload
+
+
+def _save(payload: dict[str, Any], path: Path, budget: int | None) -> int:
+    """torch.save ``payload`` to ``path`` atomically and return the file's size.
+
+    Raises:
+        _OverBudget: the file would be larger than ``budget`` (nothing is left behind).
+    """
+    with atomic_path(path) as tmp:
+        # a file object, not a path: torch names the archive's records after a path's
+        # stem, which for a temporary file is random, so equal inputs would not give
+        # byte-identical files
+        with tmp.open("wb") as handle:
+            torch.save(payload, handle)
+        size = tmp.stat().st_size
+        if budget is not None and size > budget:
+            raise _OverBudget
+    return size
+
+
+def _write_within(
+    context: _PartContext, units: np.ndarray, path: Path, budget: int | None
+) -> tuple[Part, int] | None:
+    """Write the part, or the largest prefix of its units that fits ``budget`` bytes.
+
+    Returns:
+        (the rows written, the file's size), or None when not even one unit fits.
+    """
+    stored = context.stored
+    if budget is None:
+        return stored, _save(context.payload(stored), path, None)
+    if budget <= 0:
+        return None
+    # the tensors' bytes are a lower bound on the file's: past it, no need to try
+    if _data_bytes(stored) <= budget:
+        try:
+            return stored, _save(context.payload(stored), path, budget)
+        except _OverBudget:
+            pass
+    fitted = _fit(context, units, budget)
+    if fitted is None:
+        return None
+    try:
+        return fitted, _save(context.payload(fitted), path, budget)
+    except _OverBudget:  # only if torch.save wrote other bytes than it counted
+        return None
+
+
+def _data_bytes(part: Part) -> int:
+    """Bytes of the part's tensors: a lower bound on the size of its file."""
+    return sum(value.nbytes for value in part.columns.values() if isinstance(value, Tensor))
+
+
+def _encoded_size(payload: dict[str, Any]) -> int:
+    counter = _ByteCounter()
+    torch.save(payload, counter)
+    return counter.size
+
+
+def _fit(context: _PartContext, units: np.ndarray, budget: int) -> Part | None:
+    """The largest prefix of ``units`` (in priority order) whose file fits ``budget``.
+
+    All kept units are known not to fit. File size grows with the number of rows, so a
+    bisection over the prefix length finds the largest one that fits in a logarithmic
+    number of (in-memory, counted) serialisations.
+    """
+
+    def fits(count: int) -> Part | None:
+        part = context.stored.select(units[:count])
+        return part if _encoded_size(context.payload(part)) <= budget else None
+
+    best = fits(1)
+    if best is None:
+        return None
+    low, high = 1, len(units)  # low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        candidate = fits(middle)
+        if candidate is None:
+            high = middle
+        else:
+            low, best = middle, candidate
+    return best
+
+
+# ------------------------------------------------------------------------- validation
+def _non_negative_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {number}")
+    return number
+
+
+def _fraction(value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not 0 < value <= 1
+    ):
+        raise ValueError(f"sample_fraction must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _byte_bound(value: Any, mode: str) -> int | None:
+    if value is None:
+        return None
+    if mode != "tensors":
+        raise ValueError("max_bytes_per_step bounds part files, which only mode 'tensors' writes")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value < 1
+    ):
+        raise ValueError(f"max_bytes_per_step must be a positive number of bytes, got {value!r}")
+    return int(value)
+
+
+def _analysis_options(options: dict[str, Any] | None, mode: str) -> dict[str, Any]:
+    """Check ``analysis_options`` now, not at the first ``write`` inside a training loop."""
+    if options is None:
+        return {}
+    if mode != "report":
+        raise ValueError("analysis_options are used by mode 'report' only")
+    from ratioscope.errors import UsageError
+    from ratioscope.params import AnalysisParams
+    from ratioscope.sections.registry import section_classes
+
+    parameter_names = {f.name for f in fields(AnalysisParams)}
+    unknown = sorted(set(options) - parameter_names - set(ANALYZE_KEYWORDS))
+    if unknown:
+        raise ValueError(
+            f"unknown analysis option(s) {', '.join(unknown)}; use AnalysisParams fields "
+            f"or {', '.join(ANALYZE_KEYWORDS)}"
+        )
+    values = {k: v for k, v in options.items() if k in parameter_names}
+    base = options.get("params") or AnalysisParams()
+    try:
+        AnalysisParams.from_dict({**base.to_dict(), **values})
+    except UsageError as error:
+        raise ValueError(str(error)) from None
+    if options.get("nonfinite", "error") not in ("error", "mask"):
+        raise ValueError(f"nonfinite must be 'error' or 'mask', got {options['nonfinite']!r}")
+    known_sections = [cls.name for cls in section_classes()]
+    wrong = [s for s in options.get("sections") or () if s not in known_sections]
+    if wrong:
+        raise ValueError(
+            f"unknown section(s) {', '.join(wrong)}; choose from {', '.join(known_sections)}"
+        )
+    return dict(options)
