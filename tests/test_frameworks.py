@@ -307,3 +307,259 @@ def test_slime_v2_samples_and_rollout_positions(tmp_path):
     z = np.concatenate([zs[k] for k in order])
     assert float(batch.log_ratio[batch.mask].double().mean()) == pytest.approx(z.mean(), abs=1e-7)
     assert batch.num_tokens == sum(lengths)
+
+
+# -------------------------------------------------------------------------------- SkyRL
+SKYRL_MODULE = "skyrl.backends.skyrl_train.training_batch"
+
+
+def _skyrl_pickle(monkeypatch, state: dict, enum_formats: bool) -> bytes:
+    """Pickle ``state`` the way SkyRL's ``TensorBatch.save`` does (NovaSky-AI/SkyRL
+    a9564572eb8e, skyrl/backends/skyrl_train/training_batch.py 113-117, 244-281, 395-398:
+    ``pickle.dump`` of an object reducing to ``(_rebuild_tensor_batch,
+    (TrainingInputBatch, state))``), with stand-ins under SkyRL's module name, so the
+    bytes name exactly the globals a real file names."""
+    import enum
+    import pickle
+    import sys
+    import types
+
+    module = types.ModuleType(SKYRL_MODULE)
+
+    def _rebuild_tensor_batch(cls, state):  # pragma: no cover - never called here
+        raise AssertionError
+
+    class TrainingInputBatch:
+        pass
+
+    class TensorFormat(str, enum.Enum):  # skyrl 0.4.0 (wheel, lines 28-35)
+        NUMPY = "numpy"
+        TORCH = "torch"
+
+    for obj in (_rebuild_tensor_batch, TrainingInputBatch, TensorFormat):
+        obj.__module__ = SKYRL_MODULE
+        obj.__qualname__ = obj.__name__
+        setattr(module, obj.__name__, obj)
+    parts = SKYRL_MODULE.split(".")
+    for depth in range(1, len(parts)):  # pickle imports the module, parents first
+        name = ".".join(parts[:depth])
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, SKYRL_MODULE, module)
+    if enum_formats:
+        for encoded in state["batch_dict"].values():
+            if encoded is not None:
+                encoded["format"] = TensorFormat(encoded["format"])
+
+    class Batch:
+        def __reduce__(self):
+            return (_rebuild_tensor_batch, (TrainingInputBatch, state))
+
+    return pickle.dumps(Batch(), protocol=4)
+
+
+def _numpy_encoding(array: np.ndarray) -> dict:
+    return {
+        "format": "numpy",
+        "data": array.tobytes(),
+        "shape": array.shape,
+        "dtype": str(array.dtype),
+    }
+
+
+def _skyrl_state(rng):
+    """Rows as skyrl/train/dataset/preprocess.py lays them out: each row left-padded,
+    the response right-aligned in [B, R]; the second sample of each group has a tool
+    call whose observation tokens are in response_mask but not in loss_mask, with
+    rollout log-probs 0.0 there (skyrl_gym_generator.py 1181-1189); the last row is a pad
+    row, a copy of row 0 with loss_mask 0 (training_batch.py 504-570)."""
+    prompt_lengths = [3, 3, 4, 4, 4]
+    response_lengths = [5, 7, 4, 6, 8]
+    observation = {1: (2, 4), 3: (1, 3)}  # row -> response columns [a, b) of tool output
+    rows, width_r = 5, max(response_lengths)
+    width_t = max(p + r for p, r in zip(prompt_lengths, response_lengths, strict=True))
+    sequences = np.zeros((rows + 1, width_t), dtype=np.int64)
+    attention = np.zeros_like(sequences)
+    response_mask = np.zeros((rows + 1, width_r), dtype=np.int64)
+    loss_mask = np.zeros((rows + 1, width_r), dtype=np.float32)
+    old = np.zeros((rows + 1, width_r), dtype=np.float32)
+    engine = np.zeros_like(old)
+    advantages = np.zeros_like(old)
+    for i, (p, r) in enumerate(zip(prompt_lengths, response_lengths, strict=True)):
+        tokens = rng.integers(3, 90, size=p + r)
+        sequences[i, width_t - p - r :] = tokens
+        attention[i, width_t - p - r :] = 1
+        response_mask[i, width_r - r :] = 1
+        loss_mask[i, width_r - r :] = 1
+        old[i, width_r - r :] = -rng.gamma(1.0, 0.6, size=r)
+        engine[i, width_r - r :] = old[i, width_r - r :] + rng.normal(0, 0.03, size=r)
+        advantages[i, width_r - r :] = rng.normal()
+        if i in observation:
+            a, b = observation[i]
+            cols = slice(width_r - r + a, width_r - r + b)
+            loss_mask[i, cols] = 0
+            engine[i, cols] = 0.0  # the engine does not score tool output
+    for array in (sequences, attention, response_mask, old, engine, advantages):
+        array[rows] = array[0]  # the pad row copies row 0 ...
+    # ... except its loss mask, which is 0
+    state = {
+        "batch_dict": {
+            "sequences": _numpy_encoding(sequences),
+            "attention_mask": _numpy_encoding(attention),
+            "response_mask": _numpy_encoding(response_mask),
+            "loss_mask": _numpy_encoding(loss_mask),
+            "rollout_logprobs": _numpy_encoding(engine),
+            "action_log_probs": {"format": "torch", "data": _torch_bytes(torch.tensor(old))},
+            "base_action_log_probs": None,
+            "values": None,
+            "advantages": _numpy_encoding(advantages),
+            "returns": _numpy_encoding(advantages),
+        },
+        "batch_size": rows + 1,
+        "device": torch.device("cpu"),
+        "metadata": {
+            "response_length": width_r,
+            "avg_response_length": float(np.mean(response_lengths)),
+            "pad_size": 1,
+            "policy_mini_batch_boundaries": [(0, 5)],
+            "policy_prompt_boundaries": [(0, 2), (2, 5)],
+            "metrics": {"avg_final_rewards": 0.4},
+        },
+    }
+    return (
+        state,
+        loss_mask[:rows].astype(bool),
+        response_mask[:rows].astype(bool),
+        old,
+        engine,
+        sequences,
+    )
+
+
+def _torch_bytes(tensor: torch.Tensor) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(tensor, buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("enum_formats", [False, True], ids=["skyrl-0.3", "skyrl-0.4"])
+def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(
+    tmp_path, monkeypatch, enum_formats
+):
+    rng = np.random.default_rng(7)
+    state, loss, response, old, engine, sequences = _skyrl_state(rng)
+    path = tmp_path / "dumped_data" / "global_step_3_training_input.pkl"
+    path.parent.mkdir()
+    path.write_bytes(_skyrl_pickle(monkeypatch, state, enum_formats))
+    for name in [m for m in __import__("sys").modules if m.startswith("skyrl")]:
+        monkeypatch.delitem(__import__("sys").modules, name)  # no SkyRL at read time
+
+    batch = ratioscope.load(path)
+    assert batch.profile == "skyrl" and batch.ratio_pair == "old/engine"
+    assert batch.num_sequences == 5  # the pad row is gone
+    assert batch.num_tokens == int(loss.sum())
+    z = (old[:5] - engine[:5])[loss]
+    assert float(batch.log_ratio[batch.mask].double().mean()) == pytest.approx(z.mean(), abs=1e-6)
+    # the silent wrong answer this replaces: response_mask takes tool output in, where
+    # the engine's 0.0 turns the mean log-ratio's sign
+    wrong = (old[:5] - engine[:5])[response]
+    assert np.sign(wrong.mean()) != np.sign(z.mean())
+    assert batch.group.tolist() == [0, 0, 1, 1, 1]
+    assert batch.rewards is None
+    response_ids = sequences[:5, sequences.shape[1] - loss.shape[1] :]
+    first_valid = np.argmax(loss, axis=1)
+    assert batch.token_ids[:, 0].tolist() == [
+        int(response_ids[i, first_valid[i]]) for i in range(5)
+    ]
+    result = runner.invoke(app, ["info", str(path)])
+    assert result.exit_code == 0 and "layout skyrl" in result.stdout
+
+
+def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path, monkeypatch):
+    import os
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Hostile:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    rng = np.random.default_rng(8)
+    state, *_ = _skyrl_state(rng)
+    state["metadata"]["metrics"] = Hostile()  # a global call hidden inside the state
+    path = tmp_path / "global_step_1_training_input.pkl"
+    path.write_bytes(_skyrl_pickle(monkeypatch, state, enum_formats=False))
+    result = runner.invoke(app, ["analyze", str(path)])
+    assert result.exit_code == 2
+    assert "does not decode" in result.stderr and (
+        "posix.system" in result.stderr or "os.system" in result.stderr
+    )
+    assert not marker.exists()
+    # the allowed names themselves cannot be turned into a call of something else
+    path.write_bytes(
+        b"\x80\x04c" + SKYRL_MODULE.encode() + b"\n_rebuild_tensor_batch\n"
+        + b"cbuiltins\nprint\n}\x86R."
+    )  # fmt: skip
+    result = runner.invoke(app, ["analyze", str(path)])
+    assert result.exit_code == 2 and "builtins.print" in result.stderr
+    assert not marker.exists()
+    assert pickle  # the module is only used to build the hostile bytes above
+
+
+# ------------------------------------------------------------------------------ NeMo-RL
+def test_nemo_rl_train_data_lines(tmp_path):
+    """``train_data_step{N}.jsonl`` as NeMo-RL writes it (NVIDIA-NeMo/RL 7ea279abfbeb,
+    nemo_rl/algorithms/grpo.py 3630-3655 and nemo_rl/utils/logger.py 1071-1097): one
+    sample a line, every value but ``idx`` a one-element list, per-token lists over prompt
+    and completion right-padded to the batch, log-prob 0 at position 0."""
+    rng = np.random.default_rng(9)
+    prompts = [[5, 6, 7], [8, 9]]
+    width = 16
+    lines, expected_z, expected_groups, kept_rows = [], [], [], []
+    for row in range(6):
+        prompt = prompts[row // 3]  # groups: consecutive blocks of num_generations_per_prompt
+        completion = rng.integers(10, 80, size=int(rng.integers(3, 8))).tolist()
+        n = len(prompt) + len(completion)
+        token_ids = prompt + completion + [0] * (width - n)
+        loss = [0] * len(prompt) + [1] * len(completion) + [0] * (width - n)
+        prev = np.zeros(width)
+        prev[1:n] = -rng.gamma(1.0, 0.5, size=n - 1)  # the trainer scores the prompt too
+        gen = np.zeros(width)
+        gen[len(prompt) : n] = prev[len(prompt) : n] + rng.normal(0, 0.04, size=len(completion))
+        sample_mask = 0.0 if row == 4 else 1.0  # e.g. an overlong sample the loss ignores
+        lines.append(
+            {
+                "content": [["prompt", "answer"]],
+                "rewards": [float(row % 2)],
+                "input_lengths": [n],
+                "token_ids": [token_ids],
+                "token_loss_mask": [loss],
+                "sample_loss_mask": [sample_mask],
+                "advantages": [[float(row % 2) - 0.5] * width],
+                "generation_logprobs": [gen.tolist()],
+                "prev_logprobs": [prev.tolist()],
+                "idx": row,
+            }
+        )
+        if sample_mask:
+            m = np.array(loss, dtype=bool)
+            expected_z.append(prev[m] - gen[m])
+        kept_rows.append(row)
+        expected_groups.append(row // 3)
+    path = tmp_path / "logs" / "exp_001" / "train_data_step4.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    batch = ratioscope.load(path)
+    assert batch.profile == "nemo-rl" and batch.ratio_pair == "old/engine"
+    z = np.concatenate(expected_z)
+    assert batch.num_tokens == z.size
+    assert float(batch.log_ratio[batch.mask].double().mean()) == pytest.approx(z.mean(), abs=1e-9)
+    assert batch.group.tolist() == expected_groups
+    assert batch.rewards.tolist() == [float(r % 2) for r in range(6)]
+    report = ratioscope.analyze(path)
+    # NeMo-RL's gen_kl_error (k3 of prev - generation, nemo_rl/algorithms/loss/
+    # loss_functions.py 414-425) is the rollout row's k3
+    assert report.mismatch.rollout.k3 == pytest.approx(np.mean(np.expm1(z) - z), rel=1e-9)

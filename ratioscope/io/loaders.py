@@ -102,7 +102,9 @@ def load_file(path: str | Path, options: LoadOptions | None = None) -> TokenBatc
 def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch:
     """Map raw columns to canonical names (profile, ``--map``) and validate them."""
     profile = (
-        detect_profile(raw.columns) if options.format == "auto" else get_profile(options.format)
+        detect_profile(raw.columns, raw.meta.get("ratioscope_profile"))
+        if options.format == "auto"
+        else get_profile(options.format)
     )
     if options.format == "auto" and profile.name == "canonical":
         _refuse_text_log(path, raw)

@@ -162,7 +162,46 @@ SLIME = Profile(
     shadowed=("rewards",),
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME)}
+SKYRL = Profile(
+    name="skyrl",
+    keys={
+        # loss_mask, not response_mask: the latter includes tool output
+        "mask": ("loss_mask",),
+        "old_log_probs": ("action_log_probs",),
+        "rollout_log_probs": ("rollout_logprobs",),
+        "ref_log_probs": ("base_action_log_probs",),
+        "advantages": ("advantages",),
+        "group": ("prompt_group",),
+        "token_ids": ("response_ids",),
+    },
+    signature=("action_log_probs", "base_action_log_probs", "rollout_logprobs", "loss_mask"),
+    description="SkyRL training input (dumped_data/global_step_N_training_input.pkl)",
+    native="skyrl",
+    groups="from the batch's policy_prompt_boundaries",
+    consecutive_rows=False,
+)
+
+NEMO_RL = Profile(
+    name="nemo-rl",
+    keys={
+        "mask": ("token_loss_mask",),
+        "old_log_probs": ("prev_logprobs",),
+        "rollout_log_probs": ("generation_logprobs",),
+        "advantages": ("advantages",),
+        "rewards": ("rewards",),
+        "token_ids": ("token_ids",),
+        "group": ("prompt_prefix_group",),
+    },
+    signature=("token_loss_mask", "prev_logprobs", "generation_logprobs", "sample_loss_mask"),
+    description="NeMo-RL GRPO train data (train_data_step{N}.jsonl)",
+    native="nemo_rl",
+    groups="from identical prompt tokens (NeMo-RL writes no prompt id)",
+    consecutive_rows=True,
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME, SKYRL, NEMO_RL)
+}
 FORMAT_CHOICES = ("auto", *PROFILES)
 
 
@@ -176,8 +215,11 @@ def get_profile(name: str) -> Profile:
         ) from None
 
 
-def detect_profile(keys: Iterable[str]) -> Profile:
-    """The profile whose signature keys are most present; canonical when none is."""
+def detect_profile(keys: Iterable[str], named: str | None = None) -> Profile:
+    """The profile whose signature keys are most present; canonical when none is.
+    ``named``: a profile the reader recognised from the file's structure, which wins."""
+    if named in PROFILES:
+        return PROFILES[named]
     present = set(keys)
     best, best_score = CANONICAL, 0
     for profile in PROFILES.values():

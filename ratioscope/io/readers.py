@@ -120,6 +120,11 @@ def _unsafe_torch_load(path: Path) -> Any:
 
 
 def _read_pickle(path: Path, unsafe_pickle: bool) -> RawDump:
+    from ratioscope.io.frameworks import skyrl
+
+    if skyrl.looks_like_skyrl(path):
+        # decoded by an allow-list unpickler that runs nothing of the file
+        return skyrl.read(path)
     if not unsafe_pickle:
         raise UnsafePickleError(path, "a .pkl file is a raw pickle")
     try:
@@ -321,7 +326,9 @@ def _read_jsonl(path: Path) -> RawDump:
         raise CorruptFileError(path, "not a UTF-8 text file") from None
     if not records:
         raise CorruptFileError(path, "the file holds no JSON line")
-    return _columns_from_records(path, records, numbers)
+    from ratioscope.io.frameworks import nemo_rl
+
+    return _columns_from_records(path, nemo_rl.unwrap(records), numbers)
 
 
 def _columns_from_records(path: Path, records: list[dict[str, Any]], numbers: list[int]) -> RawDump:

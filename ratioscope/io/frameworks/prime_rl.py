@@ -19,12 +19,12 @@ Verified against PrimeIntellect-ai/prime-rl at 559b44772e47 (2026-08-21),
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from ratioscope.io.frameworks.common import prompt_label
 from ratioscope.io.readers import RawDump
 
 #: derived column: one label per sample, equal for samples with the same prompt tokens
@@ -42,7 +42,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
     if isinstance(tokens, list) and not has_id:
         envs = raw.columns.get("env_name")
         raw.columns[PROMPT_GROUP] = [
-            _prompt_label(row, mask, envs[i] if isinstance(envs, list) else None)
+            prompt_label(row, mask, envs[i] if isinstance(envs, list) else None)
             for i, (row, mask) in enumerate(zip(tokens, masks, strict=True))
         ]
     weights = raw.columns.get("rl_weights")
@@ -73,16 +73,6 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
                 "before any masking"
             )
     return raw
-
-
-def _prompt_label(tokens: Tensor, mask: Tensor, env: object) -> str:
-    """A short stable label of the tokens before the first trained one (and the env)."""
-    trained = mask.bool().nonzero()
-    start = int(trained[0, 0]) if trained.numel() else int(tokens.numel())
-    digest = hashlib.sha1(usedforsecurity=False)
-    digest.update(str(env).encode())
-    digest.update(tokens[:start].to(torch.int64).numpy().tobytes())
-    return f"prompt-{digest.hexdigest()[:12]}"
 
 
 def _weighted_mask(mask: Tensor, weights: Tensor) -> Tensor:
