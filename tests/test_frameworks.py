@@ -563,3 +563,41 @@ def test_nemo_rl_train_data_lines(tmp_path):
     # NeMo-RL's gen_kl_error (k3 of prev - generation, nemo_rl/algorithms/loss/
     # loss_functions.py 414-425) is the rollout row's k3
     assert report.mismatch.rollout.k3 == pytest.approx(np.mean(np.expm1(z) - z), rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- OpenRLHF
+def test_openrlhf_experience_fields(tmp_path):
+    """The fields of OpenRLHF's ``Experience`` (OpenRLHF/OpenRLHF 3c3be6234e0c,
+    openrlhf/trainer/ppo_utils/experience.py 28-69), saved as a dict: action tensors
+    [B, T-1] right-padded, ``action_log_probs`` the policy at experience time (old),
+    ``rollout_log_probs`` vLLM's, episode ``scores`` [B], ``prompts`` text."""
+    rng = np.random.default_rng(10)
+    rows, width = 6, 9
+    lengths = rng.integers(2, width + 1, size=rows)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    old = np.where(mask, -rng.gamma(1.0, 0.5, size=(rows, width)), 0.0)
+    rollout = np.where(mask, old + rng.normal(0, 0.05, size=(rows, width)), 0.0)
+    prompts = ["2+2?", "2+2?", "capital?", "2+2?", "capital?", "capital?"]  # shuffled
+    scores = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    path = tmp_path / "experience_3.pt"
+    torch.save(
+        {
+            "sequences": torch.tensor(rng.integers(3, 50, size=(rows, width + 1))),
+            "attention_mask": torch.ones(rows, width + 1, dtype=torch.long),
+            "action_mask": torch.tensor(mask),
+            "action_log_probs": torch.tensor(old, dtype=torch.float32),
+            "base_action_log_probs": torch.tensor(old - 0.1, dtype=torch.float32),
+            "rollout_log_probs": torch.tensor(rollout, dtype=torch.float32),
+            "advantages": torch.tensor(np.where(mask, 0.3, 0.0), dtype=torch.float32),
+            "scores": torch.tensor(scores),
+            "prompts": prompts,
+        },
+        path,
+    )
+    batch = ratioscope.load(path)
+    assert batch.profile == "openrlhf" and batch.ratio_pair == "old/engine"
+    assert batch.num_tokens == int(mask.sum())
+    z = (old - rollout)[mask]
+    assert float(batch.log_ratio[batch.mask].double().mean()) == pytest.approx(z.mean(), abs=1e-6)
+    assert batch.group.tolist() == [0, 0, 1, 0, 1, 1]
+    assert batch.correct.tolist() == (scores > 0).tolist()

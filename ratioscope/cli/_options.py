@@ -12,7 +12,9 @@ import typer
 
 from ratioscope.cli._common import parse_floats, parse_mapping
 
-DUMP_HELP = "Dump files (.pt .pth .safetensors .npz .parquet .jsonl), directories or globs."
+DUMP_HELP = (
+    "Dump files (.pt .pth .safetensors .npz .parquet .jsonl, SkyRL .pkl), directories or globs."
+)
 
 Paths = Annotated[list[str], typer.Argument(help=DUMP_HELP, show_default=False)]
 Format = Annotated[
@@ -20,7 +22,10 @@ Format = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help="Key layout: auto, canonical, verl, trl, prime-rl or slime.",
+        help=(
+            "Key layout: auto, canonical, verl, trl, prime-rl, slime, skyrl, nemo-rl or "
+            "openrlhf."
+        ),
         rich_help_panel="Input",
     ),
 ]

@@ -199,8 +199,27 @@ NEMO_RL = Profile(
     consecutive_rows=True,
 )
 
+OPENRLHF = Profile(
+    name="openrlhf",
+    keys={
+        # Experience fields (openrlhf/trainer/ppo_utils/experience.py): [B, T-1] action
+        # tensors, right-padded, aligned with sequences[:, 1:]
+        "mask": ("action_mask",),
+        "old_log_probs": ("action_log_probs",),
+        "rollout_log_probs": ("rollout_log_probs",),
+        "ref_log_probs": ("base_action_log_probs",),
+        "advantages": ("advantages",),
+        "rewards": ("scores", "rewards"),
+        "group": ("prompts",),
+    },
+    signature=("action_mask", "action_log_probs", "base_action_log_probs"),
+    description="OpenRLHF Experience fields (saved by hand; OpenRLHF writes none)",
+    groups="from identical prompt text ('prompts')",
+    consecutive_rows=False,
+)
+
 PROFILES: dict[str, Profile] = {
-    p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME, SKYRL, NEMO_RL)
+    p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME, SKYRL, NEMO_RL, OPENRLHF)
 }
 FORMAT_CHOICES = ("auto", *PROFILES)
 
