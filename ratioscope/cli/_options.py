@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from ratioscope.cli._common import parse_floats, parse_mapping
+from ratioscope.io.profiles import FORMAT_CHOICES
 
 DUMP_HELP = (
     "Dump files (.pt .pth .safetensors .npz .parquet .jsonl, SkyRL .pkl), directories or globs."
@@ -22,10 +23,7 @@ Format = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help=(
-            "Key layout: auto, canonical, verl, trl, prime-rl, slime, skyrl, nemo-rl or "
-            "openrlhf."
-        ),
+        help=f"Key layout: {', '.join(FORMAT_CHOICES[:-1])} or {FORMAT_CHOICES[-1]}.",
         rich_help_panel="Input",
     ),
 ]
