@@ -9,6 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
+from ratioscope.errors import NotADumpError
 from ratioscope.io.loaders import LoadOptions, batch_from_raw, expand_paths
 from ratioscope.io.profiles import get_profile
 from ratioscope.io.readers import read_raw
@@ -56,10 +57,28 @@ class DumpInfo:
     warnings: list[str]
 
 
-def inspect_paths(paths: list[str | Path], options: LoadOptions | None = None) -> list[DumpInfo]:
-    """One :class:`DumpInfo` per file named by ``paths``."""
+@dataclass(frozen=True)
+class OtherFile:
+    """A file that is not a per-token dump (a text log, a framework's side table): what
+    it is and which command takes it."""
+
+    path: str
+    what: str
+
+
+def inspect_paths(
+    paths: list[str | Path], options: LoadOptions | None = None
+) -> list[DumpInfo | OtherFile]:
+    """One :class:`DumpInfo` per dump named by ``paths``, an :class:`OtherFile` for files
+    of another kind (text logs, side tables), which ``info`` describes instead of failing."""
     options = options or LoadOptions()
-    return [inspect_file(path, options) for path in expand_paths(paths)]
+    infos: list[DumpInfo | OtherFile] = []
+    for path in expand_paths(paths):
+        try:
+            infos.append(inspect_file(path, options))
+        except NotADumpError as error:
+            infos.append(OtherFile(path=str(path), what=error.problem))
+    return infos
 
 
 def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:

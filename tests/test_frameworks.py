@@ -601,3 +601,20 @@ def test_openrlhf_experience_fields(tmp_path):
     assert float(batch.log_ratio[batch.mask].double().mean()) == pytest.approx(z.mean(), abs=1e-6)
     assert batch.group.tolist() == [0, 0, 1, 0, 1, 1]
     assert batch.correct.tolist() == (scores > 0).tolist()
+
+
+def test_info_describes_text_logs_and_unknown_pickles(tmp_path):
+    import pickle
+
+    log = tmp_path / "12.jsonl"  # verl trainer.rollout_data_dir: {global_step}.jsonl
+    log.write_text(
+        json.dumps({"input": "q", "output": "a", "gts": "4", "score": 1.0, "step": 12}) + "\n"
+    )
+    result = runner.invoke(app, ["info", str(log)])
+    assert result.exit_code == 0
+    assert "not a per-token dump" in result.stdout and "verl rollout log" in result.stdout
+    other = tmp_path / "batch.pkl"
+    other.write_bytes(pickle.dumps({"x": 1}))
+    result = runner.invoke(app, ["info", str(other)])
+    assert result.exit_code == 2
+    assert "arbitrary code" in result.stderr and "--unsafe-pickle" in result.stderr

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ratioscope.inspect import DumpInfo
+from ratioscope.inspect import DumpInfo, OtherFile
 
 DASH = "—"
 
@@ -82,9 +82,12 @@ def pct(value: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- info
-def show_info(infos: Sequence[DumpInfo], console: Console) -> None:
+def show_info(infos: Sequence[DumpInfo | OtherFile], console: Console) -> None:
     for info in infos:
         console.rule(f"[bold]{info.path}")
+        if isinstance(info, OtherFile):
+            console.print(f"not a per-token dump: {info.what}.")
+            continue
         console.print(
             f"file type [bold]{info.file_format}[/], layout [bold]{info.profile}[/], "
             f"padding [bold]{info.padding}[/] "
