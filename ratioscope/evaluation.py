@@ -152,6 +152,10 @@ class EvalParams:
     seed: int | None = None
     token_pattern: str | None = None
     base_method: str | None = None
+    #: how numeric correctness values were read, e.g. "score >= 0.5"; None when every
+    #: input held true/false or 0/1 and no threshold was given
+    correct_rule: str | None = None
+    correct_threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -273,7 +277,7 @@ def resolve_ks(sample_set: SampleSet, ks: Sequence[int] | None) -> list[int]:
                 )
                 raise SampleError(
                     problem.source[0],
-                    f"line {problem.source[1]}: problem {problem.problem_id!r} of method "
+                    f"{problem.where}: problem {problem.problem_id!r} of method "
                     f"'{method.method}' has {problem.n} samples, fewer than k={largest}, so "
                     f"Pass@{largest} is undefined there; {spread}, so use --k values up to "
                     f"{min(counts)}",
@@ -298,7 +302,13 @@ def evaluate_passk(
         progress: callback, one update per method.
     """
     resolved = resolve_ks(sample_set, ks)
-    params = EvalParams(command="eval-passk", k=resolved, base_method=base_method)
+    params = EvalParams(
+        command="eval-passk",
+        k=resolved,
+        base_method=base_method,
+        correct_rule=sample_set.correct_rule,
+        correct_threshold=sample_set.correct_threshold,
+    )
     return _evaluate(sample_set, resolved, params, None, progress)
 
 
@@ -337,6 +347,8 @@ def evaluate_ucc(
         seed=seed,
         token_pattern=token_pattern,
         base_method=base_method,
+        correct_rule=sample_set.correct_rule,
+        correct_threshold=sample_set.correct_threshold,
     )
     options = _ClusterOptions(threshold, linkage, max_pairs, seed, token_pattern)
     return _evaluate(sample_set, resolved, params, options, progress)
@@ -513,7 +525,8 @@ def _pass1_se(values: _MethodValues, rows: np.ndarray, warnings: list[str] | Non
         if warnings is not None:
             warnings.append(
                 f"method '{values.method.method}': no Pass@1 ± SE, which needs the same "
-                "sample indices for every problem (a sample_index field, or the grouped layout)"
+                "sample indices for every problem (a sample_index field, the grouped layout, "
+                "or a training log whose prompts all have as many samples)"
             )
         return None
     mean, se = pk.pass1_with_se(np.stack([p.correct for p in problems]))

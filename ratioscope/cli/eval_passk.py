@@ -13,7 +13,10 @@ import typer
 from ratioscope.cli._common import QUIET_OPTION, chosen
 
 SAMPLES_ARGUMENT = typer.Argument(
-    ..., help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line)."
+    ...,
+    help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line), "
+    "or training logs of verl, AReaL, ROLL (.jsonl) and TRL (.parquet); a directory means "
+    "the files under it.",
 )
 K_OPTION = typer.Option(
     None, "--k", help="Comma-separated budgets, e.g. 1,8,64 (default: powers of two up to n)."
@@ -23,19 +26,33 @@ BASE_OPTION = typer.Option(
     None, "--base", help="Base method: adds the flip rate of every other method against it."
 )
 PROBLEM_FIELD = typer.Option(
-    None, "--problem-field", help="Problem id field (default: problem_id, else idx)."
+    None,
+    "--problem-field",
+    help="Problem id field (default: problem_id, else idx; training logs group by prompt "
+    "text, named by its hash).",
 )
 RESPONSE_FIELD = typer.Option(
-    None, "--response-field", help="Response field (default: response, else code)."
+    None,
+    "--response-field",
+    help="Response field (default: response, else code; training logs: their completion).",
 )
 CORRECT_FIELD = typer.Option(
-    None, "--correct-field", help="Correctness field (default: correct, else score)."
+    None,
+    "--correct-field",
+    help="Correctness field (default: correct, else score; in training logs the reward: "
+    "score, reward, scores, or TRL's only reward column).",
+)
+CORRECT_THRESHOLD = typer.Option(
+    None,
+    "--correct-threshold",
+    help="A numeric correctness value counts as correct when >= this (default: 0.5 for "
+    "training logs; samples files then allow only true/false and 0/1).",
 )
 METHOD_FIELD = typer.Option(
     "method",
     "--method-field",
-    help="Method field; a line without it takes its file's stem as method. A name given "
-    "here must be on some line of every file.",
+    help="Method field; a line without it takes its file's stem as method (training logs: "
+    "the step). A name given here must be on some line of every file.",
 )
 DATASET_FIELD = typer.Option(
     "dataset",
@@ -66,6 +83,7 @@ def sample_fields(ctx: typer.Context, allow_empty: bool = False):
         method=chosen(ctx, "method_field"),
         dataset=chosen(ctx, "dataset_field") if "dataset_field" in ctx.params else None,
         allow_empty=allow_empty,
+        correct_threshold=ctx.params.get("correct_threshold"),
     )
 
 
@@ -78,6 +96,7 @@ def eval_passk(
     problem_field: str | None = PROBLEM_FIELD,
     response_field: str | None = RESPONSE_FIELD,
     correct_field: str | None = CORRECT_FIELD,
+    correct_threshold: float | None = CORRECT_THRESHOLD,
     method_field: str = METHOD_FIELD,
     dataset_field: str = DATASET_FIELD,
     allow_empty: bool = ALLOW_EMPTY,
@@ -87,6 +106,8 @@ def eval_passk(
 
     Example: ratioscope eval-passk base.jsonl grpo.jsonl --k 1,4,16,64 --base base
     --json passk.json
+
+    Training logs: ratioscope eval-passk verl_run/rollout_data/ (one method per step)
     """
     from ratioscope.cli._common import (
         announce_written,

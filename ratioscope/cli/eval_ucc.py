@@ -11,6 +11,7 @@ from ratioscope.cli.eval_passk import (
     ALLOW_EMPTY,
     BASE_OPTION,
     CORRECT_FIELD,
+    CORRECT_THRESHOLD,
     DATASET_FIELD,
     JSON_OPTION,
     K_OPTION,
@@ -46,6 +47,7 @@ def eval_ucc(
     problem_field: str | None = PROBLEM_FIELD,
     response_field: str | None = RESPONSE_FIELD,
     correct_field: str | None = CORRECT_FIELD,
+    correct_threshold: float | None = CORRECT_THRESHOLD,
     method_field: str = METHOD_FIELD,
     dataset_field: str = DATASET_FIELD,
     allow_empty: bool = ALLOW_EMPTY,
@@ -55,6 +57,8 @@ def eval_ucc(
 
     Example: ratioscope eval-ucc base.jsonl grpo.jsonl --k 8,32,64 --threshold 0.8
     --base base --json ucc.json --per-problem ucc.parquet
+
+    Training logs: ratioscope eval-ucc trl_run/completions/ --correct-field accuracy_reward
     """
     from ratioscope.cli._common import (
         announce_written,

@@ -29,21 +29,30 @@ spread over several lines, a binary file or a text file whose first line is not 
 Sample indices: the ``sample_index`` field in the flat layout (optional, all or none of
 a problem's samples), the list position in the grouped layout. A repeated index within
 one problem of one method is an error.
+
+Training logs: the text logs of verl, AReaL and ROLL (JSON lines) and of TRL (Parquet)
+are recognised from their keys (:mod:`ratioscope.io.textlogs`). Their samples are grouped
+by prompt text within a step, each step is a method ("step 40"), and a reward counts as
+correct when it is >= the correctness threshold. A directory stands for the ``.jsonl``
+and ``.parquet`` files under it, in natural order.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ratioscope.errors import JsonLineError, SampleError, UnreadablePathError, UsageError
+from ratioscope.io import textlogs
 
 PROBLEM_CANDIDATES = ("problem_id", "idx")
 RESPONSE_CANDIDATES = ("response", "code")
@@ -74,6 +83,10 @@ class SampleFields:
     sample_index: str = "sample_index"
     #: an empty response is usually a broken export; keep it only when asked to
     allow_empty: bool = False
+    #: a numeric correctness value counts as correct when >= this; None means the
+    #: default: textlogs.DEFAULT_CORRECT_THRESHOLD for training logs, and no numbers
+    #: other than 0/1 in the samples layouts
+    correct_threshold: float | None = None
 
     def optional_names(self) -> dict[str, str | None]:
         """{role: name given} of the optional fields (method, dataset)."""
@@ -119,6 +132,12 @@ class ProblemSamples:
         return len(self.responses)
 
     @property
+    def where(self) -> str:
+        """Where the problem first appears: "line 7", or "row 7" of a Parquet file."""
+        unit = "row" if self.source[0].lower().endswith(".parquet") else "line"
+        return f"{unit} {self.source[1]}"
+
+    @property
     def c(self) -> int:
         return int(self.correct.sum())
 
@@ -147,6 +166,10 @@ class SampleSet:
 
     methods: dict[str, MethodSamples]
     files: tuple[SampleFile, ...]
+    #: the threshold numbers were compared with, None when no input was thresholded
+    correct_threshold: float | None = None
+    #: the rule in words, e.g. "score >= 0.5", one clause per correctness field
+    correct_rule: str | None = None
 
     def method(self, name: str) -> MethodSamples:
         if name not in self.methods:
@@ -168,27 +191,134 @@ class _ProblemBuilder:
     grouped: bool = False
 
 
+class _StepMethod(NamedTuple):
+    """A method of a training log before it is named: one step of one run.
+
+    Named "step 40" (the file stem when the log has no step), prefixed with the run
+    directory when the inputs hold several runs, so that two runs never pool their
+    samples of a step.
+    """
+
+    run: str
+    word: str
+    step: int | None
+    stem: str
+
+    def label(self, with_run: bool) -> str:
+        label = self.stem if self.step is None else f"{self.word} {self.step}"
+        return f"{self.run} {label}" if with_run else label
+
+
+SAMPLE_SUFFIXES = (".jsonl", ".parquet")
+
+
 def load_samples(
     paths: Sequence[str | Path] | str | Path, fields: SampleFields | None = None
 ) -> SampleSet:
-    """Read sample files (flat or grouped JSON lines) into a :class:`SampleSet`.
+    """Read sample files into a :class:`SampleSet`: flat or grouped JSON lines, and the
+    text logs of verl, TRL, AReaL and ROLL. A directory stands for its sample files.
 
     Raises:
         UnreadablePathError: a path cannot be read.
+        CorruptFileError: a Parquet file cannot be read.
         JsonLineError: a line is not a JSON object or lacks a field.
         SampleError: a value is of the wrong kind, or samples conflict (duplicated
             sample index, a problem repeated in a grouped file, no samples at all).
+        UsageError: the correctness threshold is not a finite number.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     fields = fields or SampleFields()
-    builders: dict[str, dict[Any, _ProblemBuilder]] = {}
-    files = [_read_file(Path(path), fields, builders) for path in paths]
+    threshold = fields.correct_threshold
+    if threshold is not None and not math.isfinite(threshold):
+        raise UsageError(f"--correct-threshold must be a finite number, got {threshold}")
+    builders: dict[Any, dict[Any, _ProblemBuilder]] = {}
+    files = [_read_file(path, fields, builders) for path in sample_paths(paths)]
+    names = _method_names(list(builders))
+    order = sorted(builders, key=lambda key: _method_order(key, list(builders)))
     methods = {
-        name: MethodSamples(name, tuple(_finish(b) for b in problems.values()))
-        for name, problems in builders.items()
+        names[key]: MethodSamples(names[key], tuple(_finish(b) for b in builders[key].values()))
+        for key in order
     }
-    return SampleSet(methods=methods, files=tuple(files))
+    files = [replace(f, methods=tuple(names[key] for key in f.methods)) for f in files]
+    rule, used = _correct_rule(files, fields)
+    return SampleSet(methods=methods, files=tuple(files), correct_threshold=used, correct_rule=rule)
+
+
+def sample_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given; a directory as the .jsonl and .parquet files under it (not hidden),
+    in natural order, so that a run's steps come out as 1, 2, ..., 10."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = [
+            p
+            for p in path.rglob("*")
+            if p.suffix.lower() in SAMPLE_SUFFIXES
+            and p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        ]
+        if not found:
+            raise UnreadablePathError(
+                path, "is a directory without .jsonl or .parquet sample files"
+            )
+        files.extend(sorted(found, key=_natural_key))
+    return list(dict.fromkeys(files))
+
+
+def _natural_key(path: Path) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def _method_names(keys: list[Any]) -> dict[Any, str]:
+    """Display names of all methods; training-log steps get their run's directory
+    when the inputs hold more than one run."""
+    runs = {key.run for key in keys if isinstance(key, _StepMethod)}
+    names = {key: key.label(len(runs) > 1) if isinstance(key, _StepMethod) else key for key in keys}
+    seen: dict[str, Any] = {}
+    for key, name in names.items():
+        if name in seen:
+            raise SampleError(
+                None,
+                f"two different inputs would both be the method '{name}'; name the methods "
+                "with --method-field or rename a file",
+            )
+        seen[name] = key
+    return names
+
+
+def _method_order(key: Any, keys: list[Any]) -> tuple:
+    """Samples-layout methods first, in order of appearance; then training-log steps by
+    run (in order of appearance) and step number, whatever order the files came in."""
+    if not isinstance(key, _StepMethod):
+        return (0, keys.index(key))
+    first_of_run = next(i for i, k in enumerate(keys) if getattr(k, "run", None) == key.run)
+    step = math.inf if key.step is None else key.step
+    return (1, first_of_run, step, key.stem)
+
+
+def _correct_rule(files: list[SampleFile], fields: SampleFields) -> tuple[str | None, float | None]:
+    """The correctness rule for the report's params, and the threshold it used."""
+    thresholded = [
+        f
+        for f in files
+        if f.layout not in ("flat", "grouped") or fields.correct_threshold is not None
+    ]
+    if not thresholded:
+        return None, None
+    threshold = _threshold(fields, textlog=True)
+    clauses = dict.fromkeys(f"{f.fields['correct']} >= {threshold:g}" for f in thresholded)
+    return ", ".join(clauses), threshold
+
+
+def _threshold(fields: SampleFields, textlog: bool) -> float | None:
+    """The threshold in force: the user's, else the training-log default, else none."""
+    if fields.correct_threshold is not None:
+        return fields.correct_threshold
+    return textlogs.DEFAULT_CORRECT_THRESHOLD if textlog else None
 
 
 def _lines(path: Path, digest: Any) -> Iterator[tuple[int, str]]:
@@ -295,11 +425,21 @@ def _resolve(
 
 
 def _read_file(
-    path: Path, fields: SampleFields, builders: dict[str, dict[Any, _ProblemBuilder]]
+    path: Path, fields: SampleFields, builders: dict[Any, dict[Any, _ProblemBuilder]]
 ) -> SampleFile:
-    if path.is_dir():
-        raise UnreadablePathError(path, "is a directory, not a samples file")
+    if path.suffix.lower() == ".parquet":
+        return _read_parquet(path, fields, builders)
     digest = hashlib.sha256()
+    lines = _lines(path, digest)
+    first = next(lines, None)
+    if first is not None:
+        record = _first_record(path, *first)
+        layout = textlogs.detect_jsonl_layout(record)
+        if layout is not None:
+            names = textlogs.resolve_fields(path, layout, record, fields)
+            records = _jsonl_records(path, first[0], record, lines, layout, names.columns())
+            return _read_textlog(path, "jsonl", layout, names, records, digest, fields, builders)
+        lines = itertools.chain([first], lines)
     names: dict[str, str] | None = None
     layout = ""
     problems: set[Any] = set()  # distinct problem ids, whichever methods answered them
@@ -308,7 +448,6 @@ def _read_file(
     # explicitly named optional fields not seen on any line yet: role -> field name
     unseen = {role: name for role, name in fields.optional_names().items() if name}
     first_keys: list[str] = []
-    lines = _lines(path, digest)
     try:
         for number, text in lines:
             if names is None:
@@ -345,6 +484,194 @@ def _read_file(
         methods=tuple(file_methods),
         fields=names,
     )
+
+
+# ---- training logs (verl, TRL, AReaL, ROLL) -----------------------------------------
+
+
+def _jsonl_records(
+    path: Path,
+    number: int,
+    record: dict[str, Any],
+    lines: Iterator[tuple[int, str]],
+    layout: textlogs.TextLogLayout,
+    used: list[str],
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, sample record) of a training log; a ROLL line holds a whole batch."""
+    parsed = itertools.chain([(number, record)], ((n, _parse(path, n, t)) for n, t in lines))
+    for line, item in parsed:
+        if layout.columnar:
+            for sample in textlogs.expand_columnar(path, line, item, layout, used):
+                yield line, sample
+        else:
+            yield line, item
+
+
+def _read_parquet(
+    path: Path, fields: SampleFields, builders: dict[Any, dict[Any, _ProblemBuilder]]
+) -> SampleFile:
+    """A Parquet samples file: TRL's completions table (prompt, completion, rewards)."""
+    if not path.is_file():
+        raise UnreadablePathError(path, "cannot read the samples file (no such file)")
+    schema = textlogs.parquet_schema(path)
+    layout = textlogs.TRL
+    found = ", ".join(schema) or "none"
+    wanted = (fields.problem or "prompt", fields.response or "completion")
+    missing = [name for name in wanted if name not in schema]
+    if missing:
+        what = textlogs.describe_table(schema)
+        if what is not None:
+            raise SampleError(path, f"this is {what}")
+        columns = " and ".join(f"'{name}'" for name in missing)
+        raise SampleError(
+            path,
+            f"has no {columns} column{'s' if len(missing) > 1 else ''}, so it is not a TRL "
+            "completions table (--problem-field and --response-field name others); columns "
+            f"found: {found}",
+        )
+    names = textlogs.resolve_fields(path, layout, schema, fields, textlogs.reward_columns(schema))
+    dtype = schema[names.correct]
+    if not textlogs.is_numeric(dtype):
+        raise SampleError(
+            path,
+            f"column '{names.correct}' holds {dtype} values, not numbers; --correct-field "
+            "must name a numeric reward column",
+        )
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    records = textlogs.parquet_rows(path, names.columns())
+    return _read_textlog(path, "parquet", layout, names, records, digest, fields, builders)
+
+
+def _read_textlog(
+    path: Path,
+    file_format: str,
+    layout: textlogs.TextLogLayout,
+    names: textlogs.TextLogFields,
+    records: Iterator[tuple[int, dict[str, Any]]],
+    digest: Any,
+    fields: SampleFields,
+    builders: dict[Any, dict[Any, _ProblemBuilder]],
+) -> SampleFile:
+    """Group a training log's samples by (step, prompt); correct = reward >= threshold.
+
+    Samples get their position within the problem as index, so Pass@1 ± SE exists when
+    every problem has as many samples. Empty completions are kept: the framework wrote
+    what the model generated, which is no broken export.
+    """
+    unit = "row" if file_format == "parquet" else "line"
+    threshold = _threshold(fields, textlog=True)
+    run = textlogs.run_directory(path, layout)
+    problems: set[Any] = set()
+    file_methods: dict[Any, None] = {}
+    samples = 0
+    for number, record in records:
+        where = f"{unit} {number}"
+        method = _textlog_method(path, where, record, names, layout, run)
+        key, response, correct, dataset = _textlog_sample(path, where, record, names, threshold)
+        builder = builders.setdefault(method, {}).get(key)
+        if builder is None:
+            builder = builders[method][key] = _ProblemBuilder(key, (str(path), number), dataset)
+        elif dataset is not None and builder.dataset not in (None, dataset):
+            raise SampleError(
+                path,
+                f"{where}: prompt {key!r} has dataset '{dataset}' here but "
+                f"'{builder.dataset}' at {builder.source[0]} {unit} {builder.source[1]}",
+            )
+        builder.dataset = builder.dataset or dataset
+        builder.indices.append(len(builder.responses))
+        builder.responses.append(response)
+        builder.correct.append(correct)
+        builder.lines.append((str(path), number))
+        problems.add(key)
+        file_methods.setdefault(method)
+        samples += 1
+    if not samples:
+        raise SampleError(path, "contains no samples (the file is empty)")
+    return SampleFile(
+        path=str(path),
+        format=file_format,
+        layout=layout.name,
+        sha256=digest.hexdigest(),
+        problems=len(problems),
+        samples=samples,
+        methods=tuple(file_methods),
+        fields=names.used(),
+    )
+
+
+def _textlog_sample(
+    path: Path,
+    where: str,
+    record: dict[str, Any],
+    names: textlogs.TextLogFields,
+    threshold: float,
+) -> tuple[Any, str, bool, str | None]:
+    """(problem id, response, correct, dataset) of one training-log record, checked."""
+    for name in names.columns():
+        if name not in record:
+            found = ", ".join(sorted(record)) or "none"
+            raise SampleError(path, f"{where}: missing field '{name}' (fields found: {found})")
+    key = textlogs.problem_id(record[names.problem], names.hashed)
+    if key is None:
+        wanted = "the prompt text" if names.hashed else "a string or an integer"
+        value = record[names.problem]
+        raise SampleError(path, f"{where}: field '{names.problem}' must be {wanted}, got {value!r}")
+    response = textlogs.message_text(record[names.response])
+    if not isinstance(response, str):
+        raise SampleError(
+            path, f"{where}: field '{names.response}' must be text, got {_kind(response)}"
+        )
+    correct = textlogs.correct_from_score(record[names.correct], threshold)
+    if correct is None:
+        raise SampleError(path, _bad_score(where, names.correct, record[names.correct]))
+    dataset = None if names.dataset is None else record[names.dataset]
+    if dataset is not None and not isinstance(dataset, str):
+        raise SampleError(
+            path, f"{where}: field '{names.dataset}' must be a string, got {dataset!r}"
+        )
+    return key, response, correct, dataset
+
+
+def _textlog_method(
+    path: Path,
+    where: str,
+    record: dict[str, Any],
+    names: textlogs.TextLogFields,
+    layout: textlogs.TextLogLayout,
+    run: str,
+) -> Any:
+    """The method of one training-log sample: the explicit method field's value, else
+    the step it was generated at (the file stem for a log without steps)."""
+    if names.method is not None:
+        value = record[names.method]
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+            raise SampleError(
+                path,
+                f"{where}: field '{names.method}' must be a non-empty string or an integer, "
+                f"got {value!r}",
+            )
+        return str(value)
+    if names.step is None:
+        return _StepMethod(run, layout.step_word, None, path.stem)
+    step = textlogs.step_number(record[names.step])
+    if step is None:
+        raise SampleError(
+            path, f"{where}: field '{names.step}' must be an integer, got {record[names.step]!r}"
+        )
+    return _StepMethod(run, layout.step_word, step, "")  # every file of the step alike
+
+
+def _bad_score(where: str, name: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        # TRL logs NaN (null in Parquet) where a reward function returned None
+        return (
+            f"{where}: reward '{name}' is missing (NaN or null: no reward for this sample); "
+            "choose a reward that scores every sample with --correct-field"
+        )
+    return f"{where}: field '{name}' must be a finite number or true/false, got {value!r}"
 
 
 def _field_names(
@@ -441,13 +768,18 @@ def parse_correct(value: Any) -> bool | None:
     return None
 
 
-def _correct(path: Path, number: int, value: Any, name: str) -> bool:
+def _correct(path: Path, number: int, value: Any, name: str, threshold: float | None) -> bool:
+    """A correctness value; with a threshold given, any number counts as value >= it."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if threshold is not None and is_number and math.isfinite(value):
+        return value >= threshold
     parsed = parse_correct(value)
     if parsed is None:
+        hint = "; pass --correct-threshold T to count numbers >= T as correct" if is_number else ""
         raise SampleError(
             path,
             f'line {number}: field \'{name}\' must be true/false, 0/1 or "true"/"false", '
-            f"got {value!r}",
+            f"got {value!r}{hint}",
         )
     return parsed
 
@@ -522,7 +854,9 @@ def _add_flat(path, number, record, names, fields, problems) -> tuple[Any, int]:
     builder.responses.append(
         _response(path, number, response, names["response"], fields.allow_empty)
     )
-    builder.correct.append(_correct(path, number, record[names["correct"]], names["correct"]))
+    builder.correct.append(
+        _correct(path, number, record[names["correct"]], names["correct"], fields.correct_threshold)
+    )
     builder.indices.append(
         None if index is None else _sample_index(path, number, index, fields.sample_index)
     )
@@ -571,7 +905,9 @@ def _add_grouped(path, number, record, names, fields, problems) -> tuple[Any, in
         builder.responses.append(
             _response(path, number, response, names["response"], fields.allow_empty)
         )
-        builder.correct.append(_correct(path, number, value, names["correct"]))
+        builder.correct.append(
+            _correct(path, number, value, names["correct"], fields.correct_threshold)
+        )
         builder.indices.append(_sample_index(path, number, index, fields.sample_index))
         builder.lines.append((str(path), number))
     return key, len(responses)
