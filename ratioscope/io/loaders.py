@@ -234,31 +234,39 @@ def _pad_to(tensor: Tensor, width: int) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- helpers
-#: text logs that frameworks write per sample (no per-token numbers): their telltale
-#: columns, and what to call them in the message
-_TEXT_LOGS = (
-    ({"input", "output", "score"}, "a verl rollout log (trainer.rollout_data_dir)"),
-    ({"prompt", "completion"}, "a TRL completions log (GRPOConfig(log_completions=True))"),
-    ({"problem_id", "response"}, "a samples file"),
-    ({"idx", "code", "score"}, "a samples file"),
-)
+#: what to call a text log of each framework layout (ratioscope.io.textlogs) in messages
+_TEXT_LOG_NAMES = {
+    "verl": "a verl rollout log (trainer.rollout_data_dir)",
+    "trl": "a TRL completions log (GRPOConfig(log_completions=True))",
+    "areal": "an AReaL rollout log (rollout.dump_to_file)",
+    "roll": "a ROLL rollout dump (rollout_dump_dir)",
+}
+#: ratioscope's own samples files
+_SAMPLE_KEYS = ({"problem_id", "response"}, {"idx", "code", "score"})
 
 
 def _refuse_text_log(path: Path, raw: RawDump) -> None:
-    """A file with no per-token column that looks like samples is named as such."""
-    per_token = raw.ragged or any(
-        isinstance(v, Tensor) and v.dim() >= 2 for v in raw.columns.values()
-    )
-    if per_token:
-        return
+    """A file laid out like samples (and without a mask) is named as such."""
+    from ratioscope.io import textlogs
+
+    # fields the reader passed over (text, lists of text) count as present too
     keys = set(raw.columns) | {note.split("'")[1] for note in raw.notes if "'" in note}
-    for telltale, what in _TEXT_LOGS:
-        if telltale <= keys:
-            raise NotADumpError(
-                path,
-                f"this is {what}: responses as text, no per-token log-probs; evaluate it "
-                "with 'ratioscope eval-passk' or 'ratioscope eval-ucc'",
-            )
+    if "mask" in keys:
+        return
+    layout = textlogs.detect_jsonl_layout({key: [] for key in keys})
+    if layout is None and textlogs.TRL.signature <= keys:
+        layout = textlogs.TRL
+    if layout is not None:
+        what = _TEXT_LOG_NAMES[layout.name]
+    elif any(sample <= keys for sample in _SAMPLE_KEYS):
+        what = "a samples file"
+    else:
+        return
+    raise NotADumpError(
+        path,
+        f"this is {what}: responses as text, no per-token log-probs; evaluate it with "
+        "'ratioscope eval-passk' or 'ratioscope eval-ucc'",
+    )
 
 
 def _canonical_columns(
