@@ -5,11 +5,18 @@ computations from the values written."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from framework_files import (
+    SKYRL_MODULE,
+    prime_rl_line,
+    skyrl_pickle,
+    skyrl_state,
+    slime_v1_rank,
+    write_rollout_dump,
+)
 from typer.testing import CliRunner
 
 import ratioscope
@@ -20,42 +27,6 @@ runner = CliRunner()
 
 
 # ----------------------------------------------------------------------------- prime-rl
-def _prime_rl_line(rng, *, step, micro_sequence_idx, prompt, completion_len, export_idx):
-    """One line as prime-rl writes it (PrimeIntellect-ai/prime-rl 559b44772e47,
-    src/prime_rl/trainer/rl/token_export.py lines 61-70, 136-157: schema 1, per-token
-    lists over prompt + completion, no reward and no example id)."""
-    n = len(prompt) + completion_len
-    inference = -rng.gamma(1.0, 0.7, size=n)
-    trainer = inference + rng.normal(0, 0.05, size=n)
-    log_ratio = trainer - inference
-    loss_mask = [False] * len(prompt) + [True] * completion_len
-    advantage = float(rng.normal())
-    return {
-        "schema_version": 1,
-        "step": step,
-        "rank": 0,
-        "micro_step": 0,
-        "micro_sequence_idx": micro_sequence_idx,
-        "export_sequence_idx": export_idx,
-        "env_name": "math",
-        "token_ids": [*prompt, *rng.integers(5, 50, size=completion_len).tolist()],
-        "position_ids": list(range(n)),
-        "loss_mask": loss_mask,
-        "advantages": [0.0] * len(prompt) + [advantage] * completion_len,
-        "inference_logprobs": inference.tolist(),
-        "trainer_logprobs": trainer.tolist(),
-        "entropy": rng.uniform(0, 2, size=n).tolist(),
-        "mismatch_kl": (np.exp(log_ratio) - log_ratio - 1).tolist(),
-        "log_importance_ratio": log_ratio.tolist(),
-        "importance_ratio": np.exp(log_ratio).tolist(),
-        "prob_delta": (np.exp(trainer) - np.exp(inference)).tolist(),
-        "is_masked": [False] * len(prompt) + (rng.random(completion_len) < 0.2).tolist(),
-        "is_masked_high": [None] * n,
-        "is_masked_low": [None] * n,
-        "rl_weights": [None] * n,
-        "ce_weights": [None] * n,
-        "ref_kl_weights": [None] * n,
-    }
 
 
 def test_prime_rl_export_groups_by_prompt_tokens_and_compares_trainer_with_engine(tmp_path):
@@ -63,7 +34,7 @@ def test_prime_rl_export_groups_by_prompt_tokens_and_compares_trainer_with_engin
     prompts = {"a": [1, 2, 3, 4], "b": [1, 2, 9], "c": [7, 8, 9, 10, 11]}
     order = ["b", "a", "c", "a", "b", "c", "a", "b"]  # packing order, not rollout order
     lines = [
-        _prime_rl_line(
+        prime_rl_line(
             rng, step=5, micro_sequence_idx=i, prompt=prompts[p], completion_len=3 + i,
             export_idx=i,
         )
@@ -111,7 +82,7 @@ def test_prime_rl_export_groups_by_prompt_tokens_and_compares_trainer_with_engin
 
 def test_prime_rl_rl_weights_of_zero_are_not_policy_gradient_tokens(tmp_path):
     rng = np.random.default_rng(1)
-    line = _prime_rl_line(
+    line = prime_rl_line(
         rng, step=1, micro_sequence_idx=0, prompt=[1, 2], completion_len=6, export_idx=0
     )
     line["rl_weights"] = [None, None, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
@@ -127,7 +98,7 @@ def test_prime_rl_rl_weights_of_zero_are_not_policy_gradient_tokens(tmp_path):
 
 def test_group_size_is_refused_for_prime_rl(tmp_path):
     rng = np.random.default_rng(2)
-    line = _prime_rl_line(
+    line = prime_rl_line(
         rng, step=1, micro_sequence_idx=0, prompt=[1], completion_len=4, export_idx=0
     )
     path = tmp_path / "rank_0.jsonl"
@@ -138,46 +109,6 @@ def test_group_size_is_refused_for_prime_rl(tmp_path):
 
 
 # -------------------------------------------------------------------------------- slime
-def _slime_v1_rank(rng, indices, *, lengths, rollout_id=4, rank=0, cut=None, last_stage=True):
-    """``rollout_data`` as slime v0.3.1 saves it (THUDM/slime a6272da0d4f3,
-    slime/utils/train_dump_utils.py 9-22; keys from slime/ray/rollout.py 712-889 and the
-    trainer's forward_only / compute_advantages_and_returns)."""
-    old = [torch.tensor(-rng.gamma(1.0, 0.7, size=n), dtype=torch.float32) for n in lengths]
-    engine = [
-        o + torch.tensor(rng.normal(0, 0.02, size=o.numel()), dtype=torch.float32) for o in old
-    ]
-    data = {
-        "tokens": [torch.tensor(rng.integers(3, 60, size=n + 5)) for n in lengths],
-        "response_lengths": list(lengths),
-        "total_lengths": [n + 5 for n in lengths],
-        "loss_masks": [torch.ones(n, dtype=torch.int32) for n in lengths],
-        "rewards": rng.normal(size=len(lengths)).tolist(),  # group-normalised
-        "raw_reward": None,  # set by the caller: the whole rollout
-        "truncated": [0] * len(lengths),
-        "sample_indices": list(indices),
-        "rollout_ids": list(indices),
-        "rollout_mask_sums": torch.tensor([float(n) for n in lengths]),
-        "rollout_log_probs": engine,
-        "micro_batch_indices": [[0, 1]],
-        "num_microbatches": [1],
-        "global_batch_sizes": [2],
-    }
-    if last_stage:
-        data["log_probs"] = [o[:cut] if cut else o for o in old]
-        data["advantages"] = [
-            torch.full((n,), r) for n, r in zip(lengths, data["rewards"], strict=True)
-        ]
-    return {"rollout_id": rollout_id, "rank": rank, "rollout_data": data}, old, engine
-
-
-def _write_rollout_dump(directory: Path, rollout_id: int, groups, rewards, indices) -> None:
-    """``{"rollout_id", "samples": [Sample.to_dict()]}`` (slime/ray/rollout.py 666-683)."""
-    samples = [
-        {"group_index": g, "index": i, "reward": r, "status": "completed", "response": "..."}
-        for g, r, i in zip(groups, rewards, indices, strict=True)
-    ]
-    directory.mkdir(parents=True, exist_ok=True)
-    torch.save({"rollout_id": rollout_id, "samples": samples}, directory / f"{rollout_id}.pt")
 
 
 def test_slime_v1_ranks_rank_copies_and_the_rollout_dump(tmp_path):
@@ -188,11 +119,11 @@ def test_slime_v1_ranks_rank_copies_and_the_rollout_dump(tmp_path):
     groups = [0, 0, 0, 0, 1, 1, 1, 1]
     raw = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
     dump = tmp_path / "dump"
-    _write_rollout_dump(dump / "rollout_data", 4, groups, raw, indices)
+    write_rollout_dump(dump / "rollout_data", 4, groups, raw, indices)
     expected_z, expected_lengths = [], []
     for dp, rows in enumerate(([0, 1, 2, 3], [4, 5, 6, 7])):
         lengths = rng.integers(3, 9, size=4).tolist()
-        obj, old, engine = _slime_v1_rank(rng, [indices[r] for r in rows], lengths=lengths)
+        obj, old, engine = slime_v1_rank(rng, [indices[r] for r in rows], lengths=lengths)
         obj["rollout_data"]["raw_reward"] = raw
         for tp in range(2):
             obj["rank"] = 2 * dp + tp
@@ -224,7 +155,7 @@ def test_slime_v1_ranks_rank_copies_and_the_rollout_dump(tmp_path):
 
 def test_slime_v1_without_the_rollout_dump_uses_no_normalised_reward(tmp_path):
     rng = np.random.default_rng(4)
-    obj, _, _ = _slime_v1_rank(rng, [0, 1, 2], lengths=[4, 5, 6])
+    obj, _, _ = slime_v1_rank(rng, [0, 1, 2], lengths=[4, 5, 6])
     obj["rollout_data"]["raw_reward"] = [1.0, 0.0, 1.0, 0.0]
     path = tmp_path / "4_0.pt"
     torch.save(obj, path)
@@ -236,18 +167,18 @@ def test_slime_v1_without_the_rollout_dump_uses_no_normalised_reward(tmp_path):
 def test_slime_files_that_cannot_give_a_ratio_say_why(tmp_path):
     rng = np.random.default_rng(5)
     # a pipeline stage other than the last holds no log-probs and no advantages
-    obj, _, _ = _slime_v1_rank(rng, [0, 1], lengths=[3, 4], last_stage=False)
+    obj, _, _ = slime_v1_rank(rng, [0, 1], lengths=[3, 4], last_stage=False)
     torch.save(obj, tmp_path / "4_0.pt")
     result = runner.invoke(app, ["analyze", str(tmp_path / "4_0.pt")])
     assert result.exit_code == 2 and "pipeline stage" in result.stderr
     # one optimizer step per rollout: slime does not recompute the old policy
-    obj, _, _ = _slime_v1_rank(rng, [0, 1], lengths=[3, 4])
+    obj, _, _ = slime_v1_rank(rng, [0, 1], lengths=[3, 4])
     del obj["rollout_data"]["log_probs"]
     torch.save(obj, tmp_path / "4_1.pt")
     result = runner.invoke(app, ["analyze", str(tmp_path / "4_1.pt")])
     assert result.exit_code == 2 and "--get-mismatch-metrics" in result.stderr
     # context-parallel ranks of v1 hold slices of each response
-    obj, _, _ = _slime_v1_rank(rng, [0, 1], lengths=[6, 8], cut=3)
+    obj, _, _ = slime_v1_rank(rng, [0, 1], lengths=[6, 8], cut=3)
     torch.save(obj, tmp_path / "4_2.pt")
     with pytest.raises(InputError, match="context-parallel slice"):
         ratioscope.load(tmp_path / "4_2.pt")
@@ -298,7 +229,7 @@ def test_slime_v2_samples_and_rollout_positions(tmp_path):
     }
     (tmp_path / "train_data").mkdir()
     torch.save(payload, tmp_path / "train_data" / "9.pt")
-    _write_rollout_dump(tmp_path / "rollout_data", 9, [0, 0, 1, 1], raw, [10, 11, 12, 13])
+    write_rollout_dump(tmp_path / "rollout_data", 9, [0, 0, 1, 1], raw, [10, 11, 12, 13])
     batch = ratioscope.load(tmp_path / "train_data" / "9.pt")
     assert batch.profile == "slime" and batch.ratio_pair == "old/engine"
     assert batch.rewards.tolist() == raw
@@ -310,137 +241,6 @@ def test_slime_v2_samples_and_rollout_positions(tmp_path):
 
 
 # -------------------------------------------------------------------------------- SkyRL
-SKYRL_MODULE = "skyrl.backends.skyrl_train.training_batch"
-
-
-def _skyrl_pickle(monkeypatch, state: dict, enum_formats: bool) -> bytes:
-    """Pickle ``state`` the way SkyRL's ``TensorBatch.save`` does (NovaSky-AI/SkyRL
-    a9564572eb8e, skyrl/backends/skyrl_train/training_batch.py 113-117, 244-281, 395-398:
-    ``pickle.dump`` of an object reducing to ``(_rebuild_tensor_batch,
-    (TrainingInputBatch, state))``), with stand-ins under SkyRL's module name, so the
-    bytes name exactly the globals a real file names."""
-    import enum
-    import pickle
-    import sys
-    import types
-
-    module = types.ModuleType(SKYRL_MODULE)
-
-    def _rebuild_tensor_batch(cls, state):  # pragma: no cover - never called here
-        raise AssertionError
-
-    class TrainingInputBatch:
-        pass
-
-    class TensorFormat(str, enum.Enum):  # skyrl 0.4.0 (wheel, lines 28-35)
-        NUMPY = "numpy"
-        TORCH = "torch"
-
-    for obj in (_rebuild_tensor_batch, TrainingInputBatch, TensorFormat):
-        obj.__module__ = SKYRL_MODULE
-        obj.__qualname__ = obj.__name__
-        setattr(module, obj.__name__, obj)
-    parts = SKYRL_MODULE.split(".")
-    for depth in range(1, len(parts)):  # pickle imports the module, parents first
-        name = ".".join(parts[:depth])
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, SKYRL_MODULE, module)
-    if enum_formats:
-        for encoded in state["batch_dict"].values():
-            if encoded is not None:
-                encoded["format"] = TensorFormat(encoded["format"])
-
-    class Batch:
-        def __reduce__(self):
-            return (_rebuild_tensor_batch, (TrainingInputBatch, state))
-
-    return pickle.dumps(Batch(), protocol=4)
-
-
-def _numpy_encoding(array: np.ndarray) -> dict:
-    return {
-        "format": "numpy",
-        "data": array.tobytes(),
-        "shape": array.shape,
-        "dtype": str(array.dtype),
-    }
-
-
-def _skyrl_state(rng):
-    """Rows as skyrl/train/dataset/preprocess.py lays them out: each row left-padded,
-    the response right-aligned in [B, R]; the second sample of each group has a tool
-    call whose observation tokens are in response_mask but not in loss_mask, with
-    rollout log-probs 0.0 there (skyrl_gym_generator.py 1181-1189); the last row is a pad
-    row, a copy of row 0 with loss_mask 0 (training_batch.py 504-570)."""
-    prompt_lengths = [3, 3, 4, 4, 4]
-    response_lengths = [5, 7, 4, 6, 8]
-    observation = {1: (2, 4), 3: (1, 3)}  # row -> response columns [a, b) of tool output
-    rows, width_r = 5, max(response_lengths)
-    width_t = max(p + r for p, r in zip(prompt_lengths, response_lengths, strict=True))
-    sequences = np.zeros((rows + 1, width_t), dtype=np.int64)
-    attention = np.zeros_like(sequences)
-    response_mask = np.zeros((rows + 1, width_r), dtype=np.int64)
-    loss_mask = np.zeros((rows + 1, width_r), dtype=np.float32)
-    old = np.zeros((rows + 1, width_r), dtype=np.float32)
-    engine = np.zeros_like(old)
-    advantages = np.zeros_like(old)
-    for i, (p, r) in enumerate(zip(prompt_lengths, response_lengths, strict=True)):
-        tokens = rng.integers(3, 90, size=p + r)
-        sequences[i, width_t - p - r :] = tokens
-        attention[i, width_t - p - r :] = 1
-        response_mask[i, width_r - r :] = 1
-        loss_mask[i, width_r - r :] = 1
-        old[i, width_r - r :] = -rng.gamma(1.0, 0.6, size=r)
-        engine[i, width_r - r :] = old[i, width_r - r :] + rng.normal(0, 0.03, size=r)
-        advantages[i, width_r - r :] = rng.normal()
-        if i in observation:
-            a, b = observation[i]
-            cols = slice(width_r - r + a, width_r - r + b)
-            loss_mask[i, cols] = 0
-            engine[i, cols] = 0.0  # the engine does not score tool output
-    for array in (sequences, attention, response_mask, old, engine, advantages):
-        array[rows] = array[0]  # the pad row copies row 0 ...
-    # ... except its loss mask, which is 0
-    state = {
-        "batch_dict": {
-            "sequences": _numpy_encoding(sequences),
-            "attention_mask": _numpy_encoding(attention),
-            "response_mask": _numpy_encoding(response_mask),
-            "loss_mask": _numpy_encoding(loss_mask),
-            "rollout_logprobs": _numpy_encoding(engine),
-            "action_log_probs": {"format": "torch", "data": _torch_bytes(torch.tensor(old))},
-            "base_action_log_probs": None,
-            "values": None,
-            "advantages": _numpy_encoding(advantages),
-            "returns": _numpy_encoding(advantages),
-        },
-        "batch_size": rows + 1,
-        "device": torch.device("cpu"),
-        "metadata": {
-            "response_length": width_r,
-            "avg_response_length": float(np.mean(response_lengths)),
-            "pad_size": 1,
-            "policy_mini_batch_boundaries": [(0, 5)],
-            "policy_prompt_boundaries": [(0, 2), (2, 5)],
-            "metrics": {"avg_final_rewards": 0.4},
-        },
-    }
-    return (
-        state,
-        loss_mask[:rows].astype(bool),
-        response_mask[:rows].astype(bool),
-        old,
-        engine,
-        sequences,
-    )
-
-
-def _torch_bytes(tensor: torch.Tensor) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    torch.save(tensor, buffer)
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize("enum_formats", [False, True], ids=["skyrl-0.3", "skyrl-0.4"])
@@ -448,10 +248,10 @@ def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(
     tmp_path, monkeypatch, enum_formats
 ):
     rng = np.random.default_rng(7)
-    state, loss, response, old, engine, sequences = _skyrl_state(rng)
+    state, loss, response, old, engine, sequences = skyrl_state(rng)
     path = tmp_path / "dumped_data" / "global_step_3_training_input.pkl"
     path.parent.mkdir()
-    path.write_bytes(_skyrl_pickle(monkeypatch, state, enum_formats))
+    path.write_bytes(skyrl_pickle(monkeypatch, state, enum_formats))
     for name in [m for m in __import__("sys").modules if m.startswith("skyrl")]:
         monkeypatch.delitem(__import__("sys").modules, name)  # no SkyRL at read time
 
@@ -487,10 +287,10 @@ def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path, monkeypatch):
             return (os.system, (f"touch {marker}",))
 
     rng = np.random.default_rng(8)
-    state, *_ = _skyrl_state(rng)
+    state, *_ = skyrl_state(rng)
     state["metadata"]["metrics"] = Hostile()  # a global call hidden inside the state
     path = tmp_path / "global_step_1_training_input.pkl"
-    path.write_bytes(_skyrl_pickle(monkeypatch, state, enum_formats=False))
+    path.write_bytes(skyrl_pickle(monkeypatch, state, enum_formats=False))
     result = runner.invoke(app, ["analyze", str(path)])
     assert result.exit_code == 2
     assert "does not decode" in result.stderr and (
