@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,3 +101,19 @@ def test_near_on_policy_chi2_keeps_its_digits():
     for part in np.array_split(np.arange(50), 7):
         merged.merge(mismatch_partials(torch.tensor(z[part]), torch.tensor(mask[part])))
     assert math.isclose(mismatch_statistics(merged).chi2_token, exact, rel_tol=1e-9)
+
+
+def test_tiny_weights_everywhere_neither_crash_nor_lose_their_digits():
+    """Long responses with a steady train/inference bias: every sequence weight prod r is
+    far below 1, where expm1 rounds to -1 (the log-sum-exp form must take over)."""
+    z = torch.tensor([[-9.0, -9.0], [-9.5, -9.5]], dtype=torch.float64)
+    stats = mismatch_statistics(mismatch_partials(z, torch.ones_like(z, dtype=torch.bool)))
+    w = [math.exp(-18.0), math.exp(-19.0)]
+    assert stats.ess_seq == pytest.approx(sum(w) ** 2 / (2 * sum(x * x for x in w)), rel=1e-12)
+    assert stats.log_chi2_seq_plus_1 == pytest.approx(
+        math.log((w[0] ** 2 + w[1] ** 2) / 2), rel=1e-12
+    )
+    tokens = [math.exp(-9.0)] * 2 + [math.exp(-9.5)] * 2
+    assert stats.ess == pytest.approx(
+        sum(tokens) ** 2 / (4 * sum(x * x for x in tokens)), rel=1e-12
+    )

@@ -47,7 +47,7 @@ class MismatchPartials:
     log_sum_r2: float = NEG_INF
     log_sum_seq_w: float = NEG_INF
     log_sum_seq_w2: float = NEG_INF
-    # the quantities frameworks log under their own names (docs/frameworks.md)
+    # the quantities frameworks log under their own names (docs/framework-metrics.md)
     sum_abs_z: float = 0.0
     max_abs_z: float = 0.0
     sum_seq_mean_abs_z: float = 0.0
@@ -174,23 +174,12 @@ def mismatch_statistics(partials: MismatchPartials, is_threshold: float = 2.0) -
         nan = math.nan
         return MismatchStats(0, 0, nan, nan, nan, nan, nan, nan, nan, nan, nan, is_threshold)
     p = partials
-    log_second_seq = p.log_sum_seq_w2 - math.log(b)
-    direct = all(math.isfinite(x) for x in (p.sum_expm1_z, p.sum_expm1_2z))
-    direct_seq = all(math.isfinite(x) for x in (p.sum_expm1_s, p.sum_expm1_2s))
-    if direct:
-        # (sum r)^2 / (n sum r^2) with sum r = n + sum expm1(z), exact near r = 1
-        chi2_token = p.sum_expm1_2z / n
-        ess = (1 + p.sum_expm1_z / n) ** 2 / (1 + chi2_token)
-    else:
-        chi2_token = _expm1_safe(p.log_sum_r2 - math.log(n))
-        ess = math.exp(2 * p.log_sum_r - math.log(n) - p.log_sum_r2)
-    if direct_seq:
-        chi2_seq = p.sum_expm1_2s / b
-        ess_seq = (1 + p.sum_expm1_s / b) ** 2 / (1 + chi2_seq)
-        log_second_seq = math.log1p(chi2_seq)
-    else:
-        chi2_seq = _expm1_safe(log_second_seq)
-        ess_seq = math.exp(2 * p.log_sum_seq_w - math.log(b) - p.log_sum_seq_w2)
+    chi2_token, log_second = _moment(p.sum_expm1_2z, p.log_sum_r2, n)
+    _, log_first = _moment(p.sum_expm1_z, p.log_sum_r, n)
+    ess = math.exp(2 * log_first - log_second)
+    chi2_seq, log_second_seq = _moment(p.sum_expm1_2s, p.log_sum_seq_w2, b)
+    _, log_first_seq = _moment(p.sum_expm1_s, p.log_sum_seq_w, b)
+    ess_seq = math.exp(2 * log_first_seq - log_second_seq)
     return MismatchStats(
         tokens=n,
         sequences=b,
@@ -209,6 +198,17 @@ def mismatch_statistics(partials: MismatchPartials, is_threshold: float = 2.0) -
         abs_diff_seq_mean=p.sum_seq_mean_abs_z / b,
         ppl_ratio=1.0 + p.sum_expm1_neg_seq_mean_z / b,
     )
+
+
+def _moment(sum_expm1: float, log_sum: float, count: int) -> tuple[float, float]:
+    """(E[w] - 1, log E[w]) from the two forms kept for it: 1 + mean(expm1) keeps its
+    digits near E[w] = 1; the log-sum-exp keeps them where weights overflow or where
+    they are all tiny (expm1 then rounds to -1 and the mean loses everything)."""
+    direct = sum_expm1 / count
+    if math.isfinite(direct) and direct > -0.5:
+        return direct, math.log1p(direct)
+    log_mean = log_sum - math.log(count)
+    return _expm1_safe(log_mean), log_mean
 
 
 def _expm1_safe(x: float) -> float:
