@@ -418,3 +418,14 @@ def test_info_describes_text_logs_and_unknown_pickles(tmp_path):
     result = runner.invoke(app, ["info", str(other)])
     assert result.exit_code == 2
     assert "arbitrary code" in result.stderr and "--unsafe-pickle" in result.stderr
+
+
+def test_load_of_a_slime_directory_takes_rank_copies_once(tmp_path):
+    rng = np.random.default_rng(11)
+    obj, _, _ = slime_v1_rank(rng, [0, 1, 2], lengths=[3, 4, 5])
+    obj["rollout_data"]["raw_reward"] = [1.0, 0.0, 1.0]
+    for rank in (0, 1):  # tensor-parallel peers
+        torch.save(obj, tmp_path / f"4_{rank}.pt")
+    batch = ratioscope.load(tmp_path)
+    assert batch.num_sequences == 3
+    assert batch.num_tokens == 12

@@ -23,6 +23,7 @@ from ratioscope.errors import (
     InputError,
     NotADumpError,
     ShapeMismatchError,
+    SkippedFileError,
     UnreadablePathError,
 )
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
@@ -172,8 +173,21 @@ def load(
     )
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     files = expand_paths(paths)
-    batches = [load_file(file, options) for file in files]
-    return batches[0] if len(batches) == 1 else concatenate(batches)
+    if len(files) == 1:
+        return load_file(files[0], options)
+    batches: dict[str | Path, TokenBatch] = {}
+    skipped: list[SkippedFileError] = []
+    for file in files:
+        try:
+            batch = load_file(file, options)
+        except SkippedFileError as error:  # a side table or a stage without data
+            skipped.append(error)
+            continue
+        # a framework's rank copies of the same samples are taken once
+        batches.setdefault(batch.content_key or file, batch)
+    if not batches:
+        raise skipped[0]
+    return concatenate(list(batches.values()))
 
 
 def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
