@@ -106,3 +106,19 @@ def test_text_logs_given_to_analyze_are_named_with_the_command_that_reads_them(
     assert result.exit_code == 2
     assert what in result.stderr and "eval-ucc" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_the_ratio_trace_plot_names_the_train_inference_ratio(tmp_path, monkeypatch):
+    from ratioscope.render import ratio_plots
+    from ratioscope.sections.ratios import ratio_trace
+
+    ref = make_reference(seed=8)
+    path = tmp_path / "dump.pt"
+    torch.save(_tensors(ref, "old_log_probs", "rollout_log_probs"), path)
+    trace = ratio_trace([path], 0)
+    assert trace.ratio_pair == "old/engine"
+    seen = {}
+    monkeypatch.setattr(ratio_plots, "save_figure", lambda figure, out: seen.update(f=figure))
+    ratio_plots.plot_trace(trace, tmp_path / "t.png")
+    labels = [axes.get_ylabel() for axes in seen["f"].axes if axes.get_ylabel()]
+    assert labels and all("pi_old / pi_engine" in label for label in labels)

@@ -301,6 +301,14 @@ def _zoom_limit(values: Sequence[float], band: tuple[float, float]) -> float:
     return 1.35 * top if top > 0 else 1e-3
 
 
+#: the y-axis of a trace by what its log-ratio compares (ratioscope.batch.RATIO_PAIRS)
+_LOG_RATIO_LABELS = {
+    "current/old": "log(pi_theta / pi_old)",
+    "current/engine": "log(pi_theta / pi_engine)",
+    "old/engine": "log(pi_old / pi_engine): train/inference",
+}
+
+
 def plot_trace(trace: Any, out: Path) -> None:
     """One sequence: raw, sequence-level and Kalman-filtered log-ratio over token position.
 
@@ -336,8 +344,9 @@ def plot_trace(trace: Any, out: Path) -> None:
         f"{outside} of {len(trace.token)} lie outside this range)",
         fontsize=9,
     )
-    full.set_ylabel("log(pi_theta / pi_old)")
-    zoom.set_ylabel("log(pi_theta / pi_old), zoomed")
+    quantity = _LOG_RATIO_LABELS.get(getattr(trace, "ratio_pair", "current/old"), "log ratio")
+    full.set_ylabel(quantity)
+    zoom.set_ylabel(f"{quantity}, zoomed")
     zoom.set_xlabel("token position in the response")
     full.set_title(
         f"Importance ratios of one sequence (row {trace.row} of {Path(trace.source).name})"

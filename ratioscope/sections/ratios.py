@@ -498,6 +498,7 @@ class RatioTrace:
     kalman: list[float]
     on_band: tuple[float, float]
     qv: float
+    ratio_pair: str = "current/old"
 
 
 def ratio_trace(
@@ -526,6 +527,7 @@ def ratio_trace(
                 row=row,
                 on_band=params.on_band,
                 qv=params.kalman_q / params.kalman_v,
+                ratio_pair=batch.ratio_pair,
                 **signals,
             )
         seen += batch.num_sequences
