@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ratioscope.batch import TokenBatch
 from ratioscope.device import resolve_device
-from ratioscope.errors import InputError, MergeError, SkippedFileError
+from ratioscope.errors import InputError, MergeError, ReportError, SkippedFileError
 from ratioscope.io.loaders import LoadOptions, expand_paths, load_file
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
@@ -191,6 +191,42 @@ def report_or_analysis(
     return document, source
 
 
+def section_or_analysis(
+    paths: Sequence[str | Path],
+    section: str,
+    *,
+    params: AnalysisParams | None = None,
+    load_options: LoadOptions | None = None,
+    device: str = "cpu",
+    progress: ProgressCallback | None = None,
+) -> tuple[dict[str, Any], str]:
+    """One report section as JSON, from report JSON files or from dumps (for plots).
+
+    Report files (``.json``) are used as stored (several are merged from their state);
+    dumps are analysed for this section only; see :func:`report_or_analysis`.
+
+    Returns:
+        ``(section, source)``: the section's JSON and a short description of the inputs.
+
+    Raises:
+        UsageError: report files and dumps mixed; ReportError/InputError: the section
+        cannot be had from them (the reason is in the message).
+    """
+    document, source = report_or_analysis(
+        paths,
+        params=params,
+        load_options=load_options,
+        device=device,
+        progress=progress,
+        sections=[section],
+    )
+    if document.get(section) is None:
+        reasons = [w for w in document.get("warnings", []) if w.startswith(section)]
+        message = reasons[0] if reasons else f"{section}: not computed"
+        raise ReportError(Path(str(paths[0])), message)
+    return document[section], source
+
+
 def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()) -> Report:
     """Merge analyze reports of shards of one run into the report of the whole.
 
@@ -203,24 +239,22 @@ def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()
             that is not an analyze report.
     """
     names = list(names)
-    totals: dict[str, Accumulator] | None = None
-    params: AnalysisParams | None = None
-    first: tuple[str, dict[str, Any]] | None = None
+    totals: dict[str, Accumulator] = {}
+    first: _FirstReport | None = None
     inputs: list[InputInfo] = []
     loader_warnings: list[str] = []
     classes = {cls.name: cls for cls in section_classes()}
     for index, document in enumerate(documents):
         name = names[index] if index < len(names) else f"report {index + 1}"
         _check_mergeable(document, name)
-        present = [key for key in classes if key in document["state"]]
         if first is None:
-            first = (name, document.get("params", {}))
-            params = _params_of(document, name)
-            totals = {key: _restore(classes[key], params, document, name) for key in present}
+            first = _FirstReport(name, document.get("params", {}), _params_of(document, name))
+            present = [key for key in classes if key in document["state"]]
+            totals = {key: _restore(classes[key], first.params, document, name) for key in present}
         else:
             _check_same_run(name, document, first, list(totals))
             for key, total in totals.items():
-                _fold(total, _restore(classes[key], params, document, name), name)
+                _fold(total, _restore(classes[key], first.params, document, name), name)
         for info in document["inputs"]:
             entry = InputInfo(**info)
             if entry.sha256 and any(
@@ -232,10 +266,21 @@ def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()
                 )  # fmt: skip
             inputs.append(entry)
         loader_warnings.extend(document["state"].get("loader_warnings", []))
-    if first is None or totals is None or params is None:
+    if first is None:
         raise MergeError(None, "no report to merge")
-    load_options = LoadOptions(**_load_kwargs(first[1].get("load", {})))
-    return _build_report(inputs, params, load_options, list(totals.values()), loader_warnings, None)
+    load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
+    return _build_report(
+        inputs, first.params, load_options, list(totals.values()), loader_warnings, None
+    )
+
+
+@dataclass(frozen=True)
+class _FirstReport:
+    """The report every other one of a merge is checked against."""
+
+    name: str
+    params_block: dict[str, Any]  # its ``params``, which the others must equal
+    params: AnalysisParams
 
 
 _MALFORMED = (KeyError, TypeError, ValueError, IndexError, RuntimeError)
@@ -277,9 +322,9 @@ def _check_mergeable(document: dict[str, Any], name: str) -> None:
 
 
 def _check_same_run(
-    name: str, document: dict[str, Any], first: tuple[str, dict[str, Any]], sections: list[str]
+    name: str, document: dict[str, Any], first: _FirstReport, sections: list[str]
 ) -> None:
-    first_name, first_params = first
+    first_name, first_params = first.name, first.params_block
     if document.get("params") != first_params:
         differing = _differing_keys(first_params, document.get("params", {}))
         raise MergeError(
@@ -348,14 +393,7 @@ def _analyse_file(
     chunk_elements: int,
     progress: ProgressCallback | None,
 ) -> dict[str, list[Tensor]]:
-    active: list[Accumulator] = []
-    for acc in accumulators:
-        missing = acc.missing(batch)
-        if missing:
-            acc.skip(batch, missing)
-        else:
-            acc.fed += 1
-            active.append(acc)
+    active = [acc for acc in accumulators if acc.begin_file(batch)]
     columns: dict[str, list[Tensor]] = {}
     per_chunk = [a for a in active if not a.per_file]
     per_file = [a for a in active if a.per_file]

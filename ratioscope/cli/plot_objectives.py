@@ -40,19 +40,20 @@ def covariance(
 
     Example: ratioscope plot covariance sample_data/verl/ --out covariance.png
     """
+    from ratioscope.analysis import section_or_analysis
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.cli.plot_ratios import refuse_report_options
     from ratioscope.render.figures import check_figure_path
     from ratioscope.render.objective_plots import plot_covariance
-    from ratioscope.sections.covariance import load_covariance
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])
     refuse_report_options(ctx, paths, ("cov_scope",))
     with progress_bar(not quiet) as progress:
-        section, source = load_covariance(
+        section, source = section_or_analysis(
             paths,
+            "covariance",
             params=analysis_params(cov_scope=cov_scope),
             load_options=load_options(format, mapping, "error", unsafe_pickle),
             device=device,

@@ -1,7 +1,9 @@
 """The accumulator protocol every report section follows.
 
-An accumulator is fed :class:`~ratioscope.sections.context.Context` objects (a chunk of
-rows, or a whole file for sections that need complete groups), keeps mergeable state
+An accumulator is told of each file once (:meth:`Accumulator.begin_file`, where it
+declines files that lack its inputs and notes per-file facts), then fed
+:class:`~ratioscope.sections.context.Context` objects (the file's chunks of rows, or the
+whole file for sections that need complete groups), keeps mergeable state
 (:mod:`ratioscope.stats`), serialises it for ``ratioscope merge`` and finally produces
 its typed section. A section whose inputs are missing in every file is ``None`` in the
 report with a warning naming the missing tensor.
@@ -15,6 +17,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
+from ratioscope.errors import DumpKeyError
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.context import Context
 
@@ -23,6 +26,21 @@ def listed(items: list[str], shown: int = 3) -> str:
     """``a; b; c and 4 more``: file lists in warnings stay one readable line."""
     text = "; ".join(items[:shown])
     return text + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def required(batch: TokenBatch, name: str) -> Tensor:
+    """The tensor ``name`` of ``batch``, one the section cannot do without.
+
+    The orchestrator feeds a section only files that :meth:`Accumulator.begin_file`
+    accepted, so this fails only for a caller that feeds a section directly.
+
+    Raises:
+        DumpKeyError: ``batch`` has no ``name``.
+    """
+    value = getattr(batch, name)
+    if not isinstance(value, Tensor):
+        raise DumpKeyError(batch.source, missing=name, found=batch.available())
+    return value
 
 
 class Accumulator(ABC):
@@ -47,9 +65,27 @@ class Accumulator(ABC):
     def skip(self, batch: TokenBatch, missing: list[str]) -> None:
         self.skipped.append(f"{batch.source} (no {', '.join(missing)})")
 
+    def begin_file(self, batch: TokenBatch) -> bool:
+        """Take note of a file before its chunks are fed; called once per file.
+
+        A section that keeps per-file facts (which files lack an optional input, ...)
+        extends this; chunks carry no sign of where a file starts.
+
+        Returns:
+            False when the file lacks an input the section needs (recorded for the
+            warning), and the section is then not fed the file's chunks.
+        """
+        missing = self.missing(batch)
+        if missing:
+            self.skip(batch, missing)
+            return False
+        self.fed += 1
+        return True
+
     @abstractmethod
     def update(self, ctx: Context) -> dict[str, Tensor]:
-        """Consume a chunk; return per-sequence columns ([rows] tensors) for Parquet."""
+        """Consume a chunk of a file given to :meth:`begin_file`; return per-sequence
+        columns ([rows] tensors) for Parquet."""
 
     @abstractmethod
     def merge(self, other: Accumulator) -> None:

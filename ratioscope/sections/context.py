@@ -6,7 +6,8 @@ means); the context computes each on first use and shares it.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -15,6 +16,7 @@ from ratioscope.batch import TokenBatch
 from ratioscope.params import AnalysisParams
 
 VARIANTS = ("token", "sequence", "kalman")
+T = TypeVar("T")
 
 
 class Context:
@@ -34,7 +36,7 @@ class Context:
         """[B, T] log-ratio, 0 at masked positions."""
         return self.batch.log_ratio
 
-    def cached(self, key: str, compute):
+    def cached(self, key: str, compute: Callable[[], T]) -> T:
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]
@@ -98,9 +100,10 @@ class Context:
             v=p.kalman_v,
             p0=p.kalman_p0,
             rho0=p.kalman_rho0,
-            mask_policy=p.mask_policy,
+            # AnalysisParams admits only the values of MASK_POLICIES
+            mask_policy=cast("kalman.MaskPolicy", p.mask_policy),
         )
 
 
-def _kalman_settings(p: AnalysisParams) -> tuple:
+def _kalman_settings(p: AnalysisParams) -> tuple[object, ...]:
     return (p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0, p.mask_policy, p.kalman_impl)

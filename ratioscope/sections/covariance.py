@@ -16,14 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
-from ratioscope.errors import ReportError
 from ratioscope.functional import histogram as bins
 from ratioscope.functional.covariance import (
     CLIP_COV_BOUNDS,
@@ -39,7 +37,7 @@ from ratioscope.functional.covariance import (
 )
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
 from ratioscope.params import AnalysisParams
-from ratioscope.sections.base import Accumulator
+from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution, distribution_of
 from ratioscope.stats import Counter, Histogram
@@ -182,10 +180,11 @@ class CovarianceAccumulator(Accumulator):
 
     def update(self, ctx: Context) -> dict[str, Tensor]:
         batch, mask = ctx.batch, ctx.mask
-        advantages = batch.advantages
+        log_probs = required(batch, "log_probs")
+        advantages = required(batch, "advantages")
         scope = self.scope_of(batch)
-        group = batch.group if scope == "group" else None
-        c, w, w_norm = covariance_weights(batch.log_probs, advantages, mask, group)
+        group = required(batch, "group") if scope == "group" else None
+        c, w, w_norm = covariance_weights(log_probs, advantages, mask, group)
         self.scope_files.add_tensor(torch.tensor([SCOPE_NAMES.index(scope)]))
         self.scopes += int(torch.unique(group).numel()) if group is not None else 1
 
@@ -204,20 +203,22 @@ class CovarianceAccumulator(Accumulator):
             kept_normalised = (1.0 - mass.removed_normalised) * mass.total
             self.mass += torch.tensor([mass.total, kept, kept_normalised], dtype=torch.float64)
 
-        self._touched(ctx, c if group is None else None)
+        self._touched(ctx, log_probs, advantages, c if group is None else None)
         return {
             "cov_c_mean": sequence_means(c.double(), mask),
             "cov_weight_mean": sequence_means(w.double(), mask),
             "cov_weight_norm_mean": sequence_means(w_norm.double(), mask),
         }
 
-    def _touched(self, ctx: Context, batch_c: Tensor | None) -> None:
+    def _touched(
+        self, ctx: Context, log_probs: Tensor, advantages: Tensor, batch_c: Tensor | None
+    ) -> None:
         """Clip-Cov and KL-Cov counts: both compute c over the whole batch (this file)."""
-        batch, mask = ctx.batch, ctx.mask
+        mask = ctx.mask
         if batch_c is None:
-            batch_c = token_covariance(batch.log_probs, batch.advantages, mask, None)
+            batch_c = token_covariance(log_probs, advantages, mask, None)
         # Clip-Cov's reference implementation never picks tokens PPO clipping already zeroed
-        clipped = ppo_clip_mask(ctx.z, batch.advantages, mask, self.params.clip)
+        clipped = ppo_clip_mask(ctx.z, advantages, mask, self.params.clip)
         clip = clip_cov_touched(batch_c, mask, CLIP_COV_RATIO, CLIP_COV_BOUNDS, clipped)
         kl = kl_cov_touched(batch_c, mask, KL_COV_RATIO)
         self.clip_cov += torch.tensor([clip.count, clip.eligible, clip.total])
@@ -435,44 +436,3 @@ def cumulative_share(histogram: Histogram, fractions: Sequence[float]) -> list[f
     if n == 0 or total <= 0:
         return [math.nan for _ in fractions]
     return [min(1.0, _top_sum(counts, sums, top_count(x, n)) / total) for x in fractions]
-
-
-# ------------------------------------------------------------------------ for plots
-def load_covariance(
-    paths: Sequence[str | Path],
-    *,
-    params: AnalysisParams | None = None,
-    load_options: Any = None,
-    device: str = "cpu",
-    progress: Any = None,
-) -> tuple[dict[str, Any], str]:
-    """The ``covariance`` section as JSON, from report JSON files or from dumps.
-
-    Report files (``.json``) are used as stored (several are merged from their state);
-    dumps are analysed (this section only) with :func:`ratioscope.analyze`.
-
-    Returns:
-        ``(section, source)``: the section's JSON and a short description of the inputs.
-
-    Raises:
-        UsageError: report files and dumps mixed; ReportError/InputError: no covariance
-        section can be had from them (the reason is in the message).
-    """
-    from ratioscope.analysis import report_or_analysis
-
-    document, source = report_or_analysis(
-        paths,
-        params=params,
-        load_options=load_options,
-        device=device,
-        progress=progress,
-        sections=["covariance"],
-    )
-    if document.get("covariance") is None:
-        raise ReportError(Path(str(paths[0])), _why_missing(document))
-    return document["covariance"], source
-
-
-def _why_missing(document: dict[str, Any]) -> str:
-    reasons = [w for w in document.get("warnings", []) if w.startswith("covariance")]
-    return reasons[0] if reasons else "covariance: not computed"

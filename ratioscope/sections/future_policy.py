@@ -25,6 +25,7 @@ import ctypes
 import math
 import mmap
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from ratioscope.functional.fpa import (
     sequence_weights,
 )
 from ratioscope.params import AnalysisParams
-from ratioscope.sections.base import Accumulator, listed
+from ratioscope.sections.base import Accumulator, listed, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution, distribution_of
 from ratioscope.stats import Counter, Histogram
@@ -191,25 +192,30 @@ class FuturePolicyAccumulator(Accumulator):
             return []
         return [name for name in APPROXIMATE_INPUTS if not batch.has(name)]
 
+    def begin_file(self, batch: TokenBatch) -> bool:
+        if not super().begin_file(batch):
+            return False
+        exact = _exact(batch)
+        self.method_files.add_tensor(torch.tensor([0 if exact else 1]))
+        if not exact:
+            lacking = ", ".join(n for n in EXACT_INPUTS if not batch.has(n))
+            self.approximated.append(f"{batch.source} (no {lacking})")
+        if batch.correct is not None:
+            self.split_files += 1
+        else:
+            self.no_correct.append(batch.source)
+        return True
+
     def update(self, ctx: Context) -> dict[str, Tensor]:
         batch, mask = ctx.batch, ctx.mask
-        exact = _exact(batch)
-        first_chunk = batch.row_offset == 0
-        if first_chunk:
-            self.method_files.add_tensor(torch.tensor([0 if exact else 1]))
-            if not exact:
-                lacking = ", ".join(n for n in EXACT_INPUTS if not batch.has(n))
-                self.approximated.append(f"{batch.source} (no {lacking})")
-        if exact:
+        if _exact(batch):
             future, reference = exact_log_probs(batch, self.lams, mask.device)
         else:
+            log_probs = required(batch, "log_probs")
+            reference = required(batch, "ref_log_probs")
             future = torch.stack(
-                [
-                    future_log_probs_approx(batch.log_probs, batch.ref_log_probs, lam)
-                    for lam in self.lams
-                ]
+                [future_log_probs_approx(log_probs, reference, lam) for lam in self.lams]
             )
-            reference = batch.ref_log_probs
         current = future[self.lams.index(0.0)]
 
         # a row without valid tokens has no sequence weight or log-ratio: leave it out
@@ -218,9 +224,6 @@ class FuturePolicyAccumulator(Accumulator):
         if batch.correct is not None:
             correct = batch.correct.to(mask.device)
             selections.update(correct=correct & present, incorrect=~correct & present)
-            self.split_files += int(first_chunk)
-        elif first_chunk:
-            self.no_correct.append(batch.source)
 
         threshold = self.params.fpa_threshold
         columns: dict[str, Tensor] = {}
@@ -381,21 +384,22 @@ def exact_log_probs(
         masked positions.
     """
     mask = batch.mask
+    all_logits, all_ref_logits, token_ids = (required(batch, name) for name in EXACT_INPUTS)
     rows, width = mask.shape
-    vocab = int(batch.logits.shape[-1])
-    _check_token_ids(batch, vocab)
+    vocab = int(all_logits.shape[-1])
+    _check_token_ids(batch, token_ids, vocab)
     span = max(1, SLICE_ELEMENTS // max(vocab, 1))
     future = torch.zeros((len(lams), rows * width), dtype=torch.float32, device=device)
     reference = torch.zeros(rows * width, dtype=torch.float32, device=device)
     positions = torch.arange(1, width + 1, device=mask.device)
     extents = torch.where(mask, positions, 0).amax(dim=1).tolist()
     # rows can only be joined where one flat view reaches across them
-    joinable = batch.logits.is_contiguous() and batch.ref_logits.is_contiguous()
-    ids, valid = batch.token_ids.reshape(-1), mask.reshape(-1)
-    pages = _MappedPages(batch.logits, batch.ref_logits)
+    joinable = all_logits.is_contiguous() and all_ref_logits.is_contiguous()
+    ids, valid = token_ids.reshape(-1), mask.reshape(-1)
+    pages = _MappedPages(all_logits, all_ref_logits)
     for start, stop in segments(extents, width, span, join=joinable):
-        logits = _flat_view(batch.logits, start, stop, width)
-        ref_logits = _flat_view(batch.ref_logits, start, stop, width)
+        logits = _flat_view(all_logits, start, stop, width)
+        ref_logits = _flat_view(all_ref_logits, start, stop, width)
         future[:, start:stop] = future_log_probs_sweep(
             logits, ref_logits, ids[start:stop], lams, valid[start:stop], device=device
         )
@@ -455,8 +459,8 @@ def _flat_view(logits: Tensor, start: int, stop: int, width: int) -> Tensor:
     return logits.reshape(-1, logits.shape[-1])[start:stop]  # contiguous: a view
 
 
-def _check_token_ids(batch: TokenBatch, vocab: int) -> None:
-    outside = batch.mask & ((batch.token_ids < 0) | (batch.token_ids >= vocab))
+def _check_token_ids(batch: TokenBatch, token_ids: Tensor, vocab: int) -> None:
+    outside = batch.mask & ((token_ids < 0) | (token_ids >= vocab))
     if bool(outside.any()):
         row, column = (int(i) for i in outside.nonzero()[0])
         raise InputError(
@@ -488,14 +492,15 @@ class _MappedPages:
         self.advice = _MADV_PAGEOUT if written else mmap.MADV_DONTNEED
 
     def release(self, *views: Tensor) -> None:
-        if not self.active:
+        madvise = self._madvise
+        if not self.active or madvise is None:
             return
         for view in views:
             start = view.data_ptr()
             stop = start + view.numel() * view.element_size()
             first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
             last = stop // mmap.PAGESIZE * mmap.PAGESIZE
-            if last > first and self._madvise(first, last - first, self.advice) != 0:
+            if last > first and madvise(first, last - first, self.advice) != 0:
                 self.active = False  # not supported here: keep the pages
                 return
 
@@ -503,7 +508,7 @@ class _MappedPages:
 _MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21)  # Linux >= 5.4
 
 
-def _madvise() -> Any:
+def _madvise() -> Callable[[int, int, int], int] | None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         function = libc.madvise

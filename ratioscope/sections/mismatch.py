@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import Tensor
 
+from ratioscope.batch import TokenBatch
 from ratioscope.functional.mismatch import (
     MismatchPartials,
     MismatchStats,
@@ -46,6 +47,17 @@ class MismatchAccumulator(Accumulator):
         # what the policy row compares in the files that fed it ("current/old", ...)
         self.policy_pairs: list[str] = []
 
+    def begin_file(self, batch: TokenBatch) -> bool:
+        if not super().begin_file(batch):
+            return False
+        if batch.ratio_pair != "old/engine" and batch.ratio_pair not in self.policy_pairs:
+            self.policy_pairs.append(batch.ratio_pair)
+        # with current/engine the policy row already holds the engine comparison
+        has_rollout = batch.has("rollout_log_probs") and batch.has("old_log_probs")
+        if batch.ratio_pair == "current/old" and not has_rollout:
+            self.rollout_missing.append(batch.source)
+        return True
+
     def update(self, ctx: Context) -> dict[str, Tensor]:
         c = self.params.is_threshold
         batch = ctx.batch
@@ -55,17 +67,12 @@ class MismatchAccumulator(Accumulator):
         else:
             self.policy.merge(mismatch_partials(ctx.z, ctx.mask, c))
             columns["policy_log_ratio_mean"] = sequence_means(ctx.z.double(), ctx.mask)
-            if batch.ratio_pair not in self.policy_pairs:
-                self.policy_pairs.append(batch.ratio_pair)
             z_rollout = None
             if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
                 z_rollout = batch.old_log_probs - batch.rollout_log_probs
         if z_rollout is not None:
             self.rollout.merge(mismatch_partials(z_rollout, ctx.mask, c))
             columns["rollout_log_ratio_mean"] = sequence_means(z_rollout.double(), ctx.mask)
-        elif batch.row_offset == 0 and batch.ratio_pair == "current/old":
-            # with current/engine the policy row already holds the engine comparison
-            self.rollout_missing.append(batch.source)
         return columns
 
     def merge(self, other: Accumulator) -> None:
@@ -134,6 +141,7 @@ def _partials(state: dict[str, Any]) -> MismatchPartials:
     required = expected - _ADDED_LATER
     if not required <= set(state) <= expected:
         raise KeyError(f"expected keys {sorted(expected)}, got {sorted(state)}")
-    # JSON has no -inf: an empty log-sum was written as null
-    values = {k: (-float("inf") if v is None else v) for k, v in state.items()}
+    # JSON has no -inf: an empty log-sum was written as null; Any: JSON values are
+    # untyped, and the keys were checked against the fields above
+    values: dict[str, Any] = {k: (-float("inf") if v is None else v) for k, v in state.items()}
     return MismatchPartials(**values)

@@ -15,16 +15,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
 
+from ratioscope.batch import TokenBatch
 from ratioscope.functional.surrogate import ppo_row_sums
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
 from ratioscope.stats import Counter, Histogram, Vector
+
+if TYPE_CHECKING:
+    from ratioscope.functional.token_stats import SignalStatistics
 
 STATE_NAMES = ("down", "on", "up")
 #: --kalman-impl reference is flagged where it is this far from the exact filter
@@ -143,10 +147,8 @@ class _StateSums:
     spectrum_sum: Vector = field(default_factory=Vector)
     spectrum_count: int = 0
 
-    def add(self, stats, nonempty: Tensor) -> None:
-        """Fold a :class:`~ratioscope.functional.token_stats.SignalStatistics` in."""
-        import torch
-
+    def add(self, stats: SignalStatistics, nonempty: Tensor) -> None:
+        """Fold the statistics of a chunk's rows in (``nonempty`` ones only)."""
         rows = nonempty
         counts = stats.state_counts[rows].sum(dim=0)
         for j in range(3):
@@ -317,16 +319,21 @@ class RatiosAccumulator(Accumulator):
     def band(self, variant: str) -> tuple[float, float]:
         return self.params.clip if variant == "token" else self.params.seq_clip
 
+    def begin_file(self, batch: TokenBatch) -> bool:
+        if not super().begin_file(batch):
+            return False
+        if batch.ratio_pair == "old/engine":
+            self.not_policy_ratio.append(batch.source)
+        elif batch.advantages is None:
+            self.no_advantages.append(batch.source)
+        return True
+
     def update(self, ctx: Context) -> dict[str, Tensor]:
         columns: dict[str, Tensor] = {}
         advantages = ctx.batch.advantages
         if ctx.batch.ratio_pair == "old/engine":
             # the train/inference ratio is no PPO ratio: no update clips it
-            if ctx.batch.row_offset == 0:
-                self.not_policy_ratio.append(ctx.batch.source)
             advantages = None
-        elif advantages is None and ctx.batch.row_offset == 0:
-            self.no_advantages.append(ctx.batch.source)
         for variant, state in self.variants.items():
             signal = ctx.signal(variant, self.params)
             state.histogram.add(signal[ctx.mask])
@@ -362,11 +369,14 @@ class RatiosAccumulator(Accumulator):
         self, ctx: Context, variant: str, signal: Tensor, state: _VariantState
     ) -> dict[str, Tensor]:
         from ratioscope.functional.token_stats import (
+            Space,
             constant_signal_statistics,
             signal_statistics,
         )
 
         p = self.params
+        # AnalysisParams admits only the values of SPACES
+        space = cast("Space", p.space)
         if variant == "sequence":
             # constant within each sequence: the statistics follow from one value per row
             stats = constant_signal_statistics(
@@ -379,7 +389,7 @@ class RatiosAccumulator(Accumulator):
                 on_band=p.on_band,
                 window=p.window,
                 cutoff=p.lfr_cutoff,
-                space=p.space,
+                space=space,
             )
         state.states.add(stats, ctx.nonempty)
         return {

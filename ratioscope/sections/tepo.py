@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope.batch import TokenBatch
 from ratioscope.functional.surrogate import sequence_means
 from ratioscope.functional.tepo import (
     kl_mask,
@@ -93,6 +94,18 @@ class TepoAccumulator(Accumulator):
         self.no_advantages: list[str] = []
         self.no_entropy: list[str] = []
 
+    def begin_file(self, batch: TokenBatch) -> bool:
+        if not super().begin_file(batch):
+            return False
+        if batch.advantages is None:
+            # that warning names kl_mask too, so the file is not listed again for entropy
+            self.no_advantages.append(batch.source)
+            return True
+        lacking = [name for name in ("entropy", "old_entropy") if not batch.has(name)]
+        if lacking:
+            self.no_entropy.append(f"{batch.source} (no {', '.join(lacking)})")
+        return True
+
     def update(self, ctx: Context) -> dict[str, Tensor]:
         batch, mask, z = ctx.batch, ctx.mask, ctx.z
         band = self.params.seq_clip
@@ -104,11 +117,8 @@ class TepoAccumulator(Accumulator):
         self.outside += int((outside & finite).sum())
         self.tokens += int(mask.sum())
         columns: dict[str, Tensor] = {}
-        first_chunk = batch.row_offset == 0
         advantages = batch.advantages
         if advantages is None:
-            if first_chunk:
-                self.no_advantages.append(batch.source)
             return columns
         self.advantage_tokens += int(mask.sum())
         clipped = sequence_clip_mask(z, advantages, mask, band, form="ppo")
@@ -121,15 +131,13 @@ class TepoAccumulator(Accumulator):
             [float(terms.sum()), int(mask.sum()), float(means.sum()), means.numel()],
             dtype=torch.float64,
         )
-        lacking = [name for name in ("entropy", "old_entropy") if not batch.has(name)]
-        if lacking:
-            if first_chunk:
-                self.no_entropy.append(f"{batch.source} (no {', '.join(lacking)})")
+        entropy, old_entropy = batch.entropy, batch.old_entropy
+        if entropy is None or old_entropy is None:
             return columns
-        quadrants = kl_mask_quadrants(advantages, batch.entropy, batch.old_entropy, mask)
+        quadrants = kl_mask_quadrants(advantages, entropy, old_entropy, mask)
         counts = [getattr(quadrants, name) for name in QUADRANTS] + [quadrants.total]
         self.quadrants += torch.tensor(counts, dtype=torch.long)
-        in_mask = kl_mask(advantages, batch.entropy, batch.old_entropy, mask)
+        in_mask = kl_mask(advantages, entropy, old_entropy, mask)
         columns["tepo_kl_mask_fraction"] = in_mask.sum(dim=1) / ctx.lengths.clamp_min(1)
         return columns
 

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ratioscope.functional.quatro import grpo_advantages, quatro_delta_sweep
 from ratioscope.params import AnalysisParams
-from ratioscope.sections.base import Accumulator
+from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution, distribution_of
 from ratioscope.stats import Counter, Histogram
@@ -173,10 +173,12 @@ class TrustRegionAccumulator(Accumulator):
 
     def update(self, ctx: Context) -> dict[str, Tensor]:
         batch = ctx.batch
-        rewards = batch.rewards.to(torch.float64)
+        rewards = required(batch, "rewards").to(torch.float64)
         keep = torch.isfinite(rewards)
-        _, group = torch.unique(batch.group[keep], return_inverse=True)
-        rewards, correct = rewards[keep], batch.correct[keep].to(rewards.device)
+        _, group = torch.unique(required(batch, "group")[keep], return_inverse=True)
+        # every batch with rewards has correct (rewards > 0 unless dumped)
+        correct = required(batch, "correct")[keep].to(rewards.device)
+        rewards = rewards[keep]
         quatro_column = torch.full(keep.shape, math.nan, dtype=torch.float64, device=keep.device)
         grpo_column = quatro_column.clone()
         if rewards.numel() == 0:
