@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,8 +34,17 @@ from ratioscope.functional.diversity import (
     DiversityScores,
     diversity_scores,
 )
-from ratioscope.io.samples import MethodSamples, ProblemSamples, SampleFile, SampleSet
+from ratioscope.io.samples import (
+    MethodSamples,
+    ProblemSamples,
+    SampleFields,
+    SampleFile,
+    SampleSet,
+)
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
+
+if TYPE_CHECKING:
+    import polars as pl
 
 NO_DATASET = "(none)"
 """``by_dataset`` key of problems without a dataset when other problems have one.
@@ -206,7 +215,7 @@ class EvalReport:
 
         write_json(self.to_document(), path)
 
-    def per_problem_frame(self):
+    def per_problem_frame(self) -> pl.DataFrame:
         """The per-problem table as a polars DataFrame, one row per (method, problem)."""
         import polars as pl
 
@@ -240,7 +249,7 @@ class EvalReport:
             frame.write_parquet(tmp)
 
 
-def _polars_type(column: str):
+def _polars_type(column: str) -> type[pl.DataType]:
     import polars as pl
 
     if column in ("method", "problem", "dataset"):
@@ -373,6 +382,16 @@ class _ClusterOptions:
 
 
 @dataclass
+class _ClusterValues:
+    """Per-problem clustering values of one method (eval-ucc), rows as in _MethodValues."""
+
+    ucc_at_k: np.ndarray  # [P, K]
+    sizes: list[np.ndarray]
+    diversity: np.ndarray  # [P, 4], NaN where no pair
+    pairs: np.ndarray  # [P]
+
+
+@dataclass
 class _MethodValues:
     """Per-problem values of one method, rows aligned with ``method.problems``."""
 
@@ -380,10 +399,7 @@ class _MethodValues:
     n: np.ndarray
     c: np.ndarray
     pass_at_k: np.ndarray  # [P, K]
-    ucc_at_k: np.ndarray | None = None  # [P, K]
-    sizes: list[np.ndarray] | None = None
-    diversity: np.ndarray | None = None  # [P, 4], NaN where no pair
-    pairs: np.ndarray | None = None  # [P]
+    clusters: _ClusterValues | None = None  # eval-ucc only
 
 
 def _evaluate(
@@ -404,7 +420,7 @@ def _evaluate(
     for name, method in sample_set.methods.items():
         values[name] = _method_values(method, ks, options, progress, done, total)
         done += len(method.problems)
-    by_method = {name: _method_result(v, ks, options, warnings) for name, v in values.items()}
+    by_method = {name: _method_result(v, ks, warnings) for name, v in values.items()}
     flip = None
     if params.base_method is not None:
         flip = _flip_report(sample_set, params.base_method, ks, warnings)
@@ -436,17 +452,20 @@ def _method_values(
         report(progress, ProgressUpdate("problems", done + len(n), total, method.method))
         return values
     problems = len(method.problems)
-    values.ucc_at_k = np.empty((problems, len(ks)))
-    values.diversity = np.full((problems, len(DIVERSITY_METRICS)), np.nan)
-    values.pairs = np.zeros(problems, dtype=np.int64)
-    values.sizes = []
+    clusters = _ClusterValues(
+        ucc_at_k=np.empty((problems, len(ks))),
+        sizes=[],
+        diversity=np.full((problems, len(DIVERSITY_METRICS)), np.nan),
+        pairs=np.zeros(problems, dtype=np.int64),
+    )
+    values.clusters = clusters
     for row, problem in enumerate(method.problems):
         sizes, scores = _cluster_problem(problem, options)
-        values.sizes.append(sizes)
-        values.ucc_at_k[row] = [pk.ucc_at_k(problem.n, sizes, k) for k in ks]
+        clusters.sizes.append(sizes)
+        clusters.ucc_at_k[row] = [pk.ucc_at_k(problem.n, sizes, k) for k in ks]
         if scores is not None:
-            values.diversity[row] = [getattr(scores, key) for key in DIVERSITY_METRICS]
-            values.pairs[row] = scores.pairs
+            clusters.diversity[row] = [getattr(scores, key) for key in DIVERSITY_METRICS]
+            clusters.pairs[row] = scores.pairs
         report(progress, ProgressUpdate("problems", done + row + 1, total, method.method))
     return values
 
@@ -467,14 +486,12 @@ def _cluster_problem(
     return sizes, scores
 
 
-def _method_result(
-    values: _MethodValues, ks: list[int], options: _ClusterOptions | None, warnings: list[str]
-) -> MethodResult:
+def _method_result(values: _MethodValues, ks: list[int], warnings: list[str]) -> MethodResult:
     problems = values.method.problems
     everything = np.arange(len(problems))
-    block = _block(values, everything, ks, options, warnings, per_problem=True)
+    block = _block(values, everything, ks, warnings, per_problem=True)
     datasets = [p.dataset for p in problems]
-    by_dataset = None
+    by_dataset: dict[str, MetricBlock] | None = None
     if any(d is not None for d in datasets):
         names = sorted({d for d in datasets if d is not None})
         names += [NO_DATASET] if None in datasets else []
@@ -483,7 +500,7 @@ def _method_result(
             rows = np.array(
                 [i for i, d in enumerate(datasets) if (NO_DATASET if d is None else d) == name]
             )
-            by_dataset[name] = _block(values, rows, ks, options, None, per_problem=False)
+            by_dataset[name] = _block(values, rows, ks, None, per_problem=False)
     return MethodResult(**vars(block), by_dataset=by_dataset)
 
 
@@ -491,17 +508,19 @@ def _block(
     values: _MethodValues,
     rows: np.ndarray,
     ks: list[int],
-    options: _ClusterOptions | None,
     warnings: list[str] | None,
     per_problem: bool,
 ) -> MetricBlock:
     n, c = values.n[rows], values.c[rows]
     keys = [str(k) for k in ks]
-    clusters = diversity = ucc = None
-    if options is not None:
-        ucc = dict(zip(keys, values.ucc_at_k[rows].mean(axis=0).tolist(), strict=True))
-        clusters = _cluster_summary(values, rows, per_problem)
-        diversity = _diversity_summary(values, rows)
+    ucc: dict[str, float] | None = None
+    clusters: ClusterSummary | None = None
+    diversity: DiversitySummary | None = None
+    if values.clusters is not None:
+        found = values.clusters
+        ucc = dict(zip(keys, found.ucc_at_k[rows].mean(axis=0).tolist(), strict=True))
+        clusters = _cluster_summary(values, found, rows, per_problem)
+        diversity = _diversity_summary(found, rows)
     return MetricBlock(
         problems=int(rows.size),
         samples=int(n.sum()),
@@ -515,7 +534,9 @@ def _block(
     )
 
 
-def _pass1_se(values: _MethodValues, rows: np.ndarray, warnings: list[str] | None):
+def _pass1_se(
+    values: _MethodValues, rows: np.ndarray, warnings: list[str] | None
+) -> Pass1SE | None:
     problems = [values.method.problems[i] for i in rows.tolist()]
     first = problems[0].sample_index
     aligned = first is not None and all(
@@ -533,8 +554,10 @@ def _pass1_se(values: _MethodValues, rows: np.ndarray, warnings: list[str] | Non
     return Pass1SE(mean=mean, se=se, samples_per_problem=int(first.size))
 
 
-def _cluster_summary(values: _MethodValues, rows: np.ndarray, per_problem: bool):
-    counts = np.array([values.sizes[i].size for i in rows.tolist()], dtype=np.float64)
+def _cluster_summary(
+    values: _MethodValues, found: _ClusterValues, rows: np.ndarray, per_problem: bool
+) -> ClusterSummary:
+    counts = np.array([found.sizes[i].size for i in rows.tolist()], dtype=np.float64)
     listing = None
     if per_problem:
         listing = [
@@ -543,8 +566,8 @@ def _cluster_summary(values: _MethodValues, rows: np.ndarray, per_problem: bool)
                 dataset=values.method.problems[i].dataset,
                 samples=int(values.n[i]),
                 correct=int(values.c[i]),
-                clusters=int(values.sizes[i].size),
-                sizes=values.sizes[i].tolist(),
+                clusters=int(found.sizes[i].size),
+                sizes=found.sizes[i].tolist(),
             )
             for i in rows.tolist()
         ]
@@ -555,15 +578,15 @@ def _cluster_summary(values: _MethodValues, rows: np.ndarray, per_problem: bool)
     )
 
 
-def _diversity_summary(values: _MethodValues, rows: np.ndarray) -> DiversitySummary:
-    table = values.diversity[rows]
+def _diversity_summary(found: _ClusterValues, rows: np.ndarray) -> DiversitySummary:
+    table = found.diversity[rows]
     has_pair = ~np.isnan(table[:, 0])
     means = {}
     for column, key in enumerate(DIVERSITY_METRICS):
         present = table[:, column][~np.isnan(table[:, column])]
         means[key] = float(present.mean()) if present.size else None
     return DiversitySummary(
-        **means, problems=int(has_pair.sum()), pairs=int(values.pairs[rows].sum())
+        **means, problems=int(has_pair.sum()), pairs=int(found.pairs[rows].sum())
     )
 
 
@@ -637,14 +660,13 @@ def _problem_rows(values: _MethodValues, ks: list[int]) -> list[ProblemRow]:
     rows = []
     for i, problem in enumerate(values.method.problems):
         extra: dict[str, Any] = {}
-        if values.ucc_at_k is not None:
+        found = values.clusters
+        if found is not None:
             extra = {
-                "clusters": int(values.sizes[i].size),
-                "ucc_at_k": dict(zip(keys, values.ucc_at_k[i].tolist(), strict=True)),
-                "diversity": dict(
-                    zip(DIVERSITY_METRICS, values.diversity[i].tolist(), strict=True)
-                ),
-                "pairs": int(values.pairs[i]),
+                "clusters": int(found.sizes[i].size),
+                "ucc_at_k": dict(zip(keys, found.ucc_at_k[i].tolist(), strict=True)),
+                "diversity": dict(zip(DIVERSITY_METRICS, found.diversity[i].tolist(), strict=True)),
+                "pairs": int(found.pairs[i]),
             }
         rows.append(
             ProblemRow(
@@ -722,7 +744,9 @@ def similarity_panels(
     return panels
 
 
-def curves_from_report(document: dict[str, Any], metric: str, path: str | Path) -> dict:
+def curves_from_report(
+    document: dict[str, Any], metric: str, path: str | Path
+) -> dict[str, dict[int, float]]:
     """{method: {k: value}} for ``metric`` ("pass_at_k" or "ucc_at_k") of an eval report."""
     by_method = document.get("by_method")
     if not isinstance(by_method, dict) or not by_method:
@@ -768,7 +792,7 @@ def metric_curves(
     paths: Sequence[str | Path],
     metric: str,
     *,
-    fields=None,
+    fields: SampleFields | None = None,
     ks: Sequence[int] | None = None,
     threshold: float | None = None,
     linkage: str | None = None,
@@ -790,7 +814,7 @@ def metric_curves(
             different clustering parameters.
         ReportError: a report without ``metric``.
     """
-    from ratioscope.io.samples import SampleFields, load_samples
+    from ratioscope.io.samples import load_samples
     from ratioscope.report_io import read_json_report
 
     fields = fields or SampleFields()
@@ -808,16 +832,25 @@ def metric_curves(
         document = read_json_report(path)
         sources.append((path.name, curves_from_report(document, metric, path)))
         _agree(stored, path, document.get("params") or {}, metric, ks, threshold, linkage)
+    clustering: tuple[float, str] | None = None  # set for ucc_at_k only
     if metric == "ucc_at_k":  # the reports' clustering, else the user's, else the default
         threshold = stored["threshold"][1] if "threshold" in stored else threshold
         linkage = stored["linkage"][1] if "linkage" in stored else linkage
-        threshold = DEFAULT_THRESHOLD if threshold is None else threshold
-        linkage = linkage or DEFAULT_LINKAGE
+        clustering = (
+            DEFAULT_THRESHOLD if threshold is None else threshold,
+            linkage or DEFAULT_LINKAGE,
+        )
+        threshold, linkage = clustering
     if sample_paths:
         sample_set = load_samples(sample_paths, fields)
-        if metric == "ucc_at_k":
+        if clustering is not None:
             result = evaluate_ucc(
-                sample_set, ks, threshold=threshold, linkage=linkage, max_pairs=0, progress=progress
+                sample_set,
+                ks,
+                threshold=clustering[0],
+                linkage=clustering[1],
+                max_pairs=0,
+                progress=progress,
             )
         else:
             result = evaluate_passk(sample_set, ks, progress=progress)

@@ -9,10 +9,13 @@ diverse).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ratioscope.evaluation import EvalReport, MetricBlock
-from ratioscope.render.terminal import DASH
+from ratioscope.evaluation import ClusterSummary, DiversitySummary, EvalReport, MetricBlock
+from ratioscope.render.tables import DASH
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def show_eval(report: EvalReport, console: Any) -> None:
@@ -80,7 +83,7 @@ def _cell(value: float | None, best: float | None, fmt: str) -> str:
     return f"[bold]{text}[/]" if best is not None and value == best else text
 
 
-def _new_table(title: str, first_columns: list[str], caption: str = ""):
+def _new_table(title: str, first_columns: list[str], caption: str = "") -> Table:
     from rich.table import Table
 
     table = Table(
@@ -91,7 +94,7 @@ def _new_table(title: str, first_columns: list[str], caption: str = ""):
     return table
 
 
-def passk_table(report: EvalReport):
+def passk_table(report: EvalReport) -> Table:
     """Pass@k (%) per method and k, with avg@k and Pass@1 ± SE (FPA App. B.3)."""
     ks = [str(k) for k in report.params.k]
     groups = _groups(report)
@@ -125,7 +128,7 @@ def _pct(value: float | None) -> float | None:
     return None if value is None else 100 * value
 
 
-def ucc_table(report: EvalReport):
+def ucc_table(report: EvalReport) -> Table:
     """UCC@k per method and k (QUATRO Table 3), with clusters per problem and UCR."""
     ks = [str(k) for k in report.params.k]
     groups = _groups(report)
@@ -144,11 +147,11 @@ def ucc_table(report: EvalReport):
     table.add_column("clusters/problem", justify="right")
     table.add_column("UCR", justify="right")
     for label, blocks in groups:
-        best = {k: _best([b.ucc_at_k[k] for b in blocks.values()]) for k in ks}
-        for row, (method, block) in enumerate(blocks.items()):
+        ucc = {method: _ucc(method, block) for method, block in blocks.items()}
+        best = {k: _best([u[k] for u, _ in ucc.values()]) for k in ks}
+        for row, (method, (ucc_at_k, clusters)) in enumerate(ucc.items()):
             lead = [label if row == 0 else "", method] if with_datasets else [method]
-            cells = [_cell(block.ucc_at_k[k], best[k], ".2f") for k in ks]
-            clusters = block.clusters
+            cells = [_cell(ucc_at_k[k], best[k], ".2f") for k in ks]
             table.add_row(
                 *lead, *cells, f"{clusters.mean:.2f}", f"{clusters.unique_correct_ratio:.3f}"
             )
@@ -157,7 +160,7 @@ def ucc_table(report: EvalReport):
     return table
 
 
-def diversity_table(report: EvalReport):
+def diversity_table(report: EvalReport) -> Table:
     """Mean pairwise similarity of correct responses (lower = more diverse)."""
     columns = [
         ("tfidf_cosine", "TF-IDF cos"),
@@ -177,18 +180,31 @@ def diversity_table(report: EvalReport):
     table.add_column("problems", justify="right")
     table.add_column("pairs", justify="right")
     for label, blocks in groups:
+        summaries = {method: _diversity(method, block) for method, block in blocks.items()}
         best = {
-            key: _best([getattr(b.diversity, key) for b in blocks.values()], True)
-            for key, _ in columns
+            key: _best([getattr(d, key) for d in summaries.values()], True) for key, _ in columns
         }
-        for row, (method, block) in enumerate(blocks.items()):
+        for row, (method, div) in enumerate(summaries.items()):
             lead = [label if row == 0 else "", method] if with_datasets else [method]
-            div = block.diversity
             cells = [_cell(getattr(div, key), best[key], ".3f") for key, _ in columns]
             table.add_row(*lead, *cells, str(div.problems), str(div.pairs))
         if with_datasets:
             table.add_section()
     return table
+
+
+def _ucc(method: str, block: MetricBlock) -> tuple[dict[str, float], ClusterSummary]:
+    """UCC@k and clusters of an eval-ucc block, which has both."""
+    if block.ucc_at_k is None or block.clusters is None:
+        raise ValueError(f"method '{method}' has no UCC@k: the report is not from eval-ucc")
+    return block.ucc_at_k, block.clusters
+
+
+def _diversity(method: str, block: MetricBlock) -> DiversitySummary:
+    """Diversity of an eval-ucc block, which has it."""
+    if block.diversity is None:
+        raise ValueError(f"method '{method}' has no diversity: the report is not from eval-ucc")
+    return block.diversity
 
 
 def _pairs_note(report: EvalReport) -> str:
@@ -200,9 +216,11 @@ def _pairs_note(report: EvalReport) -> str:
     )
 
 
-def flip_tables(report: EvalReport) -> list:
+def flip_tables(report: EvalReport) -> list[Table]:
     """One table per trained method: flip@k (%) per difficulty bucket of the base."""
     flip = report.flip_rate
+    if flip is None:  # no --base, so no flip rate
+        return []
     ks = [str(k) for k in report.params.k]
     tables = []
     for method, rate in flip.by_method.items():
@@ -221,10 +239,8 @@ def flip_tables(report: EvalReport) -> list:
         for bucket in rate.buckets:
             low, high = bucket.base_fraction
             span = f"[{_fraction(low)}, {_fraction(high)}{']' if high == 1 else ')'}"
-            cells = [
-                DASH if bucket.flip_at_k[k] is None else f"{100 * bucket.flip_at_k[k]:.2f}"
-                for k in ks
-            ]
+            flips = [bucket.flip_at_k[k] for k in ks]
+            cells = [DASH if f is None else f"{100 * f:.2f}" for f in flips]
             table.add_row(
                 bucket.name, span, str(bucket.prompts), *cells, str(bucket.unsolved_to_solved)
             )

@@ -101,7 +101,8 @@ def plot_spectrum(document: Mapping[str, Any], out: Path, source: str = "") -> N
         axes.text(0.5, 0.5, "no sequence with fluctuating ratios", transform=axes.transAxes,
                   ha="center")  # fmt: skip
     axes.grid(alpha=0.3, which="both")
-    _legend_under(axes, *axes.get_legend_handles_labels(), columns=2)
+    handles, labels = axes.get_legend_handles_labels()
+    _legend_under(axes, handles, labels, columns=2)
     _footer(figure, source)
     save_figure(figure, out)
 
@@ -144,7 +145,7 @@ def plot_windows(document: Mapping[str, Any], out: Path, source: str = "") -> No
         for variant, stats in ratios.items()
         if stats and stats.get("window_frequency") and stats["window_frequency"].get("mean")
     }
-    first = next(iter(curves.values()), {"mean": [], "count": []})
+    first: Mapping[str, Any] = next(iter(curves.values()), {"mean": [], "count": []})
     counts = [int(c or 0) for c in first.get("count") or [0] * len(first["mean"])]
     sequences = _sequence_count(document, counts)
     reached = window_reach(counts, sequences)
@@ -256,7 +257,9 @@ def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") ->
     figure, panels = _figure(plt, (13, 5.0), ncols=3, sharey=True)
     titles = {"up": "up (r > 1 + eps_high)", "down": "down (r < 1 - eps_low)", "on": "on"}
     for axes, state in zip(panels, ("up", "down", "on"), strict=True):
-        entries, empty = [], []
+        entries: list[Line2D] = []
+        texts: list[str] = []  # the entries' labels: Line2D.get_label() is typed object
+        empty: list[bool] = []
         for variant, stats in ratios.items():
             if not stats:
                 continue
@@ -266,7 +269,8 @@ def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") ->
             marker = MARKERS.get(variant, "o")
             empty.append(not histogram)
             if not histogram:
-                entries.append(Line2D([], [], ls="none", label=f"{name}: no {state} runs"))
+                texts.append(f"{name}: no {state} runs")
+                entries.append(Line2D([], [], ls="none", label=texts[-1]))
                 continue
             runs = {int(k): int(v) for k, v in histogram.items()}
             total = sum(runs.values())
@@ -276,14 +280,16 @@ def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") ->
             for stretch in well_sampled_stretches(runs, WELL_SAMPLED_RUNS):
                 axes.plot(stretch, [share[n] for n in stretch], color=color, lw=1.0)
             mean = (stats.get("run_length_mean") or {}).get(state)
-            text = f"{name}: {total} runs" + (f", mean {mean:.3g}" if mean else "")
-            entries.append(Line2D([], [], color=color, marker=marker, ms=4, lw=1.0, label=text))
+            texts.append(f"{name}: {total} runs" + (f", mean {mean:.3g}" if mean else ""))
+            entries.append(
+                Line2D([], [], color=color, marker=marker, ms=4, lw=1.0, label=texts[-1])
+            )
         axes.set_xscale("log")
         axes.set_yscale("log")
         axes.set_xlabel("run length (consecutive tokens in the state)")
         axes.set_title(titles[state])
         axes.grid(alpha=0.3, which="both")
-        legend = _legend_under(axes, entries, [e.get_label() for e in entries], columns=1,
+        legend = _legend_under(axes, entries, texts, columns=1,
                                handlelength=1.5)  # fmt: skip
         for text, none in zip(legend.get_texts(), empty, strict=True):
             if none:

@@ -1,4 +1,4 @@
-"""Terminal renderers of the objective-side sections, called by render.terminal.show_report.
+"""Terminal renderers of the objective-side sections, printed by render.terminal.show_report.
 
 Each renderer takes the report document (``Report.to_dict()``) and a rich Console and
 prints its section when present (a missing section is explained by the warnings).
@@ -6,15 +6,13 @@ prints its section when present (a missing section is explained by the warnings)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ratioscope.render.terminal import DASH, fmt, pct, print_table
-
-Renderer = Callable[[Mapping[str, Any], Console], None]
+from ratioscope.render.tables import DASH, Renderer, fmt, pct, print_table
 
 _CLASSES = ("all", "correct", "incorrect")
 

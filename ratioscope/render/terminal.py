@@ -6,7 +6,6 @@ a merged or re-loaded report prints exactly like a fresh one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,70 +14,28 @@ from rich.table import Table
 from rich.text import Text
 
 from ratioscope.inspect import DumpInfo, OtherFile
+from ratioscope.render import sections
+from ratioscope.render.tables import DASH, Renderer, fmt, pct, print_table, transposed
 
-DASH = "—"
-
-
-def fmt(value: Any, digits: int = 4) -> str:
-    """Numbers with ``digits`` significant digits; None as a dash."""
-    if value is None:
-        return DASH
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        if value == 0:
-            return "0"
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def print_table(console: Console, table: Table) -> None:
-    """Print ``table``; when it is wider than the console, print it transposed (its rows
-    become columns), so that narrow terminals never cut a number short.
-
-    Most tables here have a few rows (variants, policy pairs) and many columns, so the
-    transposed form fits 80 columns; a table too wide either way is printed as is, its
-    cells folded rather than cut.
-    """
-    from rich.measure import Measurement
-
-    unbounded = console.options.update_width(1 << 16)  # measure without wrapping
-    needed = Measurement.get(console, unbounded, table).maximum
-    if needed <= console.width or len(table.columns) <= 2:
-        console.print(table)
-        return
-    flipped = transposed(table)
-    if Measurement.get(console, unbounded, flipped).maximum <= console.width:
-        console.print(flipped)
-    else:
-        console.print(table)
-
-
-def transposed(table: Table) -> Table:
-    """``table`` with rows and columns swapped (title and caption kept)."""
-    columns = list(table.columns)
-    flipped = Table(
-        title=table.title,
-        title_justify="left",
-        caption=table.caption,
-        caption_justify="left",
-    )
-    flipped.add_column(columns[0].header, justify="left", overflow="fold")
-    for label in columns[0].cells:
-        flipped.add_column(label, justify="right", overflow="fold")
-    for column in columns[1:]:
-        flipped.add_row(column.header, *column.cells)
-    return flipped
-
-
-def pct(value: Any) -> str:
-    return DASH if value is None else f"{100 * value:.2f}%"
+# The table helpers moved to render.tables; they stay importable from here.
+__all__ = [
+    "DASH",
+    "Renderer",
+    "fmt",
+    "pct",
+    "print_table",
+    "ratio_label",
+    "report_renderers",
+    "show_info",
+    "show_inputs",
+    "show_mismatch",
+    "show_ratios",
+    "show_report",
+    "show_sweep",
+    "show_warnings",
+    "state_table",
+    "transposed",
+]
 
 
 # ----------------------------------------------------------------------------- info
@@ -98,7 +55,7 @@ def show_info(infos: Sequence[DumpInfo | OtherFile], console: Console) -> None:
             f"valid length min/mean/max {info.length_min}/{info.length_mean:.1f}/"
             f"{info.length_max} of {info.max_length} positions"
         )
-        if info.groups is not None:
+        if info.groups is not None and info.group_sizes is not None:
             sizes = ", ".join(f"{n} of size {s}" for s, n in sorted(info.group_sizes.items()))
             console.print(f"{info.groups} groups ({sizes}), {info.group_note}")
         else:
@@ -128,16 +85,13 @@ def show_info(infos: Sequence[DumpInfo | OtherFile], console: Console) -> None:
 # -------------------------------------------------------------------------- analyze
 def show_report(document: Mapping[str, Any], console: Console) -> None:
     """Print the analyze report: inputs, the Table 2 layout, mismatch, other sections."""
-    _inputs(document, console)
-    ratios = document.get("ratios")
-    if ratios:
-        _ratio_distributions(ratios, console)
-        _ratio_states(ratios, console)
-    mismatch = document.get("mismatch")
-    if mismatch:
-        _mismatch(mismatch, console)
-    for renderer in _extra_renderers():
+    for renderer in report_renderers():
         renderer(document, console)
+
+
+def report_renderers() -> list[Renderer]:
+    """The section printers of :func:`show_report`, in the order they print."""
+    return [show_inputs, show_ratios, show_mismatch, *sections.RENDERERS]
 
 
 def show_warnings(document: Mapping[str, Any], console: Console) -> None:
@@ -145,16 +99,20 @@ def show_warnings(document: Mapping[str, Any], console: Console) -> None:
         console.print(Text(f"warning: {warning}", style="yellow"))
 
 
-def _extra_renderers():
-    """Section renderers that live in their own modules (objectives, trust region)."""
-    try:
-        from ratioscope.render import sections as extra
-    except ImportError:
-        return []
-    return extra.RENDERERS
+def show_ratios(document: Mapping[str, Any], console: Console) -> None:
+    ratios = document.get("ratios")
+    if ratios:
+        _ratio_distributions(ratios, console)
+        _ratio_states(ratios, console)
 
 
-def _inputs(document: Mapping[str, Any], console: Console) -> None:
+def show_mismatch(document: Mapping[str, Any], console: Console) -> None:
+    mismatch = document.get("mismatch")
+    if mismatch:
+        _mismatch(mismatch, console)
+
+
+def show_inputs(document: Mapping[str, Any], console: Console) -> None:
     inputs = document.get("inputs", [])
     sequences = sum(i["sequences"] for i in inputs)
     tokens = sum(i["tokens"] for i in inputs)
@@ -259,7 +217,7 @@ def state_table(
 
 def show_sweep(document: Mapping[str, Any], console: Console) -> None:
     """The Q/V sweep: token and sequence rows, then one Kalman row per Q/V."""
-    _inputs(document, console)
+    show_inputs(document, console)
     sweep = document["sweep"]
     rows = [("token", sweep["token"]), ("sequence", sweep["sequence"])]
     rows += [(f"kalman Q/V={key}", stats) for key, stats in sweep["kalman"].items()]
