@@ -153,7 +153,8 @@ class TokenBatch:
 
     def select_rows(self, start: int, stop: int) -> TokenBatch:
         """Rows ``start:stop`` as a new batch sharing storage (views)."""
-        updates = {name: value[start:stop] for name, value in self._tensor_fields()}
+        # Any: mypy cannot match the canonical names to the dataclass fields
+        updates: dict[str, Any] = {name: value[start:stop] for name, value in self._tensor_fields()}
         return replace(self, **updates, row_offset=self.row_offset + start, warnings=[])
 
     def iter_chunks(self, rows: int) -> Iterator[TokenBatch]:
@@ -169,7 +170,7 @@ class TokenBatch:
             return self
         # non-blocking only towards the GPU: a copy back to the host could be read early
         non_blocking = device.type == "cuda"
-        updates = {
+        updates: dict[str, Any] = {
             name: value.to(device, non_blocking=non_blocking)
             for name, value in self._tensor_fields()
         }
@@ -256,11 +257,11 @@ class _Builder:
             sequence_values["correct"] = sequence_values["rewards"] > 0
         if int(mask.sum()) == 0:
             raise EmptyDumpError(self.source, "the mask marks no valid token")
+        # the three key sets are disjoint; Any because mypy cannot match names to fields
+        tensors: dict[str, Any] = {**values, **sequence_values, **vocab}
         return TokenBatch(
             mask=mask,
-            **values,
-            **sequence_values,
-            **vocab,
+            **tensors,
             group_labels=labels,
             source=self.source,
             profile=profile,

@@ -186,15 +186,18 @@ def _toml_module(source: str) -> Any:
     try:
         import tomllib
     except ImportError:
-        try:
-            import tomli as tomllib
-        except ImportError:
-            raise RulesError(
-                source,
-                "reading TOML rules on Python 3.10 needs the 'tomli' package "
-                "(pip install tomli); Python 3.11 and later have it built in",
-            ) from None
-    return tomllib
+        pass
+    else:
+        return tomllib
+    try:
+        import tomli
+    except ImportError:
+        raise RulesError(
+            source,
+            "reading TOML rules on Python 3.10 needs the 'tomli' package "
+            "(pip install tomli); Python 3.11 and later have it built in",
+        ) from None
+    return tomli
 
 
 def _suggest(key: str, known: Sequence[str]) -> str:
@@ -242,12 +245,19 @@ def _parse_rule(table: Any, index: int, source: str) -> Rule:
         raise RulesError(
             source, f"{where}: 'min' ({bounds['min']:g}) is larger than 'max' ({bounds['max']:g})"
         )
-    texts = {}
+    texts: dict[str, str | None] = {}
     for key in ("name", "description"):
         if key in table and not isinstance(table[key], str):
             raise RulesError(source, f"{where}: '{key}' must be a string")
         texts[key] = table.get(key)
-    return Rule(path=raw_path.strip(), index=index, source=source, **bounds, **texts)
+    return Rule(
+        path=raw_path.strip(),
+        index=index,
+        source=source,
+        name=texts["name"],
+        description=texts["description"],
+        **bounds,
+    )
 
 
 def parse_rules(text: str, source: str | Path = "<rules>") -> RuleSet:

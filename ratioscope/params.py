@@ -81,7 +81,9 @@ class AnalysisParams:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AnalysisParams:
         known = {f.name for f in fields(cls)}
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+        values: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known
+        }
         return cls(**values)
 
 

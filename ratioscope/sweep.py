@@ -19,6 +19,7 @@ from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback
 from ratioscope.report import InputInfo
 from ratioscope.report_io import SCHEMA_VERSION, to_jsonable, tool_info, write_json
+from ratioscope.sections.base import Accumulator
 from ratioscope.sections.ratios import RatiosAccumulator, VariantStats
 
 DEFAULT_QV = (1e-6, 1e-4, 1e-2)
@@ -86,7 +87,7 @@ def sweep(
         raise UsageError(f"--qv needs positive values, got {qvs}")
     per_qv = [replace(params, kalman_q=qv * params.kalman_v) for qv in qvs]
 
-    def make() -> list[RatiosAccumulator]:
+    def make() -> list[Accumulator]:
         return [
             RatiosAccumulator(params, ("token", "sequence")),
             *(RatiosAccumulator(p, ("kalman",)) for p in per_qv),

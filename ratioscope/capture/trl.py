@@ -179,8 +179,9 @@ class RatioscopeCaptureMixin:
         for name in ("accelerator", "state", "num_generations", "reward_weights"):
             if not hasattr(self, name):
                 raise IncompatibleTrainerError(type(self), f"the trainer has no attribute {name!r}")
-        self._ratioscope_writer = config.writer(rank=self.accelerator.process_index)
-        self.add_callback(_step_callback(self))
+        # both come from the trainer class this mixin is combined with
+        self._ratioscope_writer = config.writer(rank=self.accelerator.process_index)  # type: ignore[attr-defined]
+        self.add_callback(_step_callback(self))  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ public
     @property
@@ -189,27 +190,29 @@ class RatioscopeCaptureMixin:
         return self._ratioscope_writer
 
     # -------------------------------------------------------------- TRL hooks
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[no-untyped-def]
+    def _calculate_rewards(
+        self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any
+    ) -> Any:
         rewards_per_func = super()._calculate_rewards(  # type: ignore[misc]
             inputs, prompts, completions, completion_ids_list
         )
         self._ratioscope_rewards_per_func = rewards_per_func
         return rewards_per_func
 
-    def _generate_and_score_completions(self, inputs):  # type: ignore[no-untyped-def]
+    def _generate_and_score_completions(self, inputs: Any) -> Any:
         self._ratioscope_rewards_per_func = None
         output = super()._generate_and_score_completions(inputs)  # type: ignore[misc]
         if self._ratioscope_writer is not None and self.model.training:  # type: ignore[attr-defined]
             output[ROW_ID_KEY] = self._ratioscope_tag(output)
         return output
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
         outputs = super()._get_per_token_logps_and_entropies(*args, **kwargs)  # type: ignore[misc]
         if self._ratioscope_writer is not None and _asks_entropy(self, args, kwargs):
             self._ratioscope_loss_outputs = (outputs[0], outputs[1])
         return outputs
 
-    def _compute_loss(self, model, inputs):  # type: ignore[no-untyped-def]
+    def _compute_loss(self, model: Any, inputs: Any) -> Any:
         self._ratioscope_loss_outputs = None
         loss = super()._compute_loss(model, inputs)  # type: ignore[misc]
         if (
@@ -342,10 +345,10 @@ def _subclass(trainer_class: type) -> type:
     )
 
 
-def check_trainer_class(trainer_class: type) -> None:
+def check_trainer_class(trainer_class: type[Any]) -> None:
     """Raise :class:`IncompatibleTrainerError` unless ``trainer_class`` has the methods
     the capture overrides, outside :class:`RatioscopeCaptureMixin` itself."""
-    bases = [c for c in trainer_class.__mro__ if c is not RatioscopeCaptureMixin]
+    bases: list[type[Any]] = [c for c in trainer_class.__mro__ if c is not RatioscopeCaptureMixin]
     for name in TRL_METHODS:
         if not any(name in vars(c) for c in bases):
             raise IncompatibleTrainerError(trainer_class, f"it has no method {name}")
@@ -380,7 +383,7 @@ def _config(value: Any) -> CaptureConfig | None:
 
 
 @functools.cache
-def _entropy_position(trainer_class: type) -> int | None:
+def _entropy_position(trainer_class: type[Any]) -> int | None:
     """Index of ``compute_entropy`` among the positional arguments after ``self``."""
     method = trainer_class._get_per_token_logps_and_entropies
     # the mixin's override takes *args: read the signature of the method it wraps
@@ -395,7 +398,9 @@ def _entropy_position(trainer_class: type) -> int | None:
 def _asks_entropy(trainer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if "compute_entropy" in kwargs:
         return bool(kwargs["compute_entropy"])
-    position = _entropy_position(type(trainer))
+    # plain ``type``: mypy does not see a type[Any] as Hashable (python/mypy#11470)
+    trainer_class: type = type(trainer)
+    position = _entropy_position(trainer_class)
     return position is not None and len(args) > position and bool(args[position])
 
 

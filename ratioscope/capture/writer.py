@@ -21,6 +21,7 @@ import math
 import numbers
 import operator
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -193,7 +194,7 @@ class CaptureWriter:
 
     def __init__(
         self,
-        directory: str | Path,
+        directory: str | os.PathLike[str],
         *,
         rank: int | None = None,
         sample_fraction: float = 1.0,
@@ -233,7 +234,7 @@ class CaptureWriter:
         old_entropy: Tensor | None = None,
         rewards: Tensor | None = None,
         correct: Tensor | None = None,
-        group: Tensor | list[str] | list[int] | None = None,
+        group: Tensor | Sequence[str] | Sequence[int] | None = None,
         token_ids: Tensor | None = None,
     ) -> Path | None:
         """Record one micro-batch of ``step``.
@@ -375,7 +376,8 @@ class CaptureWriter:
             budget = self.max_bytes_per_step - state.bytes
         written = _write_within(context, units, path, budget)
         if written is None:
-            return self._skip(context)
+            self._skip(context)
+            return None
         stored, size = written
         state.bytes += size
         self._count("parts_written")
@@ -487,7 +489,8 @@ def _data_bytes(part: Part) -> int:
 
 def _encoded_size(payload: dict[str, Any]) -> int:
     counter = _ByteCounter()
-    torch.save(payload, counter)
+    # torch.save needs only write and flush, but its annotation asks for a full IO[bytes]
+    torch.save(payload, counter)  # type: ignore[arg-type]
     return counter.size
 
 
@@ -530,13 +533,14 @@ def _non_negative_int(name: str, value: Any) -> int:
     return number
 
 
+def _is_finite_real(value: Any) -> bool:
+    # a bool, not an isinstance narrowing: typeshed's numbers.Real supports neither int()
+    # nor comparison with an int, and the bounds below compare the exact value
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+
+
 def _fraction(value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or not 0 < value <= 1
-    ):
+    if not _is_finite_real(value) or not 0 < value <= 1:
         raise ValueError(f"sample_fraction must be in (0, 1], got {value!r}")
     return float(value)
 
@@ -546,12 +550,7 @@ def _byte_bound(value: Any, mode: str) -> int | None:
         return None
     if mode != "tensors":
         raise ValueError("max_bytes_per_step bounds part files, which only mode 'tensors' writes")
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value < 1
-    ):
+    if not _is_finite_real(value) or value < 1:
         raise ValueError(f"max_bytes_per_step must be a positive number of bytes, got {value!r}")
     return int(value)
 

@@ -17,7 +17,8 @@ from ratioscope.errors import EXIT_INTERNAL, RatioscopeError, RegressionFound
 try:  # typer >= 0.2x ships its own copy of click
     from typer._click import exceptions as _click_exceptions
 except ImportError:  # pragma: no cover - older typer uses the click package
-    from click import exceptions as _click_exceptions
+    # the same module to us, a second definition to mypy (one branch or the other runs)
+    from click import exceptions as _click_exceptions  # type: ignore[no-redef]
 
 _USAGE_ERROR = _click_exceptions.UsageError
 

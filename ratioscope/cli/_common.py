@@ -96,6 +96,7 @@ def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback | None]:
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        TaskID,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
@@ -111,7 +112,7 @@ def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback | None]:
         console=stderr_console(),
         transient=True,
     )
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def callback(update: ProgressUpdate) -> None:
         if update.task not in tasks:

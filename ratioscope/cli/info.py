@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ratioscope.cli._options import Format, GroupSize, Mapping, NonFinite, Paths, UnsafePickle
 
 
@@ -23,4 +25,5 @@ def info(
     from ratioscope.render.terminal import show_info
 
     options = load_options(format, mapping, nonfinite, unsafe_pickle, group_size)
-    show_info(inspect_paths(paths, options), stdout_console())
+    targets: list[str | Path] = list(paths)
+    show_info(inspect_paths(targets, options), stdout_console())

@@ -7,6 +7,10 @@ the file is stale, so the docs cannot fall behind the commands.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typer.models import CommandInfo
 
 WIDTH = "100"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -18,10 +22,16 @@ def _commands() -> list[list[str]]:
     from ratioscope.cli.plot import plot_app
 
     commands: list[list[str]] = [[]]
-    commands += [[info.name] for info in app.registered_commands]
+    commands += [[_name(info)] for info in app.registered_commands]
     commands.append(["plot"])
-    commands += [["plot", info.name] for info in plot_app.registered_commands]
+    commands += [["plot", _name(info)] for info in plot_app.registered_commands]
     return commands
+
+
+def _name(info: CommandInfo) -> str:
+    # every command is registered under an explicit name (app.command("info") ...)
+    assert info.name is not None, info
+    return info.name
 
 
 def _help(args: list[str]) -> str:

@@ -79,12 +79,13 @@ class _Rows:
         self.shape = tuple(tensor.shape)
         self.vocab = int(tensor.shape[-1]) if tensor.ndim else 0
         self.flat = tensor.reshape(-1, max(self.vocab, 1))
-        self._map, self._origin, self._row_bytes, self._released = None, 0, 0, 0
+        self._map: mmap.mmap | None = None
+        self._origin, self._row_bytes, self._released = 0, 0, 0
         if isinstance(array, np.ndarray) and array.flags.c_contiguous:
             self._find_map(array)
 
     def _find_map(self, array: np.ndarray) -> None:
-        holder = array
+        holder: np.ndarray | None = array
         while holder is not None and not isinstance(holder, np.memmap):
             holder = getattr(holder, "base", None)
         mapped = getattr(holder, "_mmap", None)
@@ -109,7 +110,7 @@ class _Rows:
 
     def _release_before(self, byte: int) -> None:
         end = byte - byte % mmap.PAGESIZE
-        if end <= self._released:
+        if end <= self._released or self._map is None:
             return
         try:
             self._map.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)

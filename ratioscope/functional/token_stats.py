@@ -134,7 +134,11 @@ def _threshold(value: float, dtype, above: bool) -> float:
 
     if dtype == torch.float64:
         return value
-    np_dtype = {torch.float32: np.float32, torch.float16: np.float16}.get(dtype)
+    to_numpy: dict[torch.dtype, type[np.floating]] = {
+        torch.float32: np.float32,
+        torch.float16: np.float16,
+    }
+    np_dtype = to_numpy.get(dtype)
     if np_dtype is None:  # bfloat16 and friends: compare in float32 instead
         return value
     rounded = np_dtype(value)

@@ -219,9 +219,13 @@ def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
     if "group" in merged:
         labels = [(b.source, label) for b in batches for label in (b.group_labels or [])]
     first = batches[0]
+    # Any: mypy cannot match the canonical names to TokenBatch's fields
+    optional: dict[str, Any] = {
+        n: merged.get(n) for n in CANONICAL_KEYS if n != "mask" and n != "log_ratio"
+    }
     return replace(
         first,
-        **{n: merged.get(n) for n in CANONICAL_KEYS if n != "mask" and n != "log_ratio"},
+        **optional,
         mask=merged["mask"],
         log_ratio=merged["log_ratio"],
         group_labels=labels,

@@ -356,7 +356,8 @@ def _columns_from_records(path: Path, records: list[dict[str, Any]], numbers: li
                 )
                 continue
             rows = []
-            for number, v in zip(numbers, values, strict=True):
+            # nothing is absent here, so ``present`` is ``values`` without the None
+            for number, v in zip(numbers, present, strict=True):
                 try:
                     rows.append(_json_row(v))
                 except (TypeError, ValueError):

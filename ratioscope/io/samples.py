@@ -309,16 +309,16 @@ def _correct_rule(files: list[SampleFile], fields: SampleFields) -> tuple[str | 
     ]
     if not thresholded:
         return None, None
-    threshold = _threshold(fields, textlog=True)
+    threshold = _threshold(fields)
     clauses = dict.fromkeys(f"{f.fields['correct']} >= {threshold:g}" for f in thresholded)
     return ", ".join(clauses), threshold
 
 
-def _threshold(fields: SampleFields, textlog: bool) -> float | None:
-    """The threshold in force: the user's, else the training-log default, else none."""
+def _threshold(fields: SampleFields) -> float:
+    """The threshold in force on a training log: the user's, else the default."""
     if fields.correct_threshold is not None:
         return fields.correct_threshold
-    return textlogs.DEFAULT_CORRECT_THRESHOLD if textlog else None
+    return textlogs.DEFAULT_CORRECT_THRESHOLD
 
 
 def _lines(path: Path, digest: Any) -> Iterator[tuple[int, str]]:
@@ -434,11 +434,13 @@ def _read_file(
     first = next(lines, None)
     if first is not None:
         record = _first_record(path, *first)
-        layout = textlogs.detect_jsonl_layout(record)
-        if layout is not None:
-            names = textlogs.resolve_fields(path, layout, record, fields)
-            records = _jsonl_records(path, first[0], record, lines, layout, names.columns())
-            return _read_textlog(path, "jsonl", layout, names, records, digest, fields, builders)
+        log_layout = textlogs.detect_jsonl_layout(record)
+        if log_layout is not None:
+            log_names = textlogs.resolve_fields(path, log_layout, record, fields)
+            records = _jsonl_records(path, first[0], record, lines, log_layout, log_names.columns())
+            return _read_textlog(
+                path, "jsonl", log_layout, log_names, records, digest, fields, builders
+            )
         lines = itertools.chain([first], lines)
     names: dict[str, str] | None = None
     layout = ""
@@ -562,7 +564,7 @@ def _read_textlog(
     what the model generated, which is no broken export.
     """
     unit = "row" if file_format == "parquet" else "line"
-    threshold = _threshold(fields, textlog=True)
+    threshold = _threshold(fields)
     run = textlogs.run_directory(path, layout)
     problems: set[Any] = set()
     file_methods: dict[Any, None] = {}

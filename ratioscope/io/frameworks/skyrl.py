@@ -36,7 +36,7 @@ import torch
 
 from ratioscope.errors import CorruptFileError, InputError, UnsafePickleError
 from ratioscope.io.readers import RawDump
-from ratioscope.io.safe_pickle import load_allowed
+from ratioscope.io.safe_pickle import AllowList, load_allowed
 
 _MODULE = "skyrl.backends.skyrl_train.training_batch"
 #: derived columns
@@ -54,7 +54,7 @@ def _rebuild(cls: Any, state: Any) -> dict[str, Any]:
     return {"skyrl_state": state}
 
 
-ALLOWED = {
+ALLOWED: AllowList = {
     (_MODULE, "_rebuild_tensor_batch"): _rebuild,
     (_MODULE, "TrainingInputBatch"): _Batch,
     (_MODULE, "TensorFormat"): str,
