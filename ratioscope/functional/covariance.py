@@ -5,15 +5,15 @@ Reweighting" (CW-GRPO), section 2.3; Table 1 and Fig. 3 in section 2.2. Clip-Cov
 KL-Cov are the baselines of Cui et al. (2025), with the settings TEPO section 4.1 quotes
 (clip ratio r = 2e-4 on tokens with 1 < c < 5; KL-Cov k = 2e-3).
 
-Everything here is exact over the tokens it is given. The functions below
-:func:`covariance_weights` work on one batch of covariances and double as test references
-for a streaming (histogram) version.
+Everything here is exact over the tokens it is given, except the ``*_from_bins``
+readings of Table 1 and Fig. 3: they take the fixed log-magnitude histograms that a
+streaming analysis merges across files, and share one formula with the exact functions.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.functional import histogram as bins
 
 #: Fractions of Table 1 (0.01%, 1%, 20%, 40%, 100%).
 PERCENTILE_FRACTIONS: tuple[float, ...] = (1e-4, 1e-2, 0.2, 0.4, 1.0)
@@ -188,7 +189,7 @@ def top_count(fraction: float, n: int) -> int:
 
 @dataclass(frozen=True)
 class CovariancePercentiles:
-    """CW-GRPO Table 1 for one batch: positive and negative ``c`` separately.
+    """CW-GRPO Table 1: positive and negative ``c`` separately.
 
     For a fraction f the "top fraction" is the ``top_count(f, n)`` tokens of largest
     magnitude among the ``n`` tokens of that sign (so the 100% row covers every token of
@@ -218,36 +219,133 @@ class CovariancePercentiles:
     negative_count: int
 
 
+@dataclass(frozen=True)
+class _Ranked:
+    """Magnitudes of a set of tokens ranked largest first, grouped into bins.
+
+    The sufficient statistic of the Table 1 and Fig. 3 readings. ``counts``: [K] float64
+    tokens per bin; ``sums``: [K] float64 their summed magnitude; ``kth_largest(k)``: the
+    k-th largest magnitude (1 <= k <= n), where Table 1 needs it. One token per bin reads
+    the exact values; the fixed log-magnitude bins of
+    :mod:`ratioscope.functional.histogram` read values within its relative error and
+    merge across files by adding counts and sums.
+    """
+
+    counts: Tensor
+    sums: Tensor
+    kth_largest: Callable[[int], float] | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    def top_sum(self, k: int) -> float:
+        """Sum of the k largest magnitudes: whole bins exactly, the last bin at its mean."""
+        counts, sums = self.counts, self.sums
+        cumulative = torch.cumsum(counts, 0)
+        index = int(torch.searchsorted(cumulative, torch.tensor([float(k)], dtype=torch.float64)))
+        index = min(index, counts.numel() - 1)
+        before = float(cumulative[index - 1]) if index > 0 else 0.0
+        before_sum = float(sums[:index].sum())
+        inside = float(counts[index])
+        return before_sum + ((k - before) * float(sums[index]) / inside if inside else 0.0)
+
+
+def _ranked_exactly(magnitudes: Tensor) -> _Ranked:
+    ranked = torch.sort(magnitudes.to(torch.float64), descending=True).values
+    return _Ranked(torch.ones_like(ranked), ranked, lambda k: float(ranked[k - 1]))
+
+
+def _ranked_from_bins(
+    counts: Tensor, sums: Tensor, sign: int, minimum: float = -math.inf, maximum: float = math.inf
+) -> _Ranked:
+    """One sign of a signed histogram (sign 1: c > 0; -1: c < 0; 0: |c|, zeros last)."""
+    float_counts = counts.detach().cpu().double()
+    sums = sums.detach().cpu().double()
+    centre = bins.CENTER
+    positive = (float_counts[centre + 1 :], sums[centre + 1 :])  # ascending magnitude
+    negative = (float_counts[:centre].flip(0), -sums[:centre].flip(0))
+    if sign > 0:
+        ascending = positive
+    elif sign < 0:
+        ascending = negative
+    else:
+        zero = float_counts[centre : centre + 1]
+        ascending = (
+            torch.cat([zero, positive[0] + negative[0]]),
+            torch.cat([torch.zeros(1, dtype=torch.float64), positive[1] + negative[1]]),
+        )
+    n = int(ascending[0].sum())
+
+    def kth_largest(k: int) -> float:
+        # the k-th largest magnitude of one sign is a quantile of that sign's bins
+        one_sign = counts.clone()
+        if sign > 0:
+            one_sign[: centre + 1] = 0
+            return bins.quantile_from_counts(one_sign, (n - k + 0.5) / n, None, maximum)
+        one_sign[centre:] = 0
+        return -bins.quantile_from_counts(one_sign, (k - 0.5) / n, minimum, None)
+
+    return _Ranked(ascending[0].flip(0), ascending[1].flip(0), kth_largest if sign else None)
+
+
 def _top_fraction_stats(
-    magnitudes: Tensor, fractions: tuple[float, ...]
-) -> tuple[list[float], list[float], list[float]]:
-    ranked = torch.sort(magnitudes, descending=True).values
-    n = int(ranked.numel())
-    nan = [math.nan] * len(fractions)
-    if n == 0:
-        return nan, list(nan), list(nan)
-    cumulative = torch.cumsum(ranked, 0)
+    ranked: _Ranked, fractions: tuple[float, ...], sign: float
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per fraction: threshold, top mean and band mean, each with ``sign``."""
+    assert ranked.kth_largest is not None
+    n = ranked.n
     thresholds, means, band_means = [], [], []
-    previous = 0
+    previous, previous_sum = 0, 0.0
     for fraction in fractions:
+        if n == 0:
+            thresholds.append(math.nan)
+            means.append(math.nan)
+            band_means.append(math.nan)
+            continue
         k = top_count(fraction, n)
-        thresholds.append(float(ranked[k - 1]))
-        means.append(float(cumulative[k - 1]) / k)
-        lower = float(cumulative[previous - 1]) if previous > 0 else 0.0
+        top = ranked.top_sum(k)
         band = k - previous
-        band_means.append((float(cumulative[k - 1]) - lower) / band if band > 0 else math.nan)
-        previous = max(previous, k)
-    return thresholds, means, band_means
+        band_mean = (top - previous_sum) / band if band > 0 else math.nan
+        thresholds.append(sign * ranked.kth_largest(k))
+        means.append(sign * top / k)
+        band_means.append(sign * band_mean)
+        if k > previous:
+            previous, previous_sum = k, top
+    return tuple(thresholds), tuple(means), tuple(band_means)
+
+
+def _percentile_table(
+    positive: _Ranked, negative: _Ranked, fractions: Sequence[float]
+) -> CovariancePercentiles:
+    fractions = _check_fractions(fractions, "percentile fractions")
+    if list(fractions) != sorted(fractions):
+        raise UsageError(f"percentile fractions must be increasing, got {list(fractions)}")
+    pos = _top_fraction_stats(positive, fractions, 1.0)
+    neg = _top_fraction_stats(negative, fractions, -1.0)
+    return CovariancePercentiles(
+        fractions=fractions,
+        positive_threshold=pos[0],
+        positive_mean=pos[1],
+        positive_band_mean=pos[2],
+        negative_threshold=neg[0],
+        negative_mean=neg[1],
+        negative_band_mean=neg[2],
+        positive_count=positive.n,
+        negative_count=negative.n,
+    )
 
 
 def covariance_percentiles(
     c: Tensor, mask: Tensor | None = None, fractions: Sequence[float] = PERCENTILE_FRACTIONS
 ) -> CovariancePercentiles:
-    """Percentile table of the token covariance, CW-GRPO Table 1 (section 2.2).
+    """Percentile table of the token covariance, CW-GRPO Table 1 (section 2.2), exact.
 
     The paper does not say which statistic its table holds; both the threshold and the
     mean of each top fraction are reported, plus the mean of each band between
     consecutive fractions (see :class:`CovariancePercentiles` and docs/metrics-objectives).
+    :func:`covariance_percentiles_from_bins` reads the same table from mergeable
+    histograms.
 
     Args:
         c: [B, T] (or any shape) float covariances from :func:`covariance_weights`.
@@ -258,46 +356,73 @@ def covariance_percentiles(
     >>> t.positive_threshold, t.positive_mean, t.positive_band_mean, t.negative_mean
     ((3.0, 1.0), (3.5, 2.5), (3.5, 1.5), (-1.0, -1.0))
     """
-    fractions = _check_fractions(fractions, "percentile fractions")
-    if list(fractions) != sorted(fractions):
-        raise UsageError(f"percentile fractions must be increasing, got {list(fractions)}")
     values = _valid_values(c, mask)
-    positive = values[values > 0]
-    negative = -values[values < 0]
-    pos = _top_fraction_stats(positive, fractions)
-    neg = _top_fraction_stats(negative, fractions)
-    return CovariancePercentiles(
-        fractions=fractions,
-        positive_threshold=tuple(pos[0]),
-        positive_mean=tuple(pos[1]),
-        positive_band_mean=tuple(pos[2]),
-        negative_threshold=tuple(-v for v in neg[0]),
-        negative_mean=tuple(-v for v in neg[1]),
-        negative_band_mean=tuple(-v for v in neg[2]),
-        positive_count=int(positive.numel()),
-        negative_count=int(negative.numel()),
-    )
+    positive = _ranked_exactly(values[values > 0])
+    negative = _ranked_exactly(-values[values < 0])
+    return _percentile_table(positive, negative, fractions)
+
+
+def covariance_percentiles_from_bins(
+    counts: Tensor,
+    sums: Tensor,
+    minimum: float,
+    maximum: float,
+    fractions: Sequence[float] = PERCENTILE_FRACTIONS,
+) -> CovariancePercentiles:
+    """CW-GRPO Table 1 read from a signed histogram of c, the streaming form.
+
+    The histogram (fixed bins of :mod:`ratioscope.functional.histogram`, e.g. a
+    :class:`ratioscope.stats.Histogram` with sums) merges across files by adding counts
+    and sums; every value read here is within ``histogram.RELATIVE_ERROR`` (about 1.16 %)
+    of the exact :func:`covariance_percentiles` of all tokens whenever the magnitudes lie
+    in [1e-9, 1e4). Whole bins enter the top sums exactly; the bin a fraction ends in
+    contributes at its bin mean, and the threshold is interpolated inside its bin.
+
+    Args:
+        counts: [NUM_BINS] int, tokens per bin; sums: [NUM_BINS] float, the sum of c per
+            bin; minimum, maximum: the exact extremes of c (they bound the outer bins).
+        fractions: increasing fractions in (0, 1].
+    """
+    positive = _ranked_from_bins(counts, sums, 1, maximum=maximum)
+    negative = _ranked_from_bins(counts, sums, -1, minimum=minimum)
+    return _percentile_table(positive, negative, fractions)
+
+
+def _cumulative_share(ranked: _Ranked, fractions: Sequence[float]) -> tuple[float, ...]:
+    fractions = _check_fractions(fractions, "cumulative-share fractions")
+    n = ranked.n
+    total = float(ranked.sums.sum())
+    if n == 0 or total <= 0:
+        return tuple(math.nan for _ in fractions)
+    return tuple(min(1.0, ranked.top_sum(top_count(x, n)) / total) for x in fractions)
 
 
 def cumulative_covariance_share(
     c: Tensor, mask: Tensor | None = None, fractions: Sequence[float] = (0.001, 0.01, 0.1, 0.2)
 ) -> tuple[float, ...]:
-    """Share of the total ``|c|`` held by the top fraction of tokens, CW-GRPO Fig. 3.
+    """Share of the total ``|c|`` held by the top fraction of tokens, CW-GRPO Fig. 3, exact.
 
-    Tokens are ranked by ``|c|`` over all valid tokens; for each fraction x the top
-    ``top_count(x, N)`` tokens are taken. NaN when every ``c`` is 0 or there is no token.
+    Tokens are ranked by ``|c|`` over all valid tokens (c == 0 included); for each
+    fraction x the top ``top_count(x, N)`` tokens are taken. NaN when every ``c`` is 0 or
+    there is no token. :func:`cumulative_covariance_share_from_bins` is the streaming form.
 
     >>> cumulative_covariance_share(torch.tensor([3.0, -1.0, 0.5, 0.5]), None, (0.25, 1.0))
     (0.6, 1.0)
     """
-    fractions = _check_fractions(fractions, "cumulative-share fractions")
-    magnitudes = torch.sort(_valid_values(c, mask).abs(), descending=True).values
-    n = int(magnitudes.numel())
-    total = float(magnitudes.sum()) if n else 0.0
-    if n == 0 or total == 0.0:
-        return tuple(math.nan for _ in fractions)
-    cumulative = torch.cumsum(magnitudes, 0)
-    return tuple(float(cumulative[top_count(x, n) - 1]) / total for x in fractions)
+    return _cumulative_share(_ranked_exactly(_valid_values(c, mask).abs()), fractions)
+
+
+def cumulative_covariance_share_from_bins(
+    counts: Tensor, sums: Tensor, fractions: Sequence[float] = (0.001, 0.01, 0.1, 0.2)
+) -> tuple[float, ...]:
+    """CW-GRPO Fig. 3 read from a signed histogram of c (see
+    :func:`covariance_percentiles_from_bins`); within the histogram's relative error of
+    :func:`cumulative_covariance_share`.
+
+    Args:
+        counts: [NUM_BINS] int, tokens per bin; sums: [NUM_BINS] float, the sum of c per bin.
+    """
+    return _cumulative_share(_ranked_from_bins(counts, sums, 0), fractions)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,16 @@
 
 The same functions serve the token ratio (``--clip``), the sequence-level ratio of
 GSPO/GMPO/TEPO and the Kalman-filtered ratio of KPO (``--seq-clip``): a variant only
-changes which log-ratio is passed in and which clip band applies.
+changes which log-ratio is passed in and which clip band applies. The two aggregations
+of a surrogate (token-mean, seq-mean-token-mean) come from :class:`AggregationSums`,
+which merges across chunks and files, so the streaming sections and a one-shot call
+share one formula.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -61,24 +67,114 @@ def ppo_objective_terms(
     return torch.where(mask, terms, 0.0)
 
 
-def token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean over all valid tokens ("token-mean" aggregation, DAPO). Scalar tensor."""
-    return torch.where(mask, values, 0.0).sum() / mask.sum()
-
-
 def sequence_means(values: Tensor, mask: Tensor) -> Tensor:
     """[B] mean over each sequence's valid tokens (NaN for empty rows)."""
     counts = mask.sum(dim=1)
     return torch.where(mask, values, 0.0).sum(dim=1) / counts
 
 
-def seq_mean_token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean over sequences of each sequence's token mean (GRPO's aggregation). Scalar.
+@dataclass(frozen=True)
+class Aggregates:
+    """A per-token quantity x_it under the two aggregations GRPO-family trainers use.
 
-    Rows with no valid token are left out.
+    Attributes:
+        token_mean: ``sum_i sum_t x_it / sum_i |o_i|`` ("token-mean": DAPO, TEPO Eq. 4).
+        seq_mean_token_mean: ``1/G sum_i 1/|o_i| sum_t x_it`` over the G sequences with
+            a valid token ("seq-mean-token-mean": GRPO, GSPO).
+    NaN where there is nothing to average.
     """
-    means = sequence_means(values, mask)
-    return means[mask.any(dim=1)].mean()
+
+    token_mean: float
+    seq_mean_token_mean: float
+
+    def negated(self) -> Aggregates:
+        """Both values with the sign flipped: the loss -J of an objective J."""
+        return Aggregates(-self.token_mean, -self.seq_mean_token_mean)
+
+
+@dataclass(frozen=True)
+class AggregationSums:
+    """Mergeable sums behind :class:`Aggregates` (DESIGN 3.3; KPO Eq. 2, TEPO Eq. 4).
+
+    Built from per-token values by :func:`aggregation_sums` or from per-sequence sums by
+    :func:`row_aggregation_sums`; sums of chunks, files and shards add with :meth:`merge`,
+    so both aggregations stream exactly.
+
+    Attributes:
+        token_sum: ``sum_i sum_t x_it`` over valid tokens; tokens: ``sum_i |o_i|``.
+        seq_mean_sum: ``sum_i (1/|o_i|) sum_t x_it`` over sequences with a valid token;
+            sequences: their number.
+    """
+
+    token_sum: float = 0.0
+    tokens: int = 0
+    seq_mean_sum: float = 0.0
+    sequences: int = 0
+
+    def merge(self, other: AggregationSums) -> AggregationSums:
+        return AggregationSums(
+            self.token_sum + other.token_sum,
+            self.tokens + other.tokens,
+            self.seq_mean_sum + other.seq_mean_sum,
+            self.sequences + other.sequences,
+        )
+
+    def aggregates(self) -> Aggregates:
+        return Aggregates(
+            token_mean=self.token_sum / self.tokens if self.tokens else math.nan,
+            seq_mean_token_mean=self.seq_mean_sum / self.sequences if self.sequences else math.nan,
+        )
+
+
+def _aggregation_sums(token_sum: float, row_sums: Tensor, lengths: Tensor) -> AggregationSums:
+    present = lengths > 0
+    return AggregationSums(
+        token_sum=token_sum,
+        tokens=int(lengths.sum()),
+        seq_mean_sum=float((row_sums[present] / lengths[present]).sum()),
+        sequences=int(present.sum()),
+    )
+
+
+def aggregation_sums(values: Tensor, mask: Tensor) -> AggregationSums:
+    """:class:`AggregationSums` of a per-token quantity.
+
+    Args:
+        values: [B, T] float, e.g. the per-token objective of
+            :func:`ppo_objective_terms`; values at masked positions are ignored.
+        mask: [B, T] bool, valid tokens.
+
+    >>> values = torch.tensor([[1.0, 3.0, 99.0], [4.0, 99.0, 99.0]])
+    >>> mask = torch.tensor([[True, True, False], [True, False, False]])
+    >>> aggregation_sums(values, mask).aggregates()
+    Aggregates(token_mean=2.6666666666666665, seq_mean_token_mean=3.0)
+    """
+    filled = torch.where(mask, values, 0.0)
+    return _aggregation_sums(float(filled.sum()), filled.sum(dim=1), mask.sum(dim=1))
+
+
+def row_aggregation_sums(row_sums: Tensor, lengths: Tensor) -> AggregationSums:
+    """:class:`AggregationSums` from per-sequence sums, e.g. those of :func:`ppo_row_sums`.
+
+    Args:
+        row_sums: [B] float, ``sum_t x_it`` over each sequence's valid tokens.
+        lengths: [B] int, valid tokens per sequence (rows of 0 are left out of the
+            sequence mean).
+    """
+    return _aggregation_sums(float(row_sums.sum()), row_sums, lengths)
+
+
+def token_mean(values: Tensor, mask: Tensor) -> float:
+    """Mean over all valid tokens ("token-mean" aggregation, DAPO); NaN without any."""
+    return aggregation_sums(values, mask).aggregates().token_mean
+
+
+def seq_mean_token_mean(values: Tensor, mask: Tensor) -> float:
+    """Mean over sequences of each sequence's token mean (GRPO's aggregation).
+
+    Rows with no valid token are left out; NaN when no row has one.
+    """
+    return aggregation_sums(values, mask).aggregates().seq_mean_token_mean
 
 
 def ppo_row_sums(
@@ -91,7 +187,8 @@ def ppo_row_sums(
     precision with float64 accumulation, which is what a streaming analysis needs.
 
     Returns:
-        ``(clipped [B] int64, clipped_terms [B] float64, plain_terms [B] float64)``.
+        ``(clipped [B] int64, clipped_terms [B] float64, plain_terms [B] float64)``; the
+        term sums aggregate with :func:`row_aggregation_sums`.
     """
     eps_low, eps_high = clip
     adv = torch.where(mask, advantages, torch.zeros((), dtype=advantages.dtype))

@@ -19,10 +19,10 @@ from torch import Tensor
 from ratioscope.errors import ShapeMismatchError, UsageError
 from ratioscope.functional.fpa import sequence_weights
 from ratioscope.functional.surrogate import (
+    Aggregates,
+    aggregation_sums,
     ppo_clip_mask,
     ppo_objective_terms,
-    seq_mean_token_mean,
-    token_mean,
 )
 
 #: TEPO does not state its epsilon; ratioscope uses the sequence-variant band of
@@ -163,29 +163,19 @@ def tepo_policy_terms(
     return torch.where(valid, terms, 0.0)
 
 
-@dataclass(frozen=True)
-class TepoSurrogate:
-    """TEPO's policy objective under the two aggregations it compares (Table 3, panel D).
-
-    Attributes:
-        token_mean: ``1/sum_i |o_i| sum_i sum_t term_it`` (TEPO's Eq. 4 aggregation).
-        seq_mean_token_mean: ``1/G sum_i 1/|o_i| sum_t term_it`` (GSPO's), over sequences
-            with at least one valid token.
-    The loss is minus either value. NaN when there is no valid token.
-    """
-
-    token_mean: float
-    seq_mean_token_mean: float
-
-
 def tepo_surrogate(
     z: Tensor,
     adv: Tensor,
     mask: Tensor,
     clip: tuple[float, float] = SEQUENCE_CLIP,
     form: ClipForm = "ppo",
-) -> TepoSurrogate:
-    """TEPO Eq. (4) policy objective (KL term left out) with both aggregations.
+) -> Aggregates:
+    """TEPO Eq. (4) policy objective (KL term left out) under the two aggregations it
+    compares (Table 3, panel D): ``token_mean`` = ``1/sum_i |o_i| sum_i sum_t term_it``
+    (TEPO's), ``seq_mean_token_mean`` = ``1/G sum_i 1/|o_i| sum_t term_it`` (GSPO's),
+    with ``term`` from :func:`tepo_policy_terms`. The loss is minus either value; NaN
+    when there is no valid token. A streaming caller feeds the same terms to
+    :func:`~ratioscope.functional.surrogate.aggregation_sums` chunk by chunk.
 
     >>> z = torch.zeros(2, 3); m = torch.tensor([[True, True, True], [True, False, False]])
     >>> s = tepo_surrogate(z, torch.tensor([[1.0, 1.0, 1.0], [-2.0, 0.0, 0.0]]), m)
@@ -194,9 +184,7 @@ def tepo_surrogate(
     """
     terms = tepo_policy_terms(z, adv, mask, clip, form)
     valid = mask.to(device=terms.device, dtype=torch.bool)
-    if not bool(valid.any()):
-        return TepoSurrogate(math.nan, math.nan)
-    return TepoSurrogate(float(token_mean(terms, valid)), float(seq_mean_token_mean(terms, valid)))
+    return aggregation_sums(terms, valid).aggregates()
 
 
 def kl_mask(adv: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor) -> Tensor:

@@ -364,7 +364,11 @@ def window_offpolicy_frequency(
 
 @dataclass(frozen=True)
 class WindowMoments:
-    """Mergeable per-window-index sums for mean/variance curves (KPO Fig. 1).
+    """Mergeable per-window-index sums behind the window-wise off-policy frequency curve
+    (KPO App. B.1, Fig. 1): its mean and population variance (ddof 0) over the sequences
+    that have each window.
+
+    Built by :func:`window_moments`; chunks, files and shards add with :meth:`merge`.
 
     Attributes:
         total, total_sq: [W] float64, sums of values and of squared values.
@@ -374,6 +378,14 @@ class WindowMoments:
     total: Tensor
     total_sq: Tensor
     count: Tensor
+
+    @classmethod
+    def empty(cls) -> WindowMoments:
+        """No window yet (W = 0): the start of a merge."""
+        import torch
+
+        zeros = torch.zeros(0, dtype=torch.float64)
+        return cls(zeros, zeros, torch.zeros(0, dtype=torch.long))
 
     def merge(self, other: WindowMoments) -> WindowMoments:
         """Sum two accumulators (of possibly different lengths W)."""
@@ -389,6 +401,16 @@ class WindowMoments:
             pad(self.total_sq) + pad(other.total_sq),
             pad(self.count) + pad(other.count),
         )
+
+    def cpu(self) -> WindowMoments:
+        return WindowMoments(self.total.cpu(), self.total_sq.cpu(), self.count.cpu())
+
+    def trimmed(self) -> WindowMoments:
+        """Without the trailing windows no sequence has (a chunk is as wide as its
+        longest row, so its last window indices may have count 0)."""
+        present = self.count.nonzero()
+        width = int(present.max()) + 1 if present.numel() else 0
+        return WindowMoments(self.total[:width], self.total_sq[:width], self.count[:width])
 
     @property
     def mean(self) -> Tensor:
@@ -414,8 +436,8 @@ def window_moments(values: Tensor) -> WindowMoments:
 
     values = values.to(torch.float64)
     present = ~values.isnan()
-    filled = values.nan_to_num(nan=0.0)
-    return WindowMoments(filled.sum(0), (filled * filled).sum(0), present.sum(0))
+    filled = torch.where(present, values, 0.0)
+    return WindowMoments(filled.sum(0), filled.square().sum(0), present.sum(0))
 
 
 # --------------------------------------------------------------------------- signals

@@ -30,10 +30,11 @@ from ratioscope.functional.covariance import (
     PERCENTILE_FRACTIONS,
     advantage_mass_removed,
     clip_cov_touched,
+    covariance_percentiles_from_bins,
     covariance_weights,
+    cumulative_covariance_share_from_bins,
     kl_cov_touched,
     token_covariance,
-    top_count,
 )
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
 from ratioscope.params import AnalysisParams
@@ -335,104 +336,36 @@ def _touched_result(values: list[int], ratio: float) -> Touched:
 
 
 # ------------------------------------------------------------- histogram readings
-def _descending(histogram: Histogram, sign: int) -> tuple[Tensor, Tensor]:
-    """Counts and magnitude sums of one sign's bins, largest magnitude first.
-
-    sign 1: c > 0; -1: c < 0; 0: |c| (both signs folded, then the exact zeros).
-    """
-    counts = histogram.counts.double()
-    sums = histogram.sums if histogram.sums is not None else torch.zeros_like(counts)
-    centre = bins.CENTER
-    positive = (counts[centre + 1 :], sums[centre + 1 :])  # ascending magnitude
-    negative = (counts[:centre].flip(0), -sums[:centre].flip(0))
-    if sign > 0:
-        ascending = positive
-    elif sign < 0:
-        ascending = negative
-    else:
-        zero = counts[centre : centre + 1]
-        ascending = (
-            torch.cat([zero, positive[0] + negative[0]]),
-            torch.cat([torch.zeros(1, dtype=torch.float64), positive[1] + negative[1]]),
-        )
-    return ascending[0].flip(0), ascending[1].flip(0)
-
-
-def _top_sum(counts: Tensor, sums: Tensor, k: int) -> float:
-    """Sum of the k largest magnitudes: whole bins exactly, the last bin at its bin mean."""
-    cumulative = torch.cumsum(counts, 0)
-    index = int(torch.searchsorted(cumulative, torch.tensor([float(k)], dtype=torch.float64)))
-    index = min(index, counts.numel() - 1)
-    before = float(cumulative[index - 1]) if index > 0 else 0.0
-    before_sum = float(sums[:index].sum())
-    inside = float(counts[index])
-    return before_sum + ((k - before) * float(sums[index]) / inside if inside else 0.0)
-
-
-def _threshold(histogram: Histogram, sign: int, k: int, n: int) -> float:
-    """The k-th largest magnitude of one sign, with its sign (inside its bin)."""
-    counts = histogram.counts.clone()
-    moments = histogram.moments
-    if sign > 0:
-        counts[: bins.CENTER + 1] = 0
-        return bins.quantile_from_counts(counts, (n - k + 0.5) / n, None, moments.maximum)
-    counts[bins.CENTER :] = 0
-    return bins.quantile_from_counts(counts, (k - 0.5) / n, moments.minimum, None)
-
-
-def _sign_rows(histogram: Histogram, sign: int, fractions: Sequence[float]) -> list[PercentileRow]:
-    counts, sums = _descending(histogram, sign)
-    n = int(counts.sum())
-    rows, previous, previous_sum = [], 0, 0.0
-    for fraction in fractions:
-        if n == 0:
-            rows.append(PercentileRow(fraction, math.nan, math.nan, math.nan))
-            continue
-        k = top_count(fraction, n)
-        top = _top_sum(counts, sums, k)
-        band = k - previous
-        band_mean = (top - previous_sum) / band if band > 0 else math.nan
-        rows.append(
-            PercentileRow(
-                fraction=fraction,
-                threshold=_threshold(histogram, sign, k, n),
-                top_mean=sign * top / k,
-                band_mean=sign * band_mean,
-            )
-        )
-        if k > previous:
-            previous, previous_sum = k, top
-    return rows
+def _bins(histogram: Histogram) -> tuple[Tensor, Tensor]:
+    sums = (
+        histogram.sums
+        if histogram.sums is not None
+        else torch.zeros(bins.NUM_BINS, dtype=torch.float64)
+    )
+    return histogram.counts, sums
 
 
 def percentile_table(histogram: Histogram, fractions: Sequence[float]) -> PercentileTable:
-    """CW-GRPO Table 1 read from a signed histogram of c with per-bin sums.
-
-    The streaming counterpart of
-    :func:`~ratioscope.functional.covariance.covariance_percentiles`: the same top
-    fractions (``top_count(f, n)`` tokens of largest magnitude among the n of each sign);
-    every value within the histogram's relative error of the exact one.
+    """CW-GRPO Table 1 in the report's layout, read from a signed histogram of c with
+    per-bin sums by :func:`~ratioscope.functional.covariance.covariance_percentiles_from_bins`.
     """
-    positive = _sign_rows(histogram, 1, fractions)
-    negative = _sign_rows(histogram, -1, fractions)
+    moments = histogram.moments
+    table = covariance_percentiles_from_bins(
+        *_bins(histogram), moments.minimum, moments.maximum, fractions
+    )
+
+    def rows(*columns: tuple[float, ...]) -> list[PercentileRow]:
+        return [PercentileRow(*row) for row in zip(table.fractions, *columns, strict=True)]
+
     return PercentileTable(
-        positive=positive,
-        negative=negative,
-        positive_count=int(histogram.counts[bins.CENTER + 1 :].sum()),
-        negative_count=int(histogram.counts[: bins.CENTER].sum()),
+        positive=rows(table.positive_threshold, table.positive_mean, table.positive_band_mean),
+        negative=rows(table.negative_threshold, table.negative_mean, table.negative_band_mean),
+        positive_count=table.positive_count,
+        negative_count=table.negative_count,
     )
 
 
 def cumulative_share(histogram: Histogram, fractions: Sequence[float]) -> list[float]:
-    """Share of sum |c| held by the top ``top_count(x, N)`` tokens by |c|, per fraction x.
-
-    The streaming counterpart of
-    :func:`~ratioscope.functional.covariance.cumulative_covariance_share` (N counts the
-    tokens with c == 0 too); NaN when every c is 0.
-    """
-    counts, sums = _descending(histogram, 0)
-    n = int(counts.sum())
-    total = float(sums.sum())
-    if n == 0 or total <= 0:
-        return [math.nan for _ in fractions]
-    return [min(1.0, _top_sum(counts, sums, top_count(x, n)) / total) for x in fractions]
+    """CW-GRPO Fig. 3 read from a signed histogram of c with per-bin sums by
+    :func:`~ratioscope.functional.covariance.cumulative_covariance_share_from_bins`."""
+    return list(cumulative_covariance_share_from_bins(*_bins(histogram), fractions))

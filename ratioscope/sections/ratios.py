@@ -14,21 +14,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
-from ratioscope.functional.surrogate import ppo_row_sums
+from ratioscope.functional.surrogate import (
+    Aggregates,
+    AggregationSums,
+    ppo_row_sums,
+    row_aggregation_sums,
+)
+from ratioscope.functional.token_stats import (
+    SignalStatistics,
+    Space,
+    WindowMoments,
+    constant_signal_statistics,
+    frequency_grid,
+    signal_statistics,
+    window_moments,
+)
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
 from ratioscope.stats import Counter, Histogram, Vector
-
-if TYPE_CHECKING:
-    from ratioscope.functional.token_stats import SignalStatistics
 
 STATE_NAMES = ("down", "on", "up")
 #: --kalman-impl reference is flagged where it is this far from the exact filter
@@ -61,14 +72,6 @@ def distribution_of(histogram: Histogram, quantiles: Sequence[float]) -> Distrib
 
 
 @dataclass(frozen=True)
-class Aggregates:
-    """A loss under the two aggregations GRPO-family trainers use."""
-
-    token_mean: float
-    seq_mean_token_mean: float
-
-
-@dataclass(frozen=True)
 class Surrogate:
     """Surrogate loss -J: clipped min(rA, clip(r)A) and unclipped rA (KPO Eq. 2)."""
 
@@ -96,37 +99,6 @@ class VariantStats:
 
 
 @dataclass
-class _LossSums:
-    """Sums behind the two aggregations of one per-token quantity."""
-
-    token_sum: float = 0.0
-    tokens: int = 0
-    seq_mean_sum: float = 0.0
-    sequences: int = 0
-
-    def add(self, row_sums: Tensor, lengths: Tensor) -> None:
-        """Fold in per-sequence sums [B] of a per-token quantity over [B] valid tokens."""
-        present = lengths > 0
-        self.token_sum += float(row_sums.sum())
-        self.tokens += int(lengths.sum())
-        self.seq_mean_sum += float((row_sums[present] / lengths[present]).sum())
-        self.sequences += int(present.sum())
-
-    def merge(self, other: _LossSums) -> None:
-        self.token_sum += other.token_sum
-        self.tokens += other.tokens
-        self.seq_mean_sum += other.seq_mean_sum
-        self.sequences += other.sequences
-
-    def aggregates(self) -> Aggregates:
-        # the report holds losses, -J, as trainers log them
-        return Aggregates(
-            token_mean=-self.token_sum / self.tokens if self.tokens else math.nan,
-            seq_mean_token_mean=-self.seq_mean_sum / self.sequences if self.sequences else math.nan,
-        )
-
-
-@dataclass
 class _StateSums:
     """Sums behind the KPO token-state statistics of one variant."""
 
@@ -141,9 +113,7 @@ class _StateSums:
     lfr_excluded: int = 0
     var_global_sum: float = 0.0
     var_local_sum: float = 0.0
-    window_total: Vector = field(default_factory=Vector)
-    window_total_sq: Vector = field(default_factory=Vector)
-    window_count: Vector = field(default_factory=Vector)
+    windows: WindowMoments = field(default_factory=WindowMoments.empty)
     spectrum_sum: Vector = field(default_factory=Vector)
     spectrum_count: int = 0
 
@@ -169,12 +139,7 @@ class _StateSums:
         self.lfr_excluded += int((~finite).sum())
         self.var_global_sum += float(stats.global_variance[rows].sum())
         self.var_local_sum += float(stats.local_variance[rows].sum())
-        windows = stats.window_frequency[rows]
-        present = ~torch.isnan(windows)
-        values = torch.where(present, windows, 0.0)
-        self.window_total.add(values.sum(dim=0))
-        self.window_total_sq.add(values.square().sum(dim=0))
-        self.window_count.add(present.sum(dim=0))
+        self.windows = self.windows.merge(window_moments(stats.window_frequency[rows]).cpu())
         spectra = stats.periodogram[rows][finite]
         self.spectrum_sum.add(spectra.sum(dim=0))
         self.spectrum_count += int(spectra.shape[0])
@@ -189,8 +154,8 @@ class _StateSums:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("var_global_sum", "var_local_sum", "spectrum_count"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("window_total", "window_total_sq", "window_count", "spectrum_sum"):
-            getattr(self, name).merge(getattr(other, name))
+        self.windows = self.windows.merge(other.windows)
+        self.spectrum_sum.merge(other.spectrum_sum)
 
     def state(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
@@ -199,6 +164,11 @@ class _StateSums:
                 state[key] = value.state()
             elif key == "run_histogram":
                 state[key] = [c.state() for c in value]
+            elif key == "windows":
+                # the layout of reports written so far: three lists of floats
+                state["window_total"] = value.total.tolist()
+                state["window_total_sq"] = value.total_sq.tolist()
+                state["window_count"] = value.count.double().tolist()
             else:
                 state[key] = value
         return state
@@ -206,7 +176,10 @@ class _StateSums:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> _StateSums:
         sums = cls()
+        window_keys = ("window_total", "window_total_sq", "window_count")
         for key, value in state.items():
+            if key in window_keys:
+                continue
             current = getattr(sums, key)
             if isinstance(current, Vector):
                 setattr(sums, key, Vector.from_state(value))
@@ -214,6 +187,10 @@ class _StateSums:
                 sums.run_histogram = [Counter.from_state(c) for c in value]
             else:
                 setattr(sums, key, value)
+        total, total_sq, count = (
+            torch.tensor(state.get(k, []), dtype=torch.float64) for k in window_keys
+        )
+        sums.windows = WindowMoments(total, total_sq, count.long())
         return sums
 
     def fields(self, frequencies: list[float]) -> dict[str, Any]:
@@ -221,12 +198,7 @@ class _StateSums:
         total = sum(self.state_tokens)
         if self.sequences == 0 or total == 0:
             return {}
-        # chunks are as wide as their longest row, so trailing windows may have no data
-        present = self.window_count.values.nonzero()
-        width = int(present.max()) + 1 if present.numel() else 0
-        count = self.window_count.values[:width]
-        mean = self.window_total.values[:width] / count
-        var = (self.window_total_sq.values[:width] / count - mean.square()).clamp(min=0.0)
+        windows = self.windows.trimmed()
         spectrum = None
         if self.spectrum_count:
             power = (self.spectrum_sum.values / self.spectrum_count).tolist()
@@ -250,9 +222,9 @@ class _StateSums:
                 "window_local": self.var_local_sum / self.sequences,
             },
             "window_frequency": {
-                "mean": mean.tolist(),
-                "var": var.tolist(),
-                "count": [int(c) for c in count.tolist()],
+                "mean": windows.mean.tolist(),
+                "var": windows.var.tolist(),
+                "count": windows.count.tolist(),
             },
             "spectrum": spectrum,
         }
@@ -267,16 +239,16 @@ class _VariantState:
     histogram: Histogram = field(default_factory=Histogram)
     clipped_tokens: int = 0
     advantage_tokens: int = 0
-    clipped_loss: _LossSums = field(default_factory=_LossSums)
-    unclipped_loss: _LossSums = field(default_factory=_LossSums)
+    clipped_loss: AggregationSums = field(default_factory=AggregationSums)
+    unclipped_loss: AggregationSums = field(default_factory=AggregationSums)
     states: _StateSums = field(default_factory=_StateSums)
 
     def merge(self, other: _VariantState) -> None:
         self.histogram.merge(other.histogram)
         self.clipped_tokens += other.clipped_tokens
         self.advantage_tokens += other.advantage_tokens
-        self.clipped_loss.merge(other.clipped_loss)
-        self.unclipped_loss.merge(other.unclipped_loss)
+        self.clipped_loss = self.clipped_loss.merge(other.clipped_loss)
+        self.unclipped_loss = self.unclipped_loss.merge(other.unclipped_loss)
         self.states.merge(other.states)
 
     def state(self) -> dict[str, Any]:
@@ -284,8 +256,8 @@ class _VariantState:
             "histogram": self.histogram.state(),
             "clipped_tokens": self.clipped_tokens,
             "advantage_tokens": self.advantage_tokens,
-            "clipped_loss": vars(self.clipped_loss),
-            "unclipped_loss": vars(self.unclipped_loss),
+            "clipped_loss": asdict(self.clipped_loss),
+            "unclipped_loss": asdict(self.unclipped_loss),
             "states": self.states.state(),
         }
 
@@ -295,8 +267,8 @@ class _VariantState:
             histogram=Histogram.from_state(state["histogram"]),
             clipped_tokens=int(state["clipped_tokens"]),
             advantage_tokens=int(state["advantage_tokens"]),
-            clipped_loss=_LossSums(**state["clipped_loss"]),
-            unclipped_loss=_LossSums(**state["unclipped_loss"]),
+            clipped_loss=AggregationSums(**state["clipped_loss"]),
+            unclipped_loss=AggregationSums(**state["unclipped_loss"]),
             states=_StateSums.from_state(state["states"]),
         )
 
@@ -345,8 +317,12 @@ class RatiosAccumulator(Accumulator):
             )
             state.clipped_tokens += int(clipped.sum())
             state.advantage_tokens += int(ctx.lengths.sum())
-            state.clipped_loss.add(clipped_sums, ctx.lengths)
-            state.unclipped_loss.add(plain_sums, ctx.lengths)
+            state.clipped_loss = state.clipped_loss.merge(
+                row_aggregation_sums(clipped_sums, ctx.lengths)
+            )
+            state.unclipped_loss = state.unclipped_loss.merge(
+                row_aggregation_sums(plain_sums, ctx.lengths)
+            )
             columns[f"{variant}_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
         columns["sequence_weight"] = torch.exp(ctx.sequence_mean_z.double())
         if self.params.kalman_impl == "reference" and "kalman" in self.variants:
@@ -368,12 +344,6 @@ class RatiosAccumulator(Accumulator):
     def _token_states(
         self, ctx: Context, variant: str, signal: Tensor, state: _VariantState
     ) -> dict[str, Tensor]:
-        from ratioscope.functional.token_stats import (
-            Space,
-            constant_signal_statistics,
-            signal_statistics,
-        )
-
         p = self.params
         # AnalysisParams admits only the values of SPACES
         space = cast("Space", p.space)
@@ -449,9 +419,10 @@ class RatiosAccumulator(Accumulator):
             distribution=distribution,
             clip_band=self.band(variant),
             clip_fraction=state.clipped_tokens / state.advantage_tokens if has_adv else None,
+            # the report holds losses, -J, as trainers log them
             surrogate=Surrogate(
-                clipped=state.clipped_loss.aggregates(),
-                unclipped=state.unclipped_loss.aggregates(),
+                clipped=state.clipped_loss.aggregates().negated(),
+                unclipped=state.unclipped_loss.aggregates().negated(),
             )
             if has_adv
             else None,
@@ -492,8 +463,6 @@ def _min_index(a: int | None, b: int | None) -> int | None:
 
 
 def _frequency_grid() -> list[float]:
-    from ratioscope.functional.token_stats import frequency_grid
-
     return frequency_grid().tolist()
 
 

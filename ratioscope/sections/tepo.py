@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
-from ratioscope.functional.surrogate import sequence_means
+from ratioscope.functional.surrogate import Aggregates, AggregationSums, aggregation_sums
 from ratioscope.functional.tepo import (
     kl_mask,
     kl_mask_quadrants,
@@ -44,14 +44,6 @@ QUADRANTS = (
 
 
 @dataclass(frozen=True)
-class TepoAggregates:
-    """TEPO's loss (minus the Eq. 4 policy objective, KL term left out) aggregated two ways."""
-
-    token_mean: float
-    seq_mean_token_mean: float
-
-
-@dataclass(frozen=True)
 class KLMaskShares:
     """Valid tokens per (sign A, sign dH) quadrant; ``pos_decreasing`` is TEPO's KL mask."""
 
@@ -71,7 +63,8 @@ class TepoSection:
     outside_band: float
     clip_fraction: float | None
     clip_fraction_literal: float | None
-    surrogate: TepoAggregates | None
+    #: TEPO's loss (minus the Eq. 4 policy objective, KL term left out), two aggregations
+    surrogate: Aggregates | None
     kl_mask: KLMaskShares | None
 
 
@@ -89,7 +82,7 @@ class TepoAccumulator(Accumulator):
         self.advantage_tokens = 0
         self.clipped = 0
         self.clipped_literal = 0
-        self.sums = torch.zeros(4, dtype=torch.float64)  # token sum, tokens, seq sum, seqs
+        self.surrogate = AggregationSums()
         self.quadrants = torch.zeros(len(QUADRANTS) + 1, dtype=torch.long)  # + total
         self.no_advantages: list[str] = []
         self.no_entropy: list[str] = []
@@ -126,11 +119,7 @@ class TepoAccumulator(Accumulator):
         self.clipped_literal += int(sequence_clip_mask(z, advantages, mask, band, "literal").sum())
         columns["tepo_clip_fraction"] = clipped.sum(dim=1) / ctx.lengths.clamp_min(1)
         terms = tepo_policy_terms(z, advantages, mask, band, form="ppo")
-        means = sequence_means(terms, mask)[mask.any(dim=1)]
-        self.sums += torch.tensor(
-            [float(terms.sum()), int(mask.sum()), float(means.sum()), means.numel()],
-            dtype=torch.float64,
-        )
+        self.surrogate = self.surrogate.merge(aggregation_sums(terms, mask))
         entropy, old_entropy = batch.entropy, batch.old_entropy
         if entropy is None or old_entropy is None:
             return columns
@@ -151,7 +140,7 @@ class TepoAccumulator(Accumulator):
         self.advantage_tokens += other.advantage_tokens
         self.clipped += other.clipped
         self.clipped_literal += other.clipped_literal
-        self.sums += other.sums
+        self.surrogate = self.surrogate.merge(other.surrogate)
         self.quadrants += other.quadrants
         self.no_advantages.extend(other.no_advantages)
         self.no_entropy.extend(other.no_entropy)
@@ -166,7 +155,7 @@ class TepoAccumulator(Accumulator):
             "advantage_tokens": self.advantage_tokens,
             "clipped": self.clipped,
             "clipped_literal": self.clipped_literal,
-            "sums": self.sums.tolist(),
+            "sums": _sums_state(self.surrogate),
             "quadrants": self.quadrants.tolist(),
             "no_advantages": list(self.no_advantages),
             "no_entropy": list(self.no_entropy),
@@ -180,7 +169,8 @@ class TepoAccumulator(Accumulator):
         acc.weight = Moments.from_state(state["weight"])
         for key in ("outside", "tokens", "advantage_tokens", "clipped", "clipped_literal"):
             setattr(acc, key, int(state[key]))
-        acc.sums = torch.tensor(state["sums"], dtype=torch.float64)
+        token_sum, tokens, seq_mean_sum, sequences = (float(x) for x in state["sums"])
+        acc.surrogate = AggregationSums(token_sum, int(tokens), seq_mean_sum, int(sequences))
         acc.quadrants = torch.tensor(state["quadrants"], dtype=torch.long)
         acc.no_advantages = list(state["no_advantages"])
         acc.no_entropy = list(state["no_entropy"])
@@ -195,7 +185,6 @@ class TepoAccumulator(Accumulator):
             for key, value in self.log_weight.quantiles(self.params.quantiles).items()
         }
         has_adv = self.advantage_tokens > 0
-        token_sum, tokens, seq_sum, seqs = self.sums.tolist()
         return TepoSection(
             sequences=sequences,
             tokens=self.tokens,
@@ -212,12 +201,7 @@ class TepoAccumulator(Accumulator):
             clip_fraction=self.clipped / self.advantage_tokens if has_adv else None,
             clip_fraction_literal=self.clipped_literal / self.advantage_tokens if has_adv else None,
             # the report holds losses, -J, as the ratios section does
-            surrogate=TepoAggregates(
-                token_mean=-token_sum / tokens if tokens else math.nan,
-                seq_mean_token_mean=-seq_sum / seqs if seqs else math.nan,
-            )
-            if has_adv
-            else None,
+            surrogate=self.surrogate.aggregates().negated() if has_adv else None,
             kl_mask=self._kl_mask(),
         )
 
@@ -244,3 +228,8 @@ class TepoAccumulator(Accumulator):
                 f"missing in {listed(self.no_entropy)}"
             )
         return messages
+
+
+def _sums_state(sums: AggregationSums) -> list[float]:
+    """The state layout of reports written so far: [token sum, tokens, seq sum, seqs]."""
+    return [sums.token_sum, float(sums.tokens), sums.seq_mean_sum, float(sums.sequences)]
