@@ -164,9 +164,10 @@ def report_or_analysis(
         ``(document, source)``: the report as JSON and a short description of the inputs.
     """
     from ratioscope.errors import UsageError
+    from ratioscope.io.paths import is_report_path
     from ratioscope.report_io import read_json_report
 
-    reports = [Path(p) for p in paths if str(p).lower().endswith(".json")]
+    reports = [Path(p) for p in paths if is_report_path(p)]
     if reports and len(reports) != len(paths):
         raise UsageError("give either analyze report JSON files or dumps, not both")
     if reports:

@@ -1,9 +1,10 @@
 """Errors that carry their own exit code.
 
-The library raises these; the CLI turns each into one line on stderr and the exit
-code below (DESIGN section 5): 1 a regression found by ``check``, 2 bad input or
-usage, 3 an internal error. Messages are one sentence that names the file and the
-problem, so a user can fix the input without reading a traceback.
+The library raises these; the CLI turns each into one line on stderr and the
+``exit_code`` of its class (DESIGN section 5): 1 a regression found by ``check``, 2 bad
+input or usage, 3 an internal error (the base class's, which the CLI also gives any
+unexpected exception). Messages are one sentence that names the file and the problem,
+so a user can fix the input without reading a traceback.
 """
 
 from __future__ import annotations
@@ -39,12 +40,37 @@ class InputError(RatioscopeError):
 
 
 class UsageError(RatioscopeError):
-    """An option value that makes no sense (exit 2)."""
+    """A value or a combination of values that makes no sense (exit 2): an option on
+    the command line, an argument in Python."""
 
     exit_code = 2
 
     def __init__(self, message: str) -> None:
         super().__init__(message.rstrip(".") + ".")
+
+
+class ParameterError(UsageError, ValueError):
+    """A library function cannot use the value of one of its parameters (exit 2).
+
+    The message names the parameter as Python spells it (``kalman_q``), or as
+    ``subject`` describes it; the command line names the option that sets it instead
+    (``--kalman-q``), with :meth:`naming`, at its one error boundary, so that no
+    library message depends on the command line. A ``ValueError`` too, as Python code
+    expects of a bad argument.
+
+    >>> error = ParameterError("window", "must be at least 2, got 1")
+    >>> str(error), error.naming("--window")
+    ('window must be at least 2, got 1.', '--window must be at least 2, got 1.')
+    """
+
+    def __init__(self, parameter: str, problem: str, *, subject: str | None = None) -> None:
+        self.parameter = parameter
+        self.problem = problem.rstrip(".")
+        super().__init__(f"{subject or parameter} {self.problem}")
+
+    def naming(self, name: str) -> str:
+        """The message with the parameter called ``name`` (the option that sets it)."""
+        return f"{name} {self.problem}."
 
 
 class UnreadablePathError(InputError):
@@ -176,9 +202,3 @@ class RegressionFound(RatioscopeError):
     """``check`` found a rule that does not hold (exit 1)."""
 
     exit_code = 1
-
-
-EXIT_OK = 0
-EXIT_REGRESSION = 1
-EXIT_BAD_INPUT = 2
-EXIT_INTERNAL = 3

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ratioscope.errors import ReportError, SampleError, UsageError
+from ratioscope.errors import ParameterError, ReportError, SampleError, UsageError
 from ratioscope.functional import passk as pk
 from ratioscope.functional.clustering import (
     DEFAULT_LINKAGE,
@@ -273,7 +273,7 @@ def resolve_ks(sample_set: SampleSet, ks: Sequence[int] | None) -> list[int]:
         return default_ks(sample_set)
     resolved = sorted({int(k) for k in ks})
     if resolved[0] < 1:
-        raise UsageError(f"--k expects positive integers, got {resolved[0]}")
+        raise ParameterError("ks", f"expects positive integers, got {resolved[0]}")
     largest = resolved[-1]
     for method in sample_set.methods.values():
         for problem in method.problems:
@@ -365,11 +365,11 @@ def evaluate_ucc(
 
 def check_clustering_options(threshold: float, linkage: str, max_pairs: int = 0) -> None:
     if not 0.0 < threshold <= 1.0:
-        raise UsageError(f"--threshold must lie in (0, 1], got {threshold}")
+        raise ParameterError("threshold", f"must lie in (0, 1], got {threshold}")
     if linkage not in LINKAGES:
-        raise UsageError(f"--linkage must be one of {', '.join(LINKAGES)}, got '{linkage}'")
+        raise ParameterError("linkage", f"must be one of {', '.join(LINKAGES)}, got '{linkage}'")
     if max_pairs < 0:
-        raise UsageError(f"--max-pairs must be 0 or more, got {max_pairs}")
+        raise ParameterError("max_pairs", f"must be 0 or more, got {max_pairs}")
 
 
 @dataclass(frozen=True)
@@ -593,9 +593,10 @@ def _diversity_summary(found: _ClusterValues, rows: np.ndarray) -> DiversitySumm
 def _check_base(sample_set: SampleSet, base_name: str) -> MethodSamples:
     base = sample_set.method(base_name)
     if len(sample_set.methods) < 2:
-        raise UsageError(
-            f"--base {base_name} needs at least one other method to compare with; "
-            f"methods found: {', '.join(sample_set.methods)}"
+        raise ParameterError(
+            "base_method",
+            f"{base_name} needs at least one other method to compare with; "
+            f"methods found: {', '.join(sample_set.methods)}",
         )
     return base
 
@@ -778,16 +779,6 @@ class MetricCurves:
     linkage: str | None = None
 
 
-#: SampleFields attribute -> the option that sets it, for messages
-_FIELD_OPTIONS = {
-    "problem": "--problem-field",
-    "response": "--response-field",
-    "correct": "--correct-field",
-    "method": "--method-field",
-    "dataset": "--dataset-field",
-}
-
-
 def metric_curves(
     paths: Sequence[str | Path],
     metric: str,
@@ -810,16 +801,18 @@ def metric_curves(
     curves of a figure are comparable.
 
     Raises:
-        UsageError: an option that a report input cannot honour, or reports made with
-            different clustering parameters.
+        ParameterError: a choice that a report input cannot honour (see
+            :func:`ratioscope.params.refuse_unlike_report`).
+        UsageError: reports made with different clustering parameters.
         ReportError: a report without ``metric``.
     """
+    from ratioscope.io.paths import is_report_path
     from ratioscope.io.samples import load_samples
     from ratioscope.report_io import read_json_report
 
     fields = fields or SampleFields()
-    report_paths = [Path(p) for p in paths if Path(p).suffix.lower() == ".json"]
-    sample_paths = [Path(p) for p in paths if Path(p).suffix.lower() != ".json"]
+    report_paths = [Path(p) for p in paths if is_report_path(p)]
+    sample_paths = [Path(p) for p in paths if not is_report_path(p)]
     if not sample_paths:
         _refuse_fields(fields, report_paths)
     if metric == "ucc_at_k":
@@ -862,12 +855,12 @@ def metric_curves(
     return MetricCurves(metric, _label_curves(sources), threshold, linkage)
 
 
-def _refuse_fields(fields: Any, reports: list[Path]) -> None:
-    for attribute, option in _FIELD_OPTIONS.items():
+def _refuse_fields(fields: SampleFields, reports: list[Path]) -> None:
+    for attribute in ("problem", "response", "correct", "method", "dataset"):
         if getattr(fields, attribute) is not None:
-            raise UsageError(
-                f"{option} applies only to samples input; the report {reports[0].name} is "
-                "plotted as stored"
+            raise ParameterError(
+                f"fields.{attribute}",
+                f"applies only to samples input; the report {reports[0].name} is plotted as stored",
             )
 
 
@@ -880,20 +873,19 @@ def _agree(
     threshold: float | None,
     linkage: str | None,
 ) -> None:
-    """Check a report's parameters against the user's choices and the other reports."""
+    """Check a report's parameters against the user's choices and the other reports
+    (equal as :func:`ratioscope.params.same_value` says)."""
+    from ratioscope.params import refuse_unlike_report, same_value
+
     chosen: dict[str, Any] = {"k": None if ks is None else sorted({int(k) for k in ks})}
     if metric == "ucc_at_k":
         chosen.update(threshold=threshold, linkage=linkage)
     for name, value in chosen.items():
+        refuse_unlike_report({name: value}, params, path, "samples")
         made_with = params.get(name)
-        if value is not None and made_with is not None and value != made_with:
-            raise UsageError(
-                f"--{name} applies only to samples input; the report {path.name} was made "
-                f"with {name} {_shown(made_with)}"
-            )
         if name == "k" or made_with is None:
             continue  # curves over different k still share the axis
-        if name in stored and stored[name][1] != made_with:
+        if name in stored and not same_value(made_with, stored[name][1]):
             first, other = stored[name]
             raise UsageError(
                 f"the reports were made with different {name}s ({first.name}: "

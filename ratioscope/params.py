@@ -1,16 +1,21 @@
 """Analysis parameters: every option that changes a number in the report.
 
 Device, chunk size and progress display do not change the numbers, so they are not
-here; reports made with equal parameters can be merged (``ratioscope merge``).
+here; reports made with equal parameters can be merged (``ratioscope merge``). Also
+the one rule for whether a parameter chosen now is the one a stored report was made
+with (:func:`same_value`, :func:`refuse_unlike_report`), for analyze and eval reports
+alike.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
-from ratioscope.errors import UsageError
+from ratioscope.errors import ParameterError
 
 SPACES = ("log", "ratio")
 MASK_POLICIES = ("zero", "skip")
@@ -48,32 +53,39 @@ class AnalysisParams:
             value = getattr(self, f.name)
             values = value if isinstance(value, tuple) else (value,)
             if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-                raise UsageError(f"--{f.name.replace('_', '-')} must be finite, got {value}")
+                raise ParameterError(f.name, f"must be finite, got {value}")
         _check_pair("clip", self.clip, upper=1.0)
-        _check_pair("seq-clip", self.seq_clip, upper=1.0)
-        _check_pair("on-band", self.on_band, upper=1.0, allow_zero=True)
+        _check_pair("seq_clip", self.seq_clip, upper=1.0)
+        _check_pair("on_band", self.on_band, upper=1.0, allow_zero=True)
         if self.is_threshold <= 1:
-            raise UsageError(f"--is-threshold must be > 1, got {self.is_threshold}")
+            raise ParameterError("is_threshold", f"must be > 1, got {self.is_threshold}")
         if self.window < 2:
-            raise UsageError(f"--window must be at least 2, got {self.window}")
+            raise ParameterError("window", f"must be at least 2, got {self.window}")
         if not 0 < self.lfr_cutoff < 1:
-            raise UsageError(f"--lfr-cutoff must be in (0, 1), got {self.lfr_cutoff}")
+            raise ParameterError("lfr_cutoff", f"must be in (0, 1), got {self.lfr_cutoff}")
         _check_choice("space", self.space, SPACES)
-        _check_choice("mask-policy", self.mask_policy, MASK_POLICIES)
-        _check_choice("kalman-impl", self.kalman_impl, KALMAN_IMPLS)
-        _check_choice("cov-scope", self.cov_scope, COV_SCOPES)
+        _check_choice("mask_policy", self.mask_policy, MASK_POLICIES)
+        _check_choice("kalman_impl", self.kalman_impl, KALMAN_IMPLS)
+        _check_choice("cov_scope", self.cov_scope, COV_SCOPES)
         if self.kalman_q <= 0:
-            raise UsageError(f"--kalman-q (process noise Q) must be > 0, got {self.kalman_q}")
+            raise ParameterError("kalman_q", f"(process noise Q) must be > 0, got {self.kalman_q}")
         if self.kalman_v <= 0:
-            raise UsageError(f"--kalman-v (observation noise V) must be > 0, got {self.kalman_v}")
+            raise ParameterError(
+                "kalman_v", f"(observation noise V) must be > 0, got {self.kalman_v}"
+            )
         if self.kalman_p0 < 0:
-            raise UsageError(f"the Kalman prior variance p0 must be >= 0, got {self.kalman_p0}")
+            raise ParameterError(
+                "kalman_p0",
+                f"must be >= 0, got {self.kalman_p0}",
+                subject="the Kalman prior variance p0",
+            )
+        # one message for the value and its sweep, as one option family sets both
         if self.delta <= 0 or any(d <= 0 for d in self.deltas):
-            raise UsageError("--delta values must be positive")
+            raise ParameterError("delta", "values must be positive")
         if self.fpa_lambda < 0 or any(x < 0 for x in self.fpa_lambdas):
-            raise UsageError("--fpa-lambda values must be >= 0")
+            raise ParameterError("fpa_lambda", "values must be >= 0")
         if not 0 < self.fpa_threshold < 1:
-            raise UsageError(f"--fpa-threshold must be in (0, 1), got {self.fpa_threshold}")
+            raise ParameterError("fpa_threshold", f"must be in (0, 1), got {self.fpa_threshold}")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -91,9 +103,69 @@ def _check_pair(name: str, pair: tuple[float, float], upper: float, allow_zero: 
     low, high = pair
     smallest = 0.0 if allow_zero else 1e-12
     if not (smallest <= low < upper and smallest <= high):
-        raise UsageError(f"--{name} values must be positive (and the lower one < 1), got {pair}")
+        raise ParameterError(name, f"values must be positive (and the lower one < 1), got {pair}")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise UsageError(f"--{name} must be one of {', '.join(choices)}, got '{value}'")
+        raise ParameterError(name, f"must be one of {', '.join(choices)}, got '{value}'")
+
+
+#: relative tolerance of :func:`same_value` for floats: a value read back from JSON, or
+#: spelled otherwise (1e-6, 0.000001), is the same choice; real choices differ far more
+REL_TOL = 1e-12
+
+
+def same_value(chosen: object, stored: object) -> bool:
+    """Whether a parameter value chosen now equals the one a report stored.
+
+    The one equality rule for parameters: when either side is a float, numbers compare
+    with ``math.isclose(rel_tol=REL_TOL, abs_tol=0)``; everything else (integers,
+    strings, booleans) compares exactly; lists and tuples compare element by element
+    and must be as long; a single value chosen against a stored list is a list of one.
+
+    >>> same_value((3e-4, 4e-4), [0.0003, 0.0004]), same_value(0.9, 0.95), same_value("a", "a")
+    (True, False, True)
+    """
+    if isinstance(stored, (list, tuple)):
+        values = list(chosen) if isinstance(chosen, (list, tuple)) else [chosen]
+        return len(values) == len(stored) and all(map(same_value, values, stored))
+    if (
+        isinstance(chosen, (int, float))
+        and isinstance(stored, (int, float))
+        and (isinstance(chosen, float) or isinstance(stored, float))
+    ):
+        return math.isclose(chosen, stored, rel_tol=REL_TOL, abs_tol=0.0)
+    return chosen == stored
+
+
+def refuse_unlike_report(
+    chosen: Mapping[str, Any], stored: Mapping[str, Any], report: str | Path, applies_to: str
+) -> None:
+    """A report is used as stored: refuse a parameter chosen unlike the report's own.
+
+    Otherwise the choice would be silently ignored while the result looked as if it had
+    been honoured.
+
+    Args:
+        chosen: parameter -> value, for the parameters the caller chose; None means
+            not chosen.
+        stored: the parameters the report was made with; one it lacks (or holds as
+            null) is not checked.
+        report: the report's path, named in the message.
+        applies_to: the input the parameters do apply to ("dump", "samples").
+
+    Raises:
+        ParameterError: the first chosen parameter unlike the report's (by
+            :func:`same_value`), naming the report and its value.
+    """
+    for name, value in chosen.items():
+        made_with = stored.get(name)
+        if value is None or made_with is None or same_value(value, made_with):
+            continue
+        shown = ",".join(map(str, made_with)) if isinstance(made_with, list) else made_with
+        raise ParameterError(
+            name,
+            f"applies only to {applies_to} input; the report {Path(report).name} was made "
+            f"with {name.replace('_', ' ')} {shown}",
+        )

@@ -12,7 +12,7 @@ import os
 import typer
 from typer.core import TyperGroup
 
-from ratioscope.errors import EXIT_INTERNAL, RatioscopeError, RegressionFound
+from ratioscope.errors import ParameterError, RatioscopeError, RegressionFound, UsageError
 
 try:  # typer >= 0.2x ships its own copy of click
     from typer._click import exceptions as _click_exceptions
@@ -21,6 +21,8 @@ except ImportError:  # pragma: no cover - older typer uses the click package
     from click import exceptions as _click_exceptions  # type: ignore[no-redef]
 
 _USAGE_ERROR = _click_exceptions.UsageError
+#: what an exception that is not a RatioscopeError exits with: ours, an internal error
+_INTERNAL_EXIT = RatioscopeError.exit_code
 
 #: exceptions that carry their own exit handling (usage errors, --help, explicit exits)
 _PASS_THROUGH = (
@@ -38,6 +40,17 @@ def _stderr_line(message: str, kind: str = "error") -> None:
     typer.echo(f"ratioscope: {kind}: {message}", err=True)
 
 
+def _message(error: RatioscopeError) -> str:
+    """The error's sentence; a library parameter is called by the option that sets it."""
+    if isinstance(error, ParameterError):
+        from ratioscope.cli._options import PARAMETER_OPTIONS
+
+        option = PARAMETER_OPTIONS.get(error.parameter)
+        if option is not None:
+            return error.naming(option)
+    return str(error)
+
+
 class _BoundaryGroup(TyperGroup):
     """Turns library exceptions into one line on stderr and the design's exit code."""
 
@@ -52,13 +65,13 @@ class _BoundaryGroup(TyperGroup):
                 raise
             # a failed check is the gate working, not an error of the tool
             kind = "regression" if isinstance(error, RegressionFound) else "error"
-            _stderr_line(str(error), kind)
+            _stderr_line(_message(error), kind)
             raise typer.Exit(error.exit_code) from None
         except _USAGE_ERROR as error:
             # one line like every other error (not a help panel), naming the command
             command = error.ctx.command_path if error.ctx is not None else "ratioscope"
             _stderr_line(f"{command}: {error.format_message()} (see {command} --help)")
-            raise typer.Exit(2) from None
+            raise typer.Exit(UsageError.exit_code) from None
         except _PASS_THROUGH:
             raise
         except KeyboardInterrupt:
@@ -71,7 +84,7 @@ class _BoundaryGroup(TyperGroup):
                 f"internal error ({type(error).__name__}: {error}); "
                 "run again with RATIOSCOPE_DEBUG=1 for the traceback and please report it"
             )
-            raise typer.Exit(EXIT_INTERNAL) from None
+            raise typer.Exit(_INTERNAL_EXIT) from None
 
 
 app = typer.Typer(

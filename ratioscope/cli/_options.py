@@ -177,6 +177,44 @@ ChunkElements = Annotated[
 ]
 
 
+#: library parameter -> the option that sets it. Library errors name parameters as
+#: Python spells them (ParameterError); the error boundary (cli/__init__.py) names the
+#: option instead. A parameter that no option sets is not here and keeps its name.
+PARAMETER_OPTIONS = {
+    # AnalysisParams
+    "clip": "--clip",
+    "seq_clip": "--seq-clip",
+    "is_threshold": "--is-threshold",
+    "on_band": "--on-band",
+    "window": "--window",
+    "lfr_cutoff": "--lfr-cutoff",
+    "space": "--space",
+    "kalman_q": "--kalman-q",
+    "kalman_v": "--kalman-v",
+    "mask_policy": "--mask-policy",
+    "kalman_impl": "--kalman-impl",
+    "cov_scope": "--cov-scope",
+    "fpa_lambda": "--fpa-lambda",
+    "fpa_lambdas": "--fpa-lambda-sweep",
+    "fpa_threshold": "--fpa-threshold",
+    "delta": "--delta",
+    "deltas": "--delta-sweep",
+    # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
+    "ks": "--k",
+    "k": "--k",
+    "threshold": "--threshold",
+    "linkage": "--linkage",
+    "max_pairs": "--max-pairs",
+    "base_method": "--base",
+    "fields.problem": "--problem-field",
+    "fields.response": "--response-field",
+    "fields.correct": "--correct-field",
+    "fields.method": "--method-field",
+    "fields.dataset": "--dataset-field",
+    "fields.correct_threshold": "--correct-threshold",
+}
+
+
 def load_options(
     format: str,
     mapping: list[str] | None,
@@ -205,13 +243,13 @@ def analysis_params(**options: Any):
     """AnalysisParams from CLI strings: pairs like "0.2,0.28" are parsed here."""
     from ratioscope.params import AnalysisParams
 
-    pairs = {"clip": "--clip", "seq_clip": "--seq-clip", "on_band": "--on-band"}
-    lists = {"fpa_lambdas": "--fpa-lambda-sweep", "deltas": "--delta-sweep"}
+    pairs = ("clip", "seq_clip", "on_band")
+    lists = ("fpa_lambdas", "deltas")
     values: dict[str, Any] = {}
     for key, value in options.items():
         if key in pairs and isinstance(value, str):
-            value = parse_floats(value, pairs[key], count=2)
+            value = parse_floats(value, PARAMETER_OPTIONS[key], count=2)
         elif key in lists and isinstance(value, str):
-            value = parse_floats(value, lists[key])
+            value = parse_floats(value, PARAMETER_OPTIONS[key])
         values[key] = value
     return AnalysisParams(**values)

@@ -21,7 +21,7 @@ def info(
     """
     from ratioscope.cli._common import stdout_console
     from ratioscope.cli._options import load_options
-    from ratioscope.inspect import inspect_paths
+    from ratioscope.dump_info import inspect_paths
     from ratioscope.render.terminal import show_info
 
     options = load_options(format, mapping, nonfinite, unsafe_pickle, group_size)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -119,13 +118,14 @@ def ratios(
     from ratioscope.cli._common import announce_written, check_output_paths
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.errors import UsageError
+    from ratioscope.io.paths import is_report_path
     from ratioscope.render.figures import check_figure_path
     from ratioscope.render.ratio_plots import plot_trace
     from ratioscope.sections.ratios import ratio_trace
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])
-    if any(str(p).lower().endswith(".json") for p in paths):
+    if any(is_report_path(p) for p in paths):
         raise UsageError("plot ratios needs a dump: a report JSON holds no per-token ratios")
     params = analysis_params(
         on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v, mask_policy=mask_policy
@@ -137,48 +137,24 @@ def ratios(
     announce_written([out], quiet)
 
 
-#: analysis parameter -> its option, for the report check
-_OPTION_NAMES = {
-    "window": "--window",
-    "on_band": "--on-band",
-    "kalman_q": "--kalman-q",
-    "kalman_v": "--kalman-v",
-    "cov_scope": "--cov-scope",
-}
-
-
 def refuse_report_options(ctx: typer.Context, paths: list[str], names: tuple[str, ...]) -> None:
     """A report is plotted as stored: an analysis option the user set must match it.
 
-    Otherwise the option would be silently ignored while the figure looked as if it
-    had been honoured; checked before any work, from the reports' ``params.analysis``.
+    Checked before any work, against the reports' ``params.analysis``, by the library's
+    one rule (:func:`ratioscope.params.refuse_unlike_report`).
     """
     from ratioscope.cli._common import given
     from ratioscope.cli._options import analysis_params
-    from ratioscope.errors import UsageError
+    from ratioscope.io.paths import is_report_path
+    from ratioscope.params import refuse_unlike_report
     from ratioscope.report_io import read_json_report
 
-    reports = [Path(p) for p in paths if str(p).lower().endswith(".json")]
+    reports = [Path(p) for p in paths if is_report_path(p)]
     wanted = [name for name in names if given(ctx, name)]
     if not reports or not wanted:
         return
-    chosen = analysis_params(**{name: ctx.params[name] for name in wanted})
+    params = analysis_params(**{name: ctx.params[name] for name in wanted})
+    chosen = {name: getattr(params, name) for name in wanted}
     for path in reports:
         stored = (read_json_report(path).get("params") or {}).get("analysis") or {}
-        for name in wanted:
-            made_with = stored.get(name)
-            if made_with is not None and not _same(getattr(chosen, name), made_with):
-                shown = ",".join(map(str, made_with)) if isinstance(made_with, list) else made_with
-                raise UsageError(
-                    f"{_OPTION_NAMES[name]} applies only to dump input; the report "
-                    f"{path.name} was made with {name.replace('_', ' ')} {shown}"
-                )
-
-
-def _same(value: object, stored: object) -> bool:
-    if isinstance(stored, list):
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        return len(values) == len(stored) and all(map(_same, values, stored))
-    if isinstance(stored, (int, float)) and isinstance(value, (int, float)):
-        return math.isclose(value, stored, rel_tol=1e-12, abs_tol=0.0)
-    return value == stored
+        refuse_unlike_report(chosen, stored, path, "dump")

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.errors import ParameterError, ShapeMismatchError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -51,11 +51,19 @@ _CLOSED_FORM_EXP_CAP = 80.0
 
 def _check_params(q: float, v: float, p0: float) -> None:
     if not (math.isfinite(q) and q >= 0.0):
-        raise UsageError(f"the Kalman process-noise variance Q must be finite and >= 0, got {q}")
+        raise ParameterError(
+            "q", f"must be finite and >= 0, got {q}", subject="the Kalman process-noise variance Q"
+        )
     if not (math.isfinite(v) and v > 0.0):
-        raise UsageError(f"the Kalman observation-noise variance V must be finite and > 0, got {v}")
+        raise ParameterError(
+            "v",
+            f"must be finite and > 0, got {v}",
+            subject="the Kalman observation-noise variance V",
+        )
     if not (math.isfinite(p0) and p0 >= 0.0):
-        raise UsageError(f"the Kalman initial variance P0 must be finite and >= 0, got {p0}")
+        raise ParameterError(
+            "p0", f"must be finite and >= 0, got {p0}", subject="the Kalman initial variance P0"
+        )
 
 
 def _check_inputs(z: Tensor, mask: Tensor | None) -> Tensor:
@@ -63,8 +71,10 @@ def _check_inputs(z: Tensor, mask: Tensor | None) -> Tensor:
     import torch
 
     if z.dim() != 2:
-        raise UsageError(
-            f"the Kalman filter needs a [B, T] tensor of log-ratios, got shape {list(z.shape)}"
+        raise ParameterError(
+            "z",
+            f"must be a [B, T] tensor, got shape {list(z.shape)}",
+            subject="the Kalman filter's log-ratios z",
         )
     if mask is None:
         return torch.ones(z.shape, dtype=torch.bool, device=z.device)
@@ -132,7 +142,7 @@ def kalman_gains(T: int, q: float, v: float, p0: float = 0.0) -> Tensor:
 
     _check_params(q, v, p0)
     if T < 0:
-        raise UsageError(f"the number of tokens T must be >= 0, got {T}")
+        raise ParameterError("T", f"must be >= 0, got {T}", subject="the number of tokens T")
     if T == 0:
         return torch.zeros(0, dtype=torch.float64)
     return _gain_terms(T, q, v, p0)[0]
@@ -280,9 +290,15 @@ def kalman_filter(
 
     _check_params(q, v, p0)
     if mask_policy not in ("zero", "skip"):
-        raise UsageError(f"unknown Kalman mask policy '{mask_policy}'; use 'zero' or 'skip'")
+        raise ParameterError(
+            "mask_policy",
+            f"must be 'zero' or 'skip', got '{mask_policy}'",
+            subject="the Kalman mask policy",
+        )
     if chunk < 2:
-        raise UsageError(f"the Kalman scan chunk must be >= 2 tokens, got {chunk}")
+        raise ParameterError(
+            "chunk", f"must be >= 2 tokens, got {chunk}", subject="the Kalman scan chunk"
+        )
     mask = _check_inputs(z, mask)
     rho0 = float(rho0)
     rows, length = z.shape
@@ -348,7 +364,11 @@ def kalman_filter_loop(
 
     _check_params(q, v, p0)
     if mask_policy not in ("zero", "skip"):
-        raise UsageError(f"unknown Kalman mask policy '{mask_policy}'; use 'zero' or 'skip'")
+        raise ParameterError(
+            "mask_policy",
+            f"must be 'zero' or 'skip', got '{mask_policy}'",
+            subject="the Kalman mask policy",
+        )
     mask = _check_inputs(z, mask)
     z64 = torch.where(
         mask, z.to(torch.float64), torch.zeros((), dtype=torch.float64, device=z.device)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.errors import ParameterError, ShapeMismatchError
 
 #: Radii of the paper's Table 1 / Fig. 2 (default 0.01).
 DELTA_SWEEP: tuple[float, ...] = (0.1, 0.01, 0.001)
@@ -73,14 +73,18 @@ def _check_inputs(rewards: Tensor, group: Tensor) -> int:
     if group.shape != rewards.shape:
         raise ShapeMismatchError(None, "group", group.shape, "rewards", rewards.shape, "[B]")
     if group.dtype.is_floating_point or group.dtype == torch.bool:
-        raise UsageError(f"group ids must be integers, got dtype {group.dtype}")
+        raise ParameterError(
+            "group", f"must be integers, got dtype {group.dtype}", subject="group ids"
+        )
     if rewards.numel() == 0:
         return 0
     if int(group.min()) < 0:
-        raise UsageError(f"group ids must be in 0..G-1, found {int(group.min())}")
+        raise ParameterError(
+            "group", f"must be in 0..G-1, found {int(group.min())}", subject="group ids"
+        )
     if not bool(torch.isfinite(rewards).all()):
         bad = int((~torch.isfinite(rewards)).sum())
-        raise UsageError(f"rewards must be finite, found {bad} non-finite value(s)")
+        raise ParameterError("rewards", f"must be finite, found {bad} non-finite value(s)")
     return int(group.max()) + 1
 
 
@@ -187,7 +191,11 @@ def _advantages(padded: _Padded, lam: Tensor, degenerate: Tensor) -> Tensor:
 def _check_delta(delta: float) -> float:
     delta = float(delta)
     if not (delta > 0 and math.isfinite(delta)):
-        raise UsageError(f"the trust-region radius delta must be positive and finite, got {delta}")
+        raise ParameterError(
+            "delta",
+            f"must be positive and finite, got {delta}",
+            subject="the trust-region radius delta",
+        )
     return delta
 
 
@@ -256,7 +264,7 @@ def quatro_delta_sweep(
     """
     deltas = tuple(_check_delta(d) for d in deltas)
     if not deltas:
-        raise UsageError("the delta sweep needs at least one radius")
+        raise ParameterError("deltas", "needs at least one radius", subject="the delta sweep")
     n_groups = _check_inputs(rewards, group)
     device = rewards.device
     n_d, n_b = len(deltas), rewards.numel()
@@ -313,7 +321,7 @@ def grpo_advantages(rewards: Tensor, group: Tensor, eps: float = 1e-6, std_ddof:
     [1.0, -1.0, 0.0]
     """
     if std_ddof not in (0, 1):
-        raise UsageError(f"std_ddof must be 0 or 1, got {std_ddof}")
+        raise ParameterError("std_ddof", f"must be 0 or 1, got {std_ddof}")
     n_groups = _check_inputs(rewards, group)
     values = rewards.to(torch.float64)
     if n_groups == 0:
@@ -375,7 +383,7 @@ def binary_advantage_table(
     (True, True, False)
     """
     if group_size < 1:
-        raise UsageError(f"group_size must be >= 1, got {group_size}")
+        raise ParameterError("group_size", f"must be >= 1, got {group_size}")
     n = int(group_size)
     correct = torch.arange(n + 1)
     # group c holds c ones followed by n - c zeros

@@ -1,7 +1,7 @@
 """Load dumps into :class:`~ratioscope.batch.TokenBatch`: paths, profiles, ragged padding.
 
 ``load(path)`` reads one file (or concatenates the files of a directory or glob);
-``iter_batches(paths)`` yields one batch per file so that analyses of many files run
+``load_file(path)`` reads exactly one, which is how analyses of many files stream them
 with memory bounded by the largest file.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import glob
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
@@ -140,17 +140,9 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
         expected_names={c: names[0] for c, names in profile.keys.items()},
         file_keys=list(raw.columns),
     )
-    batch.warnings[:0] = [f"{path}: {note}" for note in raw.notes if "ignored" not in note]
+    batch.warnings[:0] = [f"{path}: {text}" for text in raw.texts("warning")]
     batch.content_key = raw.meta.get("content_key")
     return batch
-
-
-def iter_batches(
-    paths: Sequence[str | Path], options: LoadOptions | None = None
-) -> Iterator[TokenBatch]:
-    """One validated batch per file named by ``paths`` (see :func:`expand_paths`)."""
-    for path in expand_paths(paths):
-        yield load_file(path, options)
 
 
 def load(
@@ -268,7 +260,7 @@ def _refuse_text_log(path: Path, raw: RawDump) -> None:
     from ratioscope.io import textlogs
 
     # fields the reader passed over (text, lists of text) count as present too
-    keys = set(raw.columns) | {note.split("'")[1] for note in raw.notes if "'" in note}
+    keys = set(raw.columns) | raw.passed_over
     if "mask" in keys:
         return
     layout = textlogs.detect_jsonl_layout({key: [] for key in keys})

@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -31,6 +31,27 @@ from ratioscope.errors import (
     UnsafePickleError,
 )
 
+#: what a :class:`Note` is: "ignored" a key that holds no numeric data (text, nested
+#: objects), which every file of some layouts has and ``info`` alone lists; "warning"
+#: anything that changes what is analysed (a field dropped, rows left out), shown on
+#: every load
+NoteKind = Literal["ignored", "warning"]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A non-fatal observation about one file.
+
+    Attributes:
+        kind: "ignored" or "warning" (see :data:`NoteKind`).
+        text: one sentence for the user, without the file's path.
+        key: the file's key the note is about, when it is about one.
+    """
+
+    kind: NoteKind
+    text: str
+    key: str | None = None
+
 
 @dataclass
 class RawDump:
@@ -40,7 +61,7 @@ class RawDump:
         columns: key -> tensor, list of 1-D tensors (ragged) or list of labels.
         file_format: "pt", "safetensors", "npz", "parquet", "jsonl" or "pickle".
         ragged: keys whose values are per-sequence lists of different lengths.
-        notes: non-fatal observations (skipped non-numeric keys, ...).
+        notes: non-fatal observations, in the order they were made (see :class:`Note`).
         meta: scalar values of the file's top level (a step, a rank, a format version),
             which frameworks' readers use to join and name files.
     """
@@ -48,8 +69,25 @@ class RawDump:
     columns: dict[str, Any]
     file_format: str
     ragged: set[str] = field(default_factory=set)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def ignore(self, key: str, text: str) -> None:
+        """Note that ``key`` was passed over because it holds no numeric data."""
+        self.notes.append(Note("ignored", text, key))
+
+    def warn(self, text: str, key: str | None = None) -> None:
+        """Note something that changes what is analysed (about ``key``, if given)."""
+        self.notes.append(Note("warning", text, key))
+
+    def texts(self, kind: NoteKind) -> list[str]:
+        """The texts of the notes of ``kind``, in order."""
+        return [note.text for note in self.notes if note.kind == kind]
+
+    @property
+    def passed_over(self) -> set[str]:
+        """Keys of the file that are not in ``columns`` because a note set them aside."""
+        return {note.key for note in self.notes if note.key is not None}
 
 
 SUFFIXES = {
@@ -163,7 +201,7 @@ def _add_column(path: Path, dump: RawDump, key: str, value: Any) -> None:
     elif isinstance(value, (list, tuple)):
         _add_list(path, dump, key, list(value))
     else:  # scalars and other metadata (step numbers, config) are not per-token data
-        dump.notes.append(f"ignored non-tensor key '{key}'")
+        dump.ignore(key, f"ignored non-tensor key '{key}'")
 
 
 def _add_numpy(path: Path, dump: RawDump, key: str, value: np.ndarray) -> None:
@@ -172,7 +210,7 @@ def _add_numpy(path: Path, dump: RawDump, key: str, value: np.ndarray) -> None:
     elif value.dtype.kind in "US" and value.ndim == 1:
         dump.columns[key] = [str(v) for v in value.tolist()]
     else:
-        dump.notes.append(f"ignored key '{key}' of dtype {value.dtype}")
+        dump.ignore(key, f"ignored key '{key}' of dtype {value.dtype}")
 
 
 def _add_list(path: Path, dump: RawDump, key: str, items: list[Any]) -> None:
@@ -192,7 +230,7 @@ def _add_list(path: Path, dump: RawDump, key: str, items: list[Any]) -> None:
     elif all(isinstance(v, (int, float)) or v is None for v in items):
         dump.columns[key] = torch.tensor([math.nan if v is None else v for v in items])
     else:
-        dump.notes.append(f"ignored key '{key}' (a list of {type(items[0]).__name__})")
+        dump.ignore(key, f"ignored key '{key}' (a list of {type(items[0]).__name__})")
 
 
 def _numeric_row(path: Path, key: str, row: Any) -> Tensor:
@@ -280,7 +318,7 @@ def _add_series(path: Path, dump: RawDump, series: Any) -> None:
     if isinstance(dtype, (pl.List, pl.Array)):
         inner = dtype.inner
         if not (inner.is_numeric() or inner == pl.Boolean):
-            dump.notes.append(f"ignored list column '{series.name}' of {inner}")
+            dump.ignore(series.name, f"ignored list column '{series.name}' of {inner}")
             return
         lengths = series.list.len().fill_null(0).to_numpy()
         flat = (
@@ -302,7 +340,7 @@ def _add_series(path: Path, dump: RawDump, series: Any) -> None:
     elif dtype == pl.String:
         dump.columns[series.name] = series.to_list()
     else:
-        dump.notes.append(f"ignored column '{series.name}' of type {dtype}")
+        dump.ignore(series.name, f"ignored column '{series.name}' of type {dtype}")
 
 
 # ----------------------------------------------------------------------------- jsonl
@@ -344,15 +382,15 @@ def _columns_from_records(path: Path, records: list[dict[str, Any]], numbers: li
             continue
         if all(isinstance(v, list) for v in present):
             if any(isinstance(item, (dict, list, str)) for v in present for item in v[:1]):
-                dump.notes.append(f"ignored non-numeric per-token field '{key}'")
+                dump.ignore(key, f"ignored non-numeric per-token field '{key}'")
                 continue
             absent = [n for n, v in zip(numbers, values, strict=True) if v is None]
             if absent:
                 # an optional tensor on some lines only: its section is then null with a
                 # warning (a required one is reported missing by the loader)
                 more = f" and {len(absent) - 1} other line(s)" if len(absent) > 1 else ""
-                dump.notes.append(
-                    f"dropped per-token field '{key}': missing on line {absent[0]}{more}"
+                dump.warn(
+                    f"dropped per-token field '{key}': missing on line {absent[0]}{more}", key
                 )
                 continue
             rows = []
@@ -380,7 +418,7 @@ def _columns_from_records(path: Path, records: list[dict[str, Any]], numbers: li
         elif all(isinstance(v, (str, int)) for v in present):
             dump.columns[key] = values  # None stays None: a missing label is not a label
         else:
-            dump.notes.append(f"ignored field '{key}' of mixed or nested type")
+            dump.ignore(key, f"ignored field '{key}' of mixed or nested type")
     return dump
 
 

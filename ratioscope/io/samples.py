@@ -51,7 +51,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ratioscope.errors import JsonLineError, SampleError, UnreadablePathError, UsageError
+from ratioscope.errors import (
+    JsonLineError,
+    ParameterError,
+    SampleError,
+    UnreadablePathError,
+    UsageError,
+)
 from ratioscope.io import textlogs
 
 PROBLEM_CANDIDATES = ("problem_id", "idx")
@@ -224,14 +230,16 @@ def load_samples(
         JsonLineError: a line is not a JSON object or lacks a field.
         SampleError: a value is of the wrong kind, or samples conflict (duplicated
             sample index, a problem repeated in a grouped file, no samples at all).
-        UsageError: the correctness threshold is not a finite number.
+        ParameterError: the correctness threshold is not a finite number.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     fields = fields or SampleFields()
     threshold = fields.correct_threshold
     if threshold is not None and not math.isfinite(threshold):
-        raise UsageError(f"--correct-threshold must be a finite number, got {threshold}")
+        raise ParameterError(
+            "fields.correct_threshold", f"must be a finite number, got {threshold}"
+        )
     builders: dict[Any, dict[Any, _ProblemBuilder]] = {}
     files = [_read_file(path, fields, builders) for path in sample_paths(paths)]
     names = _method_names(list(builders))

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ratioscope.inspect import DumpInfo, OtherFile
+from ratioscope.dump_info import DumpInfo, OtherFile
 from ratioscope.render import sections
 from ratioscope.render.tables import DASH, Renderer, fmt, pct, print_table, transposed
 

@@ -41,7 +41,6 @@ from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
 from ratioscope.stats import Counter, Histogram, Vector
 
-STATE_NAMES = ("down", "on", "up")
 #: --kalman-impl reference is flagged where it is this far from the exact filter
 REFERENCE_TOLERANCE = 1e-4  # column j of the [.., 3] state tensors is state j - 1
 

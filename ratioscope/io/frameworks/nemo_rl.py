@@ -62,7 +62,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
         kept.append(valid)
     dropped = sum(int(m.bool().sum() - k.sum()) for m, k in zip(masks, kept, strict=True))
     if dropped:
-        raw.notes.append(
+        raw.warn(
             f"NeMo-RL: {dropped} loss-mask token(s) of samples with sample_loss_mask 0 or past "
             "input_lengths are left out"
         )

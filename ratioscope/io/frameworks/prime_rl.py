@@ -55,7 +55,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
             for m, n in zip(masks, raw.columns["loss_mask"], strict=True)
         )
         if dropped:
-            raw.notes.append(
+            raw.warn(
                 f"prime-rl: {dropped} trained token(s) with rl_weights 0 (no policy-gradient "
                 "loss) are left out"
             )
@@ -67,7 +67,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
             for m, x in zip(raw.columns["loss_mask"], masked, strict=True)
         )
         if trained and hits:
-            raw.notes.append(
+            raw.warn(
                 f"prime-rl: is_masked (DPPO trust region) on {hits} of {trained} trained "
                 f"tokens ({100 * hits / trained:.2f}%); ratioscope reports their ratios too, "
                 "before any masking"

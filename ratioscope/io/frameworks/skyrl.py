@@ -87,7 +87,7 @@ def read(path: Path) -> RawDump:
             continue
         tensor = _decode(path, str(key), value)
         if tensor is None:
-            dump.notes.append(f"ignored key '{key}' ({value.get('format')} encoding)")
+            dump.ignore(str(key), f"ignored key '{key}' ({value.get('format')} encoding)")
         else:
             dump.columns[str(key)] = tensor
     metadata = state.get("metadata")
@@ -130,7 +130,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
         for key, value in list(columns.items()):
             if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == rows:
                 columns[key] = value[:keep]
-        raw.notes.append(
+        raw.warn(
             f"SkyRL: dropped {pad} pad row(s) (copies of row 0 added for the data-parallel split)"
         )
         rows = keep
@@ -152,7 +152,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
             "forward pass for losses that do not use it, so only the engine's log-probs are "
             "there and no ratio can be formed",
         )
-    raw.notes.append("SkyRL: no rewards in the file (SkyRL removes them before the dump)")
+    raw.warn("SkyRL: no rewards in the file (SkyRL removes them before the dump)")
     return raw
 
 

@@ -82,13 +82,13 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
     if rewards is not None:
         columns[RAW_REWARDS] = rewards
     else:
-        raw.notes.append(
+        raw.warn(
             "slime: no raw rewards: 'rewards' are group-normalised (not a correctness signal) "
             "and a v1 file cannot place itself in the rollout's 'raw_reward' without the "
             "rollout dump; correctness-based sections are left out"
         )
     if GROUP_INDEX not in columns:
-        raw.notes.append(
+        raw.warn(
             "slime: no group ids without the rollout dump (--save-debug-rollout-data, read "
             "from D/rollout_data/ beside D/train_data/); group sections are left out"
         )
@@ -163,13 +163,9 @@ def _positions(path: Path, raw: RawDump) -> list[int | None] | None:
         groups = [samples[j].get("group_index") for j in positions if j is not None]
         if all(isinstance(g, int) for g in groups):
             columns[GROUP_INDEX] = groups
-            raw.notes.append(
-                f"slime: groups from the rollout dump of rollout {raw.meta.get('rollout_id')}"
-            )
+            raw.warn(f"slime: groups from the rollout dump of rollout {raw.meta.get('rollout_id')}")
     elif samples is not None:
-        raw.notes.append(
-            "slime: the rollout dump does not cover every sample of this file; no groups"
-        )
+        raw.warn("slime: the rollout dump does not cover every sample of this file; no groups")
     return positions
 
 
@@ -197,7 +193,7 @@ def _rollout_samples(path: Path, raw: RawDump) -> list[dict[str, Any]] | None:
             try:
                 obj = torch.load(candidate, map_location="cpu", weights_only=True)
             except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, zipfile.BadZipFile):
-                raw.notes.append(
+                raw.warn(
                     f"slime: the rollout dump {candidate} holds objects beyond tensors and "
                     "plain containers (numpy arrays, ...) and is not read"
                 )

@@ -124,7 +124,7 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
         groups=groups,
         group_sizes=group_sizes,
         features=features,
-        warnings=batch.warnings + [f"{path}: {n}" for n in raw.notes if "ignored" in n],
+        warnings=batch.warnings + [f"{path}: {text}" for text in raw.texts("ignored")],
     )
 
 
