@@ -90,11 +90,11 @@ def _child(mode: str, path: str, lambdas: str) -> None:
     import torch
 
     import ratioscope
-    from ratioscope.sections import future_policy
+    from ratioscope.io.paging import MappedPages
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     if mode == "peer":
-        future_policy._MappedPages.release = lambda self, *views: None
+        MappedPages.release = lambda self, *views: None
     start = time.perf_counter()
     if mode == "baseline":
         batch = ratioscope.load(path)

@@ -378,29 +378,6 @@ def test_segments_cover_every_row_within_the_span(case):
         assert all((stop - 1) // width == start // width for start, stop in ranges)
 
 
-def test_memory_mapped_logits_are_recognised_and_released_safely(tmp_path):
-    arrays = make_arrays(6, rows=8, width=6, vocab=7)
-    mapped = ratioscope.load(write(arrays, tmp_path / "d.safetensors"))
-    loaded = ratioscope.load(write(arrays, tmp_path / "d.pt"))
-    if not future_policy.sys.platform.startswith("linux"):
-        pytest.skip("page release is Linux-only")
-    assert future_policy._mapping(mapped.logits) == 0  # file-mapped, never written
-    assert future_policy._mapping(loaded.logits) is None  # anonymous memory: left alone
-    assert not future_policy._MappedPages(loaded.logits).active
-    before = mapped.logits.clone()
-    pages = future_policy._MappedPages(mapped.logits, mapped.ref_logits)
-    assert pages.active and pages.advice == future_policy.mmap.MADV_DONTNEED
-    pages.release(mapped.logits, mapped.ref_logits)
-    assert torch.equal(mapped.logits, before)  # released pages read back from the file
-    # a privately written page would be lost by MADV_DONTNEED: page-out instead, data kept
-    mapped.logits[0, 0, 0] = 123.0
-    assert future_policy._mapping(mapped.logits) > 0
-    pages = future_policy._MappedPages(mapped.logits, mapped.ref_logits)
-    assert pages.advice == future_policy._MADV_PAGEOUT
-    pages.release(mapped.logits[0], mapped.ref_logits[0])
-    assert float(mapped.logits[0, 0, 0]) == 123.0
-
-
 # -------------------------------------------------------------------------- TEPO
 def test_tepo_against_the_functional_and_numpy(three_files):
     parts, paths = three_files

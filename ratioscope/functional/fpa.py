@@ -17,10 +17,10 @@ B*T*V, half-precision or memory-mapped input upcast per chunk to float32).
 from __future__ import annotations
 
 import math
-import mmap
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ratioscope.errors import ShapeMismatchError, UsageError
 from ratioscope.functional.surrogate import sequence_means
+from ratioscope.io.paging import MappedPages
 
 #: The paper's "reliable rule of thumb" (section 3.3; it used 2 for Qwen3-4B-Base).
 DEFAULT_LAMBDA = 1.0
@@ -37,6 +38,8 @@ LAMBDA_SWEEP: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)
 WEIGHT_THRESHOLD = 0.2
 #: Float32 elements of one [chunk, V] working buffer when chunk_tokens is not given.
 _CHUNK_ELEMENTS = 1 << 22
+
+T = TypeVar("T")
 
 
 def _as_tensor(array: Tensor | np.ndarray, name: str) -> Tensor:
@@ -69,9 +72,12 @@ class _Rows:
     """Row-chunk reader over [..., V] logits seen as [N, V].
 
     For a read-only numpy memory map (``np.load(..., mmap_mode="r")``), the pages of rows
-    already read are handed back to the kernel (``madvise(MADV_DONTNEED)``; the data stays
-    in the page cache), so the process's resident memory stays bounded by the chunk size
-    whatever the file size, instead of growing with every page touched.
+    already read are handed back to the kernel (:class:`~ratioscope.io.paging.MappedPages`;
+    the data stays in the page cache), so the process's resident memory stays bounded by
+    the chunk size whatever the file size, instead of growing with every page touched.
+    Tensors are left to whoever mapped them: ``analyze`` releases a memory-mapped dump's
+    pages once per slice, and finding a tensor's mapping costs a read of
+    ``/proc/self/smaps`` that a call per slice should not repeat.
     """
 
     def __init__(self, array: Tensor | np.ndarray, name: str) -> None:
@@ -79,45 +85,17 @@ class _Rows:
         self.shape = tuple(tensor.shape)
         self.vocab = int(tensor.shape[-1]) if tensor.ndim else 0
         self.flat = tensor.reshape(-1, max(self.vocab, 1))
-        self._map: mmap.mmap | None = None
-        self._origin, self._row_bytes, self._released = 0, 0, 0
-        if isinstance(array, np.ndarray) and array.flags.c_contiguous:
-            self._find_map(array)
-
-    def _find_map(self, array: np.ndarray) -> None:
-        holder: np.ndarray | None = array
-        while holder is not None and not isinstance(holder, np.memmap):
-            holder = getattr(holder, "base", None)
-        mapped = getattr(holder, "_mmap", None)
-        if mapped is None or getattr(holder, "mode", None) != "r":
-            return
-        try:
-            map_address = np.frombuffer(mapped, dtype=np.uint8).ctypes.data
-        except (TypeError, ValueError):
-            return
-        self._map = mapped
-        self._origin = array.ctypes.data - map_address
-        self._row_bytes = self.vocab * array.itemsize
-        self._released = self._origin - self._origin % mmap.PAGESIZE
+        pages = MappedPages(array) if isinstance(array, np.ndarray) else None
+        self._pages = pages if pages is not None and pages.active else None
 
     def read_into(self, buffer: Tensor, start: int, stop: int) -> Tensor:
         """Copy rows [start, stop) into ``buffer[: stop - start]`` (upcast, moved); return it."""
         chunk = buffer[: stop - start]
-        chunk.copy_(self.flat[start:stop])
-        if self._map is not None:
-            self._release_before(self._origin + stop * self._row_bytes)
+        rows = self.flat[start:stop]
+        chunk.copy_(rows)
+        if self._pages is not None:
+            self._pages.release(rows)
         return chunk
-
-    def _release_before(self, byte: int) -> None:
-        end = byte - byte % mmap.PAGESIZE
-        if end <= self._released or self._map is None:
-            return
-        try:
-            self._map.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
-        except (AttributeError, OSError, ValueError):
-            self._map = None  # not supported here: just keep the pages
-            return
-        self._released = end
 
 
 def _logit_rows(
@@ -419,13 +397,20 @@ class BelowThreshold:
         count: sequences with weight < threshold (among the selected, finite ones).
         total: selected sequences with a finite weight.
         fraction: count / total (NaN when total is 0).
-        threshold: the threshold used.
     """
 
     count: int
     total: int
     fraction: float
-    threshold: float
+
+    @classmethod
+    def of(cls, count: int, total: int) -> BelowThreshold:
+        """From the two counts (which add over chunks and files), with their fraction.
+
+        >>> BelowThreshold.of(1, 4).fraction
+        0.25
+        """
+        return cls(count, total, count / total if total else math.nan)
 
 
 def count_below(
@@ -448,7 +433,7 @@ def count_below(
         keep = keep & select.to(device=weights.device, dtype=torch.bool)
     total = int(keep.sum())
     count = int((keep & (weights < threshold)).sum())
-    return BelowThreshold(count, total, count / total if total else math.nan, float(threshold))
+    return BelowThreshold.of(count, total)
 
 
 def sequence_log_ratio(
@@ -479,26 +464,56 @@ def sequence_log_ratio(
 
 
 @dataclass(frozen=True)
-class ByCorrectness:
-    """Mean of a per-sequence value over correct and incorrect sequences (FPA Fig. 2-3).
+class ByCorrectness(Generic[T]):
+    """A per-sequence statistic over all sequences and over the correct and the incorrect
+    ones (FPA Fig. 2-3), e.g. a mean, a distribution or a :class:`BelowThreshold`.
 
     Attributes:
-        correct_mean, incorrect_mean: means over finite values (NaN when none).
-        correct_count, incorrect_count: sequences with a finite value in each class.
+        all, correct, incorrect: the statistic of each class (a report holds None for
+            ``correct`` and ``incorrect`` where correctness is unknown).
     """
 
-    correct_mean: float
-    incorrect_mean: float
-    correct_count: int
-    incorrect_count: int
+    all: T
+    correct: T
+    incorrect: T
 
 
-def mean_by_correctness(values: Tensor, correct: Tensor) -> ByCorrectness:
-    """Split a [B] per-sequence value by correctness and average each side.
+@dataclass(frozen=True)
+class MeansByCorrectness(ByCorrectness[float]):
+    """Means over each class's finite values (NaN where there are none), and their counts.
+
+    Attributes:
+        counts: sequences with a finite value in each class.
+    """
+
+    counts: ByCorrectness[int]
+
+    # the flat names of the record this replaced
+    @property
+    def correct_mean(self) -> float:
+        return self.correct
+
+    @property
+    def incorrect_mean(self) -> float:
+        return self.incorrect
+
+    @property
+    def correct_count(self) -> int:
+        return self.counts.correct
+
+    @property
+    def incorrect_count(self) -> int:
+        return self.counts.incorrect
+
+
+def mean_by_correctness(values: Tensor, correct: Tensor) -> MeansByCorrectness:
+    """Split a [B] per-sequence value by correctness and average each side (and the whole).
 
     >>> r = mean_by_correctness(torch.tensor([1.0, 3.0, -2.0]), torch.tensor([True, True, False]))
     >>> r.correct_mean, r.incorrect_mean, r.correct_count, r.incorrect_count
     (2.0, -2.0, 2, 1)
+    >>> r.all, r.counts.all
+    (0.6666666666666666, 3)
     """
     if values.shape != correct.shape:
         raise ShapeMismatchError(None, "values", values.shape, "correct", correct.shape)
@@ -510,6 +525,8 @@ def mean_by_correctness(values: Tensor, correct: Tensor) -> ByCorrectness:
         n = int(select.sum())
         return (float(values64[select].mean()) if n else math.nan), n
 
+    all_mean, all_count = side(finite)
     correct_mean, correct_count = side(finite & correct)
     incorrect_mean, incorrect_count = side(finite & ~correct)
-    return ByCorrectness(correct_mean, incorrect_mean, correct_count, incorrect_count)
+    counts = ByCorrectness(all_count, correct_count, incorrect_count)
+    return MeansByCorrectness(all_mean, correct_mean, incorrect_mean, counts)

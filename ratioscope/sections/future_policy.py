@@ -21,11 +21,7 @@ exact counts and moments, except the quantiles (fixed histograms, about 1.16 %).
 
 from __future__ import annotations
 
-import ctypes
 import math
-import mmap
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +31,8 @@ from torch import Tensor
 from ratioscope.batch import TokenBatch
 from ratioscope.errors import InputError
 from ratioscope.functional.fpa import (
+    BelowThreshold,
+    ByCorrectness,
     count_below,
     future_log_probs_approx,
     future_log_probs_sweep,
@@ -43,6 +41,7 @@ from ratioscope.functional.fpa import (
     sequence_log_ratio,
     sequence_weights,
 )
+from ratioscope.io.paging import MappedPages
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed, required
 from ratioscope.sections.context import Context
@@ -58,31 +57,13 @@ SLICE_ELEMENTS = 1 << 24
 
 
 @dataclass(frozen=True)
-class ByCorrectness:
-    """A statistic over all sequences and over correct and incorrect ones (None: no split)."""
-
-    all: Any
-    correct: Any
-    incorrect: Any
-
-
-@dataclass(frozen=True)
-class BelowThreshold:
-    """Sequences whose weight is below ``--fpa-threshold`` (FPA Fig. 3 right)."""
-
-    count: int
-    total: int
-    fraction: float
-
-
-@dataclass(frozen=True)
 class SweepRow:
     """One lambda of the sweep: mean weights, mean future/current ratio, counts below."""
 
     lam: float
-    weight_mean: ByCorrectness
-    ratio_mean: ByCorrectness
-    below_threshold: ByCorrectness
+    weight_mean: ByCorrectness[float | None]
+    ratio_mean: ByCorrectness[float | None]
+    below_threshold: ByCorrectness[BelowThreshold | None]
 
 
 @dataclass(frozen=True)
@@ -94,11 +75,11 @@ class FuturePolicySection:
     lam: float
     threshold: float
     sequences: int
-    current_weight: ByCorrectness
-    future_weight: ByCorrectness
-    future_to_current: ByCorrectness
-    below_threshold: dict[str, ByCorrectness]
-    log_ratio_ref: dict[str, ByCorrectness]
+    current_weight: ByCorrectness[Distribution | None]
+    future_weight: ByCorrectness[Distribution | None]
+    future_to_current: ByCorrectness[Distribution | None]
+    below_threshold: dict[str, ByCorrectness[BelowThreshold | None]]
+    log_ratio_ref: dict[str, ByCorrectness[Distribution | None]]
     sweep: list[SweepRow]
 
 
@@ -140,7 +121,9 @@ class _ClassHistograms:
         restored.totals = {k: int(v) for k, v in state["totals"].items()}
         return restored
 
-    def distributions(self, quantiles: tuple[float, ...], split: bool) -> ByCorrectness:
+    def distributions(
+        self, quantiles: tuple[float, ...], split: bool
+    ) -> ByCorrectness[Distribution | None]:
         def one(name: str) -> Distribution | None:
             if name != "all" and not split:
                 return None
@@ -148,7 +131,7 @@ class _ClassHistograms:
 
         return ByCorrectness(*(one(name) for name in CLASSES))
 
-    def means(self, split: bool) -> ByCorrectness:
+    def means(self, split: bool) -> ByCorrectness[float | None]:
         def one(name: str) -> float | None:
             if name != "all" and not split:
                 return None
@@ -157,13 +140,11 @@ class _ClassHistograms:
 
         return ByCorrectness(*(one(name) for name in CLASSES))
 
-    def below_threshold(self, split: bool) -> ByCorrectness:
+    def below_threshold(self, split: bool) -> ByCorrectness[BelowThreshold | None]:
         def one(name: str) -> BelowThreshold | None:
             if name != "all" and not split:
                 return None
-            total = self.totals[name]
-            count = self.below[name]
-            return BelowThreshold(count, total, count / total if total else math.nan)
+            return BelowThreshold.of(self.below[name], self.totals[name])
 
         return ByCorrectness(*(one(name) for name in CLASSES))
 
@@ -377,7 +358,7 @@ def exact_log_probs(
     The logits are read in segments of at most about :data:`SLICE_ELEMENTS` values
     (:func:`segments`): every row up to its last valid token, never the padding after the
     last row of a segment; each segment is computed on ``device`` and, for memory-mapped
-    logits, its pages are released once read.
+    logits, its pages are released once read (:class:`~ratioscope.io.paging.MappedPages`).
 
     Returns:
         ``(future [L, B, T] float32, reference [B, T] float32)`` on ``device``, 0 at
@@ -396,7 +377,7 @@ def exact_log_probs(
     # rows can only be joined where one flat view reaches across them
     joinable = all_logits.is_contiguous() and all_ref_logits.is_contiguous()
     ids, valid = token_ids.reshape(-1), mask.reshape(-1)
-    pages = _MappedPages(all_logits, all_ref_logits)
+    pages = MappedPages(all_logits, all_ref_logits)
     for start, stop in segments(extents, width, span, join=joinable):
         logits = _flat_view(all_logits, start, stop, width)
         ref_logits = _flat_view(all_ref_logits, start, stop, width)
@@ -469,75 +450,3 @@ def _check_token_ids(batch: TokenBatch, token_ids: Tensor, vocab: int) -> None:
             f"vocabulary [0, {vocab}) of '{batch.display_name('logits')}' on valid tokens, the "
             f"first at (row, column) = ({batch.row_offset + row}, {column})",
         )
-
-
-class _MappedPages:
-    """Hands the pages of file-mapped logits back to the kernel once they are read.
-
-    A safetensors file is mapped into memory; every page read stays resident in this
-    process (as file-backed memory) until it is unmapped, so reading all the logits of a
-    large dump would grow the resident set to the file's size. Once a slice is read its
-    whole pages are dropped from this process: with ``MADV_DONTNEED`` (the file stays in
-    the page cache) when no page of the mapping was ever written (a private mapping's
-    written pages are private copies that it would discard), else with
-    ``MADV_PAGEOUT``, which never loses data. Only tensors that lie in a mapping of a
-    file are touched; elsewhere (other systems, anonymous memory) this does nothing.
-    """
-
-    def __init__(self, *tensors: Tensor) -> None:
-        self._madvise = _madvise() if sys.platform.startswith("linux") else None
-        mappings = [_mapping(t) for t in tensors] if self._madvise is not None else [None]
-        self.active = all(m is not None for m in mappings)
-        written = any(m is None or m > 0 for m in mappings)
-        self.advice = _MADV_PAGEOUT if written else mmap.MADV_DONTNEED
-
-    def release(self, *views: Tensor) -> None:
-        madvise = self._madvise
-        if not self.active or madvise is None:
-            return
-        for view in views:
-            start = view.data_ptr()
-            stop = start + view.numel() * view.element_size()
-            first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-            last = stop // mmap.PAGESIZE * mmap.PAGESIZE
-            if last > first and madvise(first, last - first, self.advice) != 0:
-                self.active = False  # not supported here: keep the pages
-                return
-
-
-_MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21)  # Linux >= 5.4
-
-
-def _madvise() -> Callable[[int, int, int], int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = libc.madvise
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
-
-
-def _mapping(tensor: Tensor) -> int | None:
-    """For a tensor inside a mapping of a file, the kB of that mapping's privately
-    written (anonymous) pages; None for anything else (/proc/self/smaps)."""
-    if tensor.device.type != "cpu" or not tensor.is_contiguous():
-        return None
-    storage = tensor.untyped_storage()
-    start, stop = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-    try:
-        with open("/proc/self/smaps", encoding="utf-8") as smaps:
-            inside = False
-            for line in smaps:
-                fields = line.split()
-                if "-" in fields[0] and not fields[0].endswith(":"):
-                    low, high = (int(v, 16) for v in fields[0].split("-"))
-                    inside = low <= start and stop <= high
-                    if inside and not (len(fields) >= 6 and fields[5].startswith("/")):
-                        return None
-                elif inside and fields[0] == "Anonymous:":
-                    return int(fields[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
