@@ -53,6 +53,8 @@ class DumpInfo:
     group_sizes: dict[int, int] | None
     #: how the groups were formed, or why there are none and what would give them
     group_note: str
+    #: what the log-ratio compares (a key of ratioscope.batch.RATIO_PAIRS)
+    ratio_pair: str
     features: list[Feature]
     warnings: list[str]
 
@@ -110,6 +112,7 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
     features = _needs_a_method(features)
     return DumpInfo(
         group_note=_group_note(batch, options),
+        ratio_pair=batch.ratio_pair,
         path=str(path),
         file_format=raw.file_format,
         profile=batch.profile,
@@ -128,12 +131,19 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
     )
 
 
+#: group columns that ratioscope.io.frameworks derive rather than read
+DERIVED_GROUP_COLUMNS = frozenset({"prompt_prefix_group", "prompt_group", "group_index"})
+
+
 def _group_note(batch: TokenBatch, options: LoadOptions) -> str:
     profile = get_profile(batch.profile)
     if batch.group is not None:
         if options.group_size and "group" not in batch.key_map:
             return f"from --group-size {options.group_size}: consecutive rows"
-        return profile.groups
+        key = batch.key_map.get("group", "group")
+        # a column a framework reader derived (prompt tokens, boundaries, a join) is
+        # described by its layout; a column of the file is named
+        return profile.groups if key in DERIVED_GROUP_COLUMNS else f"from '{key}'"
     if profile.consecutive_rows:
         return (
             "no group ids: GRPO groups (QUATRO, CW-GRPO group scope) need 'group'; if the "

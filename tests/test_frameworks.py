@@ -429,3 +429,23 @@ def test_load_of_a_slime_directory_takes_rank_copies_once(tmp_path):
     batch = ratioscope.load(tmp_path)
     assert batch.num_sequences == 3
     assert batch.num_tokens == 12
+
+
+def test_info_says_which_ratio_and_where_groups_come_from(tmp_path):
+    rng = np.random.default_rng(12)
+    lines = [
+        prime_rl_line(
+            rng, step=1, micro_sequence_idx=i, prompt=[1, 2], completion_len=3, export_idx=i
+        )
+        for i in range(4)
+    ]
+    path = tmp_path / "rank_0.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = runner.invoke(app, ["info", str(path)]).stdout
+    assert "importance ratio z = log current policy (trainer) / inference engine" in out
+    assert "from identical prompt tokens" in out
+    for line in lines:  # an older export with its own id column
+        line["example_id"] = 7
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = runner.invoke(app, ["info", str(path)]).stdout
+    assert "1 groups (1 of size 4), from 'example_id'" in out

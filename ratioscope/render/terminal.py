@@ -55,6 +55,7 @@ def show_info(infos: Sequence[DumpInfo | OtherFile], console: Console) -> None:
             f"valid length min/mean/max {info.length_min}/{info.length_mean:.1f}/"
             f"{info.length_max} of {info.max_length} positions"
         )
+        console.print("importance ratio z = log " + ratio_label(info.ratio_pair))
         if info.groups is not None and info.group_sizes is not None:
             sizes = ", ".join(f"{n} of size {s}" for s, n in sorted(info.group_sizes.items()))
             console.print(f"{info.groups} groups ({sizes}), {info.group_note}")
