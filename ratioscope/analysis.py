@@ -20,8 +20,8 @@ from torch import Tensor
 
 from ratioscope.batch import TokenBatch
 from ratioscope.device import resolve_device
-from ratioscope.errors import InputError, MergeError, ReportError, SkippedFileError
-from ratioscope.io.loaders import LoadOptions, expand_paths, load_file
+from ratioscope.errors import MergeError, ReportError
+from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.report import SECTION_KEYS, InputInfo, Report, SequenceTable
@@ -112,27 +112,13 @@ def run_accumulators(
     run = Run(inputs=[], warnings=[], totals=totals, sequences=None)
     if per_sequence:
         run.sequences = SequenceTable()
-    seen: dict[str, str] = {}  # content key -> the file analysed for it
-    skipped: list[SkippedFileError] = []
+    files = RunFiles(len(sources), load_options, notes=run.warnings)
     for index, source in enumerate(sources):
         name = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), name))
-        try:
-            batch = source if isinstance(source, TokenBatch) else load_file(source, load_options)
-        except SkippedFileError as error:
-            if len(sources) == 1:
-                raise
-            skipped.append(error)
-            run.warnings.append(f"skipped {error}".rstrip("."))
+        batch = files.load(source) if isinstance(source, Path) else source
+        if batch is None:  # a side table or a rank copy, noted in run.warnings
             continue
-        if batch.content_key is not None:
-            if batch.content_key in seen:
-                run.warnings.append(
-                    f"skipped {name}: the same samples as {seen[batch.content_key]} (a copy "
-                    "written by another rank of the same data-parallel shard)"
-                )
-                continue
-            seen[batch.content_key] = name
         run.inputs.append(_input_info(batch, source))
         run.warnings.extend(batch.warnings)
         accumulators = make()
@@ -142,8 +128,7 @@ def run_accumulators(
         if run.sequences is not None:
             run.sequences.append(_sequence_frame(batch, columns))
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
-    if not run.inputs and skipped:
-        raise InputError(None, f"no input holds token data to analyse: {skipped[0]}")
+    files.check_any(bool(run.inputs))
     return run
 
 

@@ -165,21 +165,55 @@ def load(
     )
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     files = expand_paths(paths)
-    if len(files) == 1:
-        return load_file(files[0], options)
-    batches: dict[str | Path, TokenBatch] = {}
-    skipped: list[SkippedFileError] = []
-    for file in files:
+    run = RunFiles(len(files), options)
+    batches = [batch for file in files if (batch := run.load(file)) is not None]
+    run.check_any(bool(batches))
+    return batches[0] if len(batches) == 1 else concatenate(batches)
+
+
+class RunFiles:
+    """The files of one run, loaded one after another: a framework's side tables
+    (:class:`SkippedFileError`) and rank copies of the same samples (equal content keys)
+    are skipped with a note in ``notes``; a single file that is a side table is an error.
+    """
+
+    def __init__(self, count: int, options: LoadOptions, notes: list[str] | None = None):
+        self.single = count == 1
+        self.options = options
+        self.notes = notes if notes is not None else []
+        self._seen: dict[str, str] = {}  # content key -> the file taken for it
+        self._skipped: list[SkippedFileError] = []
+
+    def load(self, path: Path) -> TokenBatch | None:
+        """The batch of ``path``, or None when it is skipped."""
         try:
-            batch = load_file(file, options)
-        except SkippedFileError as error:  # a side table or a stage without data
-            skipped.append(error)
-            continue
-        # a framework's rank copies of the same samples are taken once
-        batches.setdefault(batch.content_key or file, batch)
-    if not batches:
-        raise skipped[0]
-    return concatenate(list(batches.values()))
+            batch = load_file(path, self.options)
+        except SkippedFileError as error:
+            if self.single:
+                raise
+            self._skipped.append(error)
+            self.notes.append(f"skipped {error}".rstrip("."))
+            return None
+        return batch if self.take(batch, str(path)) else None
+
+    def take(self, batch: TokenBatch, name: str) -> bool:
+        """False (with a note) when an earlier file held the same samples."""
+        key = batch.content_key
+        if key is None:
+            return True
+        if key in self._seen:
+            self.notes.append(
+                f"skipped {name}: the same samples as {self._seen[key]} (a copy written by "
+                "another rank of the same data-parallel shard)"
+            )
+            return False
+        self._seen[key] = name
+        return True
+
+    def check_any(self, loaded: bool) -> None:
+        """Nothing was loaded because every file was skipped: say why."""
+        if not loaded and self._skipped:
+            raise InputError(None, f"no input holds token data to analyse: {self._skipped[0]}")
 
 
 def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
