@@ -118,11 +118,10 @@ def _require_trainer_log_probs(path: Path, columns: dict[str, Any]) -> None:
 
 def _check_full_responses(path: Path, columns: dict[str, Any]) -> None:
     """Context-parallel ranks of v1 hold slices of each response, not whole ones."""
-    lengths = columns.get("response_lengths")
+    expected = _flat_ints(columns.get("response_lengths"))
     log_probs = columns.get("log_probs")
-    if not isinstance(lengths, (list, Tensor)) or not isinstance(log_probs, list):
+    if expected is None or not isinstance(log_probs, list):
         return
-    expected = [int(n) for n in (lengths.tolist() if isinstance(lengths, Tensor) else lengths)]
     for row, (values, n) in enumerate(zip(log_probs, expected, strict=False)):
         if len(values) != n:
             raise InputError(
@@ -134,14 +133,11 @@ def _check_full_responses(path: Path, columns: dict[str, Any]) -> None:
 
 
 def _response_tokens(columns: dict[str, Any], raw: RawDump) -> None:
-    tokens, lengths = columns.get("tokens"), columns.get("response_lengths")
-    if not isinstance(tokens, list) or lengths is None:
+    tokens, counts = columns.get("tokens"), _flat_ints(columns.get("response_lengths"))
+    if not isinstance(tokens, list) or counts is None:
         return
-    counts = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
-    if isinstance(counts[0], list):  # v2 scalars read as one-element rows
-        counts = [c[0] for c in counts]
     columns[RESPONSE_TOKENS] = [
-        t.reshape(-1)[len(t.reshape(-1)) - int(n) :] for t, n in zip(tokens, counts, strict=True)
+        t.reshape(-1)[t.numel() - n :] for t, n in zip(tokens, counts, strict=True)
     ]
     raw.ragged.add(RESPONSE_TOKENS)
 
