@@ -416,7 +416,7 @@ def test_report_input_accepts_its_own_values_and_is_labelled_by_them(
 
 
 def test_samples_beside_a_report_are_clustered_as_the_report_was(strict_report):
-    from ratioscope.evaluation import metric_curves
+    from ratioscope.figures.evaluation import metric_curves
 
     default = evaluate_ucc(load_samples(SLICE), max_pairs=0).by_method[METHOD].ucc_at_k
     strict = json.loads(strict_report.read_text())["by_method"][METHOD]["ucc_at_k"]
@@ -543,7 +543,7 @@ def test_written_files_are_named_on_stderr_unless_quiet(tmp_path):
 
 
 def test_curve_legend_covers_no_point(monkeypatch, tmp_path):
-    from ratioscope.evaluation import metric_curves
+    from ratioscope.figures.evaluation import metric_curves
     from ratioscope.render import eval_plots
 
     figures = []
@@ -559,3 +559,22 @@ def test_curve_legend_covers_no_point(monkeypatch, tmp_path):
         for line in axes.get_lines():
             points = axes.transData.transform(line.get_xydata())
             assert not any(box.contains(x, y) for x, y in points), line.get_label()
+
+
+def test_the_evaluation_package_still_exports_every_name_it_did_before_its_split():
+    import ratioscope.evaluation as evaluation
+    from ratioscope.evaluation import evaluate, model
+    from ratioscope.figures import evaluation as figures
+
+    homes = {"model": model, "evaluate": evaluate, "figures": figures}
+    moved = {
+        "model": ["EvalReport", "EvalParams", "MetricBlock", "MethodResult", "ProblemRow"],
+        "evaluate": ["evaluate_passk", "evaluate_ucc", "resolve_ks", "check_clustering_options"],
+        "figures": ["metric_curves", "MetricCurves", "similarity_panels", "SimilarityPanel"],
+    }
+    for home, names in moved.items():
+        for name in names:
+            assert getattr(evaluation, name) is getattr(homes[home], name), name
+    assert all(hasattr(evaluation, name) for name in evaluation.__all__)
+    with pytest.raises(AttributeError):
+        evaluation.no_such_name  # noqa: B018

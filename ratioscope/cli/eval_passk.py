@@ -117,7 +117,7 @@ def eval_passk(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.evaluation import evaluate_passk
+    from ratioscope.evaluation.evaluate import evaluate_passk
     from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_tables import show_eval, show_warnings
 

@@ -69,7 +69,7 @@ def eval_ucc(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.evaluation import check_clustering_options, evaluate_ucc
+    from ratioscope.evaluation.evaluate import check_clustering_options, evaluate_ucc
     from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_tables import show_eval, show_warnings
 

@@ -43,7 +43,7 @@ def _curves(ctx: typer.Context, metric: str, inputs: list[Path], out: Path, quie
         parse_ints,
         progress_bar,
     )
-    from ratioscope.evaluation import metric_curves
+    from ratioscope.figures.evaluation import metric_curves
     from ratioscope.render.eval_plots import plot_curves
     from ratioscope.render.figures import check_figure_path
 
@@ -134,7 +134,8 @@ def similarity(
     Example: ratioscope plot similarity samples.jsonl --problem 17 --out sim17.png
     """
     from ratioscope.cli._common import announce_written, check_output_paths
-    from ratioscope.evaluation import check_clustering_options, similarity_panels
+    from ratioscope.evaluation.evaluate import check_clustering_options
+    from ratioscope.figures.evaluation import similarity_panels
     from ratioscope.io.samples import load_samples
     from ratioscope.render.eval_plots import plot_similarity
     from ratioscope.render.figures import check_figure_path

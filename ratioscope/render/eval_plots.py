@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.evaluation import MetricCurves, SimilarityPanel
+from ratioscope.figures.evaluation import MetricCurves, SimilarityPanel
 from ratioscope.render.figures import pyplot, save_figure
 
 _CURVE_LABELS = {

@@ -1,4 +1,4 @@
-"""Terminal tables for an :class:`~ratioscope.evaluation.EvalReport`.
+"""Terminal tables for an :class:`~ratioscope.evaluation.model.EvalReport`.
 
 Laid out like QUATRO's tables: Pass@k in percent with one column per k (Table 1/II),
 UCC@k as expected counts (Table 3), then the diversity similarities (App. C.5) and the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ratioscope.evaluation import ClusterSummary, DiversitySummary, EvalReport, MetricBlock
+from ratioscope.evaluation.model import ClusterSummary, DiversitySummary, EvalReport, MetricBlock
 from ratioscope.render.tables import DASH
 
 if TYPE_CHECKING:
