@@ -118,12 +118,17 @@ def test_reference_closed_form_is_flagged_where_it_breaks():
     z = torch.tensor(rng.normal(0, 0.05, size=(3, 1500)), dtype=torch.float32)
     batch = ratioscope.TokenBatch.from_tensors({"mask": torch.ones(3, 1500), "log_ratio": z})
     report = ratioscope.analyze(batch, kalman_impl="reference", kalman_q=1e-2)
-    flagged = [w for w in report.warnings if "--kalman-impl reference" in w]
-    assert len(flagged) == 1
-    index = int(flagged[0].split("from token ")[1].split(" ")[0])
-    assert 600 < index < 800  # DESIGN 3.1: wrong past roughly t ~ 700 at Q/V = 1e-2
+    deviation = report.ratios["kalman"].closed_form_deviation
+    assert deviation is not None and deviation.first_index is not None
+    assert 600 < deviation.first_index < 800  # DESIGN 3.1: wrong past roughly t ~ 700 at Q/V = 1e-2
+    assert deviation.max_abs_error > deviation.atol == 1e-4
+    assert (deviation.q, deviation.v) == (1e-2, 1.0)
+    assert report.ratios["token"].closed_form_deviation is None
+    flagged = [w for w in report.warnings if "kalman_impl='reference'" in w]
+    assert len(flagged) == 1 and f"from token {deviation.first_index} on" in flagged[0]
     exact = ratioscope.analyze(batch, kalman_q=1e-2)
-    assert not any("--kalman-impl reference" in w for w in exact.warnings)
+    assert exact.ratios["kalman"].closed_form_deviation is None
+    assert not any("kalman_impl='reference'" in w for w in exact.warnings)
 
 
 def test_sweep_cli_writes_json_with_one_row_per_qv(tmp_path):

@@ -3,10 +3,12 @@
 An accumulator is told of each file once (:meth:`Accumulator.begin_file`, where it
 declines files that lack its inputs and notes per-file facts), then fed
 :class:`~ratioscope.sections.context.Context` objects (the file's chunks of rows, or the
-whole file for sections that need complete groups), keeps mergeable state
-(:mod:`ratioscope.stats`), serialises it for ``ratioscope merge`` and finally produces
-its typed section. A section whose inputs are missing in every file is ``None`` in the
-report with a warning naming the missing tensor.
+whole file for sections that need complete groups), and finally produces its typed
+section. Its mergeable state (:mod:`ratioscope.stats` values, counts, file lists) is
+declared once with :func:`~ratioscope.sections.state.mergeable`, from which ``merge``,
+``state()`` and ``from_state`` (for ``ratioscope merge``) follow. A section whose
+inputs are missing in every file is ``None`` in the report with a warning naming the
+missing tensor.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ratioscope.batch import TokenBatch
 from ratioscope.errors import DumpKeyError
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.context import Context
+from ratioscope.sections.state import Declared, mergeable
 
 
 def listed(items: list[str], shown: int = 3) -> str:
@@ -43,8 +46,13 @@ def required(batch: TokenBatch, name: str) -> Tensor:
     return value
 
 
-class Accumulator(ABC):
-    """Base class of report-section accumulators."""
+class Accumulator(Declared, ABC):
+    """Base class of report-section accumulators.
+
+    A subclass declares its state with :func:`~ratioscope.sections.state.mergeable` and
+    implements :meth:`update` and :meth:`result`; ``merge``, ``state`` and
+    ``from_state`` work from the declarations.
+    """
 
     #: key of the section in the report
     name: ClassVar[str]
@@ -53,10 +61,13 @@ class Accumulator(ABC):
     #: canonical tensors the section cannot do without
     requires: ClassVar[tuple[str, ...]] = ()
 
+    fed = mergeable(int, "sum", optional=True)  # files that fed this section
+    #: files that lacked an input, with the reason
+    skipped: list[str] = mergeable(list, "extend", optional=True)
+
     def __init__(self, params: AnalysisParams) -> None:
         self.params = params
-        self.fed = 0  # files that fed this section
-        self.skipped: list[str] = []  # files that lacked an input, with the reason
+        self.init_state()
 
     def missing(self, batch: TokenBatch) -> list[str]:
         """Canonical names this section needs but ``batch`` lacks."""
@@ -87,17 +98,24 @@ class Accumulator(ABC):
         """Consume a chunk of a file given to :meth:`begin_file`; return per-sequence
         columns ([rows] tensors) for Parquet."""
 
-    @abstractmethod
     def merge(self, other: Accumulator) -> None:
-        """Fold another accumulator of the same parameters into this one."""
+        """Fold another accumulator of the same class and parameters into this one."""
+        self.merge_state(other)
 
-    @abstractmethod
     def state(self) -> dict[str, Any]:
         """JSON-able state from which :meth:`from_state` restores this accumulator."""
+        return self.dump_state()
 
     @classmethod
-    @abstractmethod
-    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> Accumulator: ...
+    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> Accumulator:
+        """The accumulator whose :meth:`state` was ``state``.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``state`` is not such a block.
+        """
+        acc = cls(params)
+        acc.load_state(state)
+        return acc
 
     @abstractmethod
     def result(self) -> Any:
@@ -114,14 +132,3 @@ class Accumulator(ABC):
 
     def _where(self) -> str:
         return listed(self.skipped)
-
-    def base_state(self) -> dict[str, Any]:
-        return {"fed": self.fed, "skipped": list(self.skipped)}
-
-    def restore_base(self, state: dict[str, Any]) -> None:
-        self.fed = int(state.get("fed", 0))
-        self.skipped = list(state.get("skipped", []))
-
-    def merge_base(self, other: Accumulator) -> None:
-        self.fed += other.fed
-        self.skipped.extend(other.skipped)

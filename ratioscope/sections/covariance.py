@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -37,10 +36,10 @@ from ratioscope.functional.covariance import (
     token_covariance,
 )
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution, distribution_of
+from ratioscope.sections.state import mergeable
 from ratioscope.stats import Counter, Histogram
 
 #: raw kernel weights below these are counted (DESIGN 3.4)
@@ -153,22 +152,21 @@ class CovarianceAccumulator(Accumulator):
     per_file = True
     requires = ("log_probs", "advantages")
 
-    def __init__(self, params: AnalysisParams) -> None:
-        super().__init__(params)
-        self.c = Histogram.with_sums()
-        self.weights = Histogram()
-        self.normalised = Histogram()
-        self.below = torch.zeros(len(WEIGHT_THRESHOLDS), dtype=torch.long)
-        self.weight_counts = torch.zeros(WEIGHT_BINS, dtype=torch.long)
-        self.mass = torch.zeros(3, dtype=torch.float64)  # sum|A|, sum w|A|, sum w~|A|
-        self.scope_files = Counter()  # index into SCOPE_NAMES -> files
-        self.scopes = 0
-        self.clip_cov = torch.zeros(3, dtype=torch.long)  # count, eligible, total
-        self.kl_cov = torch.zeros(2, dtype=torch.long)  # count, total
+    c = mergeable(Histogram.with_sums, "merge")
+    weights = mergeable(Histogram, "merge")
+    normalised = mergeable(Histogram, "merge")
+    below = mergeable(lambda: torch.zeros(len(WEIGHT_THRESHOLDS), dtype=torch.long), "sum")
+    weight_counts = mergeable(lambda: torch.zeros(WEIGHT_BINS, dtype=torch.long), "sum")
+    #: sum|A|, sum w|A|, sum w~|A|
+    mass = mergeable(lambda: torch.zeros(3, dtype=torch.float64), "sum")
+    scope_files = mergeable(Counter, "merge")  # index into SCOPE_NAMES -> files
+    scopes = mergeable(int, "sum")
+    clip_cov = mergeable(lambda: torch.zeros(3, dtype=torch.long), "sum")  # count, eligible, total
+    kl_cov = mergeable(lambda: torch.zeros(2, dtype=torch.long), "sum")  # count, total
 
     # ------------------------------------------------------------------ feeding
     def scope_of(self, batch: TokenBatch) -> str:
-        """The scope of the means and sigma for this file (``--cov-scope``)."""
+        """The scope of the means and sigma for this file (``params.cov_scope``)."""
         if self.params.cov_scope == "auto":
             return "group" if batch.group is not None else "batch"
         return self.params.cov_scope
@@ -225,52 +223,6 @@ class CovarianceAccumulator(Accumulator):
         self.clip_cov += torch.tensor([clip.count, clip.eligible, clip.total])
         self.kl_cov += torch.tensor([kl.count, kl.total])
 
-    # ------------------------------------------------------------------ merging
-    def merge(self, other: Accumulator) -> None:
-        assert isinstance(other, CovarianceAccumulator)
-        self.merge_base(other)
-        self.c.merge(other.c)
-        self.weights.merge(other.weights)
-        self.normalised.merge(other.normalised)
-        self.below += other.below
-        self.weight_counts += other.weight_counts
-        self.mass += other.mass
-        self.scope_files.merge(other.scope_files)
-        self.scopes += other.scopes
-        self.clip_cov += other.clip_cov
-        self.kl_cov += other.kl_cov
-
-    def state(self) -> dict[str, Any]:
-        return {
-            **self.base_state(),
-            "c": self.c.state(),
-            "weights": self.weights.state(),
-            "normalised": self.normalised.state(),
-            "below": self.below.tolist(),
-            "weight_counts": self.weight_counts.tolist(),
-            "mass": self.mass.tolist(),
-            "scope_files": self.scope_files.state(),
-            "scopes": self.scopes,
-            "clip_cov": self.clip_cov.tolist(),
-            "kl_cov": self.kl_cov.tolist(),
-        }
-
-    @classmethod
-    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> CovarianceAccumulator:
-        acc = cls(params)
-        acc.restore_base(state)
-        acc.c = Histogram.from_state(state["c"])
-        acc.weights = Histogram.from_state(state["weights"])
-        acc.normalised = Histogram.from_state(state["normalised"])
-        acc.below = torch.tensor(state["below"], dtype=torch.long)
-        acc.weight_counts = torch.tensor(state["weight_counts"], dtype=torch.long)
-        acc.mass = torch.tensor(state["mass"], dtype=torch.float64)
-        acc.scope_files = Counter.from_state(state["scope_files"])
-        acc.scopes = int(state["scopes"])
-        acc.clip_cov = torch.tensor(state["clip_cov"], dtype=torch.long)
-        acc.kl_cov = torch.tensor(state["kl_cov"], dtype=torch.long)
-        return acc
-
     # ------------------------------------------------------------------- result
     def result(self) -> CovarianceSection | None:
         tokens = self.c.count
@@ -323,7 +275,7 @@ class CovarianceAccumulator(Accumulator):
             return []
         needs = "'log_probs' and 'advantages'"
         if self.params.cov_scope == "group":
-            needs += ", and 'group' for --cov-scope group"
+            needs += ", and 'group' for cov_scope='group'"
         where = self._where()
         if self.fed == 0:
             return [f"covariance: not computed; CW-GRPO needs {needs}, missing in {where}"]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -46,6 +45,7 @@ from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution, distribution_of
+from ratioscope.sections.state import Record, mergeable
 from ratioscope.stats import Counter, Histogram
 
 EXACT_INPUTS = ("logits", "ref_logits", "token_ids")
@@ -83,13 +83,12 @@ class FuturePolicySection:
     sweep: list[SweepRow]
 
 
-class _ClassHistograms:
+class _ClassHistograms(Record):
     """One histogram per correctness class, plus counts below the threshold."""
 
-    def __init__(self) -> None:
-        self.histograms = {name: Histogram() for name in CLASSES}
-        self.below = {name: 0 for name in CLASSES}
-        self.totals = {name: 0 for name in CLASSES}
+    histograms = mergeable(lambda: {name: Histogram() for name in CLASSES}, "merge")
+    below = mergeable(lambda: dict.fromkeys(CLASSES, 0), "sum")
+    totals = mergeable(lambda: dict.fromkeys(CLASSES, 0), "sum")
 
     def add(self, values: Tensor, selections: dict[str, Tensor], threshold: float | None) -> None:
         finite = torch.isfinite(values)
@@ -99,27 +98,6 @@ class _ClassHistograms:
                 below = count_below(values, threshold, select)
                 self.below[name] += below.count
                 self.totals[name] += below.total
-
-    def merge(self, other: _ClassHistograms) -> None:
-        for name in CLASSES:
-            self.histograms[name].merge(other.histograms[name])
-            self.below[name] += other.below[name]
-            self.totals[name] += other.totals[name]
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "histograms": {k: h.state() for k, h in self.histograms.items()},
-            "below": dict(self.below),
-            "totals": dict(self.totals),
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> _ClassHistograms:
-        restored = cls()
-        restored.histograms = {k: Histogram.from_state(v) for k, v in state["histograms"].items()}
-        restored.below = {k: int(v) for k, v in state["below"].items()}
-        restored.totals = {k: int(v) for k, v in state["totals"].items()}
-        return restored
 
     def distributions(
         self, quantiles: tuple[float, ...], split: bool
@@ -154,18 +132,29 @@ class FuturePolicyAccumulator(Accumulator):
 
     name = "future_policy"
 
+    #: 0 is the current policy; every lambda of the report is computed in one pass
+    lams: tuple[float, ...] = mergeable(tuple, "same")
+    #: per lambda (in the order of ``lams``): the sequence weights and their ratio to
+    #: the current policy's
+    weights: list[_ClassHistograms] = mergeable(list, "merge")
+    ratios: list[_ClassHistograms] = mergeable(list, "merge")
+    log_ratio_sequence = mergeable(_ClassHistograms, "merge")
+    log_ratio_token = mergeable(_ClassHistograms, "merge")
+    method_files = mergeable(Counter, "merge")  # index into METHODS -> files
+    approximated: list[str] = mergeable(list, "extend")  # files without the exact inputs, and why
+    no_correct: list[str] = mergeable(list, "extend")
+    split_files = mergeable(int, "sum")
+
     def __init__(self, params: AnalysisParams) -> None:
         super().__init__(params)
-        # 0 is the current policy; every lambda of the report is computed in one pass
         self.lams = tuple(sorted({0.0, float(params.fpa_lambda), *map(float, params.fpa_lambdas)}))
-        self.weights = {lam: _ClassHistograms() for lam in self.lams}
-        self.ratios = {lam: _ClassHistograms() for lam in self.lams}
-        self.log_ratio_sequence = _ClassHistograms()
-        self.log_ratio_token = _ClassHistograms()
-        self.method_files = Counter()  # index into METHODS -> files
-        self.approximated: list[str] = []  # files without the exact inputs, and why
-        self.no_correct: list[str] = []
-        self.split_files = 0
+        self.weights = [_ClassHistograms() for _ in self.lams]
+        self.ratios = [_ClassHistograms() for _ in self.lams]
+
+    def at(self, lam: float) -> tuple[_ClassHistograms, _ClassHistograms]:
+        """The weights and the ratios of ``lam``."""
+        index = self.lams.index(lam)
+        return self.weights[index], self.ratios[index]
 
     # ------------------------------------------------------------------ feeding
     def missing(self, batch: TokenBatch) -> list[str]:
@@ -210,8 +199,8 @@ class FuturePolicyAccumulator(Accumulator):
         columns: dict[str, Tensor] = {}
         for index, lam in enumerate(self.lams):
             weights = sequence_weights(future[index], mask)
-            self.weights[lam].add(weights, selections, threshold)
-            self.ratios[lam].add(
+            self.weights[index].add(weights, selections, threshold)
+            self.ratios[index].add(
                 future_to_current_ratio(future[index], current, mask), selections, None
             )
             if lam == 0.0:
@@ -225,59 +214,9 @@ class FuturePolicyAccumulator(Accumulator):
         columns["fpa_log_ratio_ref"] = log_ratio
         return columns
 
-    # ------------------------------------------------------------------ merging
-    def merge(self, other: Accumulator) -> None:
-        assert isinstance(other, FuturePolicyAccumulator)
-        self.merge_base(other)
-        for lam in self.lams:
-            self.weights[lam].merge(other.weights[lam])
-            self.ratios[lam].merge(other.ratios[lam])
-        self.log_ratio_sequence.merge(other.log_ratio_sequence)
-        self.log_ratio_token.merge(other.log_ratio_token)
-        self.method_files.merge(other.method_files)
-        self.approximated.extend(other.approximated)
-        self.no_correct.extend(other.no_correct)
-        self.split_files += other.split_files
-
-    def state(self) -> dict[str, Any]:
-        return {
-            **self.base_state(),
-            "lams": list(self.lams),
-            "weights": [self.weights[lam].state() for lam in self.lams],
-            "ratios": [self.ratios[lam].state() for lam in self.lams],
-            "log_ratio_sequence": self.log_ratio_sequence.state(),
-            "log_ratio_token": self.log_ratio_token.state(),
-            "method_files": self.method_files.state(),
-            "approximated": list(self.approximated),
-            "no_correct": list(self.no_correct),
-            "split_files": self.split_files,
-        }
-
-    @classmethod
-    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> FuturePolicyAccumulator:
-        acc = cls(params)
-        acc.restore_base(state)
-        lams = tuple(float(lam) for lam in state["lams"])
-        acc.lams = lams
-        acc.weights = {
-            lam: _ClassHistograms.from_state(s)
-            for lam, s in zip(lams, state["weights"], strict=True)
-        }
-        acc.ratios = {
-            lam: _ClassHistograms.from_state(s)
-            for lam, s in zip(lams, state["ratios"], strict=True)
-        }
-        acc.log_ratio_sequence = _ClassHistograms.from_state(state["log_ratio_sequence"])
-        acc.log_ratio_token = _ClassHistograms.from_state(state["log_ratio_token"])
-        acc.method_files = Counter.from_state(state["method_files"])
-        acc.approximated = list(state["approximated"])
-        acc.no_correct = list(state["no_correct"])
-        acc.split_files = int(state["split_files"])
-        return acc
-
     # ------------------------------------------------------------------- result
     def result(self) -> FuturePolicySection | None:
-        current = self.weights[0.0]
+        current = self.at(0.0)[0]
         sequences = current.histograms["all"].count
         if self.fed == 0 or sequences == 0:
             return None
@@ -286,7 +225,7 @@ class FuturePolicyAccumulator(Accumulator):
         split = self.split_files > 0
         quantiles = self.params.quantiles
         lam = float(self.params.fpa_lambda)
-        future = self.weights[lam]
+        future, future_ratios = self.at(lam)
         return FuturePolicySection(
             method=method,
             method_files=files,
@@ -295,7 +234,7 @@ class FuturePolicyAccumulator(Accumulator):
             sequences=sequences,
             current_weight=current.distributions(quantiles, split),
             future_weight=future.distributions(quantiles, split),
-            future_to_current=self.ratios[lam].distributions(quantiles, split),
+            future_to_current=future_ratios.distributions(quantiles, split),
             below_threshold={
                 "current": current.below_threshold(split),
                 "future": future.below_threshold(split),
@@ -304,15 +243,16 @@ class FuturePolicyAccumulator(Accumulator):
                 "sequence": self.log_ratio_sequence.distributions(quantiles, split),
                 "per_token": self.log_ratio_token.distributions(quantiles, split),
             },
-            sweep=[
-                SweepRow(
-                    lam=sweep_lam,
-                    weight_mean=self.weights[sweep_lam].means(split),
-                    ratio_mean=self.ratios[sweep_lam].means(split),
-                    below_threshold=self.weights[sweep_lam].below_threshold(split),
-                )
-                for sweep_lam in map(float, self.params.fpa_lambdas)
-            ],
+            sweep=[self._row(float(sweep_lam), split) for sweep_lam in self.params.fpa_lambdas],
+        )
+
+    def _row(self, lam: float, split: bool) -> SweepRow:
+        weights, ratios = self.at(lam)
+        return SweepRow(
+            lam=lam,
+            weight_mean=weights.means(split),
+            ratio_mean=ratios.means(split),
+            below_threshold=weights.below_threshold(split),
         )
 
     def warnings(self) -> list[str]:

@@ -24,9 +24,9 @@ from ratioscope.functional.mismatch import (
     mismatch_statistics,
 )
 from ratioscope.functional.surrogate import sequence_means
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
+from ratioscope.sections.state import Codec, mergeable
 
 
 @dataclass(frozen=True)
@@ -36,16 +36,36 @@ class MismatchSection:
     pairs: dict[str, str | None]
 
 
+_ADDED_LATER = {"sum_abs_z", "max_abs_z", "sum_seq_mean_abs_z", "sum_expm1_neg_seq_mean_z"}
+
+
+def _partials(state: dict[str, Any]) -> MismatchPartials:
+    expected = {f.name for f in fields(MismatchPartials)}
+    # reports written before the framework-named sums were added lack them
+    required = expected - _ADDED_LATER
+    if not required <= set(state) <= expected:
+        raise KeyError(f"expected keys {sorted(expected)}, got {sorted(state)}")
+    # JSON has no -inf: an empty log-sum was written as null; Any: JSON values are
+    # untyped, and the keys were checked against the fields above
+    values: dict[str, Any] = {k: (-float("inf") if v is None else v) for k, v in state.items()}
+    return MismatchPartials(**values)
+
+
+#: the partials are written as their fields; reading accepts the older layouts
+_PARTIALS = Codec(load=_partials)
+
+
 class MismatchAccumulator(Accumulator):
     name = "mismatch"
 
-    def __init__(self, params: AnalysisParams) -> None:
-        super().__init__(params)
-        self.policy = MismatchPartials()
-        self.rollout = MismatchPartials()
-        self.rollout_missing: list[str] = []
-        # what the policy row compares in the files that fed it ("current/old", ...)
-        self.policy_pairs: list[str] = []
+    policy = mergeable(MismatchPartials, "merge", codec=_PARTIALS)
+    rollout = mergeable(MismatchPartials, "merge", codec=_PARTIALS)
+    rollout_missing: list[str] = mergeable(list, "extend", optional=True)
+    #: what the policy row compares in the files that fed it ("current/old", ...);
+    #: reports written before pairs were recorded compared current and old policies
+    policy_pairs: list[str] = mergeable(
+        list, "union", legacy=lambda acc: ["current/old"] if acc.policy.tokens else []
+    )
 
     def begin_file(self, batch: TokenBatch) -> bool:
         if not super().begin_file(batch):
@@ -75,35 +95,6 @@ class MismatchAccumulator(Accumulator):
             columns["rollout_log_ratio_mean"] = sequence_means(z_rollout.double(), ctx.mask)
         return columns
 
-    def merge(self, other: Accumulator) -> None:
-        assert isinstance(other, MismatchAccumulator)
-        self.merge_base(other)
-        self.policy.merge(other.policy)
-        self.rollout.merge(other.rollout)
-        self.rollout_missing.extend(other.rollout_missing)
-        self.policy_pairs += [p for p in other.policy_pairs if p not in self.policy_pairs]
-
-    def state(self) -> dict[str, Any]:
-        return {
-            **self.base_state(),
-            "policy": vars(self.policy),
-            "rollout": vars(self.rollout),
-            "rollout_missing": self.rollout_missing,
-            "policy_pairs": self.policy_pairs,
-        }
-
-    @classmethod
-    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> MismatchAccumulator:
-        acc = cls(params)
-        acc.restore_base(state)
-        acc.policy = _partials(state["policy"])
-        acc.rollout = _partials(state["rollout"])
-        acc.rollout_missing = list(state.get("rollout_missing", []))
-        # reports written before pairs were recorded compared current and old policies
-        default = ["current/old"] if acc.policy.tokens else []
-        acc.policy_pairs = list(state.get("policy_pairs", default))
-        return acc
-
     def result(self) -> MismatchSection | None:
         if self.policy.tokens == 0 and self.rollout.tokens == 0:
             return None
@@ -130,18 +121,3 @@ class MismatchAccumulator(Accumulator):
                 f"inference mismatch), missing in {listed(self.rollout_missing)}"
             )
         return messages
-
-
-_ADDED_LATER = {"sum_abs_z", "max_abs_z", "sum_seq_mean_abs_z", "sum_expm1_neg_seq_mean_z"}
-
-
-def _partials(state: dict[str, Any]) -> MismatchPartials:
-    expected = {f.name for f in fields(MismatchPartials)}
-    # reports written before the framework-named sums were added lack them
-    required = expected - _ADDED_LATER
-    if not required <= set(state) <= expected:
-        raise KeyError(f"expected keys {sorted(expected)}, got {sorted(state)}")
-    # JSON has no -inf: an empty log-sum was written as null; Any: JSON values are
-    # untyped, and the keys were checked against the fields above
-    values: dict[str, Any] = {k: (-float("inf") if v is None else v) for k, v in state.items()}
-    return MismatchPartials(**values)

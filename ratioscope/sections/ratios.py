@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
+from ratioscope.functional.kalman import ClosedFormDeviation
 from ratioscope.functional.surrogate import (
     Aggregates,
     AggregationSums,
@@ -39,9 +40,10 @@ from ratioscope.functional.token_stats import (
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
+from ratioscope.sections.state import Codec, Record, mergeable
 from ratioscope.stats import Counter, Histogram, Vector
 
-#: --kalman-impl reference is flagged where it is this far from the exact filter
+#: kalman_impl='reference' is flagged where it is this far from the exact filter
 REFERENCE_TOLERANCE = 1e-4  # column j of the [.., 3] state tensors is state j - 1
 
 
@@ -95,26 +97,48 @@ class VariantStats:
     variance: dict[str, float] | None = None
     window_frequency: dict[str, list[float]] | None = None
     spectrum: dict[str, list[float]] | None = None
+    #: the kalman row with kalman_impl='reference': where the authors' closed form leaves
+    #: the exact filter on these data (None on the other rows and with the exact filter)
+    closed_form_deviation: ClosedFormDeviation | None = None
 
 
-@dataclass
-class _StateSums:
+def _window_lists(windows: WindowMoments) -> dict[str, list[float]]:
+    return {
+        "window_total": windows.total.tolist(),
+        "window_total_sq": windows.total_sq.tolist(),
+        "window_count": windows.count.double().tolist(),
+    }
+
+
+def _windows(block: dict[str, Any]) -> WindowMoments:
+    total, total_sq, count = (
+        torch.tensor(block.get(key, []), dtype=torch.float64)
+        for key in ("window_total", "window_total_sq", "window_count")
+    )
+    return WindowMoments(total, total_sq, count.long())
+
+
+#: the layout of reports written so far: three lists of floats beside the other sums
+_WINDOW_LISTS = Codec(dump=_window_lists, load=_windows, flat=True)
+
+
+class _StateSums(Record):
     """Sums behind the KPO token-state statistics of one variant."""
 
-    state_tokens: list[int] = field(default_factory=lambda: [0, 0, 0])
-    run_mean_sum: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    run_mean_count: list[int] = field(default_factory=lambda: [0, 0, 0])
-    run_histogram: list[Counter] = field(default_factory=lambda: [Counter() for _ in range(3)])
-    sequences: int = 0
-    switch_sum: float = 0.0
-    lfr_sum: float = 0.0
-    lfr_count: int = 0
-    lfr_excluded: int = 0
-    var_global_sum: float = 0.0
-    var_local_sum: float = 0.0
-    windows: WindowMoments = field(default_factory=WindowMoments.empty)
-    spectrum_sum: Vector = field(default_factory=Vector)
-    spectrum_count: int = 0
+    state_tokens = mergeable(lambda: [0, 0, 0], "sum")
+    run_mean_sum = mergeable(lambda: [0.0, 0.0, 0.0], "sum")
+    run_mean_count = mergeable(lambda: [0, 0, 0], "sum")
+    run_histogram = mergeable(lambda: [Counter() for _ in range(3)], "merge")
+    sequences = mergeable(int, "sum")
+    switch_sum = mergeable(float, "sum")
+    lfr_sum = mergeable(float, "sum")
+    lfr_count = mergeable(int, "sum")
+    lfr_excluded = mergeable(int, "sum")
+    var_global_sum = mergeable(float, "sum")
+    var_local_sum = mergeable(float, "sum")
+    windows = mergeable(WindowMoments.empty, "merge", codec=_WINDOW_LISTS)
+    spectrum_sum = mergeable(Vector, "merge")
+    spectrum_count = mergeable(int, "sum")
 
     def add(self, stats: SignalStatistics, nonempty: Tensor) -> None:
         """Fold the statistics of a chunk's rows in (``nonempty`` ones only)."""
@@ -142,55 +166,6 @@ class _StateSums:
         spectra = stats.periodogram[rows][finite]
         self.spectrum_sum.add(spectra.sum(dim=0))
         self.spectrum_count += int(spectra.shape[0])
-
-    def merge(self, other: _StateSums) -> None:
-        for j in range(3):
-            self.state_tokens[j] += other.state_tokens[j]
-            self.run_mean_sum[j] += other.run_mean_sum[j]
-            self.run_mean_count[j] += other.run_mean_count[j]
-            self.run_histogram[j].merge(other.run_histogram[j])
-        for name in ("sequences", "switch_sum", "lfr_sum", "lfr_count", "lfr_excluded"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("var_global_sum", "var_local_sum", "spectrum_count"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.windows = self.windows.merge(other.windows)
-        self.spectrum_sum.merge(other.spectrum_sum)
-
-    def state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {}
-        for key, value in vars(self).items():
-            if isinstance(value, Vector):
-                state[key] = value.state()
-            elif key == "run_histogram":
-                state[key] = [c.state() for c in value]
-            elif key == "windows":
-                # the layout of reports written so far: three lists of floats
-                state["window_total"] = value.total.tolist()
-                state["window_total_sq"] = value.total_sq.tolist()
-                state["window_count"] = value.count.double().tolist()
-            else:
-                state[key] = value
-        return state
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> _StateSums:
-        sums = cls()
-        window_keys = ("window_total", "window_total_sq", "window_count")
-        for key, value in state.items():
-            if key in window_keys:
-                continue
-            current = getattr(sums, key)
-            if isinstance(current, Vector):
-                setattr(sums, key, Vector.from_state(value))
-            elif key == "run_histogram":
-                sums.run_histogram = [Counter.from_state(c) for c in value]
-            else:
-                setattr(sums, key, value)
-        total, total_sq, count = (
-            torch.tensor(state.get(k, []), dtype=torch.float64) for k in window_keys
-        )
-        sums.windows = WindowMoments(total, total_sq, count.long())
-        return sums
 
     def fields(self, frequencies: list[float]) -> dict[str, Any]:
         """The KPO fields of :class:`VariantStats`."""
@@ -233,43 +208,25 @@ class _StateSums:
 _REPORT_ORDER = ((2, "up"), (0, "down"), (1, "on"))
 
 
-@dataclass
-class _VariantState:
-    histogram: Histogram = field(default_factory=Histogram)
-    clipped_tokens: int = 0
-    advantage_tokens: int = 0
-    clipped_loss: AggregationSums = field(default_factory=AggregationSums)
-    unclipped_loss: AggregationSums = field(default_factory=AggregationSums)
-    states: _StateSums = field(default_factory=_StateSums)
+class _VariantState(Record):
+    histogram = mergeable(Histogram, "merge")
+    clipped_tokens = mergeable(int, "sum")
+    advantage_tokens = mergeable(int, "sum")
+    clipped_loss = mergeable(AggregationSums, "merge")
+    unclipped_loss = mergeable(AggregationSums, "merge")
+    states = mergeable(_StateSums, "merge")
 
-    def merge(self, other: _VariantState) -> None:
-        self.histogram.merge(other.histogram)
-        self.clipped_tokens += other.clipped_tokens
-        self.advantage_tokens += other.advantage_tokens
-        self.clipped_loss = self.clipped_loss.merge(other.clipped_loss)
-        self.unclipped_loss = self.unclipped_loss.merge(other.unclipped_loss)
-        self.states.merge(other.states)
 
-    def state(self) -> dict[str, Any]:
-        return {
-            "histogram": self.histogram.state(),
-            "clipped_tokens": self.clipped_tokens,
-            "advantage_tokens": self.advantage_tokens,
-            "clipped_loss": asdict(self.clipped_loss),
-            "unclipped_loss": asdict(self.unclipped_loss),
-            "states": self.states.state(),
-        }
+class _Deviation(Record):
+    """Where the closed form of kalman_impl='reference' leaves the exact filter, over all
+    chunks (:class:`~ratioscope.functional.kalman.ClosedFormDeviation`)."""
 
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> _VariantState:
-        return cls(
-            histogram=Histogram.from_state(state["histogram"]),
-            clipped_tokens=int(state["clipped_tokens"]),
-            advantage_tokens=int(state["advantage_tokens"]),
-            clipped_loss=AggregationSums(**state["clipped_loss"]),
-            unclipped_loss=AggregationSums(**state["unclipped_loss"]),
-            states=_StateSums.from_state(state["states"]),
-        )
+    first_index: int | None = mergeable(lambda: None, "min_index", optional=True)
+    #: an infinite error was written as null, read back as 0
+    max_abs_error = mergeable(
+        float, "max", optional=True, codec=Codec(load=lambda v: float(v or 0.0))
+    )
+    clamp_index: int | None = mergeable(lambda: None, "min_index", optional=True)
 
 
 class RatiosAccumulator(Accumulator):
@@ -277,15 +234,15 @@ class RatiosAccumulator(Accumulator):
 
     name = "ratios"
 
+    variants: dict[str, _VariantState] = mergeable(dict, "merge")
+    no_advantages: list[str] = mergeable(list, "extend", optional=True)
+    not_policy_ratio: list[str] = mergeable(list, "extend", optional=True)  # z: old vs engine
+    #: kalman_impl='reference': where the authors' closed form leaves the exact filter
+    deviation = mergeable(_Deviation, "merge", key="reference_deviation", optional=True)
+
     def __init__(self, params: AnalysisParams, variants: tuple[str, ...] = VARIANTS) -> None:
         super().__init__(params)
         self.variants = {v: _VariantState() for v in variants}
-        self.no_advantages: list[str] = []
-        self.not_policy_ratio: list[str] = []  # files whose z is old vs engine
-        # --kalman-impl reference: where the authors' closed form leaves the exact filter
-        self.deviation_index: int | None = None
-        self.deviation_max = 0.0
-        self.deviation_clamp: int | None = None
 
     def band(self, variant: str) -> tuple[float, float]:
         return self.params.clip if variant == "token" else self.params.seq_clip
@@ -336,9 +293,11 @@ class RatiosAccumulator(Accumulator):
             ctx.z, ctx.mask, p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0,
             atol=REFERENCE_TOLERANCE,
         )  # fmt: skip
-        self.deviation_max = max(self.deviation_max, deviation.max_abs_error)
-        self.deviation_index = _min_index(self.deviation_index, deviation.first_index)
-        self.deviation_clamp = _min_index(self.deviation_clamp, deviation.clamp_index)
+        found = _Deviation()
+        found.first_index = deviation.first_index
+        found.max_abs_error = deviation.max_abs_error
+        found.clamp_index = deviation.clamp_index
+        self.deviation.merge(found)
 
     def _token_states(
         self, ctx: Context, variant: str, signal: Tensor, state: _VariantState
@@ -368,43 +327,6 @@ class RatiosAccumulator(Accumulator):
             f"{variant}_var_window": stats.local_variance,
         }
 
-    def merge(self, other: Accumulator) -> None:
-        assert isinstance(other, RatiosAccumulator)
-        self.merge_base(other)
-        self.deviation_max = max(self.deviation_max, other.deviation_max)
-        self.deviation_index = _min_index(self.deviation_index, other.deviation_index)
-        self.deviation_clamp = _min_index(self.deviation_clamp, other.deviation_clamp)
-        for variant, state in self.variants.items():
-            state.merge(other.variants[variant])
-        self.no_advantages.extend(other.no_advantages)
-        self.not_policy_ratio.extend(other.not_policy_ratio)
-
-    def state(self) -> dict[str, Any]:
-        return {
-            **self.base_state(),
-            "variants": {v: s.state() for v, s in self.variants.items()},
-            "no_advantages": self.no_advantages,
-            "not_policy_ratio": self.not_policy_ratio,
-            "reference_deviation": {
-                "first_index": self.deviation_index,
-                "max_abs_error": self.deviation_max,
-                "clamp_index": self.deviation_clamp,
-            },
-        }
-
-    @classmethod
-    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> RatiosAccumulator:
-        acc = cls(params, tuple(state["variants"]))
-        acc.restore_base(state)
-        acc.variants = {v: _VariantState.from_state(s) for v, s in state["variants"].items()}
-        acc.no_advantages = list(state.get("no_advantages", []))
-        acc.not_policy_ratio = list(state.get("not_policy_ratio", []))
-        deviation = state.get("reference_deviation", {})
-        acc.deviation_index = deviation.get("first_index")
-        acc.deviation_max = float(deviation.get("max_abs_error") or 0.0)
-        acc.deviation_clamp = deviation.get("clamp_index")
-        return acc
-
     def result(self) -> dict[str, VariantStats] | None:
         if all(state.histogram.count == 0 for state in self.variants.values()):
             return None
@@ -425,6 +347,23 @@ class RatiosAccumulator(Accumulator):
             )
             if has_adv
             else None,
+            closed_form_deviation=self.closed_form_deviation() if variant == "kalman" else None,
+        )
+
+    def closed_form_deviation(self) -> ClosedFormDeviation | None:
+        """With kalman_impl='reference', where its closed form leaves the exact filter on
+        the data fed so far (differences over :data:`REFERENCE_TOLERANCE`); else None."""
+        p = self.params
+        if p.kalman_impl != "reference" or "kalman" not in self.variants:
+            return None
+        found = self.deviation
+        return ClosedFormDeviation(
+            q=p.kalman_q,
+            v=p.kalman_v,
+            first_index=found.first_index,
+            max_abs_error=found.max_abs_error,
+            clamp_index=found.clamp_index,
+            atol=REFERENCE_TOLERANCE,
         )
 
     def warnings(self) -> list[str]:
@@ -440,25 +379,21 @@ class RatiosAccumulator(Accumulator):
                 f"{listed(self.not_policy_ratio)}, which hold no current-policy log-probs; "
                 "clip fraction and surrogate apply to the policy ratio and are left out there"
             )
-        if self.deviation_index is not None:
-            p = self.params
+        deviation = self.closed_form_deviation()
+        if deviation is not None and deviation.first_index is not None:
             clamp = (
-                f"; its clamps bind from token {self.deviation_clamp} on"
-                if self.deviation_clamp is not None
+                f"; its clamps bind from token {deviation.clamp_index} on"
+                if deviation.clamp_index is not None
                 else ""
             )
             messages.append(
-                "ratios.kalman: --kalman-impl reference (the authors' closed form) deviates "
+                "ratios.kalman: kalman_impl='reference' (the authors' closed form) deviates "
                 f"from the exact filter by more than {REFERENCE_TOLERANCE:g} from token "
-                f"{self.deviation_index} on (max error {self.deviation_max:.3g}) at "
-                f"Q/V = {p.kalman_q / p.kalman_v:g}{clamp}; use the default --kalman-impl scan"
+                f"{deviation.first_index} on (max error {deviation.max_abs_error:.3g}) at "
+                f"Q/V = {deviation.q / deviation.v:g}{clamp}; the default, "
+                "kalman_impl='scan', is exact"
             )
         return messages
-
-
-def _min_index(a: int | None, b: int | None) -> int | None:
-    present = [i for i in (a, b) if i is not None]
-    return min(present) if present else None
 
 
 def _frequency_grid() -> list[float]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,10 +27,10 @@ from ratioscope.functional.tepo import (
     sequence_likelihood_weights,
     tepo_policy_terms,
 )
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution
+from ratioscope.sections.state import Codec, mergeable
 from ratioscope.stats import Histogram, Moments
 
 QUADRANTS = (
@@ -68,24 +67,30 @@ class TepoSection:
     kl_mask: KLMaskShares | None
 
 
+#: the layout of reports written so far: [token sum, tokens, seq sum, seqs]
+_SUMS_LIST = Codec(
+    dump=lambda s: [s.token_sum, float(s.tokens), s.seq_mean_sum, float(s.sequences)],
+    load=lambda v: AggregationSums(float(v[0]), int(v[1]), float(v[2]), int(v[3])),
+)
+
+
 class TepoAccumulator(Accumulator):
     """TEPO weights, clipping, aggregations and KL-mask quadrants, chunk by chunk."""
 
     name = "tepo"
 
-    def __init__(self, params: AnalysisParams) -> None:
-        super().__init__(params)
-        self.log_weight = Histogram()  # per sequence log w (quantiles are read here)
-        self.weight = Moments()  # per sequence w (exact mean, std, extremes)
-        self.outside = 0  # sequences with w outside [1 - eps_low, 1 + eps_high]
-        self.tokens = 0
-        self.advantage_tokens = 0
-        self.clipped = 0
-        self.clipped_literal = 0
-        self.surrogate = AggregationSums()
-        self.quadrants = torch.zeros(len(QUADRANTS) + 1, dtype=torch.long)  # + total
-        self.no_advantages: list[str] = []
-        self.no_entropy: list[str] = []
+    log_weight = mergeable(Histogram, "merge")  # per sequence log w (quantiles are read here)
+    weight = mergeable(Moments, "merge")  # per sequence w (exact mean, std, extremes)
+    outside = mergeable(int, "sum")  # sequences with w outside [1 - eps_low, 1 + eps_high]
+    tokens = mergeable(int, "sum")
+    advantage_tokens = mergeable(int, "sum")
+    clipped = mergeable(int, "sum")
+    clipped_literal = mergeable(int, "sum")
+    surrogate = mergeable(AggregationSums, "merge", key="sums", codec=_SUMS_LIST)
+    #: tokens per quadrant, then their total
+    quadrants = mergeable(lambda: torch.zeros(len(QUADRANTS) + 1, dtype=torch.long), "sum")
+    no_advantages: list[str] = mergeable(list, "extend")
+    no_entropy: list[str] = mergeable(list, "extend")
 
     def begin_file(self, batch: TokenBatch) -> bool:
         if not super().begin_file(batch):
@@ -129,52 +134,6 @@ class TepoAccumulator(Accumulator):
         in_mask = kl_mask(advantages, entropy, old_entropy, mask)
         columns["tepo_kl_mask_fraction"] = in_mask.sum(dim=1) / ctx.lengths.clamp_min(1)
         return columns
-
-    def merge(self, other: Accumulator) -> None:
-        assert isinstance(other, TepoAccumulator)
-        self.merge_base(other)
-        self.log_weight.merge(other.log_weight)
-        self.weight.merge(other.weight)
-        self.outside += other.outside
-        self.tokens += other.tokens
-        self.advantage_tokens += other.advantage_tokens
-        self.clipped += other.clipped
-        self.clipped_literal += other.clipped_literal
-        self.surrogate = self.surrogate.merge(other.surrogate)
-        self.quadrants += other.quadrants
-        self.no_advantages.extend(other.no_advantages)
-        self.no_entropy.extend(other.no_entropy)
-
-    def state(self) -> dict[str, Any]:
-        return {
-            **self.base_state(),
-            "log_weight": self.log_weight.state(),
-            "weight": self.weight.state(),
-            "outside": self.outside,
-            "tokens": self.tokens,
-            "advantage_tokens": self.advantage_tokens,
-            "clipped": self.clipped,
-            "clipped_literal": self.clipped_literal,
-            "sums": _sums_state(self.surrogate),
-            "quadrants": self.quadrants.tolist(),
-            "no_advantages": list(self.no_advantages),
-            "no_entropy": list(self.no_entropy),
-        }
-
-    @classmethod
-    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> TepoAccumulator:
-        acc = cls(params)
-        acc.restore_base(state)
-        acc.log_weight = Histogram.from_state(state["log_weight"])
-        acc.weight = Moments.from_state(state["weight"])
-        for key in ("outside", "tokens", "advantage_tokens", "clipped", "clipped_literal"):
-            setattr(acc, key, int(state[key]))
-        token_sum, tokens, seq_mean_sum, sequences = (float(x) for x in state["sums"])
-        acc.surrogate = AggregationSums(token_sum, int(tokens), seq_mean_sum, int(sequences))
-        acc.quadrants = torch.tensor(state["quadrants"], dtype=torch.long)
-        acc.no_advantages = list(state["no_advantages"])
-        acc.no_entropy = list(state["no_entropy"])
-        return acc
 
     def result(self) -> TepoSection | None:
         sequences = self.weight.count
@@ -228,8 +187,3 @@ class TepoAccumulator(Accumulator):
                 f"missing in {listed(self.no_entropy)}"
             )
         return messages
-
-
-def _sums_state(sums: AggregationSums) -> list[float]:
-    """The state layout of reports written so far: [token sum, tokens, seq sum, seqs]."""
-    return [sums.token_sum, float(sums.tokens), sums.seq_mean_sum, float(sums.sequences)]

@@ -15,8 +15,7 @@ rollouts) and fixed histograms for the quantiles of lambda*, mu* and the advanta
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -26,6 +25,7 @@ from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import Distribution, distribution_of
+from ratioscope.sections.state import Record, mergeable
 from ratioscope.stats import Counter, Histogram
 
 #: GRPO advantage conventions used beside QUATRO (ratioscope's population std)
@@ -98,42 +98,15 @@ class TrustRegionSection:
     grpo: dict[str, float]
 
 
-@dataclass
-class _DeltaState:
+class _DeltaState(Record):
     """Sums for one radius."""
 
-    groups: int = 0
-    degenerate: int = 0
-    lam: Histogram = field(default_factory=Histogram)
-    mu: Histogram = field(default_factory=Histogram)
-    # |A| sum, rollouts, correct A sum, correct rollouts, incorrect A sum, incorrect rollouts
-    sums: Tensor = field(default_factory=lambda: torch.zeros(6, dtype=torch.float64))
-
-    def merge(self, other: _DeltaState) -> None:
-        self.groups += other.groups
-        self.degenerate += other.degenerate
-        self.lam.merge(other.lam)
-        self.mu.merge(other.mu)
-        self.sums += other.sums
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "groups": self.groups,
-            "degenerate": self.degenerate,
-            "lam": self.lam.state(),
-            "mu": self.mu.state(),
-            "sums": self.sums.tolist(),
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> _DeltaState:
-        return cls(
-            groups=int(state["groups"]),
-            degenerate=int(state["degenerate"]),
-            lam=Histogram.from_state(state["lam"]),
-            mu=Histogram.from_state(state["mu"]),
-            sums=torch.tensor(state["sums"], dtype=torch.float64),
-        )
+    groups = mergeable(int, "sum")
+    degenerate = mergeable(int, "sum")
+    lam = mergeable(Histogram, "merge")
+    mu = mergeable(Histogram, "merge")
+    #: |A| sum, rollouts, correct A sum, correct rollouts, incorrect A sum, incorrect rollouts
+    sums = mergeable(lambda: torch.zeros(6, dtype=torch.float64), "sum")
 
     def row(self, delta: float) -> DeltaRow:
         abs_sum, rollouts, correct_sum, correct_n, incorrect_sum, incorrect_n = self.sums.tolist()
@@ -158,18 +131,22 @@ class TrustRegionAccumulator(Accumulator):
     per_file = True
     requires = ("rewards", "group")
 
+    #: params.delta first, then the sweep's other radii, each solved once
+    deltas: tuple[float, ...] = mergeable(tuple, "same")
+    per_delta: list[_DeltaState] = mergeable(list, "merge")  # in the order of ``deltas``
+    rollouts = mergeable(int, "sum")
+    group_sizes = mergeable(Counter, "merge")
+    all_equal = mergeable(int, "sum")
+    non_binary = mergeable(int, "sum")
+    quatro = mergeable(Histogram, "merge")
+    grpo = mergeable(Histogram, "merge")
+    #: "size,correct" -> the sums of _CELL_FIELDS over the groups of that cell
+    cells: dict[str, list[float]] = mergeable(dict, "sum")
+
     def __init__(self, params: AnalysisParams) -> None:
         super().__init__(params)
-        # --delta first, then the sweep's other radii, each solved once
         self.deltas = tuple(dict.fromkeys([float(params.delta), *map(float, params.deltas)]))
         self.per_delta = [_DeltaState() for _ in self.deltas]
-        self.rollouts = 0
-        self.group_sizes = Counter()
-        self.all_equal = 0
-        self.non_binary = 0
-        self.quatro = Histogram()
-        self.grpo = Histogram()
-        self.cells: dict[str, list[float]] = {}
 
     def update(self, ctx: Context) -> dict[str, Tensor]:
         batch = ctx.batch
@@ -249,51 +226,6 @@ class TrustRegionAccumulator(Accumulator):
             cell = self.cells.setdefault(f"{size},{count}", [0.0] * len(_CELL_FIELDS))
             for index, value in enumerate(sums):
                 cell[index] += value
-
-    def merge(self, other: Accumulator) -> None:
-        assert isinstance(other, TrustRegionAccumulator)
-        self.merge_base(other)
-        for mine, theirs in zip(self.per_delta, other.per_delta, strict=True):
-            mine.merge(theirs)
-        self.rollouts += other.rollouts
-        self.group_sizes.merge(other.group_sizes)
-        self.all_equal += other.all_equal
-        self.non_binary += other.non_binary
-        self.quatro.merge(other.quatro)
-        self.grpo.merge(other.grpo)
-        for key, values in other.cells.items():
-            cell = self.cells.setdefault(key, [0.0] * len(_CELL_FIELDS))
-            for index, value in enumerate(values):
-                cell[index] += value
-
-    def state(self) -> dict[str, Any]:
-        return {
-            **self.base_state(),
-            "deltas": list(self.deltas),
-            "per_delta": [s.state() for s in self.per_delta],
-            "rollouts": self.rollouts,
-            "group_sizes": self.group_sizes.state(),
-            "all_equal": self.all_equal,
-            "non_binary": self.non_binary,
-            "quatro": self.quatro.state(),
-            "grpo": self.grpo.state(),
-            "cells": {key: list(values) for key, values in self.cells.items()},
-        }
-
-    @classmethod
-    def from_state(cls, params: AnalysisParams, state: dict[str, Any]) -> TrustRegionAccumulator:
-        acc = cls(params)
-        acc.restore_base(state)
-        acc.deltas = tuple(float(d) for d in state["deltas"])
-        acc.per_delta = [_DeltaState.from_state(s) for s in state["per_delta"]]
-        acc.rollouts = int(state["rollouts"])
-        acc.group_sizes = Counter.from_state(state["group_sizes"])
-        acc.all_equal = int(state["all_equal"])
-        acc.non_binary = int(state["non_binary"])
-        acc.quatro = Histogram.from_state(state["quatro"])
-        acc.grpo = Histogram.from_state(state["grpo"])
-        acc.cells = {key: [float(v) for v in values] for key, values in state["cells"].items()}
-        return acc
 
     def result(self) -> TrustRegionSection | None:
         main = self.per_delta[0]
