@@ -13,7 +13,7 @@ from typing import Any
 
 from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, load_params, run_accumulators
 from ratioscope.batch import TokenBatch
-from ratioscope.errors import UsageError
+from ratioscope.errors import ParameterError
 from ratioscope.io.loaders import LoadOptions
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback
@@ -78,13 +78,13 @@ def sweep(
     """Run the KPO statistics for each Q/V (Q = Q/V x ``params.kalman_v``).
 
     Raises:
-        UsageError: an empty or non-positive Q/V list.
+        ParameterError: an empty or non-positive Q/V list (``qvs``).
     """
     params = params or AnalysisParams()
     load_options = load_options or LoadOptions()
     qvs = list(dict.fromkeys(float(x) for x in qvs))  # a repeated value is one row
     if not qvs or any(x <= 0 for x in qvs):
-        raise UsageError(f"--qv needs positive values, got {qvs}")
+        raise ParameterError("qvs", f"needs positive values, got {qvs}")
     per_qv = [replace(params, kalman_q=qv * params.kalman_v) for qv in qvs]
 
     def make() -> list[Accumulator]:

@@ -8,7 +8,7 @@ import torch
 from dumps import LAYOUTS, SUFFIXES, make_reference, write_canonical, write_layout
 
 import ratioscope
-from ratioscope.errors import DumpKeyError, UnknownFormatError
+from ratioscope.errors import DumpKeyError, ParameterError
 from ratioscope.io.loaders import expand_paths
 
 
@@ -113,8 +113,11 @@ def test_map_patches_a_single_key_and_format_forces_a_profile(tmp_path):
     assert batch.num_tokens == int(ref.mask.sum())
     with pytest.raises(DumpKeyError, match="response_mask"):
         ratioscope.load(tmp_path / "custom.pt", format="verl")
-    with pytest.raises(UnknownFormatError, match="unknown --format"):
+    # a library error names the parameter; the CLI names --format (test_cli_errors)
+    with pytest.raises(ParameterError, match=r"format must be one of auto, .*got 'deepspeed'"):
         ratioscope.load(tmp_path / "custom.pt", format="deepspeed")
+    with pytest.raises(ParameterError, match="mapping names 'masks', which is not a canonical"):
+        ratioscope.load(tmp_path / "custom.pt", mapping={"masks": "attention_mask"})
 
 
 def test_a_directory_is_read_in_natural_order_and_concatenated(tmp_path):
@@ -139,7 +142,7 @@ def test_nonfinite_mask_policy_masks_the_token_and_warns():
 
 
 def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
-    from ratioscope.errors import InputError
+    from ratioscope.errors import ParameterError
     from ratioscope.io.loaders import LoadOptions, load_file
 
     ref = make_reference(seed=6, rows=8)
@@ -147,11 +150,11 @@ def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
     assert ratioscope.load(path).group is None
     batch = load_file(path, LoadOptions(group_size=4))
     assert batch.group.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    with pytest.raises(InputError, match="--group-size 3 does not divide the 8 sequences"):
+    with pytest.raises(ParameterError, match=r"group_size 3 does not divide the 8 sequences of"):
         load_file(path, LoadOptions(group_size=3))
     # TRL shuffles the rows of its loss inputs: consecutive groups would be wrong groups
     trl = write_layout(ref, "trl", tmp_path)
-    with pytest.raises(InputError, match="shuffle_sequence_dict"):
+    with pytest.raises(ParameterError, match=r"group_size assumes consecutive groups.*shuffle_seq"):
         load_file(trl, LoadOptions(group_size=4))
     # files with their own ids keep them
     verl = write_layout(ref, "verl", tmp_path)

@@ -212,6 +212,12 @@ PARAMETER_OPTIONS = {
     "fields.method": "--method-field",
     "fields.dataset": "--dataset-field",
     "fields.correct_threshold": "--correct-threshold",
+    # loading and running (LoadOptions, load, analyze, sweep)
+    "format": "--format",
+    "mapping": "--map",
+    "group_size": "--group-size",
+    "device": "--device",
+    "qvs": "--qv",
 }
 
 

@@ -77,12 +77,13 @@ def resolve_ks(sample_set: SampleSet, ks: Sequence[int] | None) -> list[int]:
                     if min(counts) == max(counts)
                     else f"problems have between {min(counts)} and {max(counts)} samples"
                 )
-                raise SampleError(
-                    problem.source[0],
+                # the fix is a smaller k, so it is an error of ks; the file says why
+                raise ParameterError(
+                    "ks",
+                    f"must be at most {min(counts)}, as {spread}; {problem.source[0]}: "
                     f"{problem.where}: problem {problem.problem_id!r} of method "
                     f"'{method.method}' has {problem.n} samples, fewer than k={largest}, so "
-                    f"Pass@{largest} is undefined there; {spread}, so use --k values up to "
-                    f"{min(counts)}",
+                    f"Pass@{largest} is undefined there",
                 )
     return resolved
 
@@ -99,7 +100,7 @@ def evaluate_passk(
     Args:
         sample_set: from :func:`ratioscope.io.samples.load_samples`.
         ks: budgets; default powers of two up to the smallest n. A k above some
-            problem's n raises SampleError naming that problem.
+            problem's n raises ParameterError naming that problem.
         base_method: when given, the flip rate of every other method against it.
         progress: callback, one update per method.
     """

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ratioscope.errors import ParameterError
+
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w+\b"
 """Every run of word characters is a token, one character long or more."""
 
@@ -96,11 +98,11 @@ def cluster_labels(
     """
     sim = np.asarray(similarity, dtype=np.float64)
     if sim.ndim != 2 or sim.shape[0] != sim.shape[1]:
-        raise ValueError(f"similarity must be a square matrix, got shape {sim.shape}")
+        raise ParameterError("similarity", f"must be a square matrix, got shape {sim.shape}")
     if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+        raise ParameterError("threshold", f"must lie in (0, 1], got {threshold}")
     if linkage not in LINKAGES:
-        raise ValueError(f"linkage must be one of {', '.join(LINKAGES)}, got '{linkage}'")
+        raise ParameterError("linkage", f"must be one of {', '.join(LINKAGES)}, got '{linkage}'")
     m = sim.shape[0]
     if m <= 1:
         return np.zeros(m, dtype=np.int64)

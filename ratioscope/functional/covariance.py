@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.errors import ParameterError, ShapeMismatchError
 from ratioscope.functional import histogram as bins
 
 #: Fractions of Table 1 (0.01%, 1%, 20%, 40%, 100%).
@@ -50,7 +50,9 @@ def _scope_ids(group: Tensor | None, batch: int, device: torch.device) -> tuple[
     if group.ndim != 1 or group.shape[0] != batch:
         raise ShapeMismatchError(None, "group", group.shape, "mask rows", (batch,), "[B]")
     if group.dtype.is_floating_point or group.dtype == torch.bool:
-        raise UsageError(f"group ids must be integers, got dtype {group.dtype}")
+        raise ParameterError(
+            "group", f"must be integers, got dtype {group.dtype}", subject="group ids"
+        )
     ids, inverse = torch.unique(group.to(device), return_inverse=True)
     return inverse, int(ids.numel())
 
@@ -167,10 +169,10 @@ def _valid_values(values: Tensor, mask: Tensor | None) -> Tensor:
     return values[mask.to(device=values.device, dtype=torch.bool)].to(torch.float64)
 
 
-def _check_fractions(fractions: Sequence[float], what: str) -> tuple[float, ...]:
+def _check_fractions(fractions: Sequence[float]) -> tuple[float, ...]:
     fractions = tuple(float(f) for f in fractions)
     if not fractions or any(not (0.0 < f <= 1.0) for f in fractions):
-        raise UsageError(f"{what} must be fractions in (0, 1], got {list(fractions)}")
+        raise ParameterError("fractions", f"must lie in (0, 1], got {list(fractions)}")
     return fractions
 
 
@@ -318,9 +320,9 @@ def _top_fraction_stats(
 def _percentile_table(
     positive: _Ranked, negative: _Ranked, fractions: Sequence[float]
 ) -> CovariancePercentiles:
-    fractions = _check_fractions(fractions, "percentile fractions")
+    fractions = _check_fractions(fractions)
     if list(fractions) != sorted(fractions):
-        raise UsageError(f"percentile fractions must be increasing, got {list(fractions)}")
+        raise ParameterError("fractions", f"must be increasing, got {list(fractions)}")
     pos = _top_fraction_stats(positive, fractions, 1.0)
     neg = _top_fraction_stats(negative, fractions, -1.0)
     return CovariancePercentiles(
@@ -389,7 +391,7 @@ def covariance_percentiles_from_bins(
 
 
 def _cumulative_share(ranked: _Ranked, fractions: Sequence[float]) -> tuple[float, ...]:
-    fractions = _check_fractions(fractions, "cumulative-share fractions")
+    fractions = _check_fractions(fractions)
     n = ranked.n
     total = float(ranked.sums.sum())
     if n == 0 or total <= 0:
@@ -467,7 +469,9 @@ def clip_cov_touched(
     2
     """
     if not ratio > 0:
-        raise UsageError(f"the Clip-Cov ratio must be positive, got {ratio}")
+        raise ParameterError(
+            "ratio", f"must be positive, got {ratio}", subject="the Clip-Cov ratio"
+        )
     low, high = bounds
     valid = torch.ones_like(c, dtype=torch.bool) if mask is None else mask.to(torch.bool)
     _check_same_shape("c", c, "mask", valid)
@@ -494,7 +498,7 @@ def kl_cov_touched(
     (2, 0.5, 1.0)
     """
     if not ratio > 0:
-        raise UsageError(f"the KL-Cov ratio must be positive, got {ratio}")
+        raise ParameterError("ratio", f"must be positive, got {ratio}", subject="the KL-Cov ratio")
     values = _valid_values(c, mask)
     total = int(values.numel())
     if total == 0:

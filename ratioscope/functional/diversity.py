@@ -27,6 +27,7 @@ import numpy as np
 from rapidfuzz import process
 from rapidfuzz.distance import LCSseq, Levenshtein
 
+from ratioscope.errors import ParameterError
 from ratioscope.functional.clustering import DEFAULT_TOKEN_PATTERN
 
 DEFAULT_MAX_PAIRS = 500
@@ -183,7 +184,7 @@ def sample_pairs(m: int, max_pairs: int, seed: int = DEFAULT_SEED) -> np.ndarray
     50
     """
     if max_pairs < 0:
-        raise ValueError(f"max_pairs must be >= 0, got {max_pairs}")
+        raise ParameterError("max_pairs", f"must be >= 0, got {max_pairs}")
     rows, cols = np.triu_indices(max(m, 0), k=1)
     total = rows.size
     if total > max_pairs:

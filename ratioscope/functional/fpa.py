@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.errors import ParameterError, ShapeMismatchError
 from ratioscope.functional.surrogate import sequence_means
 from ratioscope.io.paging import MappedPages
 
@@ -50,13 +50,14 @@ def _as_tensor(array: Tensor | np.ndarray, name: str) -> Tensor:
             # read-only memory maps are fine: chunks are copied before anything writes
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return torch.from_numpy(array)
-    raise UsageError(f"'{name}' must be a torch tensor or a numpy array, got {type(array)}")
+    raise ParameterError(name, f"must be a torch tensor or a numpy array, got {type(array)}")
 
 
-def _check_lambdas(lams: Sequence[float]) -> tuple[float, ...]:
+def _check_lambdas(lams: Sequence[float], name: str = "lams") -> tuple[float, ...]:
     lams = tuple(float(lam) for lam in lams)
     if not lams or any(not math.isfinite(lam) or lam < 0 for lam in lams):
-        raise UsageError(f"FPA lambda must be finite and >= 0, got {list(lams)}")
+        shown = lams[0] if name == "lam" else list(lams)
+        raise ParameterError(name, f"must be finite and >= 0, got {shown}")
     return lams
 
 
@@ -64,7 +65,7 @@ def _chunk_rows(chunk_tokens: int | None, vocab: int) -> int:
     if chunk_tokens is None:
         return max(1, _CHUNK_ELEMENTS // max(vocab, 1))
     if chunk_tokens < 1:
-        raise UsageError(f"chunk_tokens must be a positive integer, got {chunk_tokens}")
+        raise ParameterError("chunk_tokens", f"must be a positive integer, got {chunk_tokens}")
     return int(chunk_tokens)
 
 
@@ -121,9 +122,10 @@ def _prepare_ids(token_ids: Tensor, mask: Tensor | None, vocab: int) -> tuple[Te
     bad = valid & ((ids < 0) | (ids >= vocab))
     if bool(bad.any()):
         first = int(torch.nonzero(bad)[0])
-        raise UsageError(
-            f"token_ids has {int(bad.sum())} id(s) outside the vocabulary [0, {vocab}) on "
-            f"valid tokens, the first at flat position {first} (value {int(ids[first])})"
+        raise ParameterError(
+            "token_ids",
+            f"has {int(bad.sum())} id(s) outside the vocabulary [0, {vocab}) on valid "
+            f"tokens, the first at flat position {first} (value {int(ids[first])})",
         )
     return torch.where(valid, ids, 0), valid
 
@@ -291,7 +293,7 @@ def future_log_normaliser(
     >>> future_log_normaliser(h, h_ref, 2.0).abs().item() < 1e-6  # same policies: Z = 1
     True
     """
-    (lam,) = _check_lambdas((lam,))
+    (lam,) = _check_lambdas((lam,), "lam")
     source, ref_source = _Rows(logits, "logits"), _Rows(ref_logits, "ref_logits")
     if source.shape != ref_source.shape:
         raise ShapeMismatchError(None, "ref_logits", ref_source.shape, "logits", source.shape)
@@ -333,7 +335,7 @@ def future_log_probs_approx(log_probs: Tensor, ref_log_probs: Tensor, lam: float
     >>> future_log_probs_approx(torch.tensor([-1.0]), torch.tensor([-0.5]), 2.0).item()
     -2.0
     """
-    (lam,) = _check_lambdas((lam,))
+    (lam,) = _check_lambdas((lam,), "lam")
     if log_probs.shape != ref_log_probs.shape:
         raise ShapeMismatchError(
             None, "ref_log_probs", ref_log_probs.shape, "log_probs", log_probs.shape

@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from ratioscope.errors import ParameterError
+
 NEG_INF = -math.inf
 
 
@@ -131,7 +133,7 @@ def mismatch_partials(z: Tensor, mask: Tensor, is_threshold: float = 2.0) -> Mis
         :class:`MismatchPartials`; pass merged partials to :func:`mismatch_statistics`.
     """
     if is_threshold <= 1:
-        raise ValueError("is_threshold must be > 1")
+        raise ParameterError("is_threshold", f"must be > 1, got {is_threshold}")
     valid = z.double()[mask]
     present = mask.any(dim=1)
     sequence_sums = torch.where(mask, z.double(), 0.0).sum(dim=1)[present]

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ratioscope.errors import ParameterError
+
 DIFFICULTY_BUCKETS: tuple[str, ...] = ("very hard", "hard", "medium", "easy")
 """Names of the flip-rate buckets, from fewest to most base-correct samples (QUATRO C.7)."""
 
@@ -26,17 +28,19 @@ BUCKET_FRACTIONS: tuple[float, ...] = (1 / 32, 1 / 8, 1 / 2)
 def _as_counts(name: str, values: object) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype.kind not in "iub" and array.size:
-        raise ValueError(f"{name} must hold integers, got dtype {array.dtype}")
+        raise ParameterError(name, f"must hold integers, got dtype {array.dtype}")
     return array.astype(np.int64)
 
 
 def _check_k(k: int, n: np.ndarray) -> None:
     if isinstance(k, bool) or int(k) != k or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise ParameterError("k", f"must be a positive integer, got {k!r}")
     if n.size and int(n.min()) < k:
-        raise ValueError(
-            f"k={k} exceeds the number of samples n={int(n.min())} of at least one problem; "
-            "Pass@k is undefined there"
+        raise ParameterError(
+            "k",
+            f"exceeds the number of samples n={int(n.min())} of at least one problem; "
+            "Pass@k is undefined there",
+            subject=f"k={k}",
         )
 
 
@@ -56,7 +60,7 @@ def miss_probability(n: object, m: object, k: int) -> np.ndarray:
     """
     n_arr, m_arr = np.broadcast_arrays(_as_counts("n", n), _as_counts("m", m))
     if np.any(m_arr < 0) or np.any(m_arr > n_arr):
-        raise ValueError("subset sizes must satisfy 0 <= m <= n")
+        raise ParameterError("m", "must satisfy 0 <= m <= n", subject="the subset sizes m")
     _check_k(k, n_arr)
     flat_n = n_arr.reshape(-1, 1).astype(np.float64)
     flat_m = m_arr.reshape(-1, 1).astype(np.float64)
@@ -96,7 +100,7 @@ def avg_at_k(n: object, c: object) -> np.ndarray:
     n_arr = _as_counts("n", n)
     c_arr = _as_counts("c", c)
     if np.any(n_arr < 1):
-        raise ValueError("every problem needs at least one sample")
+        raise ParameterError("n", "must be at least 1 for every problem")
     return c_arr / n_arr
 
 
@@ -120,7 +124,7 @@ def ucc_at_k(n: int, cluster_sizes: Sequence[int] | np.ndarray, k: int) -> float
     """
     sizes = _as_counts("cluster_sizes", cluster_sizes).reshape(-1)
     if int(sizes.sum()) > n or np.any(sizes < 1):
-        raise ValueError("cluster sizes must be positive and sum to at most n")
+        raise ParameterError("cluster_sizes", "must be positive and sum to at most n")
     if sizes.size == 0:
         _check_k(k, np.asarray([n]))
         return 0.0
@@ -145,7 +149,7 @@ def pass1_with_se(correct: np.ndarray) -> tuple[float, float]:
     """
     z = np.asarray(correct, dtype=np.float64)
     if z.ndim != 2 or z.shape[0] < 1 or z.shape[1] < 1:
-        raise ValueError(f"correct must be a non-empty [N, n] array, got shape {z.shape}")
+        raise ParameterError("correct", f"must be a non-empty [N, n] array, got shape {z.shape}")
     per_position = z.mean(axis=0)
     return float(per_position.mean()), float(per_position.std() / np.sqrt(z.shape[1]))
 

@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.errors import ParameterError, ShapeMismatchError
 from ratioscope.functional.fpa import sequence_weights
 from ratioscope.functional.surrogate import (
     Aggregates,
@@ -44,7 +44,7 @@ def _token_advantages(adv: Tensor, mask: Tensor) -> Tensor:
 def _check_clip(clip: tuple[float, float]) -> tuple[float, float]:
     low, high = (float(v) for v in clip)
     if not (0 <= low < 1 and high >= 0):
-        raise UsageError(f"the clip range needs 0 <= eps_low < 1 and eps_high >= 0, got {clip}")
+        raise ParameterError("clip", f"needs 0 <= eps_low < 1 and eps_high >= 0, got {clip}")
     return low, high
 
 
@@ -78,7 +78,7 @@ def _prepared(
     if z.shape != mask.shape:
         raise ShapeMismatchError(None, "z", z.shape, "mask", mask.shape)
     if form not in ("ppo", "literal"):
-        raise UsageError(f"unknown clip form '{form}', expected 'ppo' or 'literal'")
+        raise ParameterError("form", f"must be 'ppo' or 'literal', got '{form}'")
     clip = _check_clip(clip)
     valid = mask.to(device=z.device, dtype=torch.bool)
     a = _token_advantages(adv.to(z.device), valid).to(torch.float64)

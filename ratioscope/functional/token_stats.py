@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ratioscope.errors import ShapeMismatchError, UsageError
+from ratioscope.errors import ParameterError, ShapeMismatchError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -45,7 +45,7 @@ def _check_pair(x: Tensor, mask: Tensor | None, name: str) -> Tensor:
     import torch
 
     if x.dim() != 2:
-        raise UsageError(f"'{name}' must be a [B, T] tensor, got shape {list(x.shape)}")
+        raise ParameterError(name, f"must be a [B, T] tensor, got shape {list(x.shape)}")
     if mask is None:
         return torch.ones(x.shape, dtype=torch.bool, device=x.device)
     if mask.shape != x.shape:
@@ -55,12 +55,12 @@ def _check_pair(x: Tensor, mask: Tensor | None, name: str) -> Tensor:
 
 def _check_window(window: int) -> None:
     if window < 1:
-        raise UsageError(f"the window length must be >= 1 token, got {window}")
+        raise ParameterError("window", f"must be >= 1 token, got {window}")
 
 
 def _check_space(space: str) -> None:
     if space not in ("log", "ratio"):
-        raise UsageError(f"unknown signal space '{space}'; use 'log' or 'ratio'")
+        raise ParameterError("space", f"must be 'log' or 'ratio', got '{space}'")
 
 
 def _count(flags: Tensor) -> Tensor:
@@ -155,7 +155,7 @@ def _states(z: Tensor, valid: Tensor, on_band: tuple[float, float] | float) -> T
 
     eps_lo, eps_hi = (on_band, on_band) if isinstance(on_band, (int, float)) else on_band
     if not (0.0 <= eps_lo < 1.0 and eps_hi >= 0.0):
-        raise UsageError(f"the on-band must satisfy 0 <= eps_lo < 1 and eps_hi >= 0, got {on_band}")
+        raise ParameterError("on_band", f"needs 0 <= eps_lo < 1 and eps_hi >= 0, got {on_band}")
     if z.dtype not in (torch.float64, torch.float32, torch.float16):
         z = z.to(torch.float32)
     up = z > _threshold(math.log1p(eps_hi), z.dtype, above=True)
@@ -564,7 +564,7 @@ def low_frequency_ratio(
 
 def _check_cutoff(cutoff: float) -> None:
     if not 0.0 <= cutoff <= 1.0:
-        raise UsageError(f"the LFR cutoff must be in [0, 1] (a fraction of Nyquist), got {cutoff}")
+        raise ParameterError("cutoff", f"must be in [0, 1] (a fraction of Nyquist), got {cutoff}")
 
 
 def frequency_grid(n_freqs: int = DEFAULT_N_FREQS) -> Tensor:
@@ -572,7 +572,7 @@ def frequency_grid(n_freqs: int = DEFAULT_N_FREQS) -> Tensor:
     import torch
 
     if n_freqs < 1:
-        raise UsageError(f"the number of spectrum frequencies must be >= 1, got {n_freqs}")
+        raise ParameterError("n_freqs", f"must be >= 1, got {n_freqs}")
     return (torch.arange(n_freqs, dtype=torch.float64) + 0.5) / (2 * n_freqs)
 
 

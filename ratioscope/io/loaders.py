@@ -22,6 +22,7 @@ from ratioscope.batch import SEQUENCE_KEYS, TokenBatch
 from ratioscope.errors import (
     InputError,
     NotADumpError,
+    ParameterError,
     ShapeMismatchError,
     SkippedFileError,
     UnreadablePathError,
@@ -114,10 +115,9 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     key_map = resolve_keys(profile, raw.columns, options.mapping)
     canonical = _canonical_columns(path, raw, profile, key_map)
     if options.group_size and not profile.consecutive_rows:
-        raise InputError(
-            path,
-            f"--group-size assumes consecutive groups, but in a {profile.name} file "
-            f"{profile.groups}",
+        raise ParameterError(
+            "group_size",
+            f"assumes consecutive groups, but {path} is a {profile.name} file: {profile.groups}",
         )
     if (
         options.group_size
@@ -389,9 +389,7 @@ def _pad_ragged(
 def _consecutive_groups(path: Path, rows: int, size: int) -> Tensor:
     """Group ids for files without them: rows 0..size-1 are group 0, and so on."""
     if size < 1 or rows % size:
-        raise InputError(
-            path, f"--group-size {size} does not divide the {rows} sequences of the file"
-        )
+        raise ParameterError("group_size", f"{size} does not divide the {rows} sequences of {path}")
     return torch.arange(rows) // size
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ratioscope.errors import UnknownFormatError
+from ratioscope.errors import ParameterError
 
 
 @dataclass(frozen=True)
@@ -225,12 +225,13 @@ FORMAT_CHOICES = ("auto", *PROFILES)
 
 
 def get_profile(name: str) -> Profile:
-    """The profile called ``name`` (``--format``), or an error listing the choices."""
+    """The profile called ``name`` (the ``format`` of ``load``), or an error listing the
+    choices."""
     try:
         return PROFILES[name]
     except KeyError:
-        raise UnknownFormatError(
-            None, f"unknown --format '{name}'; choose one of {', '.join(FORMAT_CHOICES)}"
+        raise ParameterError(
+            "format", f"must be one of {', '.join(FORMAT_CHOICES)}, got '{name}'"
         ) from None
 
 
@@ -263,9 +264,9 @@ def resolve_keys(
     claimed: set[str] = set()
     for canonical, theirs in mapping.items():
         if canonical not in CANONICAL_KEYS:
-            raise UnknownFormatError(
-                None,
-                f"--map names '{canonical}', which is not a canonical key; canonical keys "
+            raise ParameterError(
+                "mapping",
+                f"names '{canonical}', which is not a canonical key; canonical keys "
                 f"are {', '.join(CANONICAL_KEYS)}",
             )
         resolved[canonical] = theirs
