@@ -10,7 +10,7 @@ together and merging their separate reports give the same numbers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.report import SECTION_KEYS, InputInfo, Report, SequenceTable
-from ratioscope.report_io import SCHEMA_VERSION, tool_info
+from ratioscope.report_io import check_schema_version, tool_info
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
@@ -140,13 +140,13 @@ def report_or_analysis(
     device: str = "cpu",
     progress: ProgressCallback | None = None,
     sections: Sequence[str] | None = None,
-) -> tuple[dict[str, Any], str]:
-    """An analyze report document from report JSON files (used as stored, several are
-    merged) or from dumps (analysed, only ``sections`` when given); plots use it so
-    they never recompute a report.
+) -> tuple[Report, str]:
+    """An analyze report from report JSON files (used as stored, several are merged) or
+    from dumps (analysed, only ``sections`` when given); plots use it so they never
+    recompute a report.
 
     Returns:
-        ``(document, source)``: the report as JSON and a short description of the inputs.
+        ``(report, source)``: the report and a short description of the inputs.
     """
     from ratioscope.errors import UsageError
     from ratioscope.io.paths import is_report_path
@@ -161,20 +161,20 @@ def report_or_analysis(
             if "ratios" not in document:
                 raise MergeError(path, "not an analyze report (no 'ratios' section)")
         if len(documents) == 1:
-            return documents[0], reports[0].name
+            return Report.from_dict(documents[0], source=reports[0]), reports[0].name
         merged = merge_reports(documents, names=[str(p) for p in reports])
-        return merged.to_dict(), f"{len(reports)} reports"
+        return merged, f"{len(reports)} reports"
     files = expand_paths(list(paths))
-    document = analyze(
+    report = analyze(
         files,
         params=params,
         load_options=load_options,
         device=device,
         progress=progress,
         sections=sections,
-    ).to_dict()
+    )
     source = files[0].name if len(files) == 1 else f"{len(files)} files in {files[0].parent}"
-    return document, source
+    return report, source
 
 
 def section_or_analysis(
@@ -185,20 +185,22 @@ def section_or_analysis(
     load_options: LoadOptions | None = None,
     device: str = "cpu",
     progress: ProgressCallback | None = None,
-) -> tuple[dict[str, Any], str]:
-    """One report section as JSON, from report JSON files or from dumps (for plots).
+) -> tuple[Report, str]:
+    """A report whose ``section`` is computed, from report JSON files or from dumps (for
+    plots).
 
     Report files (``.json``) are used as stored (several are merged from their state);
     dumps are analysed for this section only; see :func:`report_or_analysis`.
 
     Returns:
-        ``(section, source)``: the section's JSON and a short description of the inputs.
+        ``(report, source)``: the report (``getattr(report, section)`` is not None) and a
+        short description of the inputs.
 
     Raises:
         UsageError: report files and dumps mixed; ReportError/InputError: the section
         cannot be had from them (the reason is in the message).
     """
-    document, source = report_or_analysis(
+    report, source = report_or_analysis(
         paths,
         params=params,
         load_options=load_options,
@@ -206,23 +208,27 @@ def section_or_analysis(
         progress=progress,
         sections=[section],
     )
-    if document.get(section) is None:
-        reasons = [w for w in document.get("warnings", []) if w.startswith(section)]
+    if getattr(report, section) is None:
+        reasons = [w for w in report.warnings if w.startswith(section)]
         message = reasons[0] if reasons else f"{section}: not computed"
         raise ReportError(Path(str(paths[0])), message)
-    return document[section], source
+    return report, source
 
 
-def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()) -> Report:
+def merge_reports(
+    reports: Iterable[Report | Mapping[str, Any]], names: Sequence[str] = ()
+) -> Report:
     """Merge analyze reports of shards of one run into the report of the whole.
 
-    Reports are folded in one at a time, so ``documents`` may be a generator that reads
-    them lazily: memory then holds one report and the running totals, however many
-    shards there are.
+    ``reports`` are :class:`Report` objects or their JSON documents (read with
+    :meth:`Report.from_dict`). They are folded in one at a time, so ``reports`` may be
+    a generator that reads them lazily: memory then holds one report and the running
+    totals, however many shards there are. The sections are recomputed from the merged
+    ``state`` sums, never averaged from the shards' sections.
 
     Raises:
-        MergeError: different schema versions, parameters or sections, or a document
-            that is not an analyze report.
+        MergeError: different parameters or sections, or a document that is not an
+            analyze report; ReportError: a schema version this ratioscope does not read.
     """
     names = list(names)
     totals: dict[str, Accumulator] = {}
@@ -230,19 +236,18 @@ def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()
     inputs: list[InputInfo] = []
     loader_warnings: list[str] = []
     classes = {cls.name: cls for cls in section_classes()}
-    for index, document in enumerate(documents):
+    for index, item in enumerate(reports):
         name = names[index] if index < len(names) else f"report {index + 1}"
-        _check_mergeable(document, name)
+        shard = _as_report(item, name)
         if first is None:
-            first = _FirstReport(name, document.get("params", {}), _params_of(document, name))
-            present = [key for key in classes if key in document["state"]]
-            totals = {key: _restore(classes[key], first.params, document, name) for key in present}
+            first = _FirstReport(name, shard.params, _params_of(shard, name))
+            present = [key for key in classes if key in shard.state]
+            totals = {key: _restore(classes[key], first.params, shard, name) for key in present}
         else:
-            _check_same_run(name, document, first, list(totals))
+            _check_same_run(name, shard, first, list(totals))
             for key, total in totals.items():
-                _fold(total, _restore(classes[key], first.params, document, name), name)
-        for info in document["inputs"]:
-            entry = InputInfo(**info)
+                _fold(total, _restore(classes[key], first.params, shard, name), name)
+        for entry in shard.inputs:
             if entry.sha256 and any(
                 (entry.path, entry.sha256) == (seen.path, seen.sha256) for seen in inputs
             ):
@@ -251,13 +256,30 @@ def merge_reports(documents: Iterable[dict[str, Any]], names: Sequence[str] = ()
                     "report); merging a shard twice would count it twice"
                 )  # fmt: skip
             inputs.append(entry)
-        loader_warnings.extend(document["state"].get("loader_warnings", []))
+        loader_warnings.extend(shard.state.get("loader_warnings", []))
     if first is None:
         raise MergeError(None, "no report to merge")
     load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
     return _build_report(
         inputs, first.params, load_options, list(totals.values()), loader_warnings, None
     )
+
+
+def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
+    """A shard as a Report; a document is checked to be a mergeable analyze report first."""
+    if isinstance(item, Report):
+        shard = item
+    else:
+        check_schema_version(item, name)
+        if "state" not in item or "analysis" not in (item.get("params") or {}):
+            raise MergeError(name, "not an analyze report (no 'state' block to merge)")
+        try:
+            shard = Report.from_dict(item, source=name)
+        except ReportError as error:
+            raise MergeError(name, error.problem) from None
+    if not shard.state or "analysis" not in shard.params:
+        raise MergeError(name, "not an analyze report (no 'state' block to merge)")
+    return shard
 
 
 @dataclass(frozen=True)
@@ -272,19 +294,19 @@ class _FirstReport:
 _MALFORMED = (KeyError, TypeError, ValueError, IndexError, RuntimeError)
 
 
-def _params_of(document: dict[str, Any], name: str) -> AnalysisParams:
+def _params_of(report: Report, name: str) -> AnalysisParams:
     try:
-        return AnalysisParams.from_dict(document["params"]["analysis"])
+        return AnalysisParams.from_dict(report.params["analysis"])
     except _MALFORMED as error:
         raise MergeError(name, f"malformed 'params' block ({error})") from None
 
 
 def _restore(
-    cls: type[Accumulator], params: AnalysisParams, document: dict[str, Any], name: str
+    cls: type[Accumulator], params: AnalysisParams, report: Report, name: str
 ) -> Accumulator:
     """An accumulator from a report's state; a damaged state is the report's fault."""
     try:
-        return cls.from_state(params, document["state"][cls.name])
+        return cls.from_state(params, report.state[cls.name])
     except _MALFORMED as error:
         raise MergeError(
             name, f"malformed state of the '{cls.name}' section ({type(error).__name__}: {error})"
@@ -300,32 +322,23 @@ def _fold(total: Accumulator, other: Accumulator, name: str) -> None:
         ) from None
 
 
-def _check_mergeable(document: dict[str, Any], name: str) -> None:
-    if document.get("schema_version") != SCHEMA_VERSION:
-        raise MergeError(name, f"schema version {document.get('schema_version')} differs")
-    if "state" not in document or "analysis" not in document.get("params", {}):
-        raise MergeError(name, "not an analyze report (no 'state' block to merge)")
-
-
-def _check_same_run(
-    name: str, document: dict[str, Any], first: _FirstReport, sections: list[str]
-) -> None:
+def _check_same_run(name: str, report: Report, first: _FirstReport, sections: list[str]) -> None:
     first_name, first_params = first.name, first.params_block
-    if document.get("params") != first_params:
-        differing = _differing_keys(first_params, document.get("params", {}))
+    if report.params != first_params:
+        differing = _differing_keys(first_params, report.params)
         raise MergeError(
             name,
             f"made with different parameters than {first_name} ({', '.join(differing)}); "
             "only reports of the same analysis settings can be merged",
         )
     for key in sections:
-        if key not in document["state"]:
+        if key not in report.state:
             raise MergeError(
                 name, f"has no '{key}' section while {first_name} has; analyse every shard "
                 "with the same sections"
             )  # fmt: skip
     for cls in section_classes():
-        if cls.name in document["state"] and cls.name not in sections:
+        if cls.name in report.state and cls.name not in sections:
             raise MergeError(
                 name, f"has a '{cls.name}' section that {first_name} lacks; analyse every "
                 "shard with the same sections"

@@ -1,9 +1,10 @@
 """CI regression rules: hold a report's numbers against bounds and against a baseline.
 
 A rules file (TOML) is a list of ``[[rule]]`` tables. Each rule names a dotted path into
-a report (analyze or eval, both plain JSON documents; keys that contain dots themselves,
-such as the quantile ``"0.99"``, are matched when the plain split finds nothing) and one
-or more bounds:
+a report's JSON document (an analyze :class:`~ratioscope.report.Report`, turned into
+its document with ``to_dict()``, or an eval report's document; keys that contain dots
+themselves, such as the quantile ``"0.99"``, are matched when the plain split finds
+nothing) and one or more bounds:
 
 - absolute: ``min`` and/or ``max``;
 - against a baseline report: ``max_increase`` / ``max_decrease`` (absolute change) and
@@ -41,7 +42,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ratioscope.errors import ReportError, RulesError
+from ratioscope.report import Report
 from ratioscope.report_io import lookup, read_json_report
+
+#: what ``check`` reads: an analyze report, or the JSON document of any report (eval)
+Checked = Report | Mapping[str, Any]
 
 ABSOLUTE_BOUNDS = ("min", "max")
 RELATIVE_BOUNDS = ("max_increase", "max_decrease", "max_increase_pct", "max_decrease_pct")
@@ -440,9 +445,9 @@ def _require_no_relative_bounds(rules: Sequence[Rule], rules_name: str) -> None:
 
 
 def evaluate(
-    report: Mapping[str, Any],
+    report: Checked,
     rules: RuleSet | Sequence[Rule],
-    baseline: Mapping[str, Any] | None = None,
+    baseline: Checked | None = None,
     *,
     report_name: str | Path | None = None,
     baseline_name: str | Path | None = None,
@@ -459,6 +464,9 @@ def evaluate(
     >>> result.outcomes[0].verdict, result.outcomes[0].bounds[0].threshold
     ('pass', 1.1)
     """
+    # rules address the JSON layout, so a typed report is checked as its document
+    document = _document(report)
+    base_document = None if baseline is None else _document(baseline)
     rule_list = rules.rules if isinstance(rules, RuleSet) else tuple(rules)
     rules_name = rules.source if isinstance(rules, RuleSet) else "the rules"
     file = "<report>" if report_name is None else str(report_name)
@@ -466,16 +474,20 @@ def evaluate(
     # every path is looked up first: a report of the wrong kind is named as such before
     # anything is said about baselines
     values = [
-        _as_number(_resolve(report, rule, file, rule.source or rules_name), rule, file,
+        _as_number(_resolve(document, rule, file, rule.source or rules_name), rule, file,
                    rule.source or rules_name)
         for rule in rule_list
     ]  # fmt: skip
-    if baseline is None:
+    if base_document is None:
         _require_no_relative_bounds(rule_list, rules_name)
     outcomes = []
     for rule, value in zip(rule_list, values, strict=True):
         source = rule.source or rules_name
-        base = None if baseline is None else _baseline_value(baseline, rule, base_file, source)
+        base = (
+            None
+            if base_document is None
+            else _baseline_value(base_document, rule, base_file, source)
+        )
         outcomes.append(_outcome(rule, value, base))
     return CheckResult(
         tuple(outcomes),
@@ -496,6 +508,19 @@ def run_check(
     another kind) is reported before a missing baseline.
     """
     rules = load_rules(rules_path)
-    report = read_json_report(report_path)
-    baseline = None if baseline_path is None else read_json_report(baseline_path)
+    report = read_checked(report_path)
+    baseline = None if baseline_path is None else read_checked(baseline_path)
     return evaluate(report, rules, baseline, report_name=report_path, baseline_name=baseline_path)
+
+
+def read_checked(path: str | Path) -> Checked:
+    """A report file: an analyze report as a :class:`Report` (schema 1 or 2, checked by
+    :meth:`Report.from_dict`), any other report (eval) as its JSON document."""
+    document = read_json_report(path)
+    if all(key in document for key in ("tool", "inputs", "params", "ratios")):
+        return Report.from_dict(document, source=path)
+    return document
+
+
+def _document(report: Checked) -> Mapping[str, Any]:
+    return report.to_dict() if isinstance(report, Report) else report

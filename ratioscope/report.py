@@ -5,17 +5,43 @@
 disk while the analysis runs and copied to its destination atomically. The ``state``
 block holds the mergeable sums behind every section so that reports of shards can be
 merged exactly (``ratioscope merge``).
+
+Sections are the typed results of the accumulators (``ratios`` a dict of
+:class:`~ratioscope.sections.ratios.VariantStats`, ``mismatch`` a
+:class:`~ratioscope.sections.mismatch.MismatchSection`, ...); :meth:`Report.from_dict`
+rebuilds them exactly from a report JSON of any readable schema version, so renderers,
+``merge`` and ``check`` work on the same objects whether a report is fresh or stored.
+The section types are imported when a report is read, not with this module: they
+import torch, and ``ratioscope --help`` must not.
 """
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
+from ratioscope.errors import ReportError
 from ratioscope.io.atomic import atomic_path
-from ratioscope.report_io import SCHEMA_VERSION, to_jsonable, write_json
+from ratioscope.report_io import (
+    SCHEMA_VERSION,
+    JSONShapeError,
+    check_schema_version,
+    from_jsonable,
+    read_json_report,
+    to_jsonable,
+    write_json,
+)
+
+if TYPE_CHECKING:
+    from ratioscope.sections.covariance import CovarianceSection
+    from ratioscope.sections.future_policy import FuturePolicySection
+    from ratioscope.sections.mismatch import MismatchSection
+    from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.tepo import TepoSection
+    from ratioscope.sections.trust_region import TrustRegionSection
 
 SECTION_KEYS = ("ratios", "mismatch", "covariance", "future_policy", "tepo", "trust_region")
 
@@ -42,12 +68,12 @@ class Report:
     tool: dict[str, Any]
     inputs: list[InputInfo]
     params: dict[str, Any]
-    ratios: Any = None
-    mismatch: Any = None
-    covariance: Any = None
-    future_policy: Any = None
-    tepo: Any = None
-    trust_region: Any = None
+    ratios: dict[str, VariantStats] | None = None
+    mismatch: MismatchSection | None = None
+    covariance: CovarianceSection | None = None
+    future_policy: FuturePolicySection | None = None
+    tepo: TepoSection | None = None
+    trust_region: TrustRegionSection | None = None
     warnings: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -67,6 +93,41 @@ class Report:
         document["state"] = self.state
         return to_jsonable(document)
 
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any], source: str | Path | None = None) -> Report:
+        """The report a JSON document (``to_dict()``, a report file) holds, sections typed.
+
+        Reads schema versions 1 and 2 (the same layout); the report is of the current
+        version (written back, it says so). A field that an older report lacks takes
+        its default. ``state`` stays the JSON dict that ``Accumulator.from_state`` reads.
+
+        Raises:
+            ReportError: a missing or unreadable schema version, or a document that does
+                not have the layout of an analyze report (naming ``source`` and where).
+        """
+        check_schema_version(document, source)
+        values: dict[str, Any] = {}
+        hints = _report_hints()
+        known = {f.name for f in fields(cls)} - {"schema_version", "sequences"}
+        for key, value in document.items():
+            if key == "schema_version":
+                continue
+            if key not in known:
+                raise ReportError(source, f"not an analyze report (unknown key '{key}')")
+            try:
+                values[key] = from_jsonable(hints[key], value, key)
+            except JSONShapeError as error:
+                raise ReportError(source, f"malformed analyze report: {error}") from None
+        missing = [key for key in ("tool", "inputs", "params") if key not in values]
+        if missing:
+            raise ReportError(source, f"not an analyze report (no '{missing[0]}' key)")
+        return cls(**values)
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> Report:
+        """Read a report JSON file (schema version 1 or 2); see :meth:`from_dict`."""
+        return cls.from_dict(read_json_report(path), source=path)
+
     def write_json(self, path: str | Path) -> None:
         """Write the report atomically (a temporary file beside ``path``, then a rename)."""
         write_json(self.to_dict(), path)
@@ -76,6 +137,26 @@ class Report:
         if self.sequences is None:
             raise ValueError("this report was made without the per-sequence table")
         self.sequences.write(path)
+
+
+def _report_hints() -> dict[str, Any]:
+    """Report's field types, the section types imported now (they import torch)."""
+    from ratioscope.sections.covariance import CovarianceSection
+    from ratioscope.sections.future_policy import FuturePolicySection
+    from ratioscope.sections.mismatch import MismatchSection
+    from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.tepo import TepoSection
+    from ratioscope.sections.trust_region import TrustRegionSection
+
+    names = {
+        "VariantStats": VariantStats,
+        "MismatchSection": MismatchSection,
+        "CovarianceSection": CovarianceSection,
+        "FuturePolicySection": FuturePolicySection,
+        "TepoSection": TepoSection,
+        "TrustRegionSection": TrustRegionSection,
+    }
+    return get_type_hints(Report, localns=names)
 
 
 class SequenceTable:

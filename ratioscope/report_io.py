@@ -3,6 +3,8 @@
 One writer for every report: values are converted to plain JSON (non-finite floats
 become ``null``), keys keep their insertion order, and the file is written atomically.
 The same input gives byte-identical JSON; only ``tool.created`` carries a timestamp.
+:func:`from_jsonable` is the way back: it rebuilds typed values (dataclasses, unions,
+dicts, lists, tuples) from their JSON, driven by the type hints alone.
 """
 
 from __future__ import annotations
@@ -10,15 +12,22 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import types
+import typing
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from ratioscope.errors import ReportError
 from ratioscope.io.atomic import atomic_write_text
 
-SCHEMA_VERSION = 1
+#: the version this ratioscope writes; 2 added the typed reader (Report.from_dict), the
+#: JSON layout is that of version 1, which is still read
+SCHEMA_VERSION = 2
+#: versions this ratioscope reads
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 
 def tool_info() -> dict[str, Any]:
@@ -82,13 +91,188 @@ def read_json_report(path: str | Path) -> dict[str, Any]:
         ) from None
     if not isinstance(document, dict) or "schema_version" not in document:
         raise ReportError(path, "not a ratioscope report (no 'schema_version' key)")
-    if document["schema_version"] != SCHEMA_VERSION:
-        raise ReportError(
-            path,
-            f"report schema version {document['schema_version']} is not the supported "
-            f"version {SCHEMA_VERSION}",
-        )
+    check_schema_version(document, path)
     return document
+
+
+def check_schema_version(document: Mapping[str, Any], source: str | Path | None) -> int:
+    """The document's ``schema_version``; a missing, unknown or newer one raises ReportError."""
+    version = document.get("schema_version")
+    if version is None:
+        raise ReportError(source, "not a ratioscope report (no 'schema_version' key)")
+    if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        hint = "; it was written by a newer ratioscope, upgrade to read it" if newer else ""
+        raise ReportError(
+            source,
+            f"report schema version {version} is not one this ratioscope reads "
+            f"({', '.join(map(str, READABLE_SCHEMA_VERSIONS))}){hint}",
+        )
+    return int(version)
+
+
+class JSONShapeError(ValueError):
+    """A JSON value that does not fit the type it should become (the message names where)."""
+
+
+def from_jsonable(hint: Any, value: Any, where: str = "$") -> Any:
+    """Rebuild a value of type ``hint`` from the JSON :func:`to_jsonable` made of it.
+
+    Handles dataclasses (also generic ones, ``ByCorrectness[float | None]``), ``X | None``
+    and other unions, ``dict[K, V]`` (keys back to int/float where typed so), ``list[T]``,
+    ``tuple[...]``, ``Literal`` and ``Any`` (kept as is). A ``null`` in a ``float`` field
+    is NaN (to_jsonable writes every non-finite float as null). A dataclass field absent
+    from the JSON takes its default (a report older than the field); a key the dataclass
+    does not have, or a value of the wrong kind, raises :class:`JSONShapeError` naming
+    its path (``$.ratios.token.clip_band``).
+
+    >>> from ratioscope.sections.ratios import Distribution
+    >>> from_jsonable(Distribution, {"count": 0, "mean": None, "std": 0.0, "min": None,
+    ...                              "max": None, "quantiles": {}}).mean
+    nan
+    >>> from_jsonable(tuple[float, float] | None, [0.2, 0.28])
+    (0.2, 0.28)
+    """
+    return _rebuild(hint, value, where, {})
+
+
+def _rebuild(hint: Any, value: Any, where: str, bound: dict[Any, Any]) -> Any:
+    if isinstance(hint, TypeVar):
+        hint = bound.get(hint, Any)
+    if hint is Any or hint is object:
+        return value
+    origin = get_origin(hint)
+    args = get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        return _union(args, value, where, bound)
+    if origin is typing.Literal:
+        if value not in args:
+            raise JSONShapeError(f"{where}: {value!r} is not one of {args}")
+        return value
+    if hint in (float, int, str, bool):
+        return _scalar(hint, value, where)
+    if hint is type(None):
+        if value is not None:
+            raise JSONShapeError(f"{where}: expected null, found {_kind(value)}")
+        return None
+    target = origin or hint
+    if is_dataclass(target) and isinstance(target, type):
+        variables = getattr(target, "__parameters__", ())
+        inner = {
+            v: bound.get(a, a) if isinstance(a, TypeVar) else a
+            for v, a in zip(variables, args, strict=False)
+        }
+        return _dataclass(target, value, where, inner)
+    if target in (dict, Mapping) or target is typing.Dict:  # noqa: UP006
+        return _mapping(args, value, where, bound)
+    if target in (list, tuple) or target in (typing.List, typing.Tuple):  # noqa: UP006
+        return _sequence(target, args, value, where, bound)
+    raise JSONShapeError(f"{where}: cannot rebuild a value of type {hint!r} from JSON")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _union(args: tuple[Any, ...], value: Any, where: str, bound: dict[Any, Any]) -> Any:
+    if value is None and type(None) in args:
+        return None
+    options = [a for a in args if a is not type(None)]
+    problems = []
+    for option in options:
+        try:
+            return _rebuild(option, value, where, bound)
+        except JSONShapeError as error:
+            problems.append(str(error))
+    if len(problems) == 1:
+        raise JSONShapeError(problems[0])
+    names = " | ".join(getattr(o, "__name__", str(o)) for o in options)
+    raise JSONShapeError(f"{where}: {_kind(value)} fits none of {names}")
+
+
+def _scalar(hint: type, value: Any, where: str) -> Any:
+    if hint is float:
+        if value is None:
+            return math.nan  # to_jsonable wrote a NaN or an infinity
+        # an int is a float to the type system; kept as is, it is written back the same
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, hint):
+        return value
+    raise JSONShapeError(f"{where}: expected {hint.__name__}, found {_kind(value)}")
+
+
+def _dataclass(cls: type, value: Any, where: str, bound: dict[Any, Any]) -> Any:
+    if not isinstance(value, Mapping):
+        raise JSONShapeError(f"{where}: expected an object ({cls.__name__}), found {_kind(value)}")
+    hints = _hints(cls)
+    known = {f.name: f for f in fields(cls) if f.init}
+    unknown = [key for key in value if key not in known]
+    if unknown:
+        raise JSONShapeError(f"{where}: unknown key '{unknown[0]}' for {cls.__name__}")
+    values = {}
+    for name, item in known.items():
+        if name in value:
+            values[name] = _rebuild(hints[name], value[name], f"{where}.{name}", bound)
+        elif item.default is MISSING and item.default_factory is MISSING:
+            raise JSONShapeError(f"{where}: no '{name}' (a field of {cls.__name__})")
+    return cls(**values)
+
+
+#: fields whose annotation does not describe what they hold, read by these types instead:
+#: VariantStats.spectrum is annotated dict[str, list[float]] but also holds the int
+#: 'sequences' (drop the entry once sections/ratios.py annotates it exactly)
+_HINT_CORRECTIONS: dict[tuple[str, str], Any] = {
+    ("ratioscope.sections.ratios.VariantStats", "spectrum"): dict[str, Any] | None,
+}
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    hints = get_type_hints(cls)
+    for name in hints:
+        corrected = _HINT_CORRECTIONS.get((f"{cls.__module__}.{cls.__qualname__}", name))
+        if corrected is not None:
+            hints[name] = corrected
+    return hints
+
+
+def _mapping(args: tuple[Any, ...], value: Any, where: str, bound: dict[Any, Any]) -> Any:
+    if not isinstance(value, Mapping):
+        raise JSONShapeError(f"{where}: expected an object, found {_kind(value)}")
+    key_type, value_type = args or (str, Any)
+    result = {}
+    for key, item in value.items():
+        typed_key: Any = key
+        if key_type in (int, float):
+            try:
+                typed_key = key_type(key)
+            except ValueError:
+                raise JSONShapeError(f"{where}: key {key!r} is not a {key_type.__name__}") from None
+        result[typed_key] = _rebuild(value_type, item, f"{where}.{key}", bound)
+    return result
+
+
+def _sequence(
+    target: Any, args: tuple[Any, ...], value: Any, where: str, bound: dict[Any, Any]
+) -> Any:
+    if not isinstance(value, list):
+        raise JSONShapeError(f"{where}: expected a list, found {_kind(value)}")
+    if target in (list, typing.List):  # noqa: UP006
+        item_type = args[0] if args else Any
+        return [_rebuild(item_type, v, f"{where}.{i}", bound) for i, v in enumerate(value)]
+    if not args or (len(args) == 2 and args[1] is Ellipsis):
+        item_type = args[0] if args else Any
+        return tuple(_rebuild(item_type, v, f"{where}.{i}", bound) for i, v in enumerate(value))
+    if len(args) != len(value):
+        raise JSONShapeError(f"{where}: expected {len(args)} items, found {len(value)}")
+    return tuple(
+        _rebuild(t, v, f"{where}.{i}", bound)
+        for i, (t, v) in enumerate(zip(args, value, strict=True))
+    )
 
 
 _MISSING = object()

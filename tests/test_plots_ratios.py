@@ -138,23 +138,30 @@ def _texts(figure) -> list[str]:
 
 
 def _report(window_counts, histograms):
-    """A minimal report document: one variant per histogram entry."""
+    """A minimal report: one variant per histogram entry, 100 sequences analysed."""
+    import math
+
+    from ratioscope.report import InputInfo, Report
+    from ratioscope.sections.ratios import Distribution, VariantStats
+
+    empty = Distribution(count=0, mean=math.nan, std=0.0, min=math.nan, max=math.nan, quantiles={})
     ratios = {}
     for variant, histogram in histograms.items():
-        ratios[variant] = {
-            "run_length_histogram": histogram,
-            "run_length_mean": {s: None for s in histogram},
-            "window_frequency": {
+        ratios[variant] = VariantStats(
+            distribution=empty,
+            clip_band=(0.2, 0.28),
+            clip_fraction=None,
+            surrogate=None,
+            run_length_histogram=histogram,
+            run_length_mean={s: None for s in histogram},
+            window_frequency={
                 "mean": [0.2] * len(window_counts),
                 "var": [0.01] * len(window_counts),
                 "count": window_counts,
             },
-        }
-    return {
-        "inputs": [{"sequences": 100}],
-        "params": {"analysis": {"window": 50}},
-        "ratios": ratios,
-    }
+        )
+    info = InputInfo("d.pt", "pt", "verl", "", sequences=100, tokens=0, padding="right")
+    return Report(tool={}, inputs=[info], params={"analysis": {"window": 50}}, ratios=ratios)
 
 
 def test_runlengths_say_which_variant_has_no_run_and_join_only_well_sampled_lengths(
@@ -223,9 +230,11 @@ def test_legends_sit_outside_every_panel(kind, dump_and_report, captured, tmp_pa
     import json
 
     from ratioscope.render import ratio_plots
+    from ratioscope.report import Report
 
     _, report = dump_and_report
-    getattr(ratio_plots, f"plot_{kind}")(json.loads(report.read_text()), tmp_path / "f.png")
+    document = Report.from_dict(json.loads(report.read_text()))
+    getattr(ratio_plots, f"plot_{kind}")(document, tmp_path / "f.png")
     (figure,) = captured
     renderer = figure.canvas.get_renderer()
     figure.canvas.draw()

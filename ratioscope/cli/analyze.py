@@ -122,9 +122,8 @@ def analyze(
             progress=progress,
             sections=sections.split(",") if sections else None,
         )
-    document = report.to_dict()
-    show_report(document, stdout_console())
-    show_warnings(document, stderr_console())
+    show_report(report, stdout_console())
+    show_warnings(report, stderr_console())
     if json_out is not None:
         report.write_json(json_out)
     if parquet_out is not None:

@@ -29,17 +29,17 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
         stderr_console,
         stdout_console,
     )
+    from ratioscope.io.paths import REPORT_SUFFIX
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.report_io import read_json_report
 
     check_output_paths(list(reports), [out])
-    check_suffix(out, ".json", "--out")
+    check_suffix(out, REPORT_SUFFIX, "--out")
     # one report in memory at a time, however many shards there are
     documents = (read_json_report(path) for path in reports)
     merged = merge_reports(documents, names=[str(path) for path in reports])
     merged.write_json(out)
     announce_written([out], quiet)
     if not quiet:
-        document = merged.to_dict()
-        show_report(document, stdout_console())
-        show_warnings(document, stderr_console())
+        show_report(merged, stdout_console())
+        show_warnings(merged, stderr_console())

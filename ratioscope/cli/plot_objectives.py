@@ -51,7 +51,7 @@ def covariance(
     check_output_paths([Path(p) for p in paths], [out])
     refuse_report_options(ctx, paths, ("cov_scope",))
     with progress_bar(not quiet) as progress:
-        section, source = section_or_analysis(
+        report, source = section_or_analysis(
             paths,
             "covariance",
             params=analysis_params(cov_scope=cov_scope),
@@ -59,5 +59,6 @@ def covariance(
             device=device,
             progress=progress,
         )
-    plot_covariance(section, out, source)
+    assert report.covariance is not None  # section_or_analysis raises otherwise
+    plot_covariance(report.covariance, out, source)
     announce_written([out], quiet)

@@ -87,7 +87,7 @@ def _report_figure(kind: str, doc: str):
             window=window, on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v
         )
         with progress_bar(not quiet) as progress:
-            document, source = report_or_analysis(
+            report, source = report_or_analysis(
                 paths,
                 params=params,
                 load_options=load_options(format, mapping, "error", unsafe_pickle),
@@ -95,7 +95,7 @@ def _report_figure(kind: str, doc: str):
                 progress=progress,
                 sections=["ratios"],
             )
-        getattr(ratio_plots, f"plot_{kind}")(document, out, source)
+        getattr(ratio_plots, f"plot_{kind}")(report, out, source)
         announce_written([out], quiet)
 
     command.__name__ = kind

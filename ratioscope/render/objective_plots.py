@@ -1,28 +1,31 @@
 """Objective-side figures: CW-GRPO's cumulative covariance share and kernel-weight histogram.
 
-Figures are drawn from the report's ``covariance`` section (a fresh analysis or a stored
-report JSON alike) with matplotlib's Agg backend and written atomically in the format
-named by the suffix (.png, .svg, .pdf).
+Figures are drawn from the report's typed ``covariance`` section (a fresh analysis or a
+stored report JSON read with ``Report.from_dict`` alike) with matplotlib's Agg backend
+and written atomically in the format named by the suffix (.png, .svg, .pdf).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratioscope.render.figures import check_figure_path, pyplot, save_figure
+from ratioscope.render.tables import known
+
+if TYPE_CHECKING:
+    from ratioscope.sections.covariance import CovarianceSection
 
 __all__ = ["check_figure_path", "plot_covariance"]
 
 
-def plot_covariance(section: Mapping[str, Any], out: Path, source: str = "") -> None:
+def plot_covariance(section: CovarianceSection, out: Path, source: str = "") -> None:
     """Two panels: Fig. 3 cumulative share of sum |c| (log x) and the kernel-weight histogram.
 
     Args:
-        section: the report's ``covariance`` section as JSON (``Report.to_dict()``).
+        section: the report's ``covariance`` section (``report.covariance``).
         out: .png, .svg or .pdf.
         source: what was analysed, for the title.
     """
@@ -32,11 +35,11 @@ def plot_covariance(section: Mapping[str, Any], out: Path, source: str = "") -> 
     _cumulative_panel(left, section)
     _weight_panel(right, section)
     scope = {"group": "per GRPO group", "batch": "per batch (file)"}.get(
-        section["scope"], "mixed scopes"
+        section.scope, "mixed scopes"
     )
     title = (
         f"CW-GRPO token covariance c = (log pi - mean)(A - mean), {scope}: "
-        f"{section['tokens']:,} valid tokens"
+        f"{section.tokens:,} valid tokens"
     )
     if source:
         title += f"\n{source}"
@@ -44,22 +47,23 @@ def plot_covariance(section: Mapping[str, Any], out: Path, source: str = "") -> 
     save_figure(figure, out)
 
 
-def _cumulative_panel(axes: Any, section: Mapping[str, Any]) -> None:
+def _cumulative_panel(axes: Any, section: CovarianceSection) -> None:
     from matplotlib.ticker import FuncFormatter
 
-    curve = section["cumulative_curve"]
-    tokens = max(int(section["tokens"]), 1)
+    curve = section.cumulative_curve
+    tokens = max(int(section.tokens), 1)
     # below one token of N the curve is flat (the top token): start the axis there
     points = [
         (100 * x, 100 * s)
-        for x, s in zip(curve["fraction"], curve["share"], strict=True)
+        for x, s in zip(curve.fraction, curve.share, strict=True)
         if s is not None and math.isfinite(s) and x >= min(1.0, 1.0 / tokens)
     ]
     if points:
         xs, ys = zip(*points, strict=True)
         axes.plot(xs, ys, color="tab:red", marker="o", markersize=3, label="tokens ranked by |c|")
         axes.plot(xs, xs, color="0.5", linestyle="--", label="if every token had the same |c|")
-        for fraction, share in section["cumulative_share"].items():
+        for fraction, value in section.cumulative_share.items():
+            share = known(value)
             x = 100 * float(fraction)
             if share is None or x < xs[0] or float(fraction) not in (0.01, 0.2):
                 continue
@@ -84,9 +88,9 @@ def _cumulative_panel(axes: Any, section: Mapping[str, Any]) -> None:
     axes.grid(True, which="both", alpha=0.3)
 
 
-def _weight_panel(axes: Any, section: Mapping[str, Any]) -> None:
-    histogram = section["weight_histogram"]
-    edges, counts = histogram["edges"], histogram["counts"]
+def _weight_panel(axes: Any, section: CovarianceSection) -> None:
+    histogram = section.weight_histogram
+    edges, counts = histogram.edges, histogram.counts
     widths = [high - low for low, high in itertools.pairwise(edges)]
     axes.bar(
         edges[:-1],
@@ -99,9 +103,9 @@ def _weight_panel(axes: Any, section: Mapping[str, Any]) -> None:
         label="tokens",
     )
     axes.set_yscale("log" if max(counts, default=0) > 0 else "linear")
-    below = section["weights"]["fraction_below"]
+    below = section.weights.fraction_below
     for threshold, style in (("0.5", "--"), ("0.1", ":")):
-        if below.get(threshold) is None:
+        if known(below.get(threshold)) is None:
             continue
         axes.axvline(
             float(threshold),
@@ -109,8 +113,8 @@ def _weight_panel(axes: Any, section: Mapping[str, Any]) -> None:
             linestyle=style,
             label=f"w < {threshold}: {100 * below[threshold]:.2f}% of tokens",
         )
-    mean = section["weights"]["distribution"]["mean"]
-    removed = section["advantage_mass"]["removed"]
+    mean = section.weights.distribution.mean
+    removed = known(section.advantage_mass.removed)
     # text-only legend entries keep the notes out of the bars' way
     axes.plot([], [], " ", label=f"mean w = {mean:.3f}")
     if removed is not None:

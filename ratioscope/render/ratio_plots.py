@@ -1,7 +1,8 @@
 """Figures of the ratios section (KPO Figs. 1 and 4): spectrum, traces, windows, runs.
 
-All but the trace are drawn from a report document, fresh or stored, so a report JSON
-plots without recomputation. Legends sit outside the axes, so they never hide data.
+All but the trace are drawn from a :class:`~ratioscope.report.Report`, fresh or read
+from a report JSON, so a stored report plots without recomputation. Legends sit outside
+the axes, so they never hide data.
 """
 
 from __future__ import annotations
@@ -9,9 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratioscope.render.figures import pyplot, save_figure
+from ratioscope.render.tables import known
+
+if TYPE_CHECKING:
+    from ratioscope.report import Report
+    from ratioscope.sections.ratios import RatioTrace, VariantStats
 
 COLORS = {"token": "tab:blue", "sequence": "tab:purple", "kalman": "tab:red"}
 LABELS = {
@@ -30,17 +36,17 @@ SPARSE_WINDOW_SHARE = 0.1
 WELL_SAMPLED_RUNS = 20
 
 
-def _ratios(document: Mapping[str, Any]) -> Mapping[str, Any]:
+def _ratios(report: Report) -> Mapping[str, VariantStats | None]:
     from ratioscope.errors import ReportError
 
-    ratios = document.get("ratios")
-    if not ratios:
+    if not report.ratios:
         raise ReportError(None, "the report has no 'ratios' section to plot")
-    return ratios
+    return report.ratios
 
 
-def _params(document: Mapping[str, Any]) -> Mapping[str, Any]:
-    return document.get("params", {}).get("analysis", {})
+def _params(report: Report) -> Mapping[str, Any]:
+    analysis: Mapping[str, Any] = report.params.get("analysis", {})
+    return analysis
 
 
 def _figure(plt: Any, figsize: tuple[float, float], **subplots: Any) -> tuple[Any, Any]:
@@ -69,18 +75,18 @@ def _legend_under(
                        frameon=False, **options)  # fmt: skip
 
 
-def plot_spectrum(document: Mapping[str, Any], out: Path, source: str = "") -> None:
+def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
     """Mean periodogram per variant on the normalised-frequency grid, LFR band marked."""
-    ratios, params = _ratios(document), _params(document)
+    ratios, params = _ratios(report), _params(report)
     plt = pyplot()
     figure, axes = _figure(plt, (8.5, 5.2))
     drawn = 0
     for variant, stats in ratios.items():
-        spectrum = (stats or {}).get("spectrum")
-        if not spectrum or not spectrum.get("power"):
+        spectrum = None if stats is None else stats.spectrum
+        if stats is None or not spectrum or not spectrum.get("power"):
             continue
         power = [p if p and p > 0 else math.nan for p in spectrum["power"]]
-        lfr = stats.get("lfr")
+        lfr = known(stats.lfr)
         name = LABELS.get(variant, variant)
         label = f"{name}: LFR {lfr:.3f}" if lfr is not None else name
         axes.plot(spectrum["frequency"], power, color=COLORS.get(variant), label=label, lw=1.8)
@@ -107,10 +113,9 @@ def plot_spectrum(document: Mapping[str, Any], out: Path, source: str = "") -> N
     save_figure(figure, out)
 
 
-def _sequence_count(document: Mapping[str, Any], counts: Sequence[int]) -> int:
+def _sequence_count(report: Report, counts: Sequence[int]) -> int:
     """Sequences analysed (from ``inputs``), else the most that reached any window."""
-    inputs = document.get("inputs") or []
-    total = sum(int(i.get("sequences") or 0) for i in inputs if isinstance(i, Mapping))
+    total = sum(info.sequences for info in report.inputs)
     return total or max(counts, default=0)
 
 
@@ -123,7 +128,7 @@ def window_reach(counts: Sequence[int], sequences: int) -> list[bool]:
     return [sequences > 0 and c >= SPARSE_WINDOW_SHARE * sequences for c in counts]
 
 
-def plot_windows(document: Mapping[str, Any], out: Path, source: str = "") -> None:
+def plot_windows(report: Report, out: Path, source: str = "") -> None:
     """Window-wise off-policy frequency mean ± std over window index (KPO Fig. 1).
 
     A thin lower panel shows how many sequences reach each window; windows reached by
@@ -134,20 +139,20 @@ def plot_windows(document: Mapping[str, Any], out: Path, source: str = "") -> No
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
-    ratios, params = _ratios(document), _params(document)
+    ratios, params = _ratios(report), _params(report)
     window = params.get("window", 50)
     plt = pyplot()
     figure, (axes, count_axes) = _figure(
         plt, (8.5, 6.2), nrows=2, sharex=True, gridspec_kw={"height_ratios": [4, 1.2]}
     )
     curves = {
-        variant: stats["window_frequency"]
+        variant: stats.window_frequency
         for variant, stats in ratios.items()
-        if stats and stats.get("window_frequency") and stats["window_frequency"].get("mean")
+        if stats is not None and stats.window_frequency and stats.window_frequency.get("mean")
     }
     first: Mapping[str, Any] = next(iter(curves.values()), {"mean": [], "count": []})
     counts = [int(c or 0) for c in first.get("count") or [0] * len(first["mean"])]
-    sequences = _sequence_count(document, counts)
+    sequences = _sequence_count(report, counts)
     reached = window_reach(counts, sequences)
     handles: list[Any] = []
     labels: list[str] = []
@@ -244,7 +249,7 @@ def well_sampled_stretches(histogram: Mapping[int, int], minimum: int) -> list[l
     return [s for s in stretches if len(s) > 1]
 
 
-def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") -> None:
+def plot_runlengths(report: Report, out: Path, source: str = "") -> None:
     """Pooled run-length distributions: one panel per state, one marker series per variant.
 
     Every run length is a marker; lines join only consecutive lengths with at least
@@ -252,7 +257,7 @@ def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") ->
     """
     from matplotlib.lines import Line2D
 
-    ratios = _ratios(document)
+    ratios = _ratios(report)
     plt = pyplot()
     figure, panels = _figure(plt, (13, 5.0), ncols=3, sharey=True)
     titles = {"up": "up (r > 1 + eps_high)", "down": "down (r < 1 - eps_low)", "on": "on"}
@@ -261,9 +266,9 @@ def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") ->
         texts: list[str] = []  # the entries' labels: Line2D.get_label() is typed object
         empty: list[bool] = []
         for variant, stats in ratios.items():
-            if not stats:
+            if stats is None:
                 continue
-            histogram = (stats.get("run_length_histogram") or {}).get(state) or {}
+            histogram = (stats.run_length_histogram or {}).get(state) or {}
             name = LABELS.get(variant, variant)
             color = COLORS.get(variant)
             marker = MARKERS.get(variant, "o")
@@ -279,7 +284,7 @@ def plot_runlengths(document: Mapping[str, Any], out: Path, source: str = "") ->
                          alpha=0.85, zorder=3)  # fmt: skip
             for stretch in well_sampled_stretches(runs, WELL_SAMPLED_RUNS):
                 axes.plot(stretch, [share[n] for n in stretch], color=color, lw=1.0)
-            mean = (stats.get("run_length_mean") or {}).get(state)
+            mean = known((stats.run_length_mean or {}).get(state))
             texts.append(f"{name}: {total} runs" + (f", mean {mean:.3g}" if mean else ""))
             entries.append(
                 Line2D([], [], color=color, marker=marker, ms=4, lw=1.0, label=texts[-1])
@@ -315,7 +320,7 @@ _LOG_RATIO_LABELS = {
 }
 
 
-def plot_trace(trace: Any, out: Path) -> None:
+def plot_trace(trace: RatioTrace, out: Path) -> None:
     """One sequence: raw, sequence-level and Kalman-filtered log-ratio over token position.
 
     The lower panel zooms on the Kalman and sequence-level signals: raw spikes are

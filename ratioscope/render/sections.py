@@ -1,18 +1,22 @@
 """Terminal renderers of the objective-side sections, printed by render.terminal.show_report.
 
-Each renderer takes the report document (``Report.to_dict()``) and a rich Console and
-prints its section when present (a missing section is explained by the warnings).
+Each renderer takes the :class:`~ratioscope.report.Report` and a rich Console and prints
+its section when present (a missing section is explained by the warnings). Non-finite
+numbers, null in the report's JSON, print as a dash.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ratioscope.render.tables import DASH, Renderer, fmt, pct, print_table
+from ratioscope.render.tables import DASH, Renderer, num, print_table, share
+
+if TYPE_CHECKING:
+    from ratioscope.functional.fpa import BelowThreshold, ByCorrectness
+    from ratioscope.report import Report
 
 _CLASSES = ("all", "correct", "incorrect")
 
@@ -29,149 +33,148 @@ def _fraction_label(fraction: float) -> str:
 
 
 # ------------------------------------------------------------------------- CW-GRPO
-def show_covariance(document: Mapping[str, Any], console: Console) -> None:
-    section = document.get("covariance")
-    if not section:
+def show_covariance(report: Report, console: Console) -> None:
+    section = report.covariance
+    if section is None:
         return
-    scope = section["scope"]
+    scope = section.scope
     where = {"group": "each GRPO group", "batch": "each file (batch)"}.get(scope, "mixed scopes")
-    error = pct(section["histogram_relative_error"])
+    error = share(section.histogram_relative_error)
     table = _table(
         f"CW-GRPO Table 1: token covariance c = (log pi - mean)(A - mean), means over {where}; "
         "top fractions of each sign ranked by |c|",
         ["top fraction", "c > 0 threshold", "c > 0 top mean", "c < 0 threshold", "c < 0 top mean"],
         caption=f"threshold: the c beyond which the top fraction lies; top mean: mean c of that "
-        f"fraction ({fmt(section['percentiles']['positive_count'])} tokens with c > 0, "
-        f"{fmt(section['percentiles']['negative_count'])} with c < 0; read from histograms, "
+        f"fraction ({num(section.percentiles.positive_count)} tokens with c > 0, "
+        f"{num(section.percentiles.negative_count)} with c < 0; read from histograms, "
         f"within {error})",
     )
-    percentiles = section["percentiles"]
-    for positive, negative in zip(percentiles["positive"], percentiles["negative"], strict=True):
+    percentiles = section.percentiles
+    for positive, negative in zip(percentiles.positive, percentiles.negative, strict=True):
         table.add_row(
-            _fraction_label(positive["fraction"]),
-            fmt(positive["threshold"]),
-            fmt(positive["top_mean"]),
-            fmt(negative["threshold"]),
-            fmt(negative["top_mean"]),
+            _fraction_label(positive.fraction),
+            num(positive.threshold),
+            num(positive.top_mean),
+            num(negative.threshold),
+            num(negative.top_mean),
         )
     print_table(console, table)
 
-    shares = section["cumulative_share"]
+    shares = section.cumulative_share
     share_table = _table(
         "CW-GRPO Fig. 3: share of the total |c| held by the top x of tokens (ranked by |c|)",
         ["top x of tokens", *(_fraction_label(float(x)) for x in shares)],
     )
-    share_table.add_row("share of sum |c|", *(pct(v) for v in shares.values()))
+    share_table.add_row("share of sum |c|", *(share(v) for v in shares.values()))
     print_table(console, share_table)
 
-    weights = section["weights"]
-    w = weights["distribution"]
-    normalised = section["normalised_weights"]
-    mass = section["advantage_mass"]
-    clip_cov, kl_cov = section["clip_cov"], section["kl_cov"]
+    weights = section.weights
+    w = weights.distribution
+    normalised = section.normalised_weights
+    mass = section.advantage_mass
+    clip_cov, kl_cov = section.clip_cov, section.kl_cov
     kernel = _table(
         "CW-GRPO Gaussian kernel w = exp(-c^2 / (2 sigma^2)), sigma = std of c per scope; "
         "w~ = w N / sum w (mean 1)",
         ["quantity", "value"],
     )
-    kernel.add_row(
-        "tokens / scopes", f"{fmt(section['tokens'])} / {fmt(section['scopes'])} ({scope})"
-    )
+    kernel.add_row("tokens / scopes", f"{num(section.tokens)} / {num(section.scopes)} ({scope})")
     kernel.add_row(
         "kernel weight w: mean, p1, p50",
-        f"{fmt(w['mean'])}, {fmt(w['quantiles'].get('0.01'))}, {fmt(w['quantiles'].get('0.5'))}",
+        f"{num(w.mean)}, {num(w.quantiles.get('0.01'))}, {num(w.quantiles.get('0.5'))}",
     )
-    below = weights["fraction_below"]
+    below = weights.fraction_below
     kernel.add_row(
-        "tokens with w < 0.5 / w < 0.1", f"{pct(below.get('0.5'))} / {pct(below.get('0.1'))}"
+        "tokens with w < 0.5 / w < 0.1", f"{share(below.get('0.5'))} / {share(below.get('0.1'))}"
     )
     kernel.add_row(
         "normalised w~: min, p50, max",
-        f"{fmt(normalised['min'])}, {fmt(normalised['quantiles'].get('0.5'))}, "
-        f"{fmt(normalised['max'])}",
+        f"{num(normalised.min)}, {num(normalised.quantiles.get('0.5'))}, {num(normalised.max)}",
     )
-    kernel.add_row("advantage mass sum|A| removed by w", pct(mass["removed"]))
-    kernel.add_row("net change after renormalising (w~)", pct(mass["removed_normalised"]))
+    kernel.add_row("advantage mass sum|A| removed by w", share(mass.removed))
+    kernel.add_row("net change after renormalising (w~)", share(mass.removed_normalised))
     kernel.add_row(
-        f"Clip-Cov would detach (r = {fmt(clip_cov['ratio'])}, 1 < c < 5)",
-        f"{fmt(clip_cov['count'])} of {fmt(clip_cov['total'])} tokens "
-        f"({pct(clip_cov['fraction'])}; {fmt(clip_cov['eligible'])} eligible)",
+        f"Clip-Cov would detach (r = {num(clip_cov.ratio)}, 1 < c < 5)",
+        f"{num(clip_cov.count)} of {num(clip_cov.total)} tokens "
+        f"({share(clip_cov.fraction)}; {num(clip_cov.eligible)} eligible)",
     )
     kernel.add_row(
-        f"KL-Cov would penalise (top k = {fmt(kl_cov['ratio'])} by c)",
-        f"{fmt(kl_cov['count'])} of {fmt(kl_cov['total'])} tokens ({pct(kl_cov['fraction'])})",
+        f"KL-Cov would penalise (top k = {num(kl_cov.ratio)} by c)",
+        f"{num(kl_cov.count)} of {num(kl_cov.total)} tokens ({share(kl_cov.fraction)})",
     )
     print_table(console, kernel)
 
 
 # ----------------------------------------------------------------------------- FPA
-def _by_class(values: Mapping[str, Any] | None, key: str | None = "mean") -> list[str]:
+def _by_class(values: ByCorrectness[Any] | None, key: str | None = "mean") -> list[str]:
+    """The all/correct/incorrect cells of a statistic: ``key`` of a distribution, or the
+    number itself (``key`` None)."""
     if values is None:
         return [DASH] * 3
     cells = []
     for name in _CLASSES:
-        value = values.get(name)
-        cells.append(fmt(value.get(key) if key and isinstance(value, Mapping) else value))
+        value = getattr(values, name)
+        cells.append(num(getattr(value, key) if key and value is not None else value))
     return cells
 
 
-def _below_cells(values: Mapping[str, Any]) -> list[str]:
+def _below_cells(values: ByCorrectness[BelowThreshold | None]) -> list[str]:
     cells = []
     for name in _CLASSES:
-        item = values.get(name)
-        cells.append(DASH if item is None else f"{fmt(item['count'])} ({pct(item['fraction'])})")
+        item = getattr(values, name)
+        cells.append(DASH if item is None else f"{num(item.count)} ({share(item.fraction)})")
     return cells
 
 
-def show_future_policy(document: Mapping[str, Any], console: Console) -> None:
-    section = document.get("future_policy")
-    if not section:
+def show_future_policy(report: Report, console: Console) -> None:
+    section = report.future_policy
+    if section is None:
         return
-    lam, threshold = section["lam"], section["threshold"]
-    method = section["method"]
+    lam, threshold = section.lam, section.threshold
+    method = section.method
     label = {
         "exact": "exact, from logits",
         "approximation": "APPROXIMATION from log-probs, an upper bound",
     }.get(method, "mixed: exact where logits were dumped")
     table = _table(
-        f"FPA future policy pi_hat, lambda = {fmt(lam)} ({label}): means over "
-        f"{fmt(section['sequences'])} sequences",
+        f"FPA future policy pi_hat, lambda = {num(lam)} ({label}): means over "
+        f"{num(section.sequences)} sequences",
         ["quantity", "all", "correct", "incorrect"],
     )
-    table.add_row("current weight pi^(1/|y|)", *_by_class(section["current_weight"]))
-    table.add_row("future weight pi_hat^(1/|y|)", *_by_class(section["future_weight"]))
-    table.add_row("ratio pi_hat^(1/|y|) / pi^(1/|y|)", *_by_class(section["future_to_current"]))
-    below = section["below_threshold"]
-    table.add_row(f"current weight < {fmt(threshold)}", *_below_cells(below["current"]))
-    table.add_row(f"future weight < {fmt(threshold)}", *_below_cells(below["future"]))
-    log_ratio = section["log_ratio_ref"]
+    table.add_row("current weight pi^(1/|y|)", *_by_class(section.current_weight))
+    table.add_row("future weight pi_hat^(1/|y|)", *_by_class(section.future_weight))
+    table.add_row("ratio pi_hat^(1/|y|) / pi^(1/|y|)", *_by_class(section.future_to_current))
+    below = section.below_threshold
+    table.add_row(f"current weight < {num(threshold)}", *_below_cells(below["current"]))
+    table.add_row(f"future weight < {num(threshold)}", *_below_cells(below["future"]))
+    log_ratio = section.log_ratio_ref
     table.add_row("log pi(y|x) - log pi_ref(y|x)", *_by_class(log_ratio["sequence"]))
     table.add_row("  per token", *_by_class(log_ratio["per_token"]))
     print_table(console, table)
 
     sweep = _table(
         "FPA lambda sweep: mean future weight, mean future/current ratio, "
-        f"sequences with weight < {fmt(threshold)}",
+        f"sequences with weight < {num(threshold)}",
         [
             "lambda",
             "weight correct",
             "weight incorrect",
             "ratio correct",
             "ratio incorrect",
-            f"< {fmt(threshold)} correct",
-            f"< {fmt(threshold)} incorrect",
-            f"< {fmt(threshold)} all",
+            f"< {num(threshold)} correct",
+            f"< {num(threshold)} incorrect",
+            f"< {num(threshold)} all",
         ],
     )
-    for row in section["sweep"]:
-        weight = _by_class(row["weight_mean"], None)
-        ratio = _by_class(row["ratio_mean"], None)
-        below_cells = row["below_threshold"]
-        counts = [
-            DASH if below_cells.get(name) is None else fmt(below_cells[name]["count"])
-            for name in ("correct", "incorrect", "all")
-        ]
-        sweep.add_row(fmt(row["lam"]), weight[1], weight[2], ratio[1], ratio[2], *counts)
+    for row in section.sweep:
+        weight = _by_class(row.weight_mean, None)
+        ratio = _by_class(row.ratio_mean, None)
+        below_by_class = row.below_threshold
+        counts = []
+        for name in ("correct", "incorrect", "all"):
+            item = getattr(below_by_class, name)
+            counts.append(DASH if item is None else num(item.count))
+        sweep.add_row(num(row.lam), weight[1], weight[2], ratio[1], ratio[2], *counts)
     print_table(console, sweep)
 
 
@@ -185,35 +188,37 @@ _QUADRANT_LABELS = {
 }
 
 
-def show_tepo(document: Mapping[str, Any], console: Console) -> None:
-    section = document.get("tepo")
-    if not section:
+def show_tepo(report: Report, console: Console) -> None:
+    section = report.tepo
+    if section is None:
         return
-    low, high = section["clip_band"]
-    weight = section["weight"]
-    q = weight["quantiles"]
+    low, high = section.clip_band
+    weight = section.weight
+    q = weight.quantiles
     table = _table(
         "TEPO sequence-likelihood weight w_i = exp(mean_t log(pi/pi_old)) "
-        f"over {fmt(section['sequences'])} sequences, clip band [1 - {fmt(low)}, 1 + {fmt(high)}]",
+        f"over {num(section.sequences)} sequences, clip band [1 - {num(low)}, 1 + {num(high)}]",
         ["quantity", "value"],
     )
     table.add_row(
         "w: mean, p1, p50, p99",
-        f"{fmt(weight['mean'], 6)}, {fmt(q.get('0.01'), 6)}, {fmt(q.get('0.5'), 6)}, "
-        f"{fmt(q.get('0.99'), 6)}",
+        f"{num(weight.mean, 6)}, {num(q.get('0.01'), 6)}, {num(q.get('0.5'), 6)}, "
+        f"{num(q.get('0.99'), 6)}",
     )
-    table.add_row("w: min, max", f"{fmt(weight['min'], 6)}, {fmt(weight['max'], 6)}")
-    table.add_row("sequences with w outside the band", pct(section["outside_band"]))
-    table.add_row("tokens clipped, PPO form min(wA, clip(w)A)", pct(section["clip_fraction"]))
+    table.add_row("w: min, max", f"{num(weight.min, 6)}, {num(weight.max, 6)}")
+    table.add_row("sequences with w outside the band", share(section.outside_band))
+    table.add_row("tokens clipped, PPO form min(wA, clip(w)A)", share(section.clip_fraction))
     table.add_row(
-        "tokens clipped, printed form min(w, clip(w)) A", pct(section["clip_fraction_literal"])
+        "tokens clipped, printed form min(w, clip(w)) A", share(section.clip_fraction_literal)
     )
-    surrogate = section.get("surrogate") or {}
-    table.add_row("loss -J, token-mean (TEPO)", fmt(surrogate.get("token_mean")))
-    table.add_row("loss -J, seq-mean-token-mean (GSPO)", fmt(surrogate.get("seq_mean_token_mean")))
+    surrogate = section.surrogate
+    table.add_row("loss -J, token-mean (TEPO)", num(surrogate and surrogate.token_mean))
+    table.add_row(
+        "loss -J, seq-mean-token-mean (GSPO)", num(surrogate and surrogate.seq_mean_token_mean)
+    )
     print_table(console, table)
-    kl_mask = section.get("kl_mask")
-    if not kl_mask:
+    kl_mask = section.kl_mask
+    if kl_mask is None:
         return
     quadrants = _table(
         "TEPO KL-mask quadrants: valid tokens by advantage sign and entropy change "
@@ -221,69 +226,65 @@ def show_tepo(document: Mapping[str, Any], console: Console) -> None:
         ["quadrant", "tokens", "share", "note"],
     )
     for key, (label, note) in _QUADRANT_LABELS.items():
-        quadrants.add_row(label, fmt(kl_mask["counts"][key]), pct(kl_mask["fractions"][key]), note)
+        quadrants.add_row(label, num(kl_mask.counts[key]), share(kl_mask.fractions[key]), note)
     print_table(console, quadrants)
 
 
 # -------------------------------------------------------------------------- QUATRO
-def show_trust_region(document: Mapping[str, Any], console: Console) -> None:
-    section = document.get("trust_region")
-    if not section:
+def show_trust_region(report: Report, console: Console) -> None:
+    section = report.trust_region
+    if section is None:
         return
-    lam, mu = section["lam"], section["mu"]
-    delta = section["delta"]
-    sizes = ", ".join(f"{n} of size {s}" for s, n in section["group_sizes"].items())
+    lam, mu = section.lam, section.mu
+    delta = section.delta
+    sizes = ", ".join(f"{n} of size {s}" for s, n in section.group_sizes.items())
     summary = _table(
-        f"QUATRO per-query duals, delta = {fmt(delta)}: lambda* = argmin f(lambda), "
+        f"QUATRO per-query duals, delta = {num(delta)}: lambda* = argmin f(lambda), "
         "mu* = f(lambda*) - lambda*(delta + 1), A_i = (R_i - mu*)/lambda* - 1",
         ["quantity", "value"],
     )
-    summary.add_row(
-        "groups", f"{fmt(section['groups'])} ({fmt(section['rollouts'])} rollouts: {sizes})"
-    )
+    summary.add_row("groups", f"{num(section.groups)} ({num(section.rollouts)} rollouts: {sizes})")
     summary.add_row(
         "degenerate groups (advantage 0)",
-        f"{fmt(section['degenerate'])}, of which {fmt(section['degenerate_all_equal'])} "
+        f"{num(section.degenerate)}, of which {num(section.degenerate_all_equal)} "
         "with all rewards equal",
     )
     summary.add_row(
         "lambda*: mean, p50, min, max",
-        f"{fmt(lam['mean'])}, {fmt(lam['quantiles'].get('0.5'))}, {fmt(lam['min'])}, "
-        f"{fmt(lam['max'])}",
+        f"{num(lam.mean)}, {num(lam.quantiles.get('0.5'))}, {num(lam.min)}, {num(lam.max)}",
     )
-    summary.add_row("mu*: mean, min, max", f"{fmt(mu['mean'])}, {fmt(mu['min'])}, {fmt(mu['max'])}")
-    quatro, grpo = section["advantage"]["quatro"], section["advantage"]["grpo"]
+    summary.add_row("mu*: mean, min, max", f"{num(mu.mean)}, {num(mu.min)}, {num(mu.max)}")
+    quatro, grpo = section.advantage["quatro"], section.advantage["grpo"]
     summary.add_row(
         "QUATRO advantage: std, min, max",
-        f"{fmt(quatro['std'])}, {fmt(quatro['min'])}, {fmt(quatro['max'])}",
+        f"{num(quatro.std)}, {num(quatro.min)}, {num(quatro.max)}",
     )
     summary.add_row(
-        "GRPO advantage: std, min, max",
-        f"{fmt(grpo['std'])}, {fmt(grpo['min'])}, {fmt(grpo['max'])}",
+        "GRPO advantage: std, min, max", f"{num(grpo.std)}, {num(grpo.min)}, {num(grpo.max)}"
     )
     print_table(console, summary)
 
-    if section["by_correct"]:
+    if section.by_correct:
         table = _table(
-            f"QUATRO (delta = {fmt(delta)}) vs GRPO advantage by number of correct rollouts "
+            f"QUATRO (delta = {num(delta)}) vs GRPO advantage by number of correct rollouts "
             "(mean over groups)",
             ["size N", "correct c", "groups", "lambda*", "QUATRO A correct", "QUATRO A incorrect",
              "GRPO A correct", "GRPO A incorrect"],
             caption=None
-            if not section["non_binary_groups"]
-            else f"{fmt(section['non_binary_groups'])} groups with more than two reward "
+            if not section.non_binary_groups
+            else f"{num(section.non_binary_groups)} groups with more than two reward "
             "values are not in this table",
         )  # fmt: skip
-        for cell in section["by_correct"]:
+        for cell in section.by_correct:
             table.add_row(
-                fmt(cell["group_size"]),
-                fmt(cell["correct"]),
-                fmt(cell["groups"]),
-                fmt(cell["lam_mean"]),
-                fmt(cell["quatro_correct"]),
-                fmt(cell["quatro_incorrect"]),
-                fmt(cell["grpo_correct"]),
-                fmt(cell["grpo_incorrect"]),
+                num(cell.group_size),
+                num(cell.correct),
+                num(cell.groups),
+                num(cell.lam_mean),
+                num(cell.quatro_correct),
+                num(cell.quatro_incorrect),
+                num(cell.grpo_correct),
+                num(cell.grpo_incorrect),
             )
         print_table(console, table)
 
@@ -292,16 +293,16 @@ def show_trust_region(document: Mapping[str, Any], console: Console) -> None:
         ["delta", "degenerate", "lambda* mean", "lambda* p50", "mu* mean", "mean |A|",
          "mean A correct", "mean A incorrect"],
     )  # fmt: skip
-    for row in section["sweep"]:
+    for row in section.sweep:
         sweep.add_row(
-            fmt(row["delta"]),
-            f"{fmt(row['degenerate'])} / {fmt(row['groups'])}",
-            fmt(row["lam_mean"]),
-            fmt(row["lam_median"]),
-            fmt(row["mu_mean"]),
-            fmt(row["abs_advantage_mean"]),
-            fmt(row["advantage_correct_mean"]),
-            fmt(row["advantage_incorrect_mean"]),
+            num(row.delta),
+            f"{num(row.degenerate)} / {num(row.groups)}",
+            num(row.lam_mean),
+            num(row.lam_median),
+            num(row.mu_mean),
+            num(row.abs_advantage_mean),
+            num(row.advantage_correct_mean),
+            num(row.advantage_incorrect_mean),
         )
     print_table(console, sweep)
 

@@ -7,16 +7,19 @@ imports the other's module at load time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from ratioscope.report import Report
+
 DASH = "—"
 
-Renderer = Callable[[Mapping[str, Any], Console], None]
-"""A report section printer: takes the report document and a Console, prints its tables."""
+Renderer = Callable[["Report", Console], None]
+"""A report section printer: takes the :class:`Report` and a Console, prints its tables."""
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -49,6 +52,30 @@ def pct(value: Any) -> str:
     ('12.35%', '—')
     """
     return DASH if value is None else f"{100 * value:.2f}%"
+
+
+def known(value: Any) -> Any:
+    """``value``, or None for a non-finite float: the report's JSON stores those as null,
+    so a fresh report and a stored one print alike.
+
+    >>> known(float("nan")), known(float("inf")), known(2.0), known(None)
+    (None, None, 2.0, None)
+    """
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def num(value: Any, digits: int = 4) -> str:
+    """:func:`fmt` of a report value: non-finite floats (null in the JSON) as a dash.
+
+    >>> num(float("nan")), num(0.5)
+    ('—', '0.5')
+    """
+    return fmt(known(value), digits)
+
+
+def share(value: Any) -> str:
+    """:func:`pct` of a report value: non-finite floats (null in the JSON) as a dash."""
+    return pct(known(value))
 
 
 def print_table(console: Console, table: Table) -> None:

@@ -1,13 +1,14 @@
-"""Rich terminal output for ``info`` and ``analyze``.
+"""Rich terminal output for ``info``, ``analyze``, ``merge`` and ``sweep``.
 
-Renderers read the report's JSON document (``Report.to_dict()`` or a report file), so
-a merged or re-loaded report prints exactly like a fresh one.
+Renderers take the typed :class:`~ratioscope.report.Report` (fresh, merged or read with
+``Report.from_dict``) and print a non-finite number, which the JSON stores as null, as a
+dash: a re-loaded report prints exactly like a fresh one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +16,24 @@ from rich.text import Text
 
 from ratioscope.dump_info import DumpInfo, OtherFile
 from ratioscope.render import sections
-from ratioscope.render.tables import DASH, Renderer, fmt, pct, print_table, transposed
+from ratioscope.render.tables import (
+    DASH,
+    Renderer,
+    fmt,
+    known,
+    num,
+    pct,
+    print_table,
+    share,
+    transposed,
+)
+
+if TYPE_CHECKING:
+    from ratioscope.functional.mismatch import MismatchStats
+    from ratioscope.report import Report
+    from ratioscope.sections.mismatch import MismatchSection
+    from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sweep import SweepReport
 
 # The table helpers moved to render.tables; they stay importable from here.
 __all__ = [
@@ -84,10 +102,10 @@ def show_info(infos: Sequence[DumpInfo | OtherFile], console: Console) -> None:
 
 
 # -------------------------------------------------------------------------- analyze
-def show_report(document: Mapping[str, Any], console: Console) -> None:
+def show_report(report: Report, console: Console) -> None:
     """Print the analyze report: inputs, the Table 2 layout, mismatch, other sections."""
     for renderer in report_renderers():
-        renderer(document, console)
+        renderer(report, console)
 
 
 def report_renderers() -> list[Renderer]:
@@ -95,34 +113,34 @@ def report_renderers() -> list[Renderer]:
     return [show_inputs, show_ratios, show_mismatch, *sections.RENDERERS]
 
 
-def show_warnings(document: Mapping[str, Any], console: Console) -> None:
-    for warning in document.get("warnings", []):
+def show_warnings(report: Report | SweepReport | Mapping[str, Any], console: Console) -> None:
+    """The report's warnings, one line each (a JSON document's too: ``sweep`` hands it)."""
+    warnings = report.get("warnings", []) if isinstance(report, Mapping) else report.warnings
+    for warning in warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
 
 
-def show_ratios(document: Mapping[str, Any], console: Console) -> None:
-    ratios = document.get("ratios")
-    if ratios:
-        _ratio_distributions(ratios, console)
-        _ratio_states(ratios, console)
+def show_ratios(report: Report, console: Console) -> None:
+    if report.ratios:
+        _ratio_distributions(report.ratios, console)
+        _ratio_states(report.ratios, console)
 
 
-def show_mismatch(document: Mapping[str, Any], console: Console) -> None:
-    mismatch = document.get("mismatch")
-    if mismatch:
-        _mismatch(mismatch, console)
+def show_mismatch(report: Report, console: Console) -> None:
+    if report.mismatch is not None:
+        _mismatch(report.mismatch, console)
 
 
-def show_inputs(document: Mapping[str, Any], console: Console) -> None:
-    inputs = document.get("inputs", [])
-    sequences = sum(i["sequences"] for i in inputs)
-    tokens = sum(i["tokens"] for i in inputs)
-    layouts = sorted({i["profile"] for i in inputs})
+def show_inputs(report: Report | SweepReport, console: Console) -> None:
+    inputs = report.inputs
+    sequences = sum(i.sequences for i in inputs)
+    tokens = sum(i.tokens for i in inputs)
+    layouts = sorted({i.profile for i in inputs})
     console.print(
         f"[bold]{len(inputs)}[/] file(s), {fmt(sequences)} sequences, {fmt(tokens)} valid "
         f"tokens, layout {', '.join(layouts)}"
     )
-    pairs = list(dict.fromkeys(i.get("ratio_pair", "current/old") for i in inputs))
+    pairs = list(dict.fromkeys(i.ratio_pair for i in inputs))
     console.print("importance ratio z = log " + "; ".join(ratio_label(p) for p in pairs))
 
 
@@ -133,7 +151,7 @@ def ratio_label(pair: str) -> str:
     return RATIO_PAIRS.get(pair, pair)
 
 
-def _ratio_distributions(ratios: Mapping[str, Any], console: Console) -> None:
+def _ratio_distributions(ratios: Mapping[str, VariantStats | None], console: Console) -> None:
     table = Table(
         title="importance ratios: log-ratio z over valid tokens, clip fraction, surrogate loss",
         title_justify="left",
@@ -149,29 +167,29 @@ def _ratio_distributions(ratios: Mapping[str, Any], console: Console) -> None:
         if stats is None:
             table.add_row(variant, *[DASH] * 10)
             continue
-        d = stats["distribution"]
-        q = d["quantiles"]
-        surrogate = stats.get("surrogate") or {}
-        clipped = surrogate.get("clipped") or {}
-        band = stats.get("clip_band")
+        d = stats.distribution
+        q = d.quantiles
+        clipped = stats.surrogate.clipped if stats.surrogate is not None else None
+        band = stats.clip_band
+        largest = max(abs(d.min), abs(d.max)) if known(d.min) is not None else None
         table.add_row(
             variant,
-            fmt(d["mean"]),
-            fmt(d["std"]),
-            fmt(q.get("0.01")),
-            fmt(q.get("0.5")),
-            fmt(q.get("0.99")),
-            fmt(max(abs(d["min"]), abs(d["max"])) if d["min"] is not None else None),
-            f"{fmt(band[0])}, {fmt(band[1])}" if band else DASH,
-            pct(stats.get("clip_fraction")),
-            fmt(clipped.get("token_mean")),
-            fmt(clipped.get("seq_mean_token_mean")),
+            num(d.mean),
+            num(d.std),
+            num(q.get("0.01")),
+            num(q.get("0.5")),
+            num(q.get("0.99")),
+            num(largest),
+            f"{num(band[0])}, {num(band[1])}" if band else DASH,
+            share(stats.clip_fraction),
+            num(None if clipped is None else clipped.token_mean),
+            num(None if clipped is None else clipped.seq_mean_token_mean),
         )
     print_table(console, table)
 
 
-def _ratio_states(ratios: Mapping[str, Any], console: Console) -> None:
-    if not any(s and s.get("proportion") for s in ratios.values()):
+def _ratio_states(ratios: Mapping[str, VariantStats | None], console: Console) -> None:
+    if not any(s is not None and s.proportion for s in ratios.values()):
         return
     state_table(
         list(ratios.items()),
@@ -181,7 +199,7 @@ def _ratio_states(ratios: Mapping[str, Any], console: Console) -> None:
 
 
 def state_table(
-    rows: Sequence[tuple[str, Mapping[str, Any] | None]], title: str, console: Console
+    rows: Sequence[tuple[str, VariantStats | None]], title: str, console: Console
 ) -> None:
     """The KPO Table 2 layout: one row per ratio variant (or per Kalman Q/V)."""
     table = Table(title=title, title_justify="left")
@@ -194,38 +212,52 @@ def state_table(
             column, justify="left" if column == "variant" else "right", overflow="fold"
         )
     for label, stats in rows:
-        if not stats or not stats.get("proportion"):
+        if stats is None or not stats.proportion:
             table.add_row(label, *[DASH] * (len(columns) - 1))
             continue
-        prop, runs = stats["proportion"], stats.get("run_length_mean") or {}
-        variance = stats.get("variance") or {}
+        prop, runs = stats.proportion, stats.run_length_mean or {}
+        variance = stats.variance or {}
         table.add_row(
             label,
-            pct(prop.get("up")),
-            pct(prop.get("down")),
-            pct(prop.get("on")),
-            fmt(runs.get("up")),
-            fmt(runs.get("down")),
-            fmt(runs.get("on")),
-            fmt(stats.get("switch_frequency")),
-            fmt(stats.get("lfr")),
-            fmt(variance.get("global")),
-            fmt(variance.get("window_local")),
-            pct(stats.get("clip_fraction")),
+            share(prop.get("up")),
+            share(prop.get("down")),
+            share(prop.get("on")),
+            num(runs.get("up")),
+            num(runs.get("down")),
+            num(runs.get("on")),
+            num(stats.switch_frequency),
+            num(stats.lfr),
+            num(variance.get("global")),
+            num(variance.get("window_local")),
+            share(stats.clip_fraction),
         )
     print_table(console, table)
 
 
-def show_sweep(document: Mapping[str, Any], console: Console) -> None:
-    """The Q/V sweep: token and sequence rows, then one Kalman row per Q/V."""
-    show_inputs(document, console)
-    sweep = document["sweep"]
-    rows = [("token", sweep["token"]), ("sequence", sweep["sequence"])]
-    rows += [(f"kalman Q/V={key}", stats) for key, stats in sweep["kalman"].items()]
+def show_sweep(sweep: SweepReport | Mapping[str, Any], console: Console) -> None:
+    """The Q/V sweep: token and sequence rows, then one Kalman row per Q/V.
+
+    Takes the :class:`~ratioscope.sweep.SweepReport` or its JSON document (rebuilt).
+    """
+    if isinstance(sweep, Mapping):
+        sweep = _sweep_report(sweep)
+    show_inputs(sweep, console)
+    rows = [("token", sweep.token), ("sequence", sweep.sequence)]
+    rows += [(f"kalman Q/V={key}", stats) for key, stats in sweep.kalman.items()]
     state_table(rows, "Kalman Q/V sweep (KPO Fig. 4 / Table 2)", console)
 
 
-def _mismatch(mismatch: Mapping[str, Any], console: Console) -> None:
+def _sweep_report(document: Mapping[str, Any]) -> SweepReport:
+    from ratioscope.report_io import from_jsonable
+    from ratioscope.sweep import SweepReport
+
+    body = dict(document)
+    body.update(body.pop("sweep"))
+    sweep: SweepReport = from_jsonable(SweepReport, body)
+    return sweep
+
+
+def _mismatch(mismatch: MismatchSection, console: Console) -> None:
     table = Table(
         title="off-policy mismatch (before truncation): KL estimators, chi-square, ESS",
         title_justify="left",
@@ -233,30 +265,30 @@ def _mismatch(mismatch: Mapping[str, Any], console: Console) -> None:
     columns = ("pair", "tokens", "k1", "k2", "k3", "chi2 token", "chi2 seq", "ESS", "r outside")
     for column in columns:
         table.add_column(column, justify="left" if column == "pair" else "right", overflow="fold")
-    pairs = mismatch.get("pairs") or {"policy": "current/old", "rollout": "old/engine"}
+    pairs = mismatch.pairs or {"policy": "current/old", "rollout": "old/engine"}
     defaults = {"policy": "current/old", "rollout": "old/engine"}
     for key in ("policy", "rollout"):
         pair = pairs.get(key) or defaults[key]
         label = f"{key}: " + " + ".join(p.replace("/", " / ") for p in pair.split(" + "))
-        stats = mismatch.get(key)
+        stats: MismatchStats | None = getattr(mismatch, key)
         if stats is None:
             table.add_row(label, *[DASH] * (len(columns) - 1))
             continue
-        chi2_seq = stats["chi2_seq"]
-        if chi2_seq is None and stats.get("log_chi2_seq_plus_1") is not None:
-            chi2_seq_text = f"exp({fmt(stats['log_chi2_seq_plus_1'])})"
+        # chi2_seq overflows float64 on long sequences; its log stays finite
+        if known(stats.chi2_seq) is None and known(stats.log_chi2_seq_plus_1) is not None:
+            chi2_seq_text = f"exp({num(stats.log_chi2_seq_plus_1)})"
         else:
-            chi2_seq_text = fmt(chi2_seq)
-        c = stats["is_threshold"]
+            chi2_seq_text = num(stats.chi2_seq)
+        c = stats.is_threshold
         table.add_row(
             label,
-            fmt(stats["tokens"]),
-            fmt(stats["k1"]),
-            fmt(stats["k2"]),
-            fmt(stats["k3"]),
-            fmt(stats["chi2_token"]),
+            num(stats.tokens),
+            num(stats.k1),
+            num(stats.k2),
+            num(stats.k3),
+            num(stats.chi2_token),
             chi2_seq_text,
-            fmt(stats["ess"]),
-            f"{pct(stats['frac_outside'])} of [1/{fmt(c)}, {fmt(c)}]",
+            num(stats.ess),
+            f"{share(stats.frac_outside)} of [1/{num(c)}, {num(c)}]",
         )
     print_table(console, table)

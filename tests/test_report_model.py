@@ -1,0 +1,334 @@
+"""The typed report end to end: Report.from_dict, schema versions 1 and 2, typed renderers.
+
+``tests/data/report_schema1*.json`` were written by schema 1 (analyze of
+sample_data/verl/step_0032.pt and step_0024.pt); they must keep loading, plotting,
+merging and passing ``check`` from the command line.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import ratioscope
+from ratioscope.cli import app
+from ratioscope.errors import ReportError
+from ratioscope.report import SECTION_KEYS, Report
+from ratioscope.report_io import (
+    READABLE_SCHEMA_VERSIONS,
+    SCHEMA_VERSION,
+    JSONShapeError,
+    from_jsonable,
+    to_jsonable,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+SCHEMA1 = DATA / "report_schema1.json"  # step_0032
+SCHEMA1_STEP24 = DATA / "report_schema1_step24.json"
+VERL = ROOT / "sample_data" / "verl"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def fresh() -> Report:
+    """A schema-2 report of the two steps the schema-1 reports cover, analysed together."""
+    return ratioscope.analyze([VERL / "step_0024.pt", VERL / "step_0032.pt"])
+
+
+# ------------------------------------------------------------------------- from_dict
+def test_round_trip_is_exact_on_a_fresh_report(fresh):
+    document = fresh.to_dict()
+    again = Report.from_dict(document)
+    assert again.to_dict() == document
+    assert json.dumps(again.to_dict()) == json.dumps(document)  # key order too
+    from ratioscope.sections.mismatch import MismatchSection
+    from ratioscope.sections.ratios import Distribution, VariantStats
+
+    assert isinstance(again.ratios["kalman"], VariantStats)
+    assert isinstance(again.ratios["token"].distribution, Distribution)
+    assert isinstance(again.mismatch, MismatchSection)
+    assert again.ratios["token"].clip_band == fresh.ratios["token"].clip_band  # a tuple again
+    assert isinstance(again.ratios["token"].clip_band, tuple)
+    assert again.inputs == fresh.inputs
+
+
+def test_round_trip_with_every_section_none():
+    report = ratioscope.analyze(VERL / "step_0024.pt", sections=["mismatch"])
+    report.mismatch = None
+    document = report.to_dict()
+    assert all(document[key] is None for key in SECTION_KEYS)
+    again = Report.from_dict(document)
+    assert all(getattr(again, key) is None for key in SECTION_KEYS)
+    assert again.to_dict() == document
+
+
+@pytest.mark.parametrize("path", [SCHEMA1, SCHEMA1_STEP24])
+def test_schema1_reports_load_typed_and_write_back_unchanged_but_the_version(path):
+    document = json.loads(path.read_text())
+    assert document["schema_version"] == 1
+    report = Report.read_json(path)
+    assert report.schema_version == SCHEMA_VERSION == 2
+    assert report.ratios is not None and report.trust_region is not None
+    written = report.to_dict()
+    assert written.pop("schema_version") == 2
+    document.pop("schema_version")
+    # fields added since schema 1 take their defaults; everything else is as stored
+    for stats in written["ratios"].values():
+        for key in set(stats) - set(document["ratios"]["token"]):
+            assert stats.pop(key) is None
+    assert written == document
+
+
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [(3, "written by a newer ratioscope"), (99, "schema version 99"), ("2", "version 2")],
+)
+def test_from_dict_refuses_a_newer_or_odd_version_naming_the_file(version, words):
+    document = json.loads(SCHEMA1.read_text())
+    document["schema_version"] = version
+    with pytest.raises(ReportError, match=words) as error:
+        Report.from_dict(document, source="new.json")
+    message = str(error.value)
+    assert message.startswith("new.json: ") and message.count(". ") == 0
+
+
+def test_from_dict_refuses_a_missing_version_and_a_foreign_layout():
+    document = json.loads(SCHEMA1.read_text())
+    del document["schema_version"]
+    with pytest.raises(ReportError, match="no 'schema_version' key"):
+        Report.from_dict(document, source="old.json")
+    eval_like = {"schema_version": 1, "inputs": [], "by_method": {}}
+    with pytest.raises(ReportError, match=r"not an analyze report \(unknown key 'by_method'"):
+        Report.from_dict(eval_like, source="e.json")
+    broken = json.loads(SCHEMA1.read_text())
+    broken["ratios"]["token"]["clip_band"] = "wide"
+    with pytest.raises(ReportError, match=r"ratios\.token\.clip_band: expected a list"):
+        Report.from_dict(broken, source="b.json")
+    assert READABLE_SCHEMA_VERSIONS == (1, 2)
+
+
+def test_read_json_of_a_newer_file_is_one_sentence_naming_it(tmp_path):
+    path = tmp_path / "future.json"
+    document = json.loads(SCHEMA1.read_text())
+    document["schema_version"] = 3
+    path.write_text(json.dumps(document))
+    with pytest.raises(ReportError) as error:
+        Report.read_json(path)
+    assert str(error.value).startswith(f"{path}: report schema version 3")
+
+
+# ---------------------------------------------------------------------- from_jsonable
+def test_from_jsonable_reverses_to_jsonable_on_the_awkward_values():
+    from ratioscope.functional.fpa import BelowThreshold, ByCorrectness
+    from ratioscope.sections.ratios import Distribution
+
+    nan_distribution = Distribution(
+        count=0, mean=math.nan, std=0.0, min=math.inf, max=-math.inf, quantiles={"0.5": math.nan}
+    )
+    rebuilt = from_jsonable(Distribution, to_jsonable(nan_distribution))
+    assert math.isnan(rebuilt.mean) and math.isnan(rebuilt.min)  # null: NaN (inf is lost)
+    assert to_jsonable(rebuilt) == to_jsonable(nan_distribution)
+    generic = ByCorrectness(all=BelowThreshold(1, 2, 0.5), correct=None, incorrect=None)
+    hint = ByCorrectness[BelowThreshold | None]
+    assert from_jsonable(hint, to_jsonable(generic)) == generic
+    assert from_jsonable(tuple[float, ...], [1, 2.5]) == (1, 2.5)
+    assert from_jsonable(dict[int, list[float | None]], {"3": [None, 1.0]}) == {3: [None, 1.0]}
+    assert from_jsonable(float | None, None) is None
+    with pytest.raises(JSONShapeError, match=r"\$\.count: expected int, found str"):
+        from_jsonable(BelowThreshold, {"count": "1", "total": 2, "fraction": 0.5})
+    with pytest.raises(JSONShapeError, match="unknown key 'extra'"):
+        from_jsonable(BelowThreshold, {"count": 1, "total": 2, "fraction": 0.5, "extra": 1})
+    with pytest.raises(JSONShapeError, match="no 'total'"):
+        from_jsonable(BelowThreshold, {"count": 1, "fraction": 0.5})
+
+
+def test_a_field_missing_from_an_older_report_takes_its_default():
+    from ratioscope.sections.ratios import VariantStats
+
+    document = json.loads(SCHEMA1.read_text())
+    token = document["ratios"]["token"]
+    for key in ("lfr_excluded", "spectrum"):
+        del token[key]
+    stats = Report.from_dict(document).ratios["token"]
+    defaults = VariantStats(**{k: getattr(stats, k) for k in ("distribution", "clip_band",
+                            "clip_fraction", "surrogate")})  # fmt: skip
+    assert stats.lfr_excluded is defaults.lfr_excluded is None
+    assert stats.spectrum is defaults.spectrum is None
+
+
+# -------------------------------------------------------------------- the renderers
+def _printed(report: Report) -> str:
+    from ratioscope.render.terminal import show_report
+
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    show_report(report, console)
+    return console.file.getvalue()
+
+
+def test_a_fresh_report_and_its_reloaded_copy_print_alike(fresh):
+    text = _printed(fresh)
+    assert "off-policy mismatch" in text and "QUATRO" in text
+    assert _printed(Report.from_dict(fresh.to_dict())) == text
+
+
+# ----------------------------------------------------------- schema 1 from the CLI
+@pytest.mark.parametrize("kind", ["spectrum", "windows", "runlengths", "covariance"])
+def test_schema1_reports_plot_alone_and_together(tmp_path, kind):
+    for name, paths in {"one": [SCHEMA1], "two": [SCHEMA1, SCHEMA1_STEP24]}.items():
+        out = tmp_path / f"{kind}-{name}.png"
+        result = runner.invoke(app, ["plot", kind, *map(str, paths), "--out", str(out), "-q"])
+        assert result.exit_code == 0, result.stderr
+        assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+def _close(a, b, where=""):
+    if isinstance(a, dict):
+        for key in a.keys() & b.keys():
+            _close(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{where}.{i}")
+    elif isinstance(a, float) and isinstance(b, (int, float)):
+        assert b == pytest.approx(a, rel=1e-6, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path, fresh):
+    out = tmp_path / "merged.json"
+    result = runner.invoke(
+        app, ["merge", str(SCHEMA1_STEP24), str(SCHEMA1), "--out", str(out), "-q"]
+    )
+    assert result.exit_code == 0, result.stderr
+    merged = json.loads(out.read_text())
+    assert merged["schema_version"] == 2
+    expected = fresh.to_dict()
+    names = [Path(i["path"]).name for i in merged["inputs"]]
+    assert names == [Path(i["path"]).name for i in expected["inputs"]]
+    for key in SECTION_KEYS:
+        assert (merged[key] is None) == (expected[key] is None), key
+        _close(expected[key], merged[key], key)
+    assert merged["ratios"]["token"]["distribution"]["count"] == sum(
+        info["tokens"] for info in merged["inputs"]
+    )
+    # the merged file is itself a schema-2 report that reads back exactly
+    assert Report.read_json(out).to_dict() == merged
+
+
+def test_a_schema1_and_a_schema2_report_merge(tmp_path):
+    new = tmp_path / "step24.json"
+    assert runner.invoke(
+        app, ["analyze", str(VERL / "step_0024.pt"), "--json", str(new), "-q"]
+    ).exit_code == 0  # fmt: skip
+    out = tmp_path / "m.json"
+    result = runner.invoke(app, ["merge", str(new), str(SCHEMA1), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
+
+
+RULES = """
+[[rule]]
+path = "ratios.kalman.switch_frequency"
+max_increase = 1.0
+
+[[rule]]
+path = "mismatch.policy.chi2_token"
+max_increase_pct = 1000
+min = 0
+
+[[rule]]
+path = "ratios.token.distribution.quantiles.0.99"
+max = 1.0
+"""
+
+
+def test_check_compares_schema1_reports_with_each_other_and_with_schema2(tmp_path, fresh):
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES)
+    new = tmp_path / "new.json"
+    fresh.write_json(new)
+    pairs = [(SCHEMA1, SCHEMA1_STEP24), (SCHEMA1_STEP24, SCHEMA1), (new, SCHEMA1), (SCHEMA1, new)]
+    for report, baseline in pairs:
+        args = ["check", str(report), "--rules", str(rules), "--baseline", str(baseline)]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (report.name, baseline.name, result.output)
+        assert "PASS: all 3 rules hold" in result.stdout
+
+
+def test_check_takes_a_typed_report(fresh):
+    from ratioscope.check import evaluate, parse_rules
+
+    rules = parse_rules(RULES, "rules.toml")
+    typed = evaluate(fresh, rules, fresh)
+    plain = evaluate(fresh.to_dict(), rules, fresh.to_dict())
+    assert typed == plain and typed.passed
+
+
+# ------------------------------------------------------------------- module layout
+def _module_imports(path: Path) -> set[str]:
+    """Modules of the package imported at module level (TYPE_CHECKING blocks left out)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for inner in [node, *(node.body if isinstance(node, ast.Try) else [])]:
+            if isinstance(inner, ast.ImportFrom) and inner.module and inner.level == 0:
+                for alias in inner.names:
+                    found.add(f"{inner.module}.{alias.name}")
+                found.add(inner.module)
+            elif isinstance(inner, ast.Import):
+                found.update(alias.name for alias in inner.names)
+    return {name for name in found if name.startswith("ratioscope")}
+
+
+def test_the_package_has_no_import_cycle_at_module_level():
+    package = ROOT / "ratioscope"
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph = {
+        name: _module_imports(path) & modules.keys() - {name} for name, path in modules.items()
+    }
+    for name in graph:  # a submodule imports its package first: not an edge back
+        graph[name] -= {p for p in graph[name] if name.startswith(p + ".")}
+    visiting, done = set(), set()
+
+    def visit(name, trail):
+        if name in done:
+            return
+        assert name not in visiting, " -> ".join([*trail, name])
+        visiting.add(name)
+        for other in sorted(graph[name]):
+            visit(other, [*trail, name])
+        visiting.discard(name)
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_report_modules_leave_the_json_suffix_to_io_paths():
+    own = [ROOT / "ratioscope" / name for name in ("report.py", "report_io.py", "analysis.py",
+           "check.py")]  # fmt: skip
+    own += sorted((ROOT / "ratioscope" / "render").glob("*.py"))
+    commands = ("analyze", "plot", "plot_ratios", "plot_objectives", "merge", "check", "_common")
+    own += [ROOT / "ratioscope" / "cli" / f"{name}.py" for name in commands]
+    for path in own:
+        code = "\n".join(
+            line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")
+        )
+        assert 'suffix.lower() == ".json"' not in code and '".json")' not in code, path
+        assert 'endswith(".json")' not in code, path
