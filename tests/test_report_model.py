@@ -62,6 +62,18 @@ def test_round_trip_is_exact_on_a_fresh_report(fresh):
     assert again.inputs == fresh.inputs
 
 
+def test_round_trip_keeps_the_kalman_closed_form_deviation():
+    report = ratioscope.analyze(VERL / "step_0024.pt", kalman_impl="reference")
+    document = json.loads(json.dumps(report.to_dict()))
+    assert document["ratios"]["kalman"]["closed_form_deviation"] is not None
+    again = Report.from_dict(document)
+    assert (
+        again.ratios["kalman"].closed_form_deviation
+        == report.ratios["kalman"].closed_form_deviation
+    )
+    assert again.to_dict() == document
+
+
 def test_round_trip_with_every_section_none():
     report = ratioscope.analyze(VERL / "step_0024.pt", sections=["mismatch"])
     report.mismatch = None
