@@ -19,6 +19,7 @@ from ratioscope.evaluation.evaluate import (
 )
 from ratioscope.evaluation.model import (
     DIVERSITY_METRICS,
+    EVAL_SCHEMA_VERSION,
     NO_DATASET,
     ClusterSummary,
     DiversitySummary,
@@ -55,6 +56,7 @@ _FIGURE_NAMES = (
 
 __all__ = [
     "DIVERSITY_METRICS",
+    "EVAL_SCHEMA_VERSION",
     "NO_DATASET",
     "ClusterSummary",
     "DiversitySummary",

@@ -18,6 +18,7 @@ import numpy as np
 from ratioscope.errors import ParameterError, SampleError, UsageError
 from ratioscope.evaluation.model import (
     DIVERSITY_METRICS,
+    EVAL_SCHEMA_VERSION,
     NO_DATASET,
     ClusterSummary,
     DiversitySummary,
@@ -203,7 +204,7 @@ def _evaluate(
     options: _ClusterOptions | None,
     progress: ProgressCallback | None,
 ) -> EvalReport:
-    from ratioscope.report_io import SCHEMA_VERSION, tool_info
+    from ratioscope.report_io import tool_info
 
     if params.base_method is not None:
         _check_base(sample_set, params.base_method)  # before the long part, not after
@@ -220,7 +221,7 @@ def _evaluate(
         flip = _flip_report(sample_set, params.base_method, ks, warnings)
     rows = [row for v in values.values() for row in _problem_rows(v, ks)]
     return EvalReport(
-        schema_version=SCHEMA_VERSION,
+        schema_version=EVAL_SCHEMA_VERSION,
         tool=tool_info(),
         inputs=list(sample_set.files),
         params=params,

@@ -14,6 +14,10 @@ from ratioscope.io.samples import SampleFile
 if TYPE_CHECKING:
     import polars as pl
 
+#: ``schema_version`` of the eval report: its own, as its layout changes apart from the
+#: analyze report's (``report_io.SCHEMA_VERSION``); ``read_json_report`` reads both
+EVAL_SCHEMA_VERSION = 1
+
 NO_DATASET = "(none)"
 """``by_dataset`` key of problems without a dataset when other problems have one.
 
