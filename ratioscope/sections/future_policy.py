@@ -1,15 +1,15 @@
 """The ``future_policy`` section: FPA's extrapolated policy and its sequence weights (DESIGN 3.5).
 
-For every lambda of the sweep (plus ``--fpa-lambda`` and 0, the current policy) the
+For every lambda of the sweep (plus ``fpa_lambda`` and 0, the current policy) the
 sequence weight ``pi_hat^(1/|y|) = exp(mean_t log pi_hat_t)`` of every sequence, its
 ratio to the current policy's weight, and how many weights fall below
-``--fpa-threshold``, split by correctness; and ``log pi_theta - log pi_ref`` per sequence
+``fpa_threshold``, split by correctness; and ``log pi_theta - log pi_ref`` per sequence
 by correctness (FPA Fig. 2-3).
 
 ``method: "exact"`` when the dump has ``logits``, ``ref_logits`` and ``token_ids``:
 ``log pi_hat = log_softmax((1 + lam) h_theta - lam h_ref)[y_t]``, the current and the
 reference log-probs read from the same logits. The logits are read one slice of a row
-at a time (about 16M logits), on ``--device``, and the pages of memory-mapped logits
+at a time (about 16M logits), on ``device``, and the pages of memory-mapped logits
 (safetensors) are handed back to the kernel once read, so resident memory stays bounded
 whatever the size of the dump. Otherwise ``method: "approximation"``: the unnormalised
 ``(1 + lam) log pi_theta - lam log pi_ref`` from the dumped log-probs, an upper bound

@@ -1,7 +1,7 @@
 """The ``tepo`` section: TEPO's sequence-likelihood weights and token KL-mask (DESIGN 3.6).
 
 ``w_i = exp(mean_t z_it)`` per sequence (the geometric mean of the token ratios), how
-many tokens its clip band ``--seq-clip`` zeroes, TEPO's policy objective under the
+many tokens its clip band ``seq_clip`` zeroes, TEPO's policy objective under the
 token-mean and the seq-mean-token-mean aggregations (needs ``advantages``), and the
 shares of valid tokens in the four quadrants of advantage sign x entropy change
 ``dH = entropy - old_entropy`` (needs ``advantages``, ``entropy`` and ``old_entropy``);

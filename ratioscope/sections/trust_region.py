@@ -1,7 +1,7 @@
 """The ``trust_region`` section: QUATRO's per-query duals and advantages (DESIGN 3.7).
 
 For every group (prompt) of a file, :func:`~ratioscope.functional.quatro.quatro_delta_sweep`
-solves lambda* and mu* for ``--delta`` and every radius of ``--delta-sweep`` at once
+solves lambda* and mu* for ``delta`` and every radius of ``deltas`` at once
 (all groups vectorised, float64, log-sum-exp); degenerate groups (no interior optimum:
 all rewards equal, or ``delta >= log(N/m)``) are counted and get advantage 0. Beside it
 the GRPO advantage ``(R - mean R) / (std R + 1e-6)`` (population std). Groups are the
