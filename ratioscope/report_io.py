@@ -222,22 +222,9 @@ def _dataclass(cls: type, value: Any, where: str, bound: dict[Any, Any]) -> Any:
     return cls(**values)
 
 
-#: fields whose annotation does not describe what they hold, read by these types instead:
-#: VariantStats.spectrum is annotated dict[str, list[float]] but also holds the int
-#: 'sequences' (drop the entry once sections/ratios.py annotates it exactly)
-_HINT_CORRECTIONS: dict[tuple[str, str], Any] = {
-    ("ratioscope.sections.ratios.VariantStats", "spectrum"): dict[str, Any] | None,
-}
-
-
 @cache
 def _hints(cls: type) -> dict[str, Any]:
-    hints = get_type_hints(cls)
-    for name in hints:
-        corrected = _HINT_CORRECTIONS.get((f"{cls.__module__}.{cls.__qualname__}", name))
-        if corrected is not None:
-            hints[name] = corrected
-    return hints
+    return get_type_hints(cls)
 
 
 def _mapping(args: tuple[Any, ...], value: Any, where: str, bound: dict[Any, Any]) -> Any:

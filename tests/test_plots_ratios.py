@@ -205,8 +205,8 @@ def test_windows_fade_rarely_reached_windows_and_use_integer_ticks(tmp_path, cap
 def test_trace_zoom_shows_the_band_and_the_smooth_signals(tmp_path, captured):
     import math
 
+    from ratioscope.figures.ratios import RatioTrace
     from ratioscope.render.ratio_plots import plot_trace
-    from ratioscope.sections.ratios import RatioTrace
 
     token = [0.0, -0.1, 0.002, 0.3, 0.0]
     kalman = [0.0, -2e-5, -1e-5, 5e-5, 4e-5]

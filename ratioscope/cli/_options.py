@@ -199,6 +199,8 @@ PARAMETER_OPTIONS = {
     "fpa_threshold": "--fpa-threshold",
     "delta": "--delta",
     "deltas": "--delta-sweep",
+    # plot ratios
+    "sequence": "--sequence",
     # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
     "ks": "--k",
     "k": "--k",

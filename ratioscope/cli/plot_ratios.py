@@ -118,10 +118,10 @@ def ratios(
     from ratioscope.cli._common import announce_written, check_output_paths
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.errors import UsageError
+    from ratioscope.figures.ratios import ratio_trace
     from ratioscope.io.paths import is_report_path
     from ratioscope.render.figures import check_figure_path
     from ratioscope.render.ratio_plots import plot_trace
-    from ratioscope.sections.ratios import ratio_trace
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])

@@ -5,4 +5,5 @@ objects), computed from reports or inputs through the library, so that a figure 
 the report it comes from can never disagree.
 
 - :mod:`ratioscope.figures.evaluation`: Pass@k / UCC@k curves and similarity panels.
+- :mod:`ratioscope.figures.ratios`: one sequence's raw, sequence and Kalman log-ratios.
 """

@@ -16,8 +16,9 @@ from ratioscope.render.figures import pyplot, save_figure
 from ratioscope.render.tables import known
 
 if TYPE_CHECKING:
+    from ratioscope.figures.ratios import RatioTrace
     from ratioscope.report import Report
-    from ratioscope.sections.ratios import RatioTrace, VariantStats
+    from ratioscope.sections.ratios import VariantStats
 
 COLORS = {"token": "tab:blue", "sequence": "tab:purple", "kalman": "tab:red"}
 LABELS = {
@@ -83,13 +84,13 @@ def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
     drawn = 0
     for variant, stats in ratios.items():
         spectrum = None if stats is None else stats.spectrum
-        if stats is None or not spectrum or not spectrum.get("power"):
+        if stats is None or spectrum is None or not spectrum.power:
             continue
-        power = [p if p and p > 0 else math.nan for p in spectrum["power"]]
+        power = [p if p and p > 0 else math.nan for p in spectrum.power]
         lfr = known(stats.lfr)
         name = LABELS.get(variant, variant)
         label = f"{name}: LFR {lfr:.3f}" if lfr is not None else name
-        axes.plot(spectrum["frequency"], power, color=COLORS.get(variant), label=label, lw=1.8)
+        axes.plot(spectrum.frequency, power, color=COLORS.get(variant), label=label, lw=1.8)
         drawn += 1
     cutoff = params.get("lfr_cutoff", 0.1) * 0.5
     axes.axvspan(0, cutoff, color="0.85", zorder=0,

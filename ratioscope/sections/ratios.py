@@ -81,6 +81,18 @@ class Surrogate:
 
 
 @dataclass(frozen=True)
+class Spectrum:
+    """Mean periodogram of a variant's signal (KPO's LFR is read from it)."""
+
+    #: bin centres in cycles per token, (0, 0.5)
+    frequency: list[float]
+    #: mean power per bin over the sequences with energy
+    power: list[float]
+    #: sequences averaged
+    sequences: int
+
+
+@dataclass(frozen=True)
 class VariantStats:
     """One row of the Table 2 layout; KPO fields are None until computed."""
 
@@ -96,7 +108,7 @@ class VariantStats:
     lfr_excluded: int | None = None
     variance: dict[str, float] | None = None
     window_frequency: dict[str, list[float]] | None = None
-    spectrum: dict[str, list[float]] | None = None
+    spectrum: Spectrum | None = None
     #: the kalman row with kalman_impl='reference': where the authors' closed form leaves
     #: the exact filter on these data (None on the other rows and with the exact filter)
     closed_form_deviation: ClosedFormDeviation | None = None
@@ -176,7 +188,7 @@ class _StateSums(Record):
         spectrum = None
         if self.spectrum_count:
             power = (self.spectrum_sum.values / self.spectrum_count).tolist()
-            spectrum = {"frequency": frequencies, "power": power, "sequences": self.spectrum_count}
+            spectrum = Spectrum(frequency=frequencies, power=power, sequences=self.spectrum_count)
         return {
             "proportion": {name: self.state_tokens[j] / total for j, name in _REPORT_ORDER},
             "run_length_mean": {
@@ -398,50 +410,3 @@ class RatiosAccumulator(Accumulator):
 
 def _frequency_grid() -> list[float]:
     return frequency_grid().tolist()
-
-
-@dataclass(frozen=True)
-class RatioTrace:
-    """One sequence's three ratio signals over its valid tokens (for ``plot ratios``)."""
-
-    source: str
-    row: int
-    token: list[float]
-    sequence: list[float]
-    kalman: list[float]
-    on_band: tuple[float, float]
-    qv: float
-    ratio_pair: str = "current/old"
-
-
-def ratio_trace(
-    paths: Any, index: int, params: AnalysisParams | None = None, load_options: Any = None
-) -> RatioTrace:
-    """The log-ratio, its sequence mean and its Kalman filter for sequence ``index``
-    (counted over all files in order).
-
-    Raises:
-        UsageError: ``index`` is past the last sequence.
-    """
-    from ratioscope.errors import UsageError
-    from ratioscope.io.loaders import LoadOptions, expand_paths, load_file
-
-    params = params or AnalysisParams()
-    seen = 0
-    for path in expand_paths(list(paths)):
-        batch = load_file(path, load_options or LoadOptions())
-        if index < seen + batch.num_sequences:
-            row = index - seen
-            ctx = Context(batch.select_rows(row, row + 1), params)
-            valid = ctx.mask[0]  # holes inside the sequence (masked turns) are left out
-            signals = {v: ctx.signal(v)[0][valid].double().tolist() for v in VARIANTS}
-            return RatioTrace(
-                source=str(path),
-                row=row,
-                on_band=params.on_band,
-                qv=params.kalman_q / params.kalman_v,
-                ratio_pair=batch.ratio_pair,
-                **signals,
-            )
-        seen += batch.num_sequences
-    raise UsageError(f"--sequence {index} is out of range: the input has {seen} sequences")
