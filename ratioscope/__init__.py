@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ratioscope._version import __version__
 
 _LAZY = {
     "load": ("ratioscope.io.loaders", "load"),

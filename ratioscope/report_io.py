@@ -32,7 +32,7 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 
 def tool_info() -> dict[str, Any]:
     """The ``tool`` block: name, version and creation time (the only timestamp)."""
-    from ratioscope import __version__
+    from ratioscope._version import __version__
 
     created = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
     return {"name": "ratioscope", "version": __version__, "created": created}

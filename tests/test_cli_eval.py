@@ -561,16 +561,14 @@ def test_curve_legend_covers_no_point(monkeypatch, tmp_path):
             assert not any(box.contains(x, y) for x, y in points), line.get_label()
 
 
-def test_the_evaluation_package_still_exports_every_name_it_did_before_its_split():
+def test_the_evaluation_package_exports_the_names_of_its_modules():
     import ratioscope.evaluation as evaluation
     from ratioscope.evaluation import evaluate, model
-    from ratioscope.figures import evaluation as figures
 
-    homes = {"model": model, "evaluate": evaluate, "figures": figures}
+    homes = {"model": model, "evaluate": evaluate}
     moved = {
         "model": ["EvalReport", "EvalParams", "MetricBlock", "MethodResult", "ProblemRow"],
         "evaluate": ["evaluate_passk", "evaluate_ucc", "resolve_ks", "check_clustering_options"],
-        "figures": ["metric_curves", "MetricCurves", "similarity_panels", "SimilarityPanel"],
     }
     for home, names in moved.items():
         for name in names:

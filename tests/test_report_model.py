@@ -287,24 +287,31 @@ def test_check_takes_a_typed_report(fresh):
 
 
 # ------------------------------------------------------------------- module layout
-def _module_imports(path: Path) -> set[str]:
-    """Modules of the package imported at module level (TYPE_CHECKING blocks left out)."""
+def _module_imports(path: Path, modules: set[str]) -> set[str]:
+    """Modules of the package that ``path`` imports anywhere, inside functions too
+    (TYPE_CHECKING blocks left out): a lazy import is still a dependency."""
     tree = ast.parse(path.read_text())
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
     found = set()
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+    for node in ast.walk(tree):
+        if id(node) in skipped:
             continue
-        for inner in [node, *(node.body if isinstance(node, ast.Try) else [])]:
-            if isinstance(inner, ast.ImportFrom) and inner.module and inner.level == 0:
-                for alias in inner.names:
-                    found.add(f"{inner.module}.{alias.name}")
-                found.add(inner.module)
-            elif isinstance(inner, ast.Import):
-                found.update(alias.name for alias in inner.names)
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                # `from package import module` depends on the module, not on the package
+                found.add(submodule if submodule in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
     return {name for name in found if name.startswith("ratioscope")}
 
 
-def test_the_package_has_no_import_cycle_at_module_level():
+def test_the_package_has_no_import_cycle():
     package = ROOT / "ratioscope"
     modules = {}
     for path in package.rglob("*.py"):
@@ -312,7 +319,8 @@ def test_the_package_has_no_import_cycle_at_module_level():
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         modules[name] = path
     graph = {
-        name: _module_imports(path) & modules.keys() - {name} for name, path in modules.items()
+        name: _module_imports(path, set(modules)) & modules.keys() - {name}
+        for name, path in modules.items()
     }
     for name in graph:  # a submodule imports its package first: not an edge back
         graph[name] -= {p for p in graph[name] if name.startswith(p + ".")}

@@ -2,13 +2,11 @@
 
 Split by role: ``model`` holds the report (:class:`EvalReport` and its parts, JSON and
 Parquet), ``evaluate`` the orchestration (:func:`evaluate_passk`, :func:`evaluate_ucc`).
-The data of the evaluation figures lives in :mod:`ratioscope.figures.evaluation`; its
-names are also importable from here, as they were before the split.
+The data of the evaluation figures lives in :mod:`ratioscope.figures.evaluation`,
+which sits above this package and imports it.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from ratioscope.evaluation.evaluate import (
     check_clustering_options,
@@ -35,25 +33,6 @@ from ratioscope.evaluation.model import (
     ProblemRow,
 )
 
-if TYPE_CHECKING:
-    from ratioscope.figures.evaluation import (
-        MetricCurves,
-        SimilarityPanel,
-        curves_from_report,
-        metric_curves,
-        similarity_panels,
-    )
-
-#: figure data, moved to ratioscope.figures.evaluation; loaded on first use because
-#: that module imports this package (figures sit above the evaluation, not beside it)
-_FIGURE_NAMES = (
-    "MetricCurves",
-    "SimilarityPanel",
-    "curves_from_report",
-    "metric_curves",
-    "similarity_panels",
-)
-
 __all__ = [
     "DIVERSITY_METRICS",
     "EVAL_SCHEMA_VERSION",
@@ -67,25 +46,12 @@ __all__ = [
     "FlipReport",
     "MethodResult",
     "MetricBlock",
-    "MetricCurves",
     "Pass1SE",
     "ProblemClusters",
     "ProblemRow",
-    "SimilarityPanel",
     "check_clustering_options",
-    "curves_from_report",
     "default_ks",
     "evaluate_passk",
     "evaluate_ucc",
-    "metric_curves",
     "resolve_ks",
-    "similarity_panels",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FIGURE_NAMES:
-        from ratioscope.figures import evaluation as figures
-
-        return getattr(figures, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ratioscope.io.frameworks.common import prompt_label
-from ratioscope.io.readers import RawDump
+from ratioscope.io.raw import RawDump
 
 #: fields that identify the layout
 SIGNATURE = ("token_loss_mask", "prev_logprobs", "generation_logprobs")

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.io.frameworks.common import prompt_label
-from ratioscope.io.readers import RawDump
+from ratioscope.io.raw import RawDump
 
 #: derived column: one label per sample, equal for samples with the same prompt tokens
 PROMPT_GROUP = "prompt_prefix_group"

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ratioscope.errors import CorruptFileError, InputError, UnsafePickleError
-from ratioscope.io.readers import RawDump
+from ratioscope.io.raw import RawDump
 from ratioscope.io.safe_pickle import AllowList, load_allowed
 
 _MODULE = "skyrl.backends.skyrl_train.training_batch"

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import InputError, SkippedFileError
-from ratioscope.io.readers import RawDump
+from ratioscope.io.raw import RawDump
 
 #: derived columns
 RAW_REWARDS = "raw_rewards"
