@@ -473,7 +473,7 @@ class _Builder:
                     raise InputError(
                         self.source,
                         f"'{self.name('rewards')}' has {count} non-finite value(s), the first "
-                        f"at row {first_row}; fix the dump or pass --nonfinite mask",
+                        f"at row {first_row}; fix the dump or set `nonfinite` to 'mask'",
                     )
                 mask = mask & ~bad_rows[:, None]
                 self.warnings.append(

@@ -9,7 +9,8 @@ so a user can fix the input without reading a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -19,6 +20,23 @@ def _fmt_keys(keys: Iterable[str], limit: int = 20) -> str:
         return "none"
     shown = ", ".join(keys[:limit])
     return shown if len(keys) <= limit else f"{shown}, ... ({len(keys)} in all)"
+
+
+#: how a library message mentions a parameter that a command-line option sets:
+#: in backquotes, as Python spells it (`fields.correct`)
+_MENTION = re.compile(r"`([A-Za-z_][\w.]*)`")
+
+
+def naming_options(message: str, options: Mapping[str, str]) -> str:
+    """``message`` with every parameter it mentions in backquotes called by its option.
+
+    A library message says what to set as Python spells it; the command line, at its one
+    error boundary, says which option sets it. Mentions of unknown names stay as written.
+
+    >>> naming_options("name it with `fields.method`", {"fields.method": "--method-field"})
+    'name it with --method-field'
+    """
+    return _MENTION.sub(lambda match: options.get(match.group(1), match.group(0)), message)
 
 
 class RatioscopeError(Exception):
@@ -63,14 +81,25 @@ class ParameterError(UsageError, ValueError):
     ('window must be at least 2, got 1.', '--window must be at least 2, got 1.')
     """
 
-    def __init__(self, parameter: str, problem: str, *, subject: str | None = None) -> None:
+    def __init__(
+        self,
+        parameter: str,
+        problem: str,
+        *,
+        subject: str | None = None,
+        path: str | Path | None = None,
+    ) -> None:
         self.parameter = parameter
         self.problem = problem.rstrip(".")
-        super().__init__(f"{subject or parameter} {self.problem}")
+        self.path = path  # the file the value does not fit, when it is about one
+        super().__init__(f"{self._prefix()}{subject or parameter} {self.problem}")
+
+    def _prefix(self) -> str:
+        return "" if self.path is None else f"{self.path}: "
 
     def naming(self, name: str) -> str:
         """The message with the parameter called ``name`` (the option that sets it)."""
-        return f"{name} {self.problem}."
+        return f"{self._prefix()}{name} {self.problem}."
 
 
 class UnreadablePathError(InputError):
@@ -91,7 +120,7 @@ class UnsafePickleError(InputError):
     def __init__(self, path: str | Path | None, detail: str = "") -> None:
         why = (
             "refusing to unpickle it because a pickle can run arbitrary code; "
-            "convert it to .pt/.safetensors/.npz, or pass --unsafe-pickle if you trust it"
+            "convert it to .pt/.safetensors/.npz, or allow it with `unsafe_pickle` if you trust it"
         )
         super().__init__(path, f"{detail}; {why}" if detail else why)
 
@@ -161,7 +190,7 @@ class NonFiniteError(InputError):
         super().__init__(
             path,
             f"'{key}' has {count} non-finite value(s) on valid tokens, the first at "
-            f"(row, column) = ({where}); fix the dump or pass --nonfinite mask to mask them",
+            f"(row, column) = ({where}); fix the dump or set `nonfinite` to 'mask' to mask them",
         )
 
 
@@ -187,15 +216,6 @@ class RulesError(InputError):
 
 class MergeError(InputError):
     """Reports that cannot be merged (different parameters or schema versions)."""
-
-
-class DeviceError(RatioscopeError):
-    """The requested device is not available (exit 2)."""
-
-    exit_code = 2
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message.rstrip(".") + ".")
 
 
 class RegressionFound(RatioscopeError):

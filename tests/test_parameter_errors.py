@@ -54,7 +54,7 @@ def test_library_errors_of_loading_and_running_name_the_parameter(tmp_path):
         (
             raised(load_file, path, LoadOptions(group_size=3)),
             "group_size",
-            f"group_size 3 does not divide the 8 sequences of {path}.",
+            f"{path}: group_size 3 does not divide the 8 sequences of the file.",
         ),
         (raised(sweep, path, [1e-6, -1.0]), "qvs", "qvs needs positive values"),
     ]
@@ -135,3 +135,22 @@ def test_formula_errors_name_their_parameter():
 
 def test_every_parameter_the_cli_names_is_spelt_as_an_option():
     assert all(option.startswith("--") for option in PARAMETER_OPTIONS.values())
+
+
+def test_library_hints_mention_parameters_and_the_cli_names_their_options(tmp_path):
+    from typer.testing import CliRunner
+
+    from ratioscope.cli import app
+    from ratioscope.errors import SampleError
+    from ratioscope.io.samples import load_samples
+
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"problem_id": 1, "response": " ", "correct": 1}\n')
+    with pytest.raises(SampleError) as raised_error:
+        load_samples(path)
+    assert "set `fields.allow_empty`" in str(raised_error.value)
+    assert "--" not in str(raised_error.value).replace(str(path), "")
+    result = CliRunner().invoke(app, ["eval-passk", str(path)])
+    assert result.exit_code == 2
+    assert "set --allow-empty-responses if" in result.output
+    assert "`" not in result.output

@@ -185,7 +185,7 @@ def test_empty_file_and_empty_responses(tmp_path):
     rows[1]["correct"] = 0
     error = error_of(tmp_path, rows)
     assert "line 2: field 'response' is an empty response" in str(error)
-    assert "--allow-empty-responses" in str(error)
+    assert "set `fields.allow_empty`" in str(error)
     path = write_lines(tmp_path / "e.jsonl", [{"problem_id": 1, "response": "", "correct": 0}])
     kept = load_samples(path, SampleFields(allow_empty=True))
     assert kept.methods["e"].problems[0].responses == ("",)

@@ -42,13 +42,15 @@ def _stderr_line(message: str, kind: str = "error") -> None:
 
 def _message(error: RatioscopeError) -> str:
     """The error's sentence; a library parameter is called by the option that sets it."""
-    if isinstance(error, ParameterError):
-        from ratioscope.cli._options import PARAMETER_OPTIONS
+    from ratioscope.cli._options import PARAMETER_OPTIONS
+    from ratioscope.errors import naming_options
 
+    message = str(error)
+    if isinstance(error, ParameterError):
         option = PARAMETER_OPTIONS.get(error.parameter)
         if option is not None:
-            return error.naming(option)
-    return str(error)
+            message = error.naming(option)
+    return naming_options(message, PARAMETER_OPTIONS)
 
 
 class _BoundaryGroup(TyperGroup):

@@ -214,6 +214,10 @@ PARAMETER_OPTIONS = {
     "fields.method": "--method-field",
     "fields.dataset": "--dataset-field",
     "fields.correct_threshold": "--correct-threshold",
+    "fields.allow_empty": "--allow-empty-responses",
+    # reading dumps
+    "unsafe_pickle": "--unsafe-pickle",
+    "nonfinite": "--nonfinite",
     # loading and running (LoadOptions, load, analyze, sweep)
     "format": "--format",
     "mapping": "--map",

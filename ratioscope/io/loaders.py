@@ -117,7 +117,8 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     if options.group_size and not profile.consecutive_rows:
         raise ParameterError(
             "group_size",
-            f"assumes consecutive groups, but {path} is a {profile.name} file: {profile.groups}",
+            f"assumes consecutive groups, but this is a {profile.name} file: {profile.groups}",
+            path=path,
         )
     if (
         options.group_size
@@ -389,7 +390,9 @@ def _pad_ragged(
 def _consecutive_groups(path: Path, rows: int, size: int) -> Tensor:
     """Group ids for files without them: rows 0..size-1 are group 0, and so on."""
     if size < 1 or rows % size:
-        raise ParameterError("group_size", f"{size} does not divide the {rows} sequences of {path}")
+        raise ParameterError(
+            "group_size", f"{size} does not divide the {rows} sequences of the file", path=path
+        )
     return torch.arange(rows) // size
 
 

@@ -222,7 +222,7 @@ def _read_npz(path: Path, unsafe_pickle: bool) -> RawDump:
                             path,
                             f"array '{key}' is an object array, stored as a pickle that can "
                             "run arbitrary code; save numeric or string arrays instead, or "
-                            "pass --unsafe-pickle if you trust the file",
+                            "allow it with `unsafe_pickle` if you trust the file",
                         ) from None
                     raise
                 if value.dtype == object and unsafe_pickle:

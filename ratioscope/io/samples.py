@@ -292,7 +292,7 @@ def _method_names(keys: list[Any]) -> dict[Any, str]:
             raise SampleError(
                 None,
                 f"two different inputs would both be the method '{name}'; name the methods "
-                "with --method-field or rename a file",
+                "with `fields.method` or rename a file",
             )
         seen[name] = key
     return names
@@ -536,7 +536,7 @@ def _read_parquet(
         raise SampleError(
             path,
             f"has no {columns} column{'s' if len(missing) > 1 else ''}, so it is not a TRL "
-            "completions table (--problem-field and --response-field name others); columns "
+            "completions table (`fields.problem` and `fields.response` name others); columns "
             f"found: {found}",
         )
     names = textlogs.resolve_fields(path, layout, schema, fields, textlogs.reward_columns(schema))
@@ -544,8 +544,8 @@ def _read_parquet(
     if not textlogs.is_numeric(dtype):
         raise SampleError(
             path,
-            f"column '{names.correct}' holds {dtype} values, not numbers; --correct-field "
-            "must name a numeric reward column",
+            f"column '{names.correct}' holds {dtype} values, not numbers; "
+            "`fields.correct` must name a numeric reward column",
         )
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -679,7 +679,7 @@ def _bad_score(where: str, name: str, value: Any) -> str:
         # TRL logs NaN (null in Parquet) where a reward function returned None
         return (
             f"{where}: reward '{name}' is missing (NaN or null: no reward for this sample); "
-            "choose a reward that scores every sample with --correct-field"
+            "choose a reward that scores every sample with `fields.correct`"
         )
     return f"{where}: field '{name}' must be a finite number or true/false, got {value!r}"
 
@@ -785,7 +785,11 @@ def _correct(path: Path, number: int, value: Any, name: str, threshold: float | 
         return value >= threshold
     parsed = parse_correct(value)
     if parsed is None:
-        hint = "; pass --correct-threshold T to count numbers >= T as correct" if is_number else ""
+        hint = (
+            "; set `fields.correct_threshold` to a threshold T to count numbers >= T as correct"
+            if is_number
+            else ""
+        )
         raise SampleError(
             path,
             f'line {number}: field \'{name}\' must be true/false, 0/1 or "true"/"false", '
@@ -802,8 +806,8 @@ def _response(path: Path, number: int, value: Any, name: str, allow_empty: bool)
     if not value.strip() and not allow_empty:
         raise SampleError(
             path,
-            f"line {number}: field '{name}' is an empty response; fix the export, or pass "
-            "--allow-empty-responses if the model really generated nothing",
+            f"line {number}: field '{name}' is an empty response; fix the export, or set "
+            "`fields.allow_empty` if the model really generated nothing",
         )
     return value
 

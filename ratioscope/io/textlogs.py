@@ -214,7 +214,7 @@ def resolve_fields(
         raise SampleError(
             path,
             f"has no reward field '{correct}'; name the correctness field with "
-            f"--correct-field (fields found: {found})",
+            f"`fields.correct` (fields found: {found})",
         )
     method = named("method", given.method)
     dataset = named("dataset", given.dataset)
@@ -241,8 +241,7 @@ def _single_reward(path: Path, rewards: list[str], keys: list[str], found: str) 
     raise SampleError(
         path,
         f"has {len(rewards)} reward columns ({', '.join(rewards)}); name the one that "
-        "decides correctness with --correct-field, e.g. --correct-field "
-        f"{rewards[0]}",
+        f"decides correctness with `fields.correct` (e.g. {rewards[0]})",
     )
 
 
