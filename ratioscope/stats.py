@@ -5,6 +5,13 @@ with Chan's parallel update, histograms use the fixed bins of
 :mod:`ratioscope.functional.histogram` so that merging is a sum of counts. Their
 ``state()`` is plain JSON and ``from_state`` restores them exactly, which is what
 ``ratioscope merge`` relies on.
+
+A histogram holds its values in one coordinate, and each quantile it reads states its
+error in that coordinate (:class:`QuantileBound`): :class:`Histogram` bins the values
+themselves ("value": 1.16 % of the value), :class:`LogHistogram` bins ``log x`` of
+positive quantities that live near 1, the weights and ratios, where the reader looks at
+the distance from 1 ("log": 1.16 % of ``|log x|``, so ``x - 1`` to about 1.16 % while
+``|log x|`` is small, and the side of 1 exactly). The two never merge into each other.
 """
 
 from __future__ import annotations
@@ -21,6 +28,46 @@ from ratioscope.functional import histogram as bins
 
 def _none_to(value: Any, default: float) -> float:
     return default if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class QuantileBound:
+    """How far a quantile read from a histogram may be from the exact order statistic.
+
+    With ``u = x`` (``coordinate == "value"``) or ``u = log x`` (``"log"``), the reading
+    ``x_hat`` of the q-quantile and the exact order statistic ``x_(k)``, k = ceil(q n)
+    (numpy's ``inverted_cdf``), satisfy
+    ``|u(x_hat) - u(x_(k))| <= max(relative * |u(x_(k))|, absolute)``: both lie in one bin
+    of :mod:`ratioscope.functional.histogram` (same sign, exact zeros exact), ``absolute``
+    covering its under-flow bin. In the log coordinate ``x_hat`` is on the same side of 1
+    as ``x_(k)`` and ``x = 0`` reads exactly.
+
+    >>> bound = QuantileBound("log")
+    >>> bound.holds(1.0 + 1.01e-4, 1.0 + 1e-4), bound.holds(1.0 + 1.02e-4, 1.0 + 1e-4)
+    (True, False)
+    """
+
+    coordinate: str = "value"
+    relative: float = bins.RELATIVE_ERROR
+    absolute: float = 10.0**bins.MIN_EXP
+
+    def holds(self, estimate: float, exact: float) -> bool:
+        """True when ``estimate`` is within this bound of ``exact`` (NaN: both NaN)."""
+        if math.isnan(exact) or math.isnan(estimate):
+            return math.isnan(exact) and math.isnan(estimate)
+        if self.coordinate == "log":
+            if exact == 0.0 or estimate == 0.0:
+                return estimate == exact
+            estimate, exact = math.log(estimate), math.log(exact)
+        slack = 1e-12 * max(1.0, abs(exact))  # the rounding of reading the bin edges
+        return abs(estimate - exact) <= max(self.relative * abs(exact), self.absolute) + slack
+
+
+#: the bound of every :class:`Histogram` quantile (and of reports written before bounds
+#: were stated)
+VALUE_BOUND = QuantileBound("value")
+#: the bound of every :class:`LogHistogram` quantile
+LOG_BOUND = QuantileBound("log")
 
 
 @dataclass
@@ -111,6 +158,7 @@ class Histogram:
         self.moments.add(values)
 
     def merge(self, other: Histogram) -> None:
+        _same_coordinate(self, other)
         self.counts += other.counts
         if self.sums is not None and other.sums is not None:
             self.sums += other.sums
@@ -120,8 +168,12 @@ class Histogram:
     def count(self) -> int:
         return int(self.counts.sum())
 
+    @property
+    def quantile_bound(self) -> QuantileBound:
+        return VALUE_BOUND
+
     def quantile(self, q: float) -> float:
-        """Within the relative error stated in :mod:`ratioscope.functional.histogram`."""
+        """Within :attr:`quantile_bound` of the exact order statistic."""
         return bins.quantile_from_counts(self.counts, q, self.moments.minimum, self.moments.maximum)
 
     def quantiles(self, qs: tuple[float, ...]) -> dict[str, float]:
@@ -148,6 +200,93 @@ class Histogram:
             sums = torch.zeros(bins.NUM_BINS, dtype=torch.float64)
             sums[index] = torch.tensor(state["sum"], dtype=torch.float64)
         return cls(counts=counts, sums=sums, moments=Moments.from_state(state["moments"]))
+
+
+@dataclass
+class LogHistogram:
+    """Counts of ``log x`` in the fixed bins, with the exact moments of ``x`` itself.
+
+    For non-negative quantities that live near 1 (kernel weights, sequence weights,
+    ratios): a quantile is read in ``log x`` and returned as a value of ``x`` within
+    :data:`LOG_BOUND`. ``x = 0`` (``log x = -inf``) counts in the negative over-flow bin,
+    which holds nothing else (no positive double has ``|log x| >= 10^4``), and reads 0.
+    The state is :class:`Histogram`'s layout (``index``, ``count``, ``moments``), the
+    moments being those of ``x``; sections write it under keys of its own.
+
+    >>> h = LogHistogram()
+    >>> h.add(torch.tensor([0.0, 0.999, 1.0, 1.002]))
+    >>> h.quantile(0.25), round(h.quantile(0.5), 6), h.moments.maximum
+    (0.0, 0.999, 1.002)
+    """
+
+    counts: Tensor = field(default_factory=lambda: torch.zeros(bins.NUM_BINS, dtype=torch.long))
+    moments: Moments = field(default_factory=Moments)
+
+    def add(self, values: Tensor) -> None:
+        """Add a 1-D tensor of finite non-negative values (any device).
+
+        Raises:
+            ValueError: a value is negative (it has no log).
+        """
+        if values.numel() == 0:
+            return
+        if bool((values < 0).any()):
+            raise ValueError("a log-coordinate histogram holds non-negative values only")
+        self.counts += bins.histogram(torch.log(values.double())).cpu()
+        self.moments.add(values)
+
+    def merge(self, other: LogHistogram) -> None:
+        _same_coordinate(self, other)
+        self.counts += other.counts
+        self.moments.merge(other.moments)
+
+    @property
+    def count(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def quantile_bound(self) -> QuantileBound:
+        return LOG_BOUND
+
+    def quantile(self, q: float) -> float:
+        """Within :attr:`quantile_bound` (of ``log x``) of the exact order statistic."""
+        low, high = self.moments.minimum, self.moments.maximum
+        value = bins.quantile_from_counts(self.counts, q, _log(low), _log(high))
+        return math.exp(value) if not math.isnan(value) else value
+
+    def quantiles(self, qs: tuple[float, ...]) -> dict[str, float]:
+        return {_q_key(q): self.quantile(q) for q in qs}
+
+    def state(self) -> dict[str, Any]:
+        nonzero = self.counts.nonzero().flatten()
+        return {
+            "index": nonzero.tolist(),
+            "count": self.counts[nonzero].tolist(),
+            "moments": self.moments.state(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> LogHistogram:
+        counts = torch.zeros(bins.NUM_BINS, dtype=torch.long)
+        index = torch.tensor(state["index"], dtype=torch.long)
+        counts[index] = torch.tensor(state["count"], dtype=torch.long)
+        return cls(counts=counts, moments=Moments.from_state(state["moments"]))
+
+
+def _log(x: float) -> float:
+    if math.isinf(x):
+        return x  # an empty histogram's +-inf extremes stay unbounded
+    return math.log(x) if x > 0 else -math.inf
+
+
+def _same_coordinate(mine: Histogram | LogHistogram, theirs: Histogram | LogHistogram) -> None:
+    if type(mine) is not type(theirs):
+        raise ValueError(
+            f"one side holds its quantile histogram in the {mine.quantile_bound.coordinate} "
+            f"coordinate and the other in the {theirs.quantile_bound.coordinate} coordinate "
+            "(a report written before ratioscope read weights in log w); their bins cannot "
+            "be converted into each other exactly, so re-analyse the older report's inputs"
+        )
 
 
 def _q_key(q: float) -> str:

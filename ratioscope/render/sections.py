@@ -17,6 +17,8 @@ from ratioscope.render.tables import DASH, Renderer, num, print_table, share
 if TYPE_CHECKING:
     from ratioscope.functional.fpa import BelowThreshold, ByCorrectness
     from ratioscope.report import Report
+    from ratioscope.sections.distribution import Distribution
+    from ratioscope.sections.future_policy import FuturePolicySection, MethodResult
 
 _CLASSES = ("all", "correct", "incorrect")
 
@@ -77,6 +79,7 @@ def show_covariance(report: Report, console: Console) -> None:
         "CW-GRPO Gaussian kernel w = exp(-c^2 / (2 sigma^2)), sigma = std of c per scope; "
         "w~ = w N / sum w (mean 1)",
         ["quantity", "value"],
+        caption=_bound_caption(w, "weights w and w~"),
     )
     kernel.add_row("tokens / scopes", f"{num(section.tokens)} / {num(section.scopes)} ({scope})")
     kernel.add_row(
@@ -106,14 +109,18 @@ def show_covariance(report: Report, console: Console) -> None:
 
 
 # ----------------------------------------------------------------------------- FPA
-def _by_class(values: ByCorrectness[Any] | None, key: str | None = "mean") -> list[str]:
-    """The all/correct/incorrect cells of a statistic: ``key`` of a distribution, or the
-    number itself (``key`` None)."""
+def _by_class(
+    values: ByCorrectness[Any] | None, key: str | None = "mean", quantile: str | None = None
+) -> list[str]:
+    """The all/correct/incorrect cells of a statistic: ``key`` of a distribution, its
+    ``quantile``, or the number itself (``key`` and ``quantile`` None)."""
     if values is None:
         return [DASH] * 3
     cells = []
     for name in _CLASSES:
         value = getattr(values, name)
+        if quantile is not None and value is not None:
+            value = value.quantiles.get(quantile)
         cells.append(num(getattr(value, key) if key and value is not None else value))
     return cells
 
@@ -130,30 +137,60 @@ def show_future_policy(report: Report, console: Console) -> None:
     section = report.future_policy
     if section is None:
         return
-    lam, threshold = section.lam, section.threshold
-    method = section.method
+    files = section.method_files.get(section.method, sum(section.method_files.values()))
+    _show_fpa_method(section, section.lam, section.threshold, files, console)
+    approximation = section.approximation
+    if approximation is not None:
+        _show_fpa_method(
+            approximation, section.lam, section.threshold, approximation.files, console
+        )
+    comparison = section.comparison
+    if comparison is not None:
+        verdict = (
+            "OPPOSITE sides of 1: the approximation reads FPA's direction the wrong way"
+            if comparison.opposite_sides
+            else "the same side of 1"
+        )
+        console.print(
+            f"FPA exact vs approximation, median future/current ratio at lambda = "
+            f"{num(section.lam)}: {num(comparison.exact_median)} exact, "
+            f"{num(comparison.approximation_median)} approximation ({verdict}); the two are "
+            "never pooled"
+        )
+
+
+def _show_fpa_method(
+    result: FuturePolicySection | MethodResult,
+    lam: float,
+    threshold: float,
+    files: int,
+    console: Console,
+) -> None:
+    """The table and the lambda sweep of one FPA method."""
     label = {
         "exact": "exact, from logits",
         "approximation": "APPROXIMATION from log-probs, an upper bound",
-    }.get(method, "mixed: exact where logits were dumped")
+    }.get(result.method, "exact and approximation pooled, as reports written before did")
     table = _table(
         f"FPA future policy pi_hat, lambda = {num(lam)} ({label}): means over "
-        f"{num(section.sequences)} sequences",
+        f"{num(result.sequences)} sequences of {num(files)} file(s)",
         ["quantity", "all", "correct", "incorrect"],
+        caption=_bound_caption(result.current_weight.all, "weights and ratios"),
     )
-    table.add_row("current weight pi^(1/|y|)", *_by_class(section.current_weight))
-    table.add_row("future weight pi_hat^(1/|y|)", *_by_class(section.future_weight))
-    table.add_row("ratio pi_hat^(1/|y|) / pi^(1/|y|)", *_by_class(section.future_to_current))
-    below = section.below_threshold
+    table.add_row("current weight pi^(1/|y|)", *_by_class(result.current_weight))
+    table.add_row("future weight pi_hat^(1/|y|)", *_by_class(result.future_weight))
+    table.add_row("ratio pi_hat^(1/|y|) / pi^(1/|y|)", *_by_class(result.future_to_current))
+    table.add_row("  ratio median", *_by_class(result.future_to_current, None, quantile="0.5"))
+    below = result.below_threshold
     table.add_row(f"current weight < {num(threshold)}", *_below_cells(below["current"]))
     table.add_row(f"future weight < {num(threshold)}", *_below_cells(below["future"]))
-    log_ratio = section.log_ratio_ref
+    log_ratio = result.log_ratio_ref
     table.add_row("log pi(y|x) - log pi_ref(y|x)", *_by_class(log_ratio["sequence"]))
     table.add_row("  per token", *_by_class(log_ratio["per_token"]))
     print_table(console, table)
 
     sweep = _table(
-        "FPA lambda sweep: mean future weight, mean future/current ratio, "
+        f"FPA lambda sweep ({result.method}): mean future weight, mean future/current ratio, "
         f"sequences with weight < {num(threshold)}",
         [
             "lambda",
@@ -166,7 +203,7 @@ def show_future_policy(report: Report, console: Console) -> None:
             f"< {num(threshold)} all",
         ],
     )
-    for row in section.sweep:
+    for row in result.sweep:
         weight = _by_class(row.weight_mean, None)
         ratio = _by_class(row.ratio_mean, None)
         below_by_class = row.below_threshold
@@ -176,6 +213,19 @@ def show_future_policy(report: Report, console: Console) -> None:
             counts.append(DASH if item is None else num(item.count))
         sweep.add_row(num(row.lam), weight[1], weight[2], ratio[1], ratio[2], *counts)
     print_table(console, sweep)
+
+
+def _bound_caption(distribution: Distribution | None, what: str) -> str | None:
+    """One line saying how far the quantiles of ``what`` may be from the exact ones."""
+    if distribution is None:
+        return None
+    bound = distribution.quantile_bound
+    if bound.coordinate == "log":
+        return (
+            f"quantiles of the {what} read in log coordinates: within {share(bound.relative)} "
+            "of |log x|, so x - 1 to about that share and the side of 1 exact"
+        )
+    return f"quantiles of the {what} read from value histograms: within {share(bound.relative)}"
 
 
 # ---------------------------------------------------------------------------- TEPO

@@ -6,9 +6,12 @@ Per file (one training batch, so that groups are complete) the exact
 is mergeable: exact counts and sums (advantage mass, tokens below a weight, Clip-Cov and
 KL-Cov counts, linear weight-histogram counts) and fixed log-magnitude histograms with
 per-bin sums (:mod:`ratioscope.functional.histogram`), from which the Table 1
-percentiles, the Fig. 3 cumulative share and the weight quantiles are read. Those
-histogram readings are within 10^(1/200) - 1 (about 1.16 %) relative of the exact
-values over all tokens whenever the magnitudes lie in [1e-9, 1e4).
+percentiles, the Fig. 3 cumulative share and the quantiles are read. Those histogram
+readings are within 10^(1/200) - 1 (about 1.16 %) relative of the exact values over all
+tokens whenever the magnitudes lie in [1e-9, 1e4); the weights ``w`` and ``w~``, which
+live near 1, are binned in ``log w``, so that their quantiles keep 1.16 % of ``|log w|``
+(about 1.16 % of the distance from 1), each distribution stating its
+``quantile_bound``.
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ from ratioscope.functional.covariance import (
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
 from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
-from ratioscope.sections.ratios import Distribution, distribution_of
+from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
 from ratioscope.sections.state import mergeable
-from ratioscope.stats import Counter, Histogram
+from ratioscope.stats import Counter, Histogram, LogHistogram
 
 #: raw kernel weights below these are counted (DESIGN 3.4)
 WEIGHT_THRESHOLDS: tuple[float, ...] = (0.5, 0.1)
@@ -153,8 +156,12 @@ class CovarianceAccumulator(Accumulator):
     requires = ("log_probs", "advantages")
 
     c = mergeable(Histogram.with_sums, "merge")
-    weights = mergeable(Histogram, "merge")
-    normalised = mergeable(Histogram, "merge")
+    #: w and w~ live near 1: their quantiles are read in log w (reports written before
+    #: hold value histograms under "weights" / "normalised", and still load)
+    weights = mergeable(LogHistogram, "merge", codec=coordinate_codec("weights", "log_weights"))
+    normalised = mergeable(
+        LogHistogram, "merge", codec=coordinate_codec("normalised", "log_normalised")
+    )
     below = mergeable(lambda: torch.zeros(len(WEIGHT_THRESHOLDS), dtype=torch.long), "sum")
     weight_counts = mergeable(lambda: torch.zeros(WEIGHT_BINS, dtype=torch.long), "sum")
     #: sum|A|, sum w|A|, sum w~|A|

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -44,9 +45,9 @@ from ratioscope.io.paging import MappedPages
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed, required
 from ratioscope.sections.context import Context
-from ratioscope.sections.ratios import Distribution, distribution_of
-from ratioscope.sections.state import Record, mergeable
-from ratioscope.stats import Counter, Histogram
+from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
+from ratioscope.sections.state import Codec, Record, mergeable
+from ratioscope.stats import Counter, Histogram, LogHistogram
 
 EXACT_INPUTS = ("logits", "ref_logits", "token_ids")
 APPROXIMATE_INPUTS = ("log_probs", "ref_log_probs")
@@ -67,8 +68,48 @@ class SweepRow:
 
 
 @dataclass(frozen=True)
+class MethodResult:
+    """The FPA statistics of the files of one method, never pooled with the other's."""
+
+    method: str
+    files: int
+    sequences: int
+    current_weight: ByCorrectness[Distribution | None]
+    future_weight: ByCorrectness[Distribution | None]
+    future_to_current: ByCorrectness[Distribution | None]
+    below_threshold: dict[str, ByCorrectness[BelowThreshold | None]]
+    log_ratio_ref: dict[str, ByCorrectness[Distribution | None]]
+    sweep: list[SweepRow]
+
+
+@dataclass(frozen=True)
+class MethodComparison:
+    """Exact and approximate FPA in one run: their central future/current ratio
+    ``pi_hat^(1/|y|) / pi^(1/|y|)`` at ``lam`` over all sequences of each method.
+
+    ``opposite_sides``: the two medians lie on opposite sides of 1 (one above, one
+    below), so the approximation reads the direction of FPA's change the wrong way. The
+    medians are read in log coordinates, whose bins never straddle 1: their side of 1 is
+    exact.
+    """
+
+    exact_median: float
+    approximation_median: float
+    exact_mean: float
+    approximation_mean: float
+    opposite_sides: bool
+
+
+@dataclass(frozen=True)
 class FuturePolicySection:
-    """The ``future_policy`` report section (keys in docs/metrics-objectives.md)."""
+    """The ``future_policy`` report section (keys in docs/metrics-objectives.md).
+
+    The flat fields hold one method's numbers, named by ``method``: ``exact`` whenever a
+    file had logits, else ``approximation``. When a run has both, the approximation's
+    numbers are in ``approximation`` (their own files and sequences) and ``comparison``
+    sets the two side by side; the methods are never pooled. ``method: "mixed"`` (pooled)
+    appears only in reports written before they were kept apart.
+    """
 
     method: str
     method_files: dict[str, int]
@@ -81,12 +122,19 @@ class FuturePolicySection:
     below_threshold: dict[str, ByCorrectness[BelowThreshold | None]]
     log_ratio_ref: dict[str, ByCorrectness[Distribution | None]]
     sweep: list[SweepRow]
+    approximation: MethodResult | None = None
+    comparison: MethodComparison | None = None
 
 
 class _ClassHistograms(Record):
     """One histogram per correctness class, plus counts below the threshold."""
 
-    histograms = mergeable(lambda: {name: Histogram() for name in CLASSES}, "merge")
+    #: log-ratios around 0: value histograms
+    histograms: dict[str, Histogram | LogHistogram] = mergeable(
+        lambda: {name: Histogram() for name in CLASSES},
+        "merge",
+        codec=coordinate_codec("histograms", "log_histograms"),
+    )
     below = mergeable(lambda: dict.fromkeys(CLASSES, 0), "sum")
     totals = mergeable(lambda: dict.fromkeys(CLASSES, 0), "sum")
 
@@ -127,34 +175,125 @@ class _ClassHistograms(Record):
         return ByCorrectness(*(one(name) for name in CLASSES))
 
 
+class _LogClassHistograms(_ClassHistograms):
+    """Sequence weights and future/current ratios live near 1: histograms of their log
+    (a state written before holds value histograms, read as such)."""
+
+    histograms: dict[str, Histogram | LogHistogram] = mergeable(
+        lambda: {name: LogHistogram() for name in CLASSES},
+        "merge",
+        codec=coordinate_codec("histograms", "log_histograms"),
+    )
+
+
+def _per_lambda(state: list[dict[str, Any]]) -> list[_ClassHistograms]:
+    return [cast(_ClassHistograms, _LogClassHistograms.from_state(block)) for block in state]
+
+
+_PER_LAMBDA = Codec(load=_per_lambda)
+
+
+class _MethodState(Record):
+    """Everything FPA keeps for the files of one method (exact or approximation)."""
+
+    #: per lambda (in the accumulator's ``lams``): the sequence weights and their ratio
+    #: to the current policy's
+    weights: list[_ClassHistograms] = mergeable(list, "merge", codec=_PER_LAMBDA)
+    ratios: list[_ClassHistograms] = mergeable(list, "merge", codec=_PER_LAMBDA)
+    log_ratio_sequence = mergeable(_ClassHistograms, "merge")
+    log_ratio_token = mergeable(_ClassHistograms, "merge")
+    split_files = mergeable(int, "sum")  # files with 'correct'
+
+    def __init__(self, lams: int = 0) -> None:
+        super().__init__()
+        self.weights = [_LogClassHistograms() for _ in range(lams)]
+        self.ratios = [_LogClassHistograms() for _ in range(lams)]
+        #: restored from a report written before the methods were kept apart (pooled,
+        #: value histograms); never merged with a newer state
+        self.legacy = False
+
+
+#: the state keys of reports written before the methods were kept apart
+_POOLED_KEYS = ("weights", "ratios", "log_ratio_sequence", "log_ratio_token", "split_files")
+
+
+def _dump_methods(methods: dict[str, _MethodState]) -> dict[str, Any]:
+    if any(state.legacy for state in methods.values()):
+        # a pooled report merged with pooled ones is written in the layout it was read in
+        (state,) = methods.values()
+        return {key: value for key, value in state.state().items() if key in _POOLED_KEYS}
+    return {"methods": {name: state.state() for name, state in methods.items()}}
+
+
+def _load_methods(block: dict[str, Any]) -> dict[str, _MethodState]:
+    if "methods" in block:
+        return {
+            name: cast(_MethodState, _MethodState.from_state(item))
+            for name, item in block["methods"].items()
+        }
+    if "weights" not in block:
+        raise KeyError("methods")
+    pooled = cast(_MethodState, _MethodState.from_state({k: block[k] for k in _POOLED_KEYS}))
+    pooled.legacy = True
+    files = {METHODS[int(k)] for k, v in block.get("method_files", {}).items() if v}
+    name = next(iter(files)) if len(files) == 1 else "mixed"
+    return {name: pooled}
+
+
+def _merge_methods(
+    mine: dict[str, _MethodState], theirs: dict[str, _MethodState]
+) -> dict[str, _MethodState]:
+    """Method by method; states written before the methods were kept apart pool as they
+    did then, and never merge with newer ones."""
+    if not theirs:
+        return mine
+    if not mine:
+        return theirs
+    legacy = {state.legacy for state in (*mine.values(), *theirs.values())}
+    if len(legacy) > 1:
+        raise ValueError(
+            "one report pools exact and approximate FPA in value-coordinate histograms "
+            "(written before ratioscope kept the methods apart) and the other keeps them "
+            "apart in log coordinates; re-analyse the older report's inputs"
+        )
+    if True in legacy:
+        (name, pooled), (other_name, other) = next(iter(mine.items())), next(iter(theirs.items()))
+        pooled.merge(other)
+        return {name if name == other_name else "mixed": pooled}
+    merged = dict(mine)
+    for name, state in theirs.items():
+        if name in merged:
+            merged[name].merge(state)
+        else:
+            merged[name] = state
+    return merged
+
+
+_METHODS_CODEC = Codec(dump=_dump_methods, load=_load_methods, flat=True)
+
+
 class FuturePolicyAccumulator(Accumulator):
-    """FPA weights for the lambda sweep, chunk by chunk."""
+    """FPA weights for the lambda sweep, chunk by chunk, each method on its own."""
 
     name = "future_policy"
 
     #: 0 is the current policy; every lambda of the report is computed in one pass
     lams: tuple[float, ...] = mergeable(tuple, "same")
-    #: per lambda (in the order of ``lams``): the sequence weights and their ratio to
-    #: the current policy's
-    weights: list[_ClassHistograms] = mergeable(list, "merge")
-    ratios: list[_ClassHistograms] = mergeable(list, "merge")
-    log_ratio_sequence = mergeable(_ClassHistograms, "merge")
-    log_ratio_token = mergeable(_ClassHistograms, "merge")
+    #: "exact" / "approximation" -> its state; never pooled
+    methods: dict[str, _MethodState] = mergeable(dict, _merge_methods, codec=_METHODS_CODEC)
     method_files = mergeable(Counter, "merge")  # index into METHODS -> files
     approximated: list[str] = mergeable(list, "extend")  # files without the exact inputs, and why
     no_correct: list[str] = mergeable(list, "extend")
-    split_files = mergeable(int, "sum")
 
     def __init__(self, params: AnalysisParams) -> None:
         super().__init__(params)
         self.lams = tuple(sorted({0.0, float(params.fpa_lambda), *map(float, params.fpa_lambdas)}))
-        self.weights = [_ClassHistograms() for _ in self.lams]
-        self.ratios = [_ClassHistograms() for _ in self.lams]
 
-    def at(self, lam: float) -> tuple[_ClassHistograms, _ClassHistograms]:
-        """The weights and the ratios of ``lam``."""
-        index = self.lams.index(lam)
-        return self.weights[index], self.ratios[index]
+    def method(self, name: str) -> _MethodState:
+        """The state of method ``name``, started on first use."""
+        if name not in self.methods:
+            self.methods[name] = _MethodState(len(self.lams))
+        return self.methods[name]
 
     # ------------------------------------------------------------------ feeding
     def missing(self, batch: TokenBatch) -> list[str]:
@@ -171,7 +310,7 @@ class FuturePolicyAccumulator(Accumulator):
             lacking = ", ".join(n for n in EXACT_INPUTS if not batch.has(n))
             self.approximated.append(f"{batch.source} (no {lacking})")
         if batch.correct is not None:
-            self.split_files += 1
+            self.method(METHODS[0 if exact else 1]).split_files += 1
         else:
             self.no_correct.append(batch.source)
         return True
@@ -179,8 +318,10 @@ class FuturePolicyAccumulator(Accumulator):
     def update(self, ctx: Context) -> dict[str, Tensor]:
         batch, mask = ctx.batch, ctx.mask
         if _exact(batch):
+            state = self.method("exact")
             future, reference = exact_log_probs(batch, self.lams, mask.device)
         else:
+            state = self.method("approximation")
             log_probs = required(batch, "log_probs")
             reference = required(batch, "ref_log_probs")
             future = torch.stack(
@@ -199,8 +340,8 @@ class FuturePolicyAccumulator(Accumulator):
         columns: dict[str, Tensor] = {}
         for index, lam in enumerate(self.lams):
             weights = sequence_weights(future[index], mask)
-            self.weights[index].add(weights, selections, threshold)
-            self.ratios[index].add(
+            state.weights[index].add(weights, selections, threshold)
+            state.ratios[index].add(
                 future_to_current_ratio(future[index], current, mask), selections, None
             )
             if lam == 0.0:
@@ -208,30 +349,52 @@ class FuturePolicyAccumulator(Accumulator):
             if lam == self.params.fpa_lambda:
                 columns["fpa_weight_future"] = weights
         log_ratio = sequence_log_ratio(current, reference, mask)
-        self.log_ratio_sequence.add(log_ratio, selections, None)
+        state.log_ratio_sequence.add(log_ratio, selections, None)
         per_token = sequence_log_ratio(current, reference, mask, normalise=True)
-        self.log_ratio_token.add(per_token, selections, None)
+        state.log_ratio_token.add(per_token, selections, None)
         columns["fpa_log_ratio_ref"] = log_ratio
         return columns
 
     # ------------------------------------------------------------------- result
     def result(self) -> FuturePolicySection | None:
-        current = self.at(0.0)[0]
-        sequences = current.histograms["all"].count
-        if self.fed == 0 or sequences == 0:
+        if self.fed == 0:
             return None
-        files = {METHODS[k]: v for k, v in sorted(self.method_files.counts.items())}
-        method = next(iter(files)) if len(files) == 1 else "mixed"
-        split = self.split_files > 0
-        quantiles = self.params.quantiles
-        lam = float(self.params.fpa_lambda)
-        future, future_ratios = self.at(lam)
+        results = {
+            name: self._method_result(name, state)
+            for name, state in self.methods.items()
+            if state.weights and state.weights[self.lams.index(0.0)].histograms["all"].count
+        }
+        if not results:
+            return None
+        primary = next(results[name] for name in (*METHODS, "mixed") if name in results)
+        other = results.get("approximation") if primary.method == "exact" else None
         return FuturePolicySection(
-            method=method,
-            method_files=files,
-            lam=lam,
+            method=primary.method,
+            method_files={METHODS[k]: v for k, v in sorted(self.method_files.counts.items())},
+            lam=float(self.params.fpa_lambda),
             threshold=float(self.params.fpa_threshold),
-            sequences=sequences,
+            sequences=primary.sequences,
+            current_weight=primary.current_weight,
+            future_weight=primary.future_weight,
+            future_to_current=primary.future_to_current,
+            below_threshold=primary.below_threshold,
+            log_ratio_ref=primary.log_ratio_ref,
+            sweep=primary.sweep,
+            approximation=other,
+            comparison=None if other is None else compare_methods(primary, other),
+        )
+
+    def _method_result(self, name: str, state: _MethodState) -> MethodResult:
+        split = state.split_files > 0
+        quantiles = self.params.quantiles
+        current = state.weights[self.lams.index(0.0)]
+        index = self.lams.index(float(self.params.fpa_lambda))
+        future, future_ratios = state.weights[index], state.ratios[index]
+        files = {METHODS[k]: v for k, v in self.method_files.counts.items()}
+        return MethodResult(
+            method=name,
+            files=files.get(name, sum(files.values())),
+            sequences=current.histograms["all"].count,
             current_weight=current.distributions(quantiles, split),
             future_weight=future.distributions(quantiles, split),
             future_to_current=future_ratios.distributions(quantiles, split),
@@ -240,14 +403,15 @@ class FuturePolicyAccumulator(Accumulator):
                 "future": future.below_threshold(split),
             },
             log_ratio_ref={
-                "sequence": self.log_ratio_sequence.distributions(quantiles, split),
-                "per_token": self.log_ratio_token.distributions(quantiles, split),
+                "sequence": state.log_ratio_sequence.distributions(quantiles, split),
+                "per_token": state.log_ratio_token.distributions(quantiles, split),
             },
-            sweep=[self._row(float(sweep_lam), split) for sweep_lam in self.params.fpa_lambdas],
+            sweep=[self._row(state, float(lam), split) for lam in self.params.fpa_lambdas],
         )
 
-    def _row(self, lam: float, split: bool) -> SweepRow:
-        weights, ratios = self.at(lam)
+    def _row(self, state: _MethodState, lam: float, split: bool) -> SweepRow:
+        index = self.lams.index(lam)
+        weights, ratios = state.weights[index], state.ratios[index]
         return SweepRow(
             lam=lam,
             weight_mean=weights.means(split),
@@ -270,19 +434,49 @@ class FuturePolicyAccumulator(Accumulator):
             else:
                 messages.append(f"future_policy: computed without {where}, which lack {needs}")
         if self.approximated and self.fed:
+            apart = (
+                "reported apart from the exact files ('approximation'), never pooled; "
+                if "exact" in self.methods and "approximation" in self.methods
+                else ""
+            )
             messages.append(
                 "future_policy: method 'approximation' for "
-                f"{listed(self.approximated)}: log pi_hat is the unnormalised "
+                f"{listed(self.approximated)}: {apart}log pi_hat is the unnormalised "
                 "(1 + lam) log pi_theta - lam log pi_ref, which over-states the exact value by "
                 "log Z >= 0; dump 'logits', 'ref_logits' and 'token_ids' for exact values"
             )
+        section = self.result() if "exact" in self.methods else None
+        comparison = section.comparison if section is not None else None
+        if comparison is not None and comparison.opposite_sides:
+            messages.append(
+                "future_policy: the approximation's median future/current ratio at lambda = "
+                f"{self.params.fpa_lambda:g} ({comparison.approximation_median:.5g}) lies on "
+                f"the other side of 1 from the exact one ({comparison.exact_median:.5g}): the "
+                "approximation reads the direction of FPA's change the wrong way in this run"
+            )
         if self.no_correct and self.fed:
-            what = "not split" if self.split_files == 0 else "split only over the other files"
+            split_files = sum(state.split_files for state in self.methods.values())
+            what = "not split" if split_files == 0 else "split only over the other files"
             messages.append(
                 "future_policy.*.correct/incorrect: needs 'correct' (or 'rewards'), missing in "
                 f"{listed(self.no_correct)}; {what}"
             )
         return messages
+
+
+def compare_methods(exact: MethodResult, approximation: MethodResult) -> MethodComparison:
+    """The central future/current ratios of the two methods, and whether they straddle 1."""
+
+    def central(result: MethodResult) -> tuple[float, float]:
+        ratio = result.future_to_current.all
+        if ratio is None:
+            return math.nan, math.nan
+        return ratio.quantiles.get("0.5", math.nan), ratio.mean
+
+    exact_median, exact_mean = central(exact)
+    approx_median, approx_mean = central(approximation)
+    opposite = (exact_median - 1.0) * (approx_median - 1.0) < 0
+    return MethodComparison(exact_median, approx_median, exact_mean, approx_mean, opposite)
 
 
 def _exact(batch: TokenBatch) -> bool:

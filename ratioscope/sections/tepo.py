@@ -7,7 +7,8 @@ shares of valid tokens in the four quadrants of advantage sign x entropy change
 ``dH = entropy - old_entropy`` (needs ``advantages``, ``entropy`` and ``old_entropy``);
 each part that lacks an input is null with a warning naming it. Rows are independent,
 so the section is fed chunk by chunk; everything is exact sums and counts except the
-weight quantiles (fixed histograms of log w, about 1.16 % of log w).
+weight quantiles (fixed histograms of log w, within 1.16 % of log w, the bound the
+weight's distribution states as ``quantile_bound``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from ratioscope.functional.tepo import (
 )
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
-from ratioscope.sections.ratios import Distribution
+from ratioscope.sections.distribution import Distribution
 from ratioscope.sections.state import Codec, mergeable
-from ratioscope.stats import Histogram, Moments
+from ratioscope.stats import LOG_BOUND, Histogram, Moments, QuantileBound
 
 QUADRANTS = (
     "pos_decreasing",
@@ -52,13 +53,21 @@ class KLMaskShares:
 
 
 @dataclass(frozen=True)
+class LogWeightDistribution(Distribution):
+    """TEPO's weight distribution: its quantiles were always read from a histogram of
+    ``log w``, so a report written before bounds were stated reads the log bound too."""
+
+    quantile_bound: QuantileBound = LOG_BOUND
+
+
+@dataclass(frozen=True)
 class TepoSection:
     """The ``tepo`` report section (keys in docs/metrics-objectives.md)."""
 
     sequences: int
     tokens: int
     clip_band: tuple[float, float]
-    weight: Distribution
+    weight: LogWeightDistribution
     outside_band: float
     clip_fraction: float | None
     clip_fraction_literal: float | None
@@ -148,7 +157,7 @@ class TepoAccumulator(Accumulator):
             sequences=sequences,
             tokens=self.tokens,
             clip_band=self.params.seq_clip,
-            weight=Distribution(
+            weight=LogWeightDistribution(
                 count=sequences,
                 mean=self.weight.mean,
                 std=self.weight.std,

@@ -24,7 +24,7 @@ from ratioscope.functional.quatro import grpo_advantages, quatro_delta_sweep
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
-from ratioscope.sections.ratios import Distribution, distribution_of
+from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Record, mergeable
 from ratioscope.stats import Counter, Histogram
 
