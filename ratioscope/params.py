@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ratioscope.errors import ParameterError
+from ratioscope.functional.token_stats import DEFAULT_ON_BAND, EXACT_ON_BAND
 
 SPACES = ("log", "ratio")
 MASK_POLICIES = ("zero", "skip")
@@ -30,7 +31,12 @@ class AnalysisParams:
     clip: tuple[float, float] = (0.2, 0.28)
     seq_clip: tuple[float, float] = (3e-4, 4e-4)
     is_threshold: float = 2.0
-    on_band: tuple[float, float] = (3e-4, 4e-4)
+    #: on-policy band (eps_lo, eps_hi) of the Kalman-filtered ratio (KPO App. C.1)
+    on_band: tuple[float, float] = DEFAULT_ON_BAND
+    #: ... of the raw token ratio: r = 1 up to float32 rounding (KPO App. C.1, B.1)
+    token_on_band: tuple[float, float] = EXACT_ON_BAND
+    #: ... of the sequence-level ratio: the raw rule too (one value per sequence)
+    seq_on_band: tuple[float, float] = EXACT_ON_BAND
     window: int = 50
     lfr_cutoff: float = 0.1
     space: str = "log"
@@ -56,7 +62,8 @@ class AnalysisParams:
                 raise ParameterError(f.name, f"must be finite, got {value}")
         _check_pair("clip", self.clip, upper=1.0)
         _check_pair("seq_clip", self.seq_clip, upper=1.0)
-        _check_pair("on_band", self.on_band, upper=1.0, allow_zero=True)
+        for name in ("on_band", "token_on_band", "seq_on_band"):
+            _check_pair(name, getattr(self, name), upper=1.0, allow_zero=True)
         if self.is_threshold <= 1:
             raise ParameterError("is_threshold", f"must be > 1, got {self.is_threshold}")
         if self.window < 2:
@@ -87,16 +94,52 @@ class AnalysisParams:
         if not 0 < self.fpa_threshold < 1:
             raise ParameterError("fpa_threshold", f"must be in (0, 1), got {self.fpa_threshold}")
 
+    def state_band(self, variant: str) -> tuple[float, float]:
+        """The on-policy band that sets the token states of ``variant``'s row."""
+        return {"token": self.token_on_band, "sequence": self.seq_on_band}.get(
+            variant, self.on_band
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AnalysisParams:
+    def from_dict(cls, data: Mapping[str, Any]) -> AnalysisParams:
+        """The parameters a report's ``params.analysis`` block holds; an older block is
+        read by :func:`stored_analysis` (one band for every row)."""
         known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in stored_analysis(data).items()
+            if k in known
         }
         return cls(**values)
+
+
+#: parameters added after reports were written, with the parameter whose value an older
+#: report used in their place
+_SPLIT_FROM = {"token_on_band": "on_band", "seq_on_band": "on_band"}
+
+
+def stored_analysis(analysis: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored ``params.analysis`` block as the current parameters read it.
+
+    The one rule for reports written before the on-policy band was set per row: such a
+    report has no ``token_on_band``/``seq_on_band``, because its one ``on_band`` set the
+    states of every row, so both read as its ``on_band``. Plotting it, and an option
+    checked against it (:func:`refuse_unlike_report`), see the band it was made with;
+    ``merge`` compares the stored blocks as written, so it refuses to merge such a
+    report with a newer one (their sums differ too: the older lack per-sequence
+    proportions).
+
+    >>> stored_analysis({"on_band": [0.0003, 0.0004]})["token_on_band"]
+    [0.0003, 0.0004]
+    """
+    block = dict(analysis)
+    for name, source in _SPLIT_FROM.items():
+        if name not in block and source in block:
+            block[name] = block[source]
+    return block
 
 
 def _check_pair(name: str, pair: tuple[float, float], upper: float, allow_zero: bool = False):

@@ -32,6 +32,7 @@ from ratioscope.report_io import (
     from_jsonable,
     read_json_report,
     to_jsonable,
+    upgrade_pooled_proportion,
     write_json,
 )
 
@@ -99,13 +100,17 @@ class Report:
 
         Reads schema versions 1 and 2 (the same layout); the report is of the current
         version (written back, it says so). A field that an older report lacks takes
-        its default. ``state`` stays the JSON dict that ``Accumulator.from_state`` reads.
+        its default; a ``proportion`` pooled over tokens (reports older than
+        ``proportion_pooled``) moves there
+        (:func:`~ratioscope.report_io.upgrade_pooled_proportion`).
+        ``state`` stays the JSON dict that ``Accumulator.from_state`` reads.
 
         Raises:
             ReportError: a missing or unreadable schema version, or a document that does
                 not have the layout of an analyze report (naming ``source`` and where).
         """
         check_schema_version(document, source)
+        document = upgrade_pooled_proportion(document)
         values: dict[str, Any] = {}
         hints = _report_hints()
         known = {f.name for f in fields(cls)} - {"schema_version", "sequences"}

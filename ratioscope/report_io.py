@@ -111,6 +111,37 @@ def check_schema_version(document: Mapping[str, Any], source: str | Path | None)
     return int(version)
 
 
+def upgrade_pooled_proportion(document: Mapping[str, Any]) -> dict[str, Any]:
+    """An analyze report as read now: ``proportion`` keeps its current meaning.
+
+    Reports written before ``proportion_pooled`` existed (schema 1, and schema 2 before
+    the field) hold in ``ratios.<variant>.proportion`` the state shares pooled over
+    tokens; ``proportion`` now means the shares averaged over sequences (KPO Table 2),
+    which such a report cannot give. So a variant row without a ``proportion_pooled``
+    key has its ``proportion`` moved there and ``proportion`` left null; rows that have
+    the key, and the rest of the document, are returned as they are.
+
+    >>> old = {"ratios": {"token": {"proportion": {"on": 0.5}}}}
+    >>> upgrade_pooled_proportion(old)["ratios"]["token"]
+    {'proportion': None, 'proportion_pooled': {'on': 0.5}}
+    """
+    ratios = document.get("ratios")
+    if not isinstance(ratios, Mapping):
+        return dict(document)
+    rows: dict[str, Any] = {}
+    for variant, row in ratios.items():
+        if isinstance(row, Mapping) and "proportion" in row and "proportion_pooled" not in row:
+            upgraded: dict[str, Any] = {}
+            for key, value in row.items():
+                if key == "proportion":
+                    upgraded.update(proportion=None, proportion_pooled=value)
+                else:
+                    upgraded[key] = value
+            row = upgraded
+        rows[variant] = row
+    return {**document, "ratios": rows}
+
+
 class JSONShapeError(ValueError):
     """A JSON value that does not fit the type it should become (the message names where)."""
 

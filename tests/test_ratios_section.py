@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import ratioscope
 from ratioscope.cli import app
 from ratioscope.functional.kalman import kalman_filter_loop
-from ratioscope.functional.token_stats import signal_statistics
+from ratioscope.functional.token_stats import DEFAULT_ON_BAND, EXACT_ON_BAND, signal_statistics
 from ratioscope.sweep import sweep
 
 runner = CliRunner()
@@ -37,16 +37,19 @@ def long_batch():
     )
 
 
-def expected_fields(signal, mask):
+def expected_fields(signal, mask, on_band):
     """The paper's aggregation, computed directly from the per-sequence functional."""
-    stats = signal_statistics(signal, mask)
+    stats = signal_statistics(signal, mask, on_band=on_band)
     lfr = stats.low_frequency_ratio
-    counts = stats.state_counts.sum(0).double()
+    counts = stats.state_counts.double()
+    shares = (counts / counts.sum(1, keepdim=True)).mean(0)  # averaged over samples
+    pooled = counts.sum(0) / counts.sum()
     return {
-        "proportion": {
-            "up": float(counts[2] / counts.sum()),
-            "down": float(counts[0] / counts.sum()),
-            "on": float(counts[1] / counts.sum()),
+        "proportion": {"up": float(shares[2]), "down": float(shares[0]), "on": float(shares[1])},
+        "proportion_pooled": {
+            "up": float(pooled[2]),
+            "down": float(pooled[0]),
+            "on": float(pooled[1]),
         },
         "run_up": float(torch.nanmean(stats.runs.mean_per_sequence[:, 2])),
         "switch_frequency": float(stats.switch_frequency.mean()),
@@ -60,11 +63,14 @@ def test_token_and_kalman_rows_aggregate_the_per_sequence_statistics(long_batch)
     report = ratioscope.analyze(long_batch, chunk_elements=1000)  # several chunks
     mask = long_batch.mask
     rho = kalman_filter_loop(long_batch.log_ratio, mask, 1e-6, 1.0)
+    bands = {"token": EXACT_ON_BAND, "kalman": DEFAULT_ON_BAND}  # the defaults per row
     for variant, signal in (("token", long_batch.log_ratio), ("kalman", rho)):
         got = report.ratios[variant]
-        want = expected_fields(torch.where(mask, signal, 0.0), mask)
+        assert got.on_band == bands[variant]
+        want = expected_fields(torch.where(mask, signal, 0.0), mask, bands[variant])
         for state in ("up", "down", "on"):
-            assert got.proportion[state] == pytest.approx(want["proportion"][state], abs=1e-12)
+            for key in ("proportion", "proportion_pooled"):
+                assert getattr(got, key)[state] == pytest.approx(want[key][state], abs=1e-12)
         if math.isnan(want["run_up"]):
             assert got.run_length_mean["up"] is None
         else:
@@ -80,8 +86,8 @@ def test_window_frequency_curve_is_mean_and_population_variance_per_window(long_
     curve = report.ratios["token"].window_frequency
     lengths = long_batch.lengths.tolist()
     z = long_batch.log_ratio.numpy()
-    r = np.exp(z)
-    off = (r > 1 + 4e-4) | (r < 1 - 3e-4)
+    tol = EXACT_ON_BAND[0]  # the raw row's default: on iff r = 1 up to float32 rounding
+    off = (z > math.log1p(tol)) | (z < math.log1p(-tol))
     for w in range(len(curve["count"])):
         values = [
             off[i, w * 50 : (w + 1) * 50].mean()

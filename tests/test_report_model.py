@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import ratioscope
 from ratioscope.cli import app
-from ratioscope.errors import ReportError
+from ratioscope.errors import MergeError, ReportError
 from ratioscope.report import SECTION_KEYS, Report
 from ratioscope.report_io import (
     READABLE_SCHEMA_VERSIONS,
@@ -43,6 +43,10 @@ runner = CliRunner()
 def fresh() -> Report:
     """A schema-2 report of the two steps the schema-1 reports cover, analysed together."""
     return ratioscope.analyze([VERL / "step_0024.pt", VERL / "step_0032.pt"])
+
+
+#: the schema-1 reports were made with one on-policy band for every row
+ONE_BAND = {"token_on_band": (3e-4, 4e-4), "seq_on_band": (3e-4, 4e-4)}
 
 
 # ------------------------------------------------------------------------- from_dict
@@ -94,6 +98,12 @@ def test_schema1_reports_load_typed_and_write_back_unchanged_but_the_version(pat
     written = report.to_dict()
     assert written.pop("schema_version") == 2
     document.pop("schema_version")
+    # the pooled proportion moves to proportion_pooled, proportion is null (its meaning
+    # is now the mean over sequences, which schema 1 did not store)
+    for variant, stats in written["ratios"].items():
+        assert stats["proportion"] is None
+        stats["proportion"] = stats.pop("proportion_pooled")
+        assert stats["proportion"] == document["ratios"][variant]["proportion"]
     # fields added since schema 1 take their defaults; everything else is as stored
     for stats in written["ratios"].values():
         for key in set(stats) - set(document["ratios"]["token"]):
@@ -220,6 +230,14 @@ def test_schema1_reports_plot_alone_and_together(tmp_path, kind):
         assert out.read_bytes().startswith(PNG_MAGIC)
 
 
+def _close_rel(a, b, rel, where=""):
+    if isinstance(a, dict):
+        for key in a:
+            _close_rel(a[key], b[key], rel, f"{where}.{key}")
+    else:
+        assert b == pytest.approx(a, rel=rel), where
+
+
 def _close(a, b, where=""):
     if isinstance(a, dict):
         for key in a.keys() & b.keys():
@@ -234,7 +252,9 @@ def _close(a, b, where=""):
         assert a == b, where
 
 
-def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path, fresh):
+def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path):
+    """Made with one band for every row: they merge to an analysis with that band, the
+    per-sequence proportions they lack left null."""
     out = tmp_path / "merged.json"
     result = runner.invoke(
         app, ["merge", str(SCHEMA1_STEP24), str(SCHEMA1), "--out", str(out), "-q"]
@@ -242,9 +262,16 @@ def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path, fresh):
     assert result.exit_code == 0, result.stderr
     merged = json.loads(out.read_text())
     assert merged["schema_version"] == 2
+    assert merged["params"]["analysis"]["token_on_band"] == [3e-4, 4e-4]  # read as on_band
+    fresh = ratioscope.analyze([VERL / "step_0024.pt", VERL / "step_0032.pt"], **ONE_BAND)
     expected = fresh.to_dict()
     names = [Path(i["path"]).name for i in merged["inputs"]]
     assert names == [Path(i["path"]).name for i in expected["inputs"]]
+    for variant, stats in expected["ratios"].items():
+        assert merged["ratios"][variant]["proportion"] is None
+        del stats["proportion"]
+        # schema 1 summed float32 surrogate terms: within 0.2 % of the float64 sums
+        _close_rel(stats.pop("surrogate"), merged["ratios"][variant]["surrogate"], 5e-3)
     for key in SECTION_KEYS:
         assert (merged[key] is None) == (expected[key] is None), key
         _close(expected[key], merged[key], key)
@@ -255,14 +282,35 @@ def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path, fresh):
     assert Report.read_json(out).to_dict() == merged
 
 
-def test_a_schema1_and_a_schema2_report_merge(tmp_path):
+def test_a_schema1_and_a_newer_report_do_not_merge_one_sentence_says_why(tmp_path):
+    """A report without per-row bands merges only with reports like it: its params
+    differ from a newer report's, and its sums lack the per-sequence proportions."""
     new = tmp_path / "step24.json"
+    one_band = ["--token-on-band", "3e-4,4e-4", "--seq-on-band", "3e-4,4e-4"]
     assert runner.invoke(
-        app, ["analyze", str(VERL / "step_0024.pt"), "--json", str(new), "-q"]
+        app, ["analyze", str(VERL / "step_0024.pt"), *one_band, "--json", str(new), "-q"]
     ).exit_code == 0  # fmt: skip
     out = tmp_path / "m.json"
     result = runner.invoke(app, ["merge", str(new), str(SCHEMA1), "--out", str(out), "-q"])
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 2 and not out.exists()
+    message = result.stderr.strip()
+    assert "different parameters" in message and "token_on_band" in message
+    assert message.count("\n") == 0
+    # the same parameters written the old way: the sums refuse, naming what is missing
+    document = json.loads(new.read_text())
+    for key in ONE_BAND:
+        del document["params"]["analysis"][key]
+    with pytest.raises(MergeError, match="before per-sequence state"):
+        ratioscope.merge_reports([document, json.loads(SCHEMA1.read_text())])
+
+
+def test_a_schema1_report_plots_and_checks_options_against_its_one_band(tmp_path):
+    out = tmp_path / "w.png"
+    base = ["plot", "windows", str(SCHEMA1), "--out", str(out), "-q"]
+    assert runner.invoke(app, [*base, "--token-on-band", "3e-4,4e-4"]).exit_code == 0
+    refused = runner.invoke(app, [*base, "--token-on-band", "exact"])
+    assert refused.exit_code == 2
+    assert "made with token on band 0.0003,0.0004" in refused.stderr
 
 
 RULES = """

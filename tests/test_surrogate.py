@@ -57,3 +57,29 @@ def test_aggregations_on_a_hand_computed_case():
     mask = torch.tensor([[True, True, False], [True, False, False]])
     assert float(token_mean(values, mask)) == (1 + 3 + 4) / 3
     assert float(seq_mean_token_mean(values, mask)) == (2 + 4) / 2
+
+
+def test_row_sums_of_float32_inputs_are_float64_sums_of_float64_terms():
+    """A near-zero loss: terms r A cancel within each row (A centred, r ~ 1 + 1e-4), so
+    float32 terms leave ~1e-3 relative error in the sums; the float64 loop is the truth."""
+    rng = np.random.default_rng(11)
+    rows, width = 16, 2000
+    z = (rng.normal(0, 1e-4, size=(rows, width))).astype(np.float32)
+    adv = rng.normal(0, 1, size=(rows, width)).astype(np.float32)
+    adv -= adv.mean(axis=1, keepdims=True)  # GRPO-centred: the row sums nearly cancel
+    mask = np.ones((rows, width), dtype=bool)
+    want_clipped, _ = loop_terms(z.astype(np.float64), adv.astype(np.float64), mask, (0.2, 0.28))
+    want_plain = [
+        sum(math.exp(float(z[i, t])) * float(adv[i, t]) for t in range(width)) for i in range(rows)
+    ]
+    _, clipped, plain = ppo_row_sums(
+        torch.tensor(z), torch.tensor(adv), torch.tensor(mask), (0.2, 0.28)
+    )
+    assert clipped.dtype == plain.dtype == torch.float64
+    # float64 summation order alone: ~1e-13 on sums of 2,000 terms of size ~1
+    np.testing.assert_allclose(plain.numpy(), want_plain, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(clipped.numpy(), want_clipped.sum(1), rtol=0, atol=1e-11)
+    # float32 terms (what ppo_row_sums summed before) are off by ~1e-6: far outside
+    r32 = torch.exp(torch.tensor(z)) * torch.tensor(adv)
+    old = r32.sum(dim=1, dtype=torch.float64).numpy()
+    assert np.max(np.abs(old - want_plain)) > 1e-8

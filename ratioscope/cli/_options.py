@@ -93,7 +93,30 @@ OnBand = Annotated[
     str,
     typer.Option(
         "--on-band",
-        help="On-policy band eps_low,eps_high around r = 1 (0 = exactly 1).",
+        help="On-policy band eps_low,eps_high around r = 1 of the Kalman-filtered ratio "
+        "(KPO App. C.1).",
+        rich_help_panel=_A,
+    ),
+]
+#: the raw rows' default: r = 1 up to float32 rounding (AnalysisParams.token_on_band)
+EXACT = "exact"
+_RAW_BAND = (
+    "'exact' = r = 1 up to float32 rounding (2^-24 each side; KPO App. C.1), "
+    "0 = z == 0 bitwise, or eps_low,eps_high."
+)
+TokenOnBand = Annotated[
+    str,
+    typer.Option(
+        "--token-on-band",
+        help=f"On-policy band of the raw token ratio: {_RAW_BAND}",
+        rich_help_panel=_A,
+    ),
+]
+SeqOnBand = Annotated[
+    str,
+    typer.Option(
+        "--seq-on-band",
+        help=f"On-policy band of the sequence-level ratio: {_RAW_BAND}",
         rich_help_panel=_A,
     ),
 ]
@@ -186,6 +209,8 @@ PARAMETER_OPTIONS = {
     "seq_clip": "--seq-clip",
     "is_threshold": "--is-threshold",
     "on_band": "--on-band",
+    "token_on_band": "--token-on-band",
+    "seq_on_band": "--seq-on-band",
     "window": "--window",
     "lfr_cutoff": "--lfr-cutoff",
     "space": "--space",
@@ -252,14 +277,19 @@ def load_options(
 
 
 def analysis_params(**options: Any):
-    """AnalysisParams from CLI strings: pairs like "0.2,0.28" are parsed here."""
+    """AnalysisParams from CLI strings: pairs like "0.2,0.28" are parsed here, and
+    'exact' for a band is the raw rows' rule (r = 1 up to float32 rounding)."""
+    from ratioscope.functional.token_stats import EXACT_ON_BAND
     from ratioscope.params import AnalysisParams
 
-    pairs = ("clip", "seq_clip", "on_band")
+    pairs = ("clip", "seq_clip", "on_band", "token_on_band", "seq_on_band")
+    bands = ("on_band", "token_on_band", "seq_on_band")
     lists = ("fpa_lambdas", "deltas")
     values: dict[str, Any] = {}
     for key, value in options.items():
-        if key in pairs and isinstance(value, str):
+        if key in bands and isinstance(value, str) and value.strip().lower() == EXACT:
+            value = EXACT_ON_BAND
+        elif key in pairs and isinstance(value, str):
             value = parse_floats(value, PARAMETER_OPTIONS[key], count=2)
         elif key in lists and isinstance(value, str):
             value = parse_floats(value, PARAMETER_OPTIONS[key])

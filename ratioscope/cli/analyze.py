@@ -32,7 +32,9 @@ from ratioscope.cli._options import (
     Paths,
     Quiet,
     SeqClip,
+    SeqOnBand,
     Space,
+    TokenOnBand,
     UnsafePickle,
     Window,
 )
@@ -68,6 +70,8 @@ def analyze(
     seq_clip: SeqClip = "3e-4,4e-4",
     is_threshold: IsThreshold = 2.0,
     on_band: OnBand = "3e-4,4e-4",
+    token_on_band: TokenOnBand = "exact",
+    seq_on_band: SeqOnBand = "exact",
     window: Window = 50,
     lfr_cutoff: LfrCutoff = 0.1,
     space: Space = "log",
@@ -106,6 +110,7 @@ def analyze(
     check_suffix(parquet_out, ".parquet", "--parquet")
     params = analysis_params(
         clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
+        token_on_band=token_on_band, seq_on_band=seq_on_band,
         window=window, lfr_cutoff=lfr_cutoff, space=space, kalman_q=kalman_q,
         kalman_v=kalman_v, mask_policy=mask_policy, kalman_impl=kalman_impl,
         cov_scope=cov_scope, fpa_lambda=fpa_lambda, fpa_lambdas=fpa_lambda_sweep,

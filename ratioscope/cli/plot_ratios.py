@@ -16,6 +16,8 @@ from ratioscope.cli._options import (
     MaskPolicy,
     OnBand,
     Quiet,
+    SeqOnBand,
+    TokenOnBand,
     UnsafePickle,
     Window,
 )
@@ -70,7 +72,8 @@ def _report_figure(kind: str, doc: str):
 
     def command(
         ctx: typer.Context, paths: Inputs, out: Out, window: Window = 50,
-        on_band: OnBand = "3e-4,4e-4", kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0,
+        on_band: OnBand = "3e-4,4e-4", token_on_band: TokenOnBand = "exact",
+        seq_on_band: SeqOnBand = "exact", kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0,
         format: Format = "auto", mapping: Mapping = None, unsafe_pickle: UnsafePickle = False,
         device: Device = "auto", quiet: Quiet = False,
     ) -> None:  # fmt: skip
@@ -82,10 +85,12 @@ def _report_figure(kind: str, doc: str):
 
         check_figure_path(out)
         check_output_paths([Path(p) for p in paths], [out])
-        refuse_report_options(ctx, paths, ("window", "on_band", "kalman_q", "kalman_v"))
+        bands = ("on_band", "token_on_band", "seq_on_band")
+        refuse_report_options(ctx, paths, ("window", *bands, "kalman_q", "kalman_v"))
         params = analysis_params(
-            window=window, on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v
-        )
+            window=window, on_band=on_band, token_on_band=token_on_band,
+            seq_on_band=seq_on_band, kalman_q=kalman_q, kalman_v=kalman_v,
+        )  # fmt: skip
         with progress_bar(not quiet) as progress:
             report, source = report_or_analysis(
                 paths,
@@ -105,6 +110,7 @@ def _report_figure(kind: str, doc: str):
 
 def ratios(
     paths: TraceInputs, out: Out, sequence: Sequence = 0, on_band: OnBand = "3e-4,4e-4",
+    token_on_band: TokenOnBand = "exact", seq_on_band: SeqOnBand = "exact",
     kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, mask_policy: MaskPolicy = "zero",
     format: Format = "auto", mapping: Mapping = None, unsafe_pickle: UnsafePickle = False,
     quiet: Quiet = False,
@@ -128,8 +134,9 @@ def ratios(
     if any(is_report_path(p) for p in paths):
         raise UsageError("plot ratios needs a dump: a report JSON holds no per-token ratios")
     params = analysis_params(
-        on_band=on_band, kalman_q=kalman_q, kalman_v=kalman_v, mask_policy=mask_policy
-    )
+        on_band=on_band, token_on_band=token_on_band, seq_on_band=seq_on_band,
+        kalman_q=kalman_q, kalman_v=kalman_v, mask_policy=mask_policy,
+    )  # fmt: skip
     trace = ratio_trace(
         paths, sequence, params, load_options(format, mapping, "error", unsafe_pickle)
     )
@@ -146,7 +153,7 @@ def refuse_report_options(ctx: typer.Context, paths: list[str], names: tuple[str
     from ratioscope.cli._common import given
     from ratioscope.cli._options import analysis_params
     from ratioscope.io.paths import is_report_path
-    from ratioscope.params import refuse_unlike_report
+    from ratioscope.params import refuse_unlike_report, stored_analysis
     from ratioscope.report_io import read_json_report
 
     reports = [Path(p) for p in paths if is_report_path(p)]
@@ -157,4 +164,4 @@ def refuse_report_options(ctx: typer.Context, paths: list[str], names: tuple[str
     chosen = {name: getattr(params, name) for name in wanted}
     for path in reports:
         stored = (read_json_report(path).get("params") or {}).get("analysis") or {}
-        refuse_unlike_report(chosen, stored, path, "dump")
+        refuse_unlike_report(chosen, stored_analysis(stored), path, "dump")

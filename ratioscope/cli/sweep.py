@@ -17,6 +17,8 @@ from ratioscope.cli._options import (
     Paths,
     Quiet,
     SeqClip,
+    SeqOnBand,
+    TokenOnBand,
     UnsafePickle,
     Window,
 )
@@ -34,6 +36,8 @@ def sweep(
     nonfinite: NonFinite = "error",
     unsafe_pickle: UnsafePickle = False,
     on_band: OnBand = "3e-4,4e-4",
+    token_on_band: TokenOnBand = "exact",
+    seq_on_band: SeqOnBand = "exact",
     window: Window = 50,
     seq_clip: SeqClip = "3e-4,4e-4",
     mask_policy: MaskPolicy = "zero",
@@ -58,8 +62,9 @@ def sweep(
 
     check_output_paths(expand_paths(paths), [json_out])
     params = analysis_params(
-        on_band=on_band, window=window, seq_clip=seq_clip, mask_policy=mask_policy
-    )
+        on_band=on_band, token_on_band=token_on_band, seq_on_band=seq_on_band,
+        window=window, seq_clip=seq_clip, mask_policy=mask_policy,
+    )  # fmt: skip
     with progress_bar(not quiet) as progress:
         result = run_sweep(
             paths,

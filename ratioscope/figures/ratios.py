@@ -22,9 +22,13 @@ class RatioTrace:
     token: list[float]
     sequence: list[float]
     kalman: list[float]
+    #: the on-policy band of the Kalman-filtered ratio (the band drawn)
     on_band: tuple[float, float]
     qv: float
     ratio_pair: str = "current/old"
+    #: the raw token and sequence rows' bands (r = 1 up to float32 rounding by default)
+    token_on_band: tuple[float, float] | None = None
+    seq_on_band: tuple[float, float] | None = None
 
 
 def ratio_trace(
@@ -56,6 +60,8 @@ def ratio_trace(
                 source=str(path),
                 row=row,
                 on_band=params.on_band,
+                token_on_band=params.token_on_band,
+                seq_on_band=params.seq_on_band,
                 qv=params.kalman_q / params.kalman_v,
                 ratio_pair=batch.ratio_pair,
                 **signals,

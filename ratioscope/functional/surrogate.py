@@ -149,7 +149,7 @@ def aggregation_sums(values: Tensor, mask: Tensor) -> AggregationSums:
     >>> aggregation_sums(values, mask).aggregates()
     Aggregates(token_mean=2.6666666666666665, seq_mean_token_mean=3.0)
     """
-    filled = torch.where(mask, values, 0.0)
+    filled = torch.where(mask, values.double(), 0.0)  # float64 sums whatever the input
     return _aggregation_sums(float(filled.sum()), filled.sum(dim=1), mask.sum(dim=1))
 
 
@@ -183,21 +183,19 @@ def ppo_row_sums(
     """Per-sequence sums behind the clip fraction and both surrogates, in few passes.
 
     Equal to summing :func:`ppo_clip_mask`, ``ppo_objective_terms(..., clip)`` and
-    ``ppo_objective_terms(..., None)`` over each row, but computed in the input's
-    precision with float64 accumulation, which is what a streaming analysis needs.
+    ``ppo_objective_terms(..., None)`` over each row: ratios, terms and sums are float64
+    whatever the input's dtype. A loss near zero is a sum of terms r A that cancel
+    (advantages are centred per group), so float32 terms, each off by ~1e-7 of itself,
+    were 0.2 % off the Kalman row's seq-mean loss on the sample run.
 
     Returns:
         ``(clipped [B] int64, clipped_terms [B] float64, plain_terms [B] float64)``; the
         term sums aggregate with :func:`row_aggregation_sums`.
     """
     eps_low, eps_high = clip
-    adv = torch.where(mask, advantages, torch.zeros((), dtype=advantages.dtype))
-    ratio = torch.exp(log_ratio.to(adv.dtype) if adv.is_floating_point() else log_ratio)
+    adv = torch.where(mask, advantages.double(), 0.0)
+    ratio = torch.exp(log_ratio.double())
     plain = ratio * adv
     clipped_terms = torch.minimum(plain, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
     clipped = ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
-    return (
-        clipped.sum(dim=1),
-        clipped_terms.sum(dim=1, dtype=torch.float64),
-        plain.sum(dim=1, dtype=torch.float64),
-    )
+    return clipped.sum(dim=1), clipped_terms.sum(dim=1), plain.sum(dim=1)

@@ -32,7 +32,16 @@ Space = Literal["log", "ratio"]
 #: Labels of the per-state columns (column j is state j - 1).
 STATE_LABELS = ("down", "on", "up")
 
+#: the band of the Kalman-filtered ratio (KPO App. C.1: eps^- = 3e-4, eps^+ = 4e-4)
 DEFAULT_ON_BAND = (3e-4, 4e-4)
+#: float32 rounding of the ratio at 1: a log-ratio with |z| <= 2^-24 gives a float32
+#: exp(z) of 1 (or its neighbour 1 - 2^-24), the "r = 1" a trainer computing its ratios
+#: in float32 sees. The smallest non-zero |z| between float32 log-probs near 0 is one
+#: ulp, 2^-23 or more, so the tolerance admits float noise and nothing else.
+FLOAT32_RATIO_TOLERANCE = 2.0**-24
+#: the raw ratio's rule (KPO App. C.1, "r = 1"; App. B.1 counts by the sign of z): on
+#: iff r = 1 up to float32 rounding
+EXACT_ON_BAND = (FLOAT32_RATIO_TOLERANCE, FLOAT32_RATIO_TOLERANCE)
 DEFAULT_WINDOW = 50
 DEFAULT_LFR_CUTOFF = 0.1
 DEFAULT_N_FREQS = 64
@@ -171,8 +180,10 @@ def token_states(
     up (1) if r > 1 + eps_hi, down (-1) if r < 1 - eps_lo, on (0) otherwise. The test is
     done in log space (z > log1p(eps_hi), z < log1p(-eps_lo), exact as in float64),
     which avoids exp rounding, so ``on_band=(0, 0)`` means on iff z == 0 exactly, i.e.
-    r == 1 (the paper's raw-ratio rule). The default band is the paper's
-    eps^- = 3e-4, eps^+ = 4e-4.
+    r == 1 bitwise. The paper uses two rules: r = 1 for raw ratios, which
+    :data:`EXACT_ON_BAND` (2^-24 each side, float32 rounding) reads, and the band
+    eps^- = 3e-4, eps^+ = 4e-4 (:data:`DEFAULT_ON_BAND`, the default here) for
+    Kalman-filtered ones.
 
     Args:
         z: [B, T] float log-ratios (raw, filtered, or sequence-level broadcast).
@@ -203,10 +214,32 @@ def state_counts(states: Tensor, mask: Tensor | None) -> Tensor:
         states: [B, T] int8 from :func:`token_states`; mask: [B, T] bool or None.
 
     Returns:
-        [B, 3] int64, columns (down, on, up). Proportions over a dump are
-        ``counts.sum(0) / counts.sum()``.
+        [B, 3] int64, columns (down, on, up). KPO Table 2's proportions are
+        averaged over samples, ``(counts / counts.sum(1, keepdim=True)).mean(0)``
+        (:func:`state_shares`); pooled over tokens they are ``counts.sum(0) / counts.sum()``.
     """
     return _state_counts(states, _check_pair(states, mask, "states"))
+
+
+def state_shares(state_counts: Tensor) -> Tensor:
+    """Each sequence's share of valid tokens per state (KPO Table 2, "token proportion").
+
+    Table 2's caption says "All reported values are averaged over all samples": the
+    table's proportion is the mean of these rows over sequences.
+
+    Args:
+        state_counts: [B, 3] int64 from :func:`state_counts` (columns down, on, up).
+
+    Returns:
+        [B, 3] float64, rows summing to 1; NaN rows for sequences without valid tokens.
+
+    >>> import torch
+    >>> state_shares(torch.tensor([[1, 2, 1], [0, 0, 0]])).tolist()
+    [[0.25, 0.5, 0.25], [nan, nan, nan]]
+    """
+    counts = state_counts.double()
+    totals = counts.sum(dim=1, keepdim=True)
+    return (counts / totals).masked_fill(totals == 0, math.nan)
 
 
 # --------------------------------------------------------------------------- run lengths

@@ -321,6 +321,21 @@ _LOG_RATIO_LABELS = {
 }
 
 
+def _raw_rule(trace: RatioTrace) -> str:
+    """How the raw token and sequence rows' states were read, for the legend."""
+    from ratioscope.functional.token_stats import EXACT_ON_BAND
+
+    bands = {trace.token_on_band, trace.seq_on_band} - {None}
+    if bands <= {EXACT_ON_BAND}:
+        return "raw and sequence ratios: on iff r = 1 (float32 rounding, 2^-24)"
+    shown = ", ".join(
+        f"{name} ({-math.log1p(-b[0]):.1e}, +{math.log1p(b[1]):.1e})"
+        for name, b in (("raw", trace.token_on_band), ("sequence", trace.seq_on_band))
+        if b is not None
+    )
+    return f"bands of {shown}"
+
+
 def plot_trace(trace: RatioTrace, out: Path) -> None:
     """One sequence: raw, sequence-level and Kalman-filtered log-ratio over token position.
 
@@ -335,9 +350,11 @@ def plot_trace(trace: RatioTrace, out: Path) -> None:
     positions = list(range(len(trace.token)))
     low, high = trace.on_band
     band = (-math.log1p(-low) if low < 1 else 1.0, math.log1p(high))
+    label = (
+        f"on-policy band of the filtered ratio ({-band[0]:.1e}, +{band[1]:.1e}); {_raw_rule(trace)}"
+    )
     for axes in (full, zoom):
-        axes.axhspan(-band[0], band[1], color="0.85", zorder=0,
-                     label=f"on-policy band ({-band[0]:.1e}, +{band[1]:.1e})")  # fmt: skip
+        axes.axhspan(-band[0], band[1], color="0.85", zorder=0, label=label)
         axes.axhline(0.0, color="0.6", lw=0.6, zorder=1)
         axes.grid(alpha=0.3)
     full.plot(positions, trace.token, color=COLORS["token"], lw=0.8, alpha=0.8,

@@ -189,7 +189,7 @@ def _ratio_distributions(ratios: Mapping[str, VariantStats | None], console: Con
 
 
 def _ratio_states(ratios: Mapping[str, VariantStats | None], console: Console) -> None:
-    if not any(s is not None and s.proportion for s in ratios.values()):
+    if not any(s is not None and _proportion(s) for s in ratios.values()):
         return
     state_table(
         list(ratios.items()),
@@ -201,8 +201,14 @@ def _ratio_states(ratios: Mapping[str, VariantStats | None], console: Console) -
 def state_table(
     rows: Sequence[tuple[str, VariantStats | None]], title: str, console: Console
 ) -> None:
-    """The KPO Table 2 layout: one row per ratio variant (or per Kalman Q/V)."""
-    table = Table(title=title, title_justify="left")
+    """The KPO Table 2 layout: one row per ratio variant (or per Kalman Q/V).
+
+    Proportions are averaged over sequences, as the paper's; a report written before
+    that holds them pooled over tokens only, which are shown marked with ``*``. The
+    caption says which on-policy band set each row's states.
+    """
+    table = Table(title=title, title_justify="left", caption=_state_caption(rows))
+    table.caption_justify = "left"
     columns = (
         "variant", "up", "down", "on", "run up", "run down", "run on",
         "switch freq", "LFR", "var global", "var window", "clip frac",
@@ -212,16 +218,18 @@ def state_table(
             column, justify="left" if column == "variant" else "right", overflow="fold"
         )
     for label, stats in rows:
-        if stats is None or not stats.proportion:
+        prop = _proportion(stats) if stats is not None else None
+        if stats is None or not prop:
             table.add_row(label, *[DASH] * (len(columns) - 1))
             continue
-        prop, runs = stats.proportion, stats.run_length_mean or {}
+        runs = stats.run_length_mean or {}
         variance = stats.variance or {}
+        mark = "" if stats.proportion else "*"
         table.add_row(
             label,
-            share(prop.get("up")),
-            share(prop.get("down")),
-            share(prop.get("on")),
+            share(prop.get("up")) + mark,
+            share(prop.get("down")) + mark,
+            share(prop.get("on")) + mark,
             num(runs.get("up")),
             num(runs.get("down")),
             num(runs.get("on")),
@@ -232,6 +240,40 @@ def state_table(
             share(stats.clip_fraction),
         )
     print_table(console, table)
+
+
+def _proportion(stats: VariantStats) -> dict[str, float] | None:
+    """Per-sequence proportions, else (reports older than them) the pooled ones."""
+    return stats.proportion or stats.proportion_pooled
+
+
+def _band_text(band: tuple[float, float]) -> str:
+    from ratioscope.functional.token_stats import EXACT_ON_BAND
+
+    if tuple(band) == EXACT_ON_BAND:
+        return "r = 1 up to float32 rounding (2^-24)"
+    if band[0] == band[1] == 0:
+        return "r = 1 exactly"
+    return f"r in [1 - {num(band[0])}, 1 + {num(band[1])}]"
+
+
+def _state_caption(rows: Sequence[tuple[str, VariantStats | None]]) -> str | None:
+    """'on' per row: one clause per band, naming the rows it applies to."""
+    by_band: dict[tuple[float, float], list[str]] = {}
+    for label, stats in rows:
+        if stats is not None and stats.on_band is not None:
+            low, high = stats.on_band
+            by_band.setdefault((low, high), []).append(label.split(" ")[0])
+    lines = []
+    if by_band:
+        clauses = [
+            f"{'/'.join(dict.fromkeys(labels))} {_band_text(band)}"
+            for band, labels in by_band.items()
+        ]
+        lines.append("on: " + "; ".join(clauses) + ". Proportions: mean over sequences.")
+    if any(s is not None and not s.proportion and s.proportion_pooled for _, s in rows):
+        lines.append("* pooled over tokens: the report predates per-sequence proportions.")
+    return "\n".join(lines) or None
 
 
 def show_sweep(sweep: SweepReport | Mapping[str, Any], console: Console) -> None:

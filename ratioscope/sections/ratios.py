@@ -6,8 +6,11 @@ Table 2 token-state statistics: proportions up/down/on, run lengths, switch freq
 window-wise off-policy frequency, low-frequency ratio with the mean periodogram, and
 global and window-local variance (:mod:`ratioscope.functional.token_stats`).
 
-Per-sequence statistics are averaged over sequences (the paper's convention) from
-exact sums and counts, so chunks, files and shard reports merge exactly.
+Per-sequence statistics, the state proportions among them, are averaged over
+sequences (Table 2: "averaged over all samples") from exact sums and counts, so chunks,
+files and shard reports merge exactly. Each row has its own on-policy band
+(:meth:`~ratioscope.params.AnalysisParams.state_band`): r = 1 up to float32 rounding for
+the raw token and sequence ratios, the paper's band for the Kalman-filtered one.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ratioscope.functional.token_stats import (
     constant_signal_statistics,
     frequency_grid,
     signal_statistics,
+    state_shares,
     window_moments,
 )
 from ratioscope.params import AnalysisParams
@@ -100,7 +104,14 @@ class VariantStats:
     clip_band: tuple[float, float]
     clip_fraction: float | None
     surrogate: Surrogate | None
+    #: (eps_lo, eps_hi): a token is on iff r is in [1 - eps_lo, 1 + eps_hi]; None in
+    #: reports written before the band was recorded per row (params.analysis.on_band)
+    on_band: tuple[float, float] | None = None
+    #: state shares averaged over sequences (KPO Table 2); None where the sums behind
+    #: it are missing (reports written before it: see ``proportion_pooled``)
     proportion: dict[str, float] | None = None
+    #: state shares pooled over all valid tokens (what ``proportion`` was before)
+    proportion_pooled: dict[str, float] | None = None
     run_length_mean: dict[str, float] | None = None
     run_length_histogram: dict[str, dict[str, int]] | None = None
     switch_frequency: float | None = None
@@ -134,10 +145,29 @@ def _windows(block: dict[str, Any]) -> WindowMoments:
 _WINDOW_LISTS = Codec(dump=_window_lists, load=_windows, flat=True)
 
 
+def _share_sums(mine: list[float] | None, theirs: list[float] | None) -> list[float] | None:
+    if mine is None and theirs is None:
+        return None
+    if mine is None or theirs is None:
+        raise ValueError(
+            "one side was written before per-sequence state proportions (no 'share_sum'); "
+            "re-analyse its dumps to merge it with newer reports"
+        )
+    return [a + b for a, b in zip(mine, theirs, strict=True)]
+
+
+#: None (written as null) in reports older than the field and their merges
+_SHARE_SUMS = Codec(load=lambda v: None if v is None else [float(x) for x in v])
+
+
 class _StateSums(Record):
     """Sums behind the KPO token-state statistics of one variant."""
 
     state_tokens = mergeable(lambda: [0, 0, 0], "sum")
+    #: sum over sequences of each sequence's share per state; None for older reports
+    share_sum: list[float] | None = mergeable(
+        lambda: [0.0, 0.0, 0.0], _share_sums, codec=_SHARE_SUMS, legacy=lambda _: None
+    )
     run_mean_sum = mergeable(lambda: [0.0, 0.0, 0.0], "sum")
     run_mean_count = mergeable(lambda: [0, 0, 0], "sum")
     run_histogram = mergeable(lambda: [Counter() for _ in range(3)], "merge")
@@ -156,8 +186,11 @@ class _StateSums(Record):
         """Fold the statistics of a chunk's rows in (``nonempty`` ones only)."""
         rows = nonempty
         counts = stats.state_counts[rows].sum(dim=0)
+        shares = state_shares(stats.state_counts[rows]).sum(dim=0)
         for j in range(3):
             self.state_tokens[j] += int(counts[j])
+            if self.share_sum is not None:
+                self.share_sum[j] += float(shares[j])
             per_sequence = stats.runs.mean_per_sequence[rows, j]
             present = ~torch.isnan(per_sequence)
             self.run_mean_sum[j] += float(per_sequence[present].sum())
@@ -189,8 +222,12 @@ class _StateSums(Record):
         if self.spectrum_count:
             power = (self.spectrum_sum.values / self.spectrum_count).tolist()
             spectrum = Spectrum(frequency=frequencies, power=power, sequences=self.spectrum_count)
+        shares = self.share_sum
         return {
-            "proportion": {name: self.state_tokens[j] / total for j, name in _REPORT_ORDER},
+            "proportion": None
+            if shares is None
+            else {name: shares[j] / self.sequences for j, name in _REPORT_ORDER},
+            "proportion_pooled": {name: self.state_tokens[j] / total for j, name in _REPORT_ORDER},
             "run_length_mean": {
                 name: self.run_mean_sum[j] / self.run_mean_count[j]
                 if self.run_mean_count[j]
@@ -317,16 +354,17 @@ class RatiosAccumulator(Accumulator):
         p = self.params
         # AnalysisParams admits only the values of SPACES
         space = cast("Space", p.space)
+        band = p.state_band(variant)
         if variant == "sequence":
             # constant within each sequence: the statistics follow from one value per row
             stats = constant_signal_statistics(
-                ctx.sequence_mean_z, ctx.lengths, on_band=p.on_band, window=p.window
+                ctx.sequence_mean_z, ctx.lengths, on_band=band, window=p.window
             )
         else:
             stats = signal_statistics(
                 signal,
                 ctx.mask,
-                on_band=p.on_band,
+                on_band=band,
                 window=p.window,
                 cutoff=p.lfr_cutoff,
                 space=space,
@@ -351,6 +389,7 @@ class RatiosAccumulator(Accumulator):
             **state.states.fields(_frequency_grid()),
             distribution=distribution,
             clip_band=self.band(variant),
+            on_band=self.params.state_band(variant),
             clip_fraction=state.clipped_tokens / state.advantage_tokens if has_adv else None,
             # the report holds losses, -J, as trainers log them
             surrogate=Surrogate(
