@@ -105,7 +105,7 @@ def test_nan_reward_with_mask_policy_does_not_crash():
 
 
 def test_ratio_trace_skips_holes_inside_a_sequence(tmp_path):
-    from ratioscope.sections.ratios import ratio_trace
+    from ratioscope.figures.ratios import ratio_trace
 
     mask = torch.tensor([[1, 1, 0, 1, 1, 0]], dtype=torch.bool)
     z = torch.tensor([[0.1, 0.2, 9.0, 0.3, 0.4, 0.0]])
