@@ -157,7 +157,7 @@ def from_jsonable(hint: Any, value: Any, where: str = "$") -> Any:
     does not have, or a value of the wrong kind, raises :class:`JSONShapeError` naming
     its path (``$.ratios.token.clip_band``).
 
-    >>> from ratioscope.sections.ratios import Distribution
+    >>> from ratioscope.sections.distribution import Distribution
     >>> from_jsonable(Distribution, {"count": 0, "mean": None, "std": 0.0, "min": None,
     ...                              "max": None, "quantiles": {}}).mean
     nan

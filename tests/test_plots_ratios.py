@@ -142,7 +142,8 @@ def _report(window_counts, histograms):
     import math
 
     from ratioscope.report import InputInfo, Report
-    from ratioscope.sections.ratios import Distribution, VariantStats
+    from ratioscope.sections.distribution import Distribution
+    from ratioscope.sections.ratios import VariantStats
 
     empty = Distribution(count=0, mean=math.nan, std=0.0, min=math.nan, max=math.nan, quantiles={})
     ratios = {}

@@ -25,6 +25,7 @@ from ratioscope.functional.fpa import (
     sequence_log_ratio,
     sequence_weights,
 )
+from ratioscope.functional.kalman import kalman_filter_loop
 from ratioscope.functional.quatro import quatro_delta_sweep
 from ratioscope.functional.tepo import sequence_likelihood_weights
 from ratioscope.io.loaders import expand_paths, load_file
@@ -66,6 +67,12 @@ def _raw(paths: list[Path], lam: float, lams: tuple[float, ...]) -> dict[str, li
         batch = load_file(path)
         mask = batch.mask
         group = batch.group
+        z = batch.log_ratio.double()
+        put("ratios.token", z[mask])
+        # the sequence row counts each valid token with its sequence's mean log-ratio
+        means = (z * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
+        put("ratios.sequence", means[:, None].expand_as(z)[mask])
+        put("ratios.kalman", kalman_filter_loop(z, mask, 1e-6, 1.0)[mask])
         c, w, w_norm = covariance_weights(batch.log_probs, batch.advantages, mask, group)
         put("c", c[mask])
         put("w", w[mask])
@@ -103,6 +110,9 @@ def _raw(paths: list[Path], lam: float, lams: tuple[float, ...]) -> dict[str, li
 
 def _check_report(report, raw: dict[str, list[np.ndarray]]) -> int:
     checked = 0
+    for variant in ("token", "sequence", "kalman"):
+        d = report.ratios[variant].distribution
+        checked += _check(d, raw[f"ratios.{variant}"], "value", f"ratios.{variant}")
     cov = report.covariance
     checked += _check(cov.c, raw["c"], "value", "covariance.c")
     checked += _check(cov.weights.distribution, raw["w"], "log", "covariance.w")

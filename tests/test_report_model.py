@@ -55,8 +55,9 @@ def test_round_trip_is_exact_on_a_fresh_report(fresh):
     again = Report.from_dict(document)
     assert again.to_dict() == document
     assert json.dumps(again.to_dict()) == json.dumps(document)  # key order too
+    from ratioscope.sections.distribution import Distribution
     from ratioscope.sections.mismatch import MismatchSection
-    from ratioscope.sections.ratios import Distribution, VariantStats
+    from ratioscope.sections.ratios import VariantStats
 
     assert isinstance(again.ratios["kalman"], VariantStats)
     assert isinstance(again.ratios["token"].distribution, Distribution)
@@ -169,7 +170,7 @@ def test_read_json_of_a_newer_file_is_one_sentence_naming_it(tmp_path):
 # ---------------------------------------------------------------------- from_jsonable
 def test_from_jsonable_reverses_to_jsonable_on_the_awkward_values():
     from ratioscope.functional.fpa import BelowThreshold, ByCorrectness
-    from ratioscope.sections.ratios import Distribution
+    from ratioscope.sections.distribution import Distribution
 
     nan_distribution = Distribution(
         count=0, mean=math.nan, std=0.0, min=math.inf, max=-math.inf, quantiles={"0.5": math.nan}
@@ -241,11 +242,16 @@ def _close_rel(a, b, rel, where=""):
 def _close(a, b, where=""):
     if isinstance(a, dict):
         for key in a.keys() & b.keys():
+            if key == "quantile_bound":  # each states its own coordinate (checked below)
+                continue
             _close(a[key], b[key], f"{where}.{key}")
     elif isinstance(a, list):
         assert len(a) == len(b), where
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             _close(x, y, f"{where}.{i}")
+    elif isinstance(a, float) and isinstance(b, (int, float)) and ".quantiles." in where:
+        # schema 1 read weights from value bins: within 1.16 % of the value (stats.py)
+        assert b == pytest.approx(a, rel=0.0117, abs=1e-9), where
     elif isinstance(a, float) and isinstance(b, (int, float)):
         assert b == pytest.approx(a, rel=1e-6, abs=1e-12), where
     else:
@@ -272,9 +278,15 @@ def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path):
         del stats["proportion"]
         # schema 1 summed float32 surrogate terms: within 0.2 % of the float64 sums
         _close_rel(stats.pop("surrogate"), merged["ratios"][variant]["surrogate"], 5e-3)
+    # schema 1 pooled the exact FPA of step 32 with the approximation of step 24; its
+    # sums cannot be split again, so the merge says so instead of comparing
+    assert merged["future_policy"]["method"] == "mixed"
     for key in SECTION_KEYS:
         assert (merged[key] is None) == (expected[key] is None), key
-        _close(expected[key], merged[key], key)
+        if key != "future_policy":
+            _close(expected[key], merged[key], key)
+    weights = merged["covariance"]["weights"]["distribution"]["quantile_bound"]
+    assert weights["coordinate"] == "value"  # the bins schema 1 wrote, stated as such
     assert merged["ratios"]["token"]["distribution"]["count"] == sum(
         info["tokens"] for info in merged["inputs"]
     )

@@ -15,8 +15,6 @@ the raw token and sequence ratios, the paper's band for the Kalman-filtered one.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -44,36 +42,12 @@ from ratioscope.functional.token_stats import (
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
+from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
 from ratioscope.stats import Counter, Histogram, Vector
 
 #: kalman_impl='reference' is flagged where it is this far from the exact filter
 REFERENCE_TOLERANCE = 1e-4  # column j of the [.., 3] state tensors is state j - 1
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """Distribution of a log-space signal over valid tokens (quantiles from fixed bins)."""
-
-    count: int
-    mean: float
-    std: float
-    min: float
-    max: float
-    quantiles: dict[str, float]
-
-
-def distribution_of(histogram: Histogram, quantiles: Sequence[float]) -> Distribution:
-    """A :class:`Distribution` (exact moments, histogram quantiles) of a histogram's values."""
-    moments = histogram.moments
-    return Distribution(
-        count=moments.count,
-        mean=moments.mean if moments.count else math.nan,
-        std=moments.std,
-        min=moments.minimum,
-        max=moments.maximum,
-        quantiles=histogram.quantiles(tuple(quantiles)),
-    )
 
 
 @dataclass(frozen=True)
