@@ -177,8 +177,3 @@ def check_suffix(path: Path | None, suffix: str, option: str) -> None:
     """Refuse an output whose suffix names another format (``--parquet x.csv``)."""
     if path is not None and path.suffix.lower() != suffix:
         raise UsageError(f"{option} writes {suffix} files; name it *{suffix}, not {path.name}")
-
-
-QUIET_OPTION = typer.Option(
-    False, "--quiet", "-q", help="No progress bar and no 'wrote FILE' line on stderr."
-)

@@ -1,6 +1,9 @@
-"""Option declarations shared by the commands that read dumps (analyze, sweep, plot, info).
+"""Option declarations shared by the commands, and the defaults their signatures take.
 
-Declared once so that every command spells, documents and parses them the same way.
+Declared once so that every command spells, documents and parses them the same way:
+an option is an ``Annotated`` alias (shared ones here, a command's own at the top of its
+module), and a default comes from the library (:data:`DEFAULTS`, the constants below),
+so ``--help`` shows the value the library applies.
 """
 
 from __future__ import annotations
@@ -11,7 +14,61 @@ from typing import Annotated, Any
 import typer
 
 from ratioscope.cli._common import parse_floats, parse_mapping
+from ratioscope.functional.token_stats import EXACT_ON_BAND
 from ratioscope.io.profiles import FORMAT_CHOICES
+from ratioscope.params import AnalysisParams
+
+#: the raw rows' default: r = 1 up to float32 rounding (AnalysisParams.token_on_band)
+EXACT = "exact"
+#: the library's analysis defaults; a command's analysis options default to these
+DEFAULTS = AnalysisParams()
+
+# Defaults whose library home imports torch or numpy (LoadOptions, ratioscope.analyze,
+# ratioscope.sweep, evaluate_ucc, SampleFields): importing it here would slow every
+# --help, so each value is written here once, and tests/test_cli_defaults.py fails when
+# it differs from the library's.
+#: LoadOptions.format, LoadOptions.nonfinite
+FORMAT_DEFAULT = "auto"
+NONFINITE_DEFAULT = "error"
+#: analysis.DEFAULT_CHUNK_ELEMENTS (ratioscope.analyze)
+CHUNK_ELEMENTS_DEFAULT = 1 << 20
+#: sweep.DEFAULT_QV
+QV_DEFAULT = "1e-6,1e-4,1e-2"
+#: evaluate_ucc's threshold, linkage and max_pairs (functional.clustering, .diversity)
+THRESHOLD_DEFAULT = 0.8
+LINKAGE_DEFAULT = "single"
+MAX_PAIRS_DEFAULT = 500
+#: io.samples.DEFAULT_METHOD_FIELD, DEFAULT_DATASET_FIELD
+METHOD_FIELD_DEFAULT = "method"
+DATASET_FIELD_DEFAULT = "dataset"
+#: the CLI's own choice (the library runs on "cpu" unless told): CUDA when present
+DEVICE_DEFAULT = "auto"
+
+
+def option_text(values: tuple[float, ...]) -> str:
+    """A tuple default as the option is typed: numbers joined by commas.
+
+    >>> option_text((0.2, 0.28)), option_text((3e-4, 4e-4)), option_text((0.0, 0.5, 10.0))
+    ('0.2,0.28', '3e-4,4e-4', '0,0.5,10')
+    """
+    return ",".join(_number(value) for value in values)
+
+
+def band_text(band: tuple[float, float]) -> str:
+    """An on-policy band default as the option is typed: 'exact' for the raw rule."""
+    return EXACT if band == EXACT_ON_BAND else option_text(band)
+
+
+def _number(value: float) -> str:
+    if value == int(value):
+        return str(int(value))
+    if abs(value) < 1e-3:  # 3e-4 reads better than 0.0003
+        from decimal import Decimal
+
+        # repr's digits are the shortest that parse back to the same float
+        return f"{Decimal(repr(value)):e}"
+    return repr(value)
+
 
 DUMP_HELP = (
     "Dump files (.pt .pth .safetensors .npz .parquet .jsonl, SkyRL .pkl), directories or globs."
@@ -98,8 +155,6 @@ OnBand = Annotated[
         rich_help_panel=_A,
     ),
 ]
-#: the raw rows' default: r = 1 up to float32 rounding (AnalysisParams.token_on_band)
-EXACT = "exact"
 _RAW_BAND = (
     "'exact' = r = 1 up to float32 rounding (2^-24 each side; KPO App. C.1), "
     "0 = z == 0 bitwise, or eps_low,eps_high."
@@ -197,6 +252,105 @@ ChunkElements = Annotated[
         rich_help_panel="Run",
         min=1,
     ),
+]
+
+
+FigureOut = Annotated[Path, typer.Option("--out", "-o", help="Figure file: .png, .svg or .pdf.")]
+
+# Evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
+Samples = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line), "
+        "or training logs of verl, AReaL, ROLL (.jsonl) and TRL (.parquet); a directory means "
+        "the files under it.",
+    ),
+]
+K = Annotated[
+    str | None,
+    typer.Option(
+        "--k", help="Comma-separated budgets, e.g. 1,8,64 (default: powers of two up to n)."
+    ),
+]
+EvalJsonOut = Annotated[
+    Path | None, typer.Option("--json", help="Write the report JSON here (atomically).")
+]
+Base = Annotated[
+    str | None,
+    typer.Option(
+        "--base", help="Base method: adds the flip rate of every other method against it."
+    ),
+]
+ProblemField = Annotated[
+    str | None,
+    typer.Option(
+        "--problem-field",
+        help="Problem id field (default: problem_id, else idx; training logs group by prompt "
+        "text, named by its hash).",
+    ),
+]
+ResponseField = Annotated[
+    str | None,
+    typer.Option(
+        "--response-field",
+        help="Response field (default: response, else code; training logs: their completion).",
+    ),
+]
+CorrectField = Annotated[
+    str | None,
+    typer.Option(
+        "--correct-field",
+        help="Correctness field (default: correct, else score; in training logs the reward: "
+        "score, reward, scores, or TRL's only reward column).",
+    ),
+]
+CorrectThreshold = Annotated[
+    float | None,
+    typer.Option(
+        "--correct-threshold",
+        help="A numeric correctness value counts as correct when >= this (default: 0.5 for "
+        "training logs; samples files then allow only true/false and 0/1).",
+    ),
+]
+MethodField = Annotated[
+    str,
+    typer.Option(
+        "--method-field",
+        help="Method field; a line without it takes its file's stem as method (training logs: "
+        "the step). A name given here must be on some line of every file.",
+    ),
+]
+DatasetField = Annotated[
+    str,
+    typer.Option(
+        "--dataset-field",
+        help="Field that groups problems into datasets (by_dataset). A name given here must "
+        "be on some line of every file.",
+    ),
+]
+AllowEmpty = Annotated[
+    bool,
+    typer.Option(
+        "--allow-empty-responses",
+        help="Keep empty responses (an error by default: usually a broken export).",
+    ),
+]
+Threshold = Annotated[
+    float,
+    typer.Option(
+        "--threshold", help="TF-IDF cosine similarity at which correct responses cluster."
+    ),
+]
+Linkage = Annotated[
+    str,
+    typer.Option(
+        "--linkage",
+        help="Cluster linkage: single (connected components), average, complete.",
+    ),
+]
+EvalQuiet = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", help="No progress bar and no 'wrote FILE' line on stderr."),
 ]
 
 

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+CheckedReport = Annotated[
+    Path, typer.Argument(help="Report JSON from analyze, eval-passk or eval-ucc.")
+]
+Rules = Annotated[Path, typer.Option("--rules", help="Rules TOML: \\[[rule]] tables.")]
+Baseline = Annotated[
+    Path | None,
+    typer.Option("--baseline", help="Older report for max_increase/max_decrease(_pct) bounds."),
+]
+Junit = Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one test a rule).")]
+Summary = Annotated[
+    Path | None, typer.Option("--summary", help="Write a Markdown summary for a pull request.")
+]
+
 
 def check(
-    report: Path = typer.Argument(..., help="Report JSON from analyze, eval-passk or eval-ucc."),
-    rules: Path = typer.Option(..., "--rules", help="Rules TOML: \\[[rule]] tables."),
-    baseline: Path | None = typer.Option(
-        None, "--baseline", help="Older report for max_increase/max_decrease(_pct) bounds."
-    ),
-    junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML (one test a rule)."),
-    summary: Path | None = typer.Option(
-        None, "--summary", help="Write a Markdown summary for a pull request."
-    ),
+    report: CheckedReport,
+    rules: Rules,
+    baseline: Baseline = None,
+    junit: Junit = None,
+    summary: Summary = None,
 ) -> None:
     """Check a report against rules; exit 1 when a rule does not hold, 2 on bad input.
 

@@ -1,70 +1,29 @@
 """``ratioscope eval-passk``: Pass@k, avg@k and Pass@1 ± SE of sample files.
 
-The field options and the sample-loading helpers are shared with ``eval-ucc`` and the
-evaluation plots, which import them from here.
+The sample-loading helper :func:`sample_fields` is shared with ``eval-ucc`` and the
+evaluation plots, which import it from here (their options are in ``_options``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
-from ratioscope.cli._common import QUIET_OPTION, chosen
-
-SAMPLES_ARGUMENT = typer.Argument(
-    ...,
-    help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line), "
-    "or training logs of verl, AReaL, ROLL (.jsonl) and TRL (.parquet); a directory means "
-    "the files under it.",
-)
-K_OPTION = typer.Option(
-    None, "--k", help="Comma-separated budgets, e.g. 1,8,64 (default: powers of two up to n)."
-)
-JSON_OPTION = typer.Option(None, "--json", help="Write the report JSON here (atomically).")
-BASE_OPTION = typer.Option(
-    None, "--base", help="Base method: adds the flip rate of every other method against it."
-)
-PROBLEM_FIELD = typer.Option(
-    None,
-    "--problem-field",
-    help="Problem id field (default: problem_id, else idx; training logs group by prompt "
-    "text, named by its hash).",
-)
-RESPONSE_FIELD = typer.Option(
-    None,
-    "--response-field",
-    help="Response field (default: response, else code; training logs: their completion).",
-)
-CORRECT_FIELD = typer.Option(
-    None,
-    "--correct-field",
-    help="Correctness field (default: correct, else score; in training logs the reward: "
-    "score, reward, scores, or TRL's only reward column).",
-)
-CORRECT_THRESHOLD = typer.Option(
-    None,
-    "--correct-threshold",
-    help="A numeric correctness value counts as correct when >= this (default: 0.5 for "
-    "training logs; samples files then allow only true/false and 0/1).",
-)
-METHOD_FIELD = typer.Option(
-    "method",
-    "--method-field",
-    help="Method field; a line without it takes its file's stem as method (training logs: "
-    "the step). A name given here must be on some line of every file.",
-)
-DATASET_FIELD = typer.Option(
-    "dataset",
-    "--dataset-field",
-    help="Field that groups problems into datasets (by_dataset). A name given here must "
-    "be on some line of every file.",
-)
-FIELD_PARAMETERS = ("problem_field", "response_field", "correct_field", "method_field")
-ALLOW_EMPTY = typer.Option(
-    False,
-    "--allow-empty-responses",
-    help="Keep empty responses (an error by default: usually a broken export).",
+from ratioscope.cli._common import chosen
+from ratioscope.cli._options import (
+    DATASET_FIELD_DEFAULT,
+    METHOD_FIELD_DEFAULT,
+    AllowEmpty,
+    Base,
+    CorrectField,
+    CorrectThreshold,
+    DatasetField,
+    EvalJsonOut,
+    EvalQuiet,
+    K,
+    MethodField,
+    ProblemField,
+    ResponseField,
+    Samples,
 )
 
 
@@ -89,18 +48,18 @@ def sample_fields(ctx: typer.Context, allow_empty: bool = False):
 
 def eval_passk(
     ctx: typer.Context,
-    samples: list[Path] = SAMPLES_ARGUMENT,
-    k: str | None = K_OPTION,
-    json_out: Path | None = JSON_OPTION,
-    base: str | None = BASE_OPTION,
-    problem_field: str | None = PROBLEM_FIELD,
-    response_field: str | None = RESPONSE_FIELD,
-    correct_field: str | None = CORRECT_FIELD,
-    correct_threshold: float | None = CORRECT_THRESHOLD,
-    method_field: str = METHOD_FIELD,
-    dataset_field: str = DATASET_FIELD,
-    allow_empty: bool = ALLOW_EMPTY,
-    quiet: bool = QUIET_OPTION,
+    samples: Samples,
+    k: K = None,
+    json_out: EvalJsonOut = None,
+    base: Base = None,
+    problem_field: ProblemField = None,
+    response_field: ResponseField = None,
+    correct_field: CorrectField = None,
+    correct_threshold: CorrectThreshold = None,
+    method_field: MethodField = METHOD_FIELD_DEFAULT,
+    dataset_field: DatasetField = DATASET_FIELD_DEFAULT,
+    allow_empty: AllowEmpty = False,
+    quiet: EvalQuiet = False,
 ) -> None:
     """Pass@k (unbiased), avg@k and Pass@1 ± SE per method, side by side.
 

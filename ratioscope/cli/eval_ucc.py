@@ -3,55 +3,61 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from ratioscope.cli._common import QUIET_OPTION
-from ratioscope.cli.eval_passk import (
-    ALLOW_EMPTY,
-    BASE_OPTION,
-    CORRECT_FIELD,
-    CORRECT_THRESHOLD,
-    DATASET_FIELD,
-    JSON_OPTION,
-    K_OPTION,
-    METHOD_FIELD,
-    PROBLEM_FIELD,
-    RESPONSE_FIELD,
-    SAMPLES_ARGUMENT,
-    sample_fields,
+from ratioscope.cli._options import (
+    DATASET_FIELD_DEFAULT,
+    LINKAGE_DEFAULT,
+    MAX_PAIRS_DEFAULT,
+    METHOD_FIELD_DEFAULT,
+    THRESHOLD_DEFAULT,
+    AllowEmpty,
+    Base,
+    CorrectField,
+    CorrectThreshold,
+    DatasetField,
+    EvalJsonOut,
+    EvalQuiet,
+    K,
+    Linkage,
+    MethodField,
+    ProblemField,
+    ResponseField,
+    Samples,
+    Threshold,
 )
+from ratioscope.cli.eval_passk import sample_fields
 
-THRESHOLD_OPTION = typer.Option(
-    0.8, "--threshold", help="TF-IDF cosine similarity at which correct responses cluster."
-)
-LINKAGE_OPTION = typer.Option(
-    "single", "--linkage", help="Cluster linkage: single (connected components), average, complete."
-)
+MaxPairs = Annotated[
+    int,
+    typer.Option("--max-pairs", help="Pairs per problem for ROUGE-L, Jaccard, edit (0: skip)."),
+]
+PerProblem = Annotated[
+    Path | None,
+    typer.Option("--per-problem", help="Write one row per method and problem to this .parquet."),
+]
 
 
 def eval_ucc(
     ctx: typer.Context,
-    samples: list[Path] = SAMPLES_ARGUMENT,
-    k: str | None = K_OPTION,
-    threshold: float = THRESHOLD_OPTION,
-    linkage: str = LINKAGE_OPTION,
-    max_pairs: int = typer.Option(
-        500, "--max-pairs", help="Pairs per problem for ROUGE-L, Jaccard, edit (0: skip)."
-    ),
-    base: str | None = BASE_OPTION,
-    json_out: Path | None = JSON_OPTION,
-    per_problem: Path | None = typer.Option(
-        None, "--per-problem", help="Write one row per method and problem to this .parquet."
-    ),
-    problem_field: str | None = PROBLEM_FIELD,
-    response_field: str | None = RESPONSE_FIELD,
-    correct_field: str | None = CORRECT_FIELD,
-    correct_threshold: float | None = CORRECT_THRESHOLD,
-    method_field: str = METHOD_FIELD,
-    dataset_field: str = DATASET_FIELD,
-    allow_empty: bool = ALLOW_EMPTY,
-    quiet: bool = QUIET_OPTION,
+    samples: Samples,
+    k: K = None,
+    threshold: Threshold = THRESHOLD_DEFAULT,
+    linkage: Linkage = LINKAGE_DEFAULT,
+    max_pairs: MaxPairs = MAX_PAIRS_DEFAULT,
+    base: Base = None,
+    json_out: EvalJsonOut = None,
+    per_problem: PerProblem = None,
+    problem_field: ProblemField = None,
+    response_field: ResponseField = None,
+    correct_field: CorrectField = None,
+    correct_threshold: CorrectThreshold = None,
+    method_field: MethodField = METHOD_FIELD_DEFAULT,
+    dataset_field: DatasetField = DATASET_FIELD_DEFAULT,
+    allow_empty: AllowEmpty = False,
+    quiet: EvalQuiet = False,
 ) -> None:
     """UCC@k (distinct correct solutions among k samples), Pass@k and diversity.
 

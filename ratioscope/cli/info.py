@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ratioscope.cli._options import Format, GroupSize, Mapping, NonFinite, Paths, UnsafePickle
+from ratioscope.cli._options import (
+    FORMAT_DEFAULT,
+    NONFINITE_DEFAULT,
+    Format,
+    GroupSize,
+    Mapping,
+    NonFinite,
+    Paths,
+    UnsafePickle,
+)
 
 
 def info(
     paths: Paths,
-    format: Format = "auto",
+    format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
-    nonfinite: NonFinite = "error",
+    nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
     group_size: GroupSize = None,
 ) -> None:

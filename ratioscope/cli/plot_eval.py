@@ -3,30 +3,45 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from ratioscope.cli._common import QUIET_OPTION, chosen
-from ratioscope.cli.eval_passk import (
-    CORRECT_FIELD,
-    METHOD_FIELD,
-    PROBLEM_FIELD,
-    RESPONSE_FIELD,
-    sample_fields,
+from ratioscope.cli._common import chosen
+from ratioscope.cli._options import (
+    LINKAGE_DEFAULT,
+    METHOD_FIELD_DEFAULT,
+    THRESHOLD_DEFAULT,
+    CorrectField,
+    EvalQuiet,
+    FigureOut,
+    Linkage,
+    MethodField,
+    ProblemField,
+    ResponseField,
+    Threshold,
 )
-from ratioscope.cli.eval_ucc import LINKAGE_OPTION, THRESHOLD_OPTION
+from ratioscope.cli.eval_passk import sample_fields
 
-INPUTS_ARGUMENT = typer.Argument(
-    ...,
-    help="Eval report JSON(s) (plotted as stored) and/or samples JSONL file(s) (evaluated).",
-)
-OUT_OPTION = typer.Option(..., "--out", "-o", help="Figure file: .png, .svg or .pdf.")
-CURVE_K_OPTION = typer.Option(
-    None,
-    "--k",
-    help="Comma-separated budgets for samples input, e.g. 1,8,64 (default: powers of two up "
-    "to n). A report is plotted at the k it was made with.",
-)
+Inputs = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Eval report JSON(s) (plotted as stored) and/or samples JSONL file(s) (evaluated).",
+    ),
+]
+CurveK = Annotated[
+    str | None,
+    typer.Option(
+        "--k",
+        help="Comma-separated budgets for samples input, e.g. 1,8,64 (default: powers of two "
+        "up to n). A report is plotted at the k it was made with.",
+    ),
+]
+SimilaritySamples = Annotated[list[Path], typer.Argument(help="Samples JSONL file(s).")]
+Problem = Annotated[str, typer.Option("--problem", help="Problem id to draw.")]
+Method = Annotated[
+    str | None, typer.Option("--method", help="Only this method (default: every method).")
+]
 
 
 def register(plot_app: typer.Typer) -> None:
@@ -66,14 +81,14 @@ def _curves(ctx: typer.Context, metric: str, inputs: list[Path], out: Path, quie
 
 def passk(
     ctx: typer.Context,
-    inputs: list[Path] = INPUTS_ARGUMENT,
-    out: Path = OUT_OPTION,
-    k: str | None = CURVE_K_OPTION,
-    problem_field: str | None = PROBLEM_FIELD,
-    response_field: str | None = RESPONSE_FIELD,
-    correct_field: str | None = CORRECT_FIELD,
-    method_field: str = METHOD_FIELD,
-    quiet: bool = QUIET_OPTION,
+    inputs: Inputs,
+    out: FigureOut,
+    k: CurveK = None,
+    problem_field: ProblemField = None,
+    response_field: ResponseField = None,
+    correct_field: CorrectField = None,
+    method_field: MethodField = METHOD_FIELD_DEFAULT,
+    quiet: EvalQuiet = False,
 ) -> None:
     """Pass@k against k (log2 axis), one line per method.
 
@@ -87,16 +102,16 @@ def passk(
 
 def ucc(
     ctx: typer.Context,
-    inputs: list[Path] = INPUTS_ARGUMENT,
-    out: Path = OUT_OPTION,
-    k: str | None = CURVE_K_OPTION,
-    threshold: float = THRESHOLD_OPTION,
-    linkage: str = LINKAGE_OPTION,
-    problem_field: str | None = PROBLEM_FIELD,
-    response_field: str | None = RESPONSE_FIELD,
-    correct_field: str | None = CORRECT_FIELD,
-    method_field: str = METHOD_FIELD,
-    quiet: bool = QUIET_OPTION,
+    inputs: Inputs,
+    out: FigureOut,
+    k: CurveK = None,
+    threshold: Threshold = THRESHOLD_DEFAULT,
+    linkage: Linkage = LINKAGE_DEFAULT,
+    problem_field: ProblemField = None,
+    response_field: ResponseField = None,
+    correct_field: CorrectField = None,
+    method_field: MethodField = METHOD_FIELD_DEFAULT,
+    quiet: EvalQuiet = False,
 ) -> None:
     """UCC@k against k (log2 axis), one line per method.
 
@@ -112,19 +127,17 @@ def ucc(
 
 def similarity(
     ctx: typer.Context,
-    samples: list[Path] = typer.Argument(..., help="Samples JSONL file(s)."),
-    problem: str = typer.Option(..., "--problem", help="Problem id to draw."),
-    out: Path = OUT_OPTION,
-    method: str | None = typer.Option(
-        None, "--method", help="Only this method (default: every method)."
-    ),
-    threshold: float = THRESHOLD_OPTION,
-    linkage: str = LINKAGE_OPTION,
-    problem_field: str | None = PROBLEM_FIELD,
-    response_field: str | None = RESPONSE_FIELD,
-    correct_field: str | None = CORRECT_FIELD,
-    method_field: str = METHOD_FIELD,
-    quiet: bool = QUIET_OPTION,
+    samples: SimilaritySamples,
+    problem: Problem,
+    out: FigureOut,
+    method: Method = None,
+    threshold: Threshold = THRESHOLD_DEFAULT,
+    linkage: Linkage = LINKAGE_DEFAULT,
+    problem_field: ProblemField = None,
+    response_field: ResponseField = None,
+    correct_field: CorrectField = None,
+    method_field: MethodField = METHOD_FIELD_DEFAULT,
+    quiet: EvalQuiet = False,
 ) -> None:
     """Heatmap of pairwise TF-IDF similarity of one problem's correct responses.
 

@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from ratioscope.cli._options import CovScope, Device, Format, Mapping, Quiet, UnsafePickle
+from ratioscope.cli._options import (
+    DEFAULTS,
+    DEVICE_DEFAULT,
+    FORMAT_DEFAULT,
+    CovScope,
+    Device,
+    FigureOut,
+    Format,
+    Mapping,
+    Quiet,
+    UnsafePickle,
+)
 
 Inputs = Annotated[
     list[str],
@@ -17,7 +28,6 @@ Inputs = Annotated[
         show_default=False,
     ),
 ]
-Out = Annotated[Path, typer.Option("--out", "-o", help="Figure file: .png, .svg or .pdf.")]
 
 
 def register(plot_app: typer.Typer) -> None:
@@ -28,12 +38,12 @@ def register(plot_app: typer.Typer) -> None:
 def covariance(
     ctx: typer.Context,
     paths: Inputs,
-    out: Out,
-    cov_scope: CovScope = "auto",
-    format: Format = "auto",
+    out: FigureOut,
+    cov_scope: CovScope = DEFAULTS.cov_scope,
+    format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
     unsafe_pickle: UnsafePickle = False,
-    device: Device = "auto",
+    device: Device = DEVICE_DEFAULT,
     quiet: Quiet = False,
 ) -> None:
     """CW-GRPO: share of the total |c| held by the top tokens (Fig. 3) and the kernel weights.

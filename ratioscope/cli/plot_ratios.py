@@ -8,7 +8,11 @@ from typing import Annotated
 import typer
 
 from ratioscope.cli._options import (
+    DEFAULTS,
+    DEVICE_DEFAULT,
+    FORMAT_DEFAULT,
     Device,
+    FigureOut,
     Format,
     KalmanQ,
     KalmanV,
@@ -20,6 +24,7 @@ from ratioscope.cli._options import (
     TokenOnBand,
     UnsafePickle,
     Window,
+    band_text,
 )
 
 Inputs = Annotated[
@@ -37,7 +42,6 @@ TraceInputs = Annotated[
         show_default=False,
     ),
 ]
-Out = Annotated[Path, typer.Option("--out", "-o", help="Figure file: .png, .svg or .pdf.")]
 Sequence = Annotated[
     int, typer.Option("--sequence", "-s", help="Sequence index, counted over all files.", min=0)
 ]
@@ -71,12 +75,21 @@ def _report_figure(kind: str, doc: str):
     """A command drawing ``kind`` from a dump (analysed, ratios only) or a report JSON."""
 
     def command(
-        ctx: typer.Context, paths: Inputs, out: Out, window: Window = 50,
-        on_band: OnBand = "3e-4,4e-4", token_on_band: TokenOnBand = "exact",
-        seq_on_band: SeqOnBand = "exact", kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0,
-        format: Format = "auto", mapping: Mapping = None, unsafe_pickle: UnsafePickle = False,
-        device: Device = "auto", quiet: Quiet = False,
-    ) -> None:  # fmt: skip
+        ctx: typer.Context,
+        paths: Inputs,
+        out: FigureOut,
+        window: Window = DEFAULTS.window,
+        on_band: OnBand = band_text(DEFAULTS.on_band),
+        token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
+        seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+        kalman_q: KalmanQ = DEFAULTS.kalman_q,
+        kalman_v: KalmanV = DEFAULTS.kalman_v,
+        format: Format = FORMAT_DEFAULT,
+        mapping: Mapping = None,
+        unsafe_pickle: UnsafePickle = False,
+        device: Device = DEVICE_DEFAULT,
+        quiet: Quiet = False,
+    ) -> None:
         from ratioscope.analysis import report_or_analysis
         from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
         from ratioscope.cli._options import analysis_params, load_options
@@ -109,12 +122,20 @@ def _report_figure(kind: str, doc: str):
 
 
 def ratios(
-    paths: TraceInputs, out: Out, sequence: Sequence = 0, on_band: OnBand = "3e-4,4e-4",
-    token_on_band: TokenOnBand = "exact", seq_on_band: SeqOnBand = "exact",
-    kalman_q: KalmanQ = 1e-6, kalman_v: KalmanV = 1.0, mask_policy: MaskPolicy = "zero",
-    format: Format = "auto", mapping: Mapping = None, unsafe_pickle: UnsafePickle = False,
+    paths: TraceInputs,
+    out: FigureOut,
+    sequence: Sequence = 0,
+    on_band: OnBand = band_text(DEFAULTS.on_band),
+    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
+    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    kalman_q: KalmanQ = DEFAULTS.kalman_q,
+    kalman_v: KalmanV = DEFAULTS.kalman_v,
+    mask_policy: MaskPolicy = DEFAULTS.mask_policy,
+    format: Format = FORMAT_DEFAULT,
+    mapping: Mapping = None,
+    unsafe_pickle: UnsafePickle = False,
     quiet: Quiet = False,
-) -> None:  # fmt: skip
+) -> None:
     """One sequence's raw, sequence-level and Kalman-filtered log-ratio (KPO Fig. 1).
 
     Needs a dump: reports hold no per-token values.

@@ -7,6 +7,11 @@ from typing import Annotated
 import typer
 
 from ratioscope.cli._options import (
+    DEFAULTS,
+    DEVICE_DEFAULT,
+    FORMAT_DEFAULT,
+    NONFINITE_DEFAULT,
+    QV_DEFAULT,
     Device,
     Format,
     JsonOut,
@@ -21,6 +26,8 @@ from ratioscope.cli._options import (
     TokenOnBand,
     UnsafePickle,
     Window,
+    band_text,
+    option_text,
 )
 
 Qv = Annotated[str, typer.Option("--qv", help="Comma-separated Q/V values (V stays fixed).")]
@@ -28,19 +35,19 @@ Qv = Annotated[str, typer.Option("--qv", help="Comma-separated Q/V values (V sta
 
 def sweep(
     paths: Paths,
-    qv: Qv = "1e-6,1e-4,1e-2",
+    qv: Qv = QV_DEFAULT,
     json_out: JsonOut = None,
-    device: Device = "auto",
-    format: Format = "auto",
+    device: Device = DEVICE_DEFAULT,
+    format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
-    nonfinite: NonFinite = "error",
+    nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
-    on_band: OnBand = "3e-4,4e-4",
-    token_on_band: TokenOnBand = "exact",
-    seq_on_band: SeqOnBand = "exact",
-    window: Window = 50,
-    seq_clip: SeqClip = "3e-4,4e-4",
-    mask_policy: MaskPolicy = "zero",
+    on_band: OnBand = band_text(DEFAULTS.on_band),
+    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
+    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    window: Window = DEFAULTS.window,
+    seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
+    mask_policy: MaskPolicy = DEFAULTS.mask_policy,
     quiet: Quiet = False,
 ) -> None:
     """Token states, switching, LFR and variance per Kalman Q/V (KPO Fig. 4 / Table 2).
