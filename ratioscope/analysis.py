@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope import defaults
 from ratioscope.batch import TokenBatch
 from ratioscope.device import resolve_device
 from ratioscope.errors import MergeError, ReportError
@@ -32,7 +33,7 @@ from ratioscope.sections.registry import section_classes
 
 #: elements ([rows x tokens]) per chunk: 8 MB per float64 temporary, small enough for the
 #: allocator to reuse freed blocks (see ratioscope.allocator) and for caches to help
-DEFAULT_CHUNK_ELEMENTS = 1 << 20
+DEFAULT_CHUNK_ELEMENTS = defaults.CHUNK_ELEMENTS
 _LOAD_OPTION_NAMES = {f.name for f in fields(LoadOptions)}
 _PARAM_NAMES = {f.name for f in fields(AnalysisParams)}
 

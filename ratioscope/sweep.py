@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ratioscope import defaults
 from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, load_params, run_accumulators
 from ratioscope.batch import TokenBatch
 from ratioscope.errors import ParameterError
@@ -22,7 +23,7 @@ from ratioscope.report_io import SCHEMA_VERSION, to_jsonable, tool_info, write_j
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.ratios import RatiosAccumulator, VariantStats
 
-DEFAULT_QV = (1e-6, 1e-4, 1e-2)
+DEFAULT_QV = defaults.QVS
 
 
 @dataclass

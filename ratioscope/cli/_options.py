@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ratioscope import defaults
 from ratioscope.cli._common import parse_floats, parse_mapping
 from ratioscope.functional.token_stats import EXACT_ON_BAND
 from ratioscope.io.profiles import FORMAT_CHOICES
@@ -23,24 +24,15 @@ EXACT = "exact"
 #: the library's analysis defaults; a command's analysis options default to these
 DEFAULTS = AnalysisParams()
 
-# Defaults whose library home imports torch or numpy (LoadOptions, ratioscope.analyze,
-# ratioscope.sweep, evaluate_ucc, SampleFields): importing it here would slow every
-# --help, so each value is written here once, and tests/test_cli_defaults.py fails when
-# it differs from the library's.
-#: LoadOptions.format, LoadOptions.nonfinite
-FORMAT_DEFAULT = "auto"
-NONFINITE_DEFAULT = "error"
-#: analysis.DEFAULT_CHUNK_ELEMENTS (ratioscope.analyze)
-CHUNK_ELEMENTS_DEFAULT = 1 << 20
-#: sweep.DEFAULT_QV
-QV_DEFAULT = "1e-6,1e-4,1e-2"
-#: evaluate_ucc's threshold, linkage and max_pairs (functional.clustering, .diversity)
-THRESHOLD_DEFAULT = 0.8
-LINKAGE_DEFAULT = "single"
-MAX_PAIRS_DEFAULT = 500
-#: io.samples.DEFAULT_METHOD_FIELD, DEFAULT_DATASET_FIELD
-METHOD_FIELD_DEFAULT = "method"
-DATASET_FIELD_DEFAULT = "dataset"
+# Defaults of the library (ratioscope/defaults.py imports nothing, so --help stays fast)
+FORMAT_DEFAULT = defaults.FORMAT
+NONFINITE_DEFAULT = defaults.NONFINITE
+CHUNK_ELEMENTS_DEFAULT = defaults.CHUNK_ELEMENTS
+THRESHOLD_DEFAULT = defaults.CLUSTER_THRESHOLD
+LINKAGE_DEFAULT = defaults.LINKAGE
+MAX_PAIRS_DEFAULT = defaults.MAX_PAIRS
+METHOD_FIELD_DEFAULT = defaults.METHOD_FIELD
+DATASET_FIELD_DEFAULT = defaults.DATASET_FIELD
 #: the CLI's own choice (the library runs on "cpu" unless told): CUDA when present
 DEVICE_DEFAULT = "auto"
 
@@ -69,6 +61,8 @@ def _number(value: float) -> str:
         return f"{Decimal(repr(value)):e}"
     return repr(value)
 
+
+QV_DEFAULT = option_text(defaults.QVS)
 
 DUMP_HELP = (
     "Dump files (.pt .pth .safetensors .npz .parquet .jsonl, SkyRL .pkl), directories or globs."

@@ -13,14 +13,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ratioscope import defaults
 from ratioscope.errors import ParameterError
 
-DEFAULT_TOKEN_PATTERN = r"(?u)\b\w+\b"
+DEFAULT_TOKEN_PATTERN = defaults.TOKEN_PATTERN
 """Every run of word characters is a token, one character long or more."""
 
 LINKAGES: tuple[str, ...] = ("single", "average", "complete")
-DEFAULT_THRESHOLD = 0.8
-DEFAULT_LINKAGE = "single"
+DEFAULT_THRESHOLD = defaults.CLUSTER_THRESHOLD
+DEFAULT_LINKAGE = defaults.LINKAGE
 
 _ROUNDING = 1e-9
 """Slack on the threshold so that identical texts (cosine 1 - 1e-16) meet threshold 1."""

@@ -27,11 +27,12 @@ import numpy as np
 from rapidfuzz import process
 from rapidfuzz.distance import LCSseq, Levenshtein
 
+from ratioscope import defaults
 from ratioscope.errors import ParameterError
 from ratioscope.functional.clustering import DEFAULT_TOKEN_PATTERN
 
-DEFAULT_MAX_PAIRS = 500
-DEFAULT_SEED = 0
+DEFAULT_MAX_PAIRS = defaults.MAX_PAIRS
+DEFAULT_SEED = defaults.SEED
 
 _ROUGE_TOKEN = re.compile(r"[a-z0-9]+")
 # Surrogate code points cannot stand for tokens in a str, so ids skip over them.

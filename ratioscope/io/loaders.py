@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope import defaults
 from ratioscope.batch import SEQUENCE_KEYS, TokenBatch
 from ratioscope.errors import (
     InputError,
@@ -46,9 +47,9 @@ class LoadOptions:
             many form the GRPO groups (TRL orders the completions of a prompt so).
     """
 
-    format: str = "auto"
+    format: str = defaults.FORMAT
     mapping: Mapping[str, str] = field(default_factory=dict)
-    nonfinite: str = "error"
+    nonfinite: str = defaults.NONFINITE
     unsafe_pickle: bool = False
     group_size: int | None = None
 

@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ratioscope import defaults
 from ratioscope.errors import (
     JsonLineError,
     ParameterError,
@@ -68,8 +69,8 @@ _TRUE_STRINGS = {"true"}
 _FALSE_STRINGS = {"false"}
 
 
-DEFAULT_METHOD_FIELD = "method"
-DEFAULT_DATASET_FIELD = "dataset"
+DEFAULT_METHOD_FIELD = defaults.METHOD_FIELD
+DEFAULT_DATASET_FIELD = defaults.DATASET_FIELD
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,29 @@
+"""Defaults of the library that the command line shows, in a module that imports nothing.
+
+Each value is used by its library home (named beside it) and by the option that sets it
+in ``ratioscope/cli/_options.py``; keeping them here, rather than in modules that import
+torch or numpy, lets ``ratioscope --help`` show them without loading either.
+Analysis parameters have their defaults in :class:`ratioscope.params.AnalysisParams`,
+which imports nothing heavy either.
+"""
+
+from __future__ import annotations
+
+#: io.loaders.LoadOptions: the key layout (detected) and what NaN/inf on valid tokens do
+FORMAT = "auto"
+NONFINITE = "error"
+#: analysis.analyze: elements of [B, T] per chunk of rows (about 4 MB a float32 tensor)
+CHUNK_ELEMENTS = 1 << 20
+#: sweep.sweep: the Q/V values of KPO's Sec. 5.4 parameter analysis
+QVS = (1e-6, 1e-4, 1e-2)
+#: functional.clustering: TF-IDF cosine at or above which correct responses may share a
+#: cluster (docs/decisions.md), the linkage, and the token pattern
+CLUSTER_THRESHOLD = 0.8
+LINKAGE = "single"
+TOKEN_PATTERN = r"(?u)\b\w+\b"
+#: functional.diversity: pairs per problem for the pairwise similarities, and their seed
+MAX_PAIRS = 500
+SEED = 0
+#: io.samples: the fields that name a sample's method and dataset
+METHOD_FIELD = "method"
+DATASET_FIELD = "dataset"
