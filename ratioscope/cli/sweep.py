@@ -81,9 +81,8 @@ def sweep(
             device=device,
             progress=progress,
         )
-    document = result.to_dict()
-    show_sweep(document, stdout_console())
-    show_warnings(document, stderr_console())
+    show_sweep(result, stdout_console())
+    show_warnings(result, stderr_console())
     if json_out is not None:
         result.write_json(json_out)
     announce_written([json_out], quiet)
