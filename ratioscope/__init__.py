@@ -16,6 +16,8 @@ _LAZY = {
     "analyze": ("ratioscope.analysis", "analyze"),
     "merge_reports": ("ratioscope.analysis", "merge_reports"),
     "sweep": ("ratioscope.sweep", "sweep"),
+    "timeline": ("ratioscope.timeline", "timeline"),
+    "Timeline": ("ratioscope.timeline", "Timeline"),
     "TokenBatch": ("ratioscope.batch", "TokenBatch"),
     "Report": ("ratioscope.report", "Report"),
     "AnalysisParams": ("ratioscope.params", "AnalysisParams"),
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ratioscope.params import AnalysisParams
     from ratioscope.report import Report
     from ratioscope.sweep import sweep
+    from ratioscope.timeline import Timeline, timeline
 
 
 def __getattr__(name: str) -> Any:
@@ -49,6 +52,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AnalysisParams",
     "Report",
+    "Timeline",
     "TokenBatch",
     "__version__",
     "analyze",
@@ -58,4 +62,5 @@ __all__ = [
     "load_samples",
     "merge_reports",
     "sweep",
+    "timeline",
 ]

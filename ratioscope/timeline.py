@@ -1,0 +1,557 @@
+"""A run step by step: the headline quantities of each training step, and where they change.
+
+:func:`timeline` groups the input files by training step (:mod:`ratioscope.steps`),
+analyses one step at a time with :func:`ratioscope.analyze` (memory is bounded as for
+one analysis: one step's report is held while the next is made), reads the headline
+quantities (:data:`HEADLINES`) from each step's typed report, and flags the steps where a
+series departs from its own recent history (:func:`~ratioscope.functional.changepoint.
+change_flags`). The step reports are folded into the pooled report with the merge that
+``ratioscope merge`` applies, so the pooled report equals ``analyze`` of all the files,
+and, on request, written one file per step (``reports_dir``).
+
+Entropy is not a headline: no report section holds an entropy level (``tepo.kl_mask``
+counts tokens by the sign of the entropy change only).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import tempfile
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ratioscope.functional.changepoint import ChangeRule, change_flags
+from ratioscope.progress import ProgressCallback, ProgressUpdate, report
+from ratioscope.steps import StepFiles, assign_steps
+
+if TYPE_CHECKING:
+    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.params import AnalysisParams
+    from ratioscope.report import Report
+
+#: the timeline JSON layout's version (``schema_version``)
+TIMELINE_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One quantity a timeline follows.
+
+    Attributes:
+        key: a dotted path into ``Report.to_dict()`` (a key may itself hold dots, as
+            quantile levels do: ``covariance.cumulative_share.0.01``); a share of two
+            report values is named by its own key and read from ``path`` / ``per``.
+        label: what it is, in plain words (plot titles, the JSON).
+        short: a column header of at most 10 characters (the terminal table).
+        unit: its unit.
+        rise: what a rise means.
+        path: where the value is read (default: ``key``).
+        per: the dotted path of the denominator, for a share.
+    """
+
+    key: str
+    label: str
+    short: str
+    unit: str
+    rise: str
+    path: str = ""
+    per: str | None = None
+
+    def value(self, document: Mapping[str, Any]) -> float | None:
+        """The headline's value in a report document, or None where it is missing."""
+        value = _number(lookup(document, self.path or self.key))
+        if self.per is None or value is None:
+            return value
+        total = _number(lookup(document, self.per))
+        return value / total if total else None
+
+
+#: the headline quantities, declared once: the JSON, Parquet, table and plot follow it
+HEADLINES: tuple[Headline, ...] = (
+    Headline(
+        "mismatch.policy.k3",
+        "policy mismatch k3 (current vs behaviour)",
+        "pol k3",
+        "nats/token",
+        "the policy moved further from the one that sampled",
+    ),
+    Headline(
+        "mismatch.policy.ess",
+        "policy ESS (current vs behaviour)",
+        "pol ESS",
+        "fraction",
+        "importance weights are more even (a fall: fewer effective samples)",
+    ),
+    Headline(
+        "mismatch.rollout.k3",
+        "train/inference mismatch k3 (old vs engine)",
+        "t/i k3",
+        "nats/token",
+        "trainer and inference engine disagree more",
+    ),
+    Headline(
+        "mismatch.rollout.ess",
+        "train/inference ESS (old vs engine)",
+        "t/i ESS",
+        "fraction",
+        "engine weights are more even (a fall: fewer effective samples)",
+    ),
+    Headline(
+        "ratios.token.clip_fraction",
+        "PPO clip fraction, token ratios",
+        "tok clip",
+        "fraction of tokens",
+        "more tokens leave the clip band",
+    ),
+    Headline(
+        "ratios.sequence.clip_fraction",
+        "PPO clip fraction, sequence ratios",
+        "seq clip",
+        "fraction of tokens",
+        "more sequences leave the clip band",
+    ),
+    Headline(
+        "ratios.token.switch_frequency",
+        "token ratio switch frequency",
+        "switch",
+        "switches/token",
+        "token ratios flip between up, on and down more often",
+    ),
+    Headline(
+        "ratios.token.lfr",
+        "token ratio low-frequency ratio (LFR)",
+        "tok LFR",
+        "share of power",
+        "ratio fluctuations are smoother along the sequence",
+    ),
+    Headline(
+        "ratios.kalman.lfr",
+        "Kalman-filtered ratio LFR",
+        "kal LFR",
+        "share of power",
+        "the filtered ratio varies more slowly along the sequence",
+    ),
+    Headline(
+        "covariance.cumulative_share.0.01",
+        "share of |c| in the top 1% of tokens",
+        "cov top1%",
+        "share",
+        "the advantage-log-prob covariance concentrates on fewer tokens",
+    ),
+    Headline(
+        "future_policy.future_to_current.all.quantiles.0.5",
+        "FPA future/current weight ratio (median)",
+        "FPA f/c",
+        "ratio",
+        "the extrapolated future policy favours the samples more than the current",
+    ),
+    Headline(
+        "trust_region.degenerate_share",
+        "QUATRO degenerate groups (share)",
+        "QUATRO deg",
+        "share of groups",
+        "more groups have no usable trust-region solution",
+        path="trust_region.degenerate",
+        per="trust_region.groups",
+    ),
+)
+
+
+def headline(key: str) -> Headline:
+    """The headline of ``key``."""
+    for item in HEADLINES:
+        if item.key == key:
+            return item
+    from ratioscope.errors import ParameterError
+
+    raise ParameterError(
+        "columns", f"names an unknown headline '{key}'; choose from "
+        f"{', '.join(h.key for h in HEADLINES)}"
+    )  # fmt: skip
+
+
+def lookup(document: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of a JSON document; a key holding dots (``0.01``)
+    is matched whole, the longest first. None where the path leads nowhere.
+
+    >>> lookup({"a": {"0.5": {"b": 2}}}, "a.0.5.b"), lookup({"a": 1}, "a.c")
+    (2, None)
+    """
+    if not path:
+        return document
+    if not isinstance(document, Mapping):
+        return None
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        key = ".".join(parts[:cut])
+        if key in document:
+            found = lookup(document[key], ".".join(parts[cut:]))
+            if found is not None:
+                return found
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    """One training step of a timeline.
+
+    Attributes:
+        step: the step number.
+        inputs: its files, as given.
+        values: headline key -> value (None: missing in this step).
+        flags: the keys of the headlines whose series changes at this step.
+    """
+
+    step: int
+    inputs: tuple[str, ...]
+    values: dict[str, float | None]
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Result of :func:`timeline`: one row per step, the change flags, the pooled report.
+
+    Attributes:
+        tool: name, version and creation time, as in reports.
+        params: ``analysis`` (and ``load``) as in reports, ``step_from``, ``change``
+            (the :class:`ChangeRule`).
+        headlines: the quantities followed (:data:`HEADLINES`).
+        steps: one :class:`TimelineStep` per step, in step order.
+        warnings: the pooled report's warnings.
+        pooled: the merge of the step reports (equal to ``analyze`` of all files), not
+            written to the timeline JSON; None for a timeline read from JSON.
+        verdict: the health verdict of the pooled report when one was computed (its
+            ``to_dict()`` is the JSON's ``verdict``).
+    """
+
+    tool: dict[str, Any]
+    params: dict[str, Any]
+    headlines: tuple[Headline, ...]
+    steps: tuple[TimelineStep, ...]
+    warnings: tuple[str, ...] = ()
+    pooled: Report | None = field(default=None, repr=False, compare=False)
+    verdict: Any = None
+
+    def series(self, key: str) -> list[float | None]:
+        """The values of headline ``key``, one per step."""
+        return [step.values.get(key) for step in self.steps]
+
+    def flagged(self, key: str) -> list[bool]:
+        """Whether each step is flagged for headline ``key``."""
+        return [key in step.flags for step in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The timeline JSON document (schema version 1)."""
+        from ratioscope.report_io import to_jsonable
+
+        verdict = self.verdict
+        if verdict is not None and hasattr(verdict, "to_dict"):
+            verdict = verdict.to_dict()
+        return to_jsonable(
+            {
+                "schema_version": TIMELINE_SCHEMA_VERSION,
+                "kind": "timeline",
+                "tool": self.tool,
+                "params": self.params,
+                "headlines": [
+                    {"key": h.key, "label": h.label, "unit": h.unit, "rise": h.rise}
+                    for h in self.headlines
+                ],
+                "steps": [
+                    {
+                        "step": s.step,
+                        "inputs": list(s.inputs),
+                        "values": {h.key: s.values.get(h.key) for h in self.headlines},
+                        "flags": list(s.flags),
+                    }
+                    for s in self.steps
+                ],
+                "verdict": verdict,
+                "warnings": list(self.warnings),
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any], source: str | Path | None = None) -> Timeline:
+        """The timeline a JSON document holds (the verdict stays its JSON).
+
+        Raises:
+            ReportError: not a timeline document, or of a schema version not read here.
+        """
+        from ratioscope.errors import ReportError
+
+        if document.get("kind") != "timeline":
+            raise ReportError(source, 'not a timeline (no "kind": "timeline")')
+        if document.get("schema_version") != TIMELINE_SCHEMA_VERSION:
+            raise ReportError(
+                source, f"timeline schema version {document.get('schema_version')!r} is "
+                f"not read by this ratioscope (it reads {TIMELINE_SCHEMA_VERSION})"
+            )  # fmt: skip
+        try:
+            declared = {h.key: h for h in HEADLINES}
+            headlines = tuple(
+                declared.get(item["key"])
+                or Headline(item["key"], item["label"], item["key"][-10:], item["unit"], "")
+                for item in document["headlines"]
+            )
+            steps = tuple(
+                TimelineStep(
+                    step=int(item["step"]),
+                    inputs=tuple(item["inputs"]),
+                    values={k: _number(v) for k, v in item["values"].items()},
+                    flags=tuple(item["flags"]),
+                )
+                for item in document["steps"]
+            )
+            return cls(
+                tool=dict(document["tool"]),
+                params=dict(document["params"]),
+                headlines=headlines,
+                steps=steps,
+                warnings=tuple(document.get("warnings") or ()),
+                verdict=document.get("verdict"),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ReportError(
+                source, f"malformed timeline ({type(error).__name__}: {error})"
+            ) from None
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> Timeline:
+        """Read a timeline JSON file."""
+        import json
+
+        from ratioscope.errors import ReportError
+
+        try:
+            document = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as error:
+            raise ReportError(path, f"not a readable JSON file ({error})") from None
+        if not isinstance(document, dict):
+            raise ReportError(path, "not a timeline (a JSON object was expected)")
+        return cls.from_dict(document, source=path)
+
+    def write_json(self, path: str | Path) -> None:
+        """Write the timeline JSON atomically."""
+        from ratioscope.report_io import write_json
+
+        write_json(self.to_dict(), path)
+
+    def frame(self) -> Any:
+        """A polars DataFrame: one row per step, one column per headline, ``flag_<key>``."""
+        import polars as pl
+
+        data: dict[str, Any] = {"step": [s.step for s in self.steps]}
+        data["files"] = [len(s.inputs) for s in self.steps]
+        for item in self.headlines:
+            data[item.key] = pl.Series(item.key, self.series(item.key), dtype=pl.Float64)
+        for item in self.headlines:
+            data[f"flag_{item.key}"] = self.flagged(item.key)
+        return pl.DataFrame(data)
+
+    def write_parquet(self, path: str | Path) -> None:
+        """Write :meth:`frame` as Parquet, atomically."""
+        from ratioscope.io.atomic import atomic_path
+
+        with atomic_path(path) as tmp:
+            self.frame().write_parquet(tmp)
+
+
+def timeline(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    params: AnalysisParams | None = None,
+    load_options: LoadOptions | None = None,
+    device: str = "cpu",
+    chunk_elements: int | None = None,
+    sections: Sequence[str] | None = None,
+    step_from: str | None = None,
+    change: ChangeRule | None = None,
+    reports_dir: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> Timeline:
+    """The headline quantities of a run, step by step, with change flags.
+
+    Args:
+        paths: dumps (files, directories, globs) or analyze report JSON files (shard
+            reports of ``CaptureWriter(mode="report")``, merged per step); not both.
+        params, load_options, device, chunk_elements, sections: as for
+            :func:`ratioscope.analyze`, applied to each step.
+        step_from: a regular expression with one capture group giving the step from a
+            file's path; it wins over names and stored steps (:mod:`ratioscope.steps`).
+        change: the change rule (default :class:`ChangeRule`).
+        reports_dir: write each step's report there as ``step_NNNNNN.json`` (created if
+            missing; written only when the whole timeline succeeds).
+        progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
+
+    Returns:
+        :class:`Timeline`.
+
+    Raises:
+        InputError: a file without a step (naming it and the ways to give one);
+        ParameterError: a bad ``step_from``; what :func:`ratioscope.analyze` raises.
+    """
+    from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, _split_options, merge_reports
+    from ratioscope.errors import UsageError
+    from ratioscope.io.loaders import expand_paths
+    from ratioscope.io.paths import is_report_path
+    from ratioscope.report_io import tool_info
+
+    params, load_options = _split_options(params, load_options, {})
+    rule = change or ChangeRule()
+    listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    files = expand_paths(listed)
+    reports = [is_report_path(f) for f in files]
+    if any(reports) and not all(reports):
+        raise UsageError("give either dumps or analyze report JSON files, not both")
+    by_step = assign_steps(
+        files,
+        step_from,
+        read_meta=lambda p: _read_meta(p, load_options.unsafe_pickle),
+    )
+    rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
+
+    def step_reports(staging: Path | None) -> Iterator[Report]:
+        for index, group in enumerate(by_step):
+            report(progress, ProgressUpdate("steps", index, len(by_step), f"step {group.step}"))
+            if all(reports):
+                step_report = merge_reports(
+                    (_read_report(p) for p in group.paths), names=[str(p) for p in group.paths]
+                )
+            else:
+                step_report = _analyze_step(
+                    group, params, load_options, device,
+                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress,
+                )  # fmt: skip
+            document = step_report.to_dict()
+            values = {h.key: h.value(document) for h in HEADLINES}
+            rows.append((group.step, tuple(str(p) for p in group.paths), values))
+            if staging is not None:
+                step_report.write_json(staging / f"step_{group.step:06d}.json")
+            yield step_report
+        report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
+
+    with _staged(reports_dir) as staging:
+        pooled = merge_reports(
+            step_reports(staging), names=[f"step {group.step}" for group in by_step]
+        )
+    steps = _flag(rows, rule)
+    return Timeline(
+        tool=tool_info(),
+        params={
+            **pooled.params,
+            "step_from": step_from,
+            "change": rule.to_dict(),
+        },
+        headlines=HEADLINES,
+        steps=steps,
+        warnings=tuple(pooled.warnings),
+        pooled=pooled,
+    )
+
+
+def _flag(
+    rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]], rule: ChangeRule
+) -> tuple[TimelineStep, ...]:
+    flags: list[list[str]] = [[] for _ in rows]
+    for item in HEADLINES:
+        series = [values[item.key] for _, _, values in rows]
+        for index, flagged in enumerate(change_flags(series, rule)):
+            if flagged:
+                flags[index].append(item.key)
+    return tuple(
+        TimelineStep(step=step, inputs=inputs, values=values, flags=tuple(flagged))
+        for (step, inputs, values), flagged in zip(rows, flags, strict=True)
+    )
+
+
+def _analyze_step(
+    group: StepFiles,
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    device: str,
+    chunk_elements: int,
+    sections: Sequence[str] | None,
+    progress: ProgressCallback | None,
+) -> Report:
+    from ratioscope.analysis import analyze
+
+    return analyze(
+        list(group.paths),
+        params=params,
+        load_options=load_options,
+        device=device,
+        chunk_elements=chunk_elements,
+        sections=sections,
+        progress=progress,
+    )
+
+
+def _read_meta(path: Path, unsafe_pickle: bool) -> dict[str, Any]:
+    from ratioscope.steps import read_step_meta
+
+    return read_step_meta(path, unsafe_pickle=unsafe_pickle)
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    from ratioscope.report_io import read_json_report
+
+    return read_json_report(path)
+
+
+class _staged:
+    """A staging directory beside ``reports_dir`` whose files move there on success
+    (so a failed timeline leaves no partial set of step reports)."""
+
+    def __init__(self, reports_dir: str | Path | None) -> None:
+        self.target = None if reports_dir is None else Path(reports_dir)
+        self.staging: Path | None = None
+
+    def __enter__(self) -> Path | None:
+        if self.target is None:
+            return None
+        from ratioscope.errors import UsageError
+
+        if self.target.exists() and not self.target.is_dir():
+            raise UsageError(f"cannot write step reports to {self.target}: not a directory")
+        parent = self.target.parent
+        if not parent.is_dir():
+            raise UsageError(f"cannot write step reports to {self.target}: {parent} does not exist")
+        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=parent))
+        return self.staging
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if self.staging is None or self.target is None:
+            return
+        try:
+            if kind is None:
+                self.target.mkdir(exist_ok=True)
+                for file in sorted(self.staging.iterdir()):
+                    file.replace(self.target / file.name)
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`timeline`: importing ``ratioscope.timeline`` sets
+    the package's attribute ``timeline`` to the module, which would otherwise hide the
+    function that ``ratioscope.timeline(...)`` names."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Timeline:
+        return timeline(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

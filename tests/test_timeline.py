@@ -1,0 +1,146 @@
+"""timeline: per-step headline quantities equal analyze of each step's files, merge of the
+step reports equals analyze of all files, and a change is flagged where it happens."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from timeline_run import write_run
+
+import ratioscope
+import ratioscope.errors
+from ratioscope.analysis import merge_reports
+from ratioscope.timeline import HEADLINES, Timeline, lookup
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+
+
+def strip(document):
+    return {k: v for k, v in document.items() if k not in ("tool", "inputs", "state")}
+
+
+@pytest.fixture(scope="module")
+def sample_timeline():
+    return ratioscope.timeline(SAMPLE)
+
+
+def test_per_step_values_equal_analyze_of_the_step_alone(sample_timeline):
+    assert [s.step for s in sample_timeline.steps] == [8, 16, 24, 32]
+    for step in sample_timeline.steps:
+        (path,) = step.inputs
+        document = ratioscope.analyze(path).to_dict()
+        for item in HEADLINES:
+            expected = item.value(document)
+            assert step.values[item.key] == expected, (step.step, item.key)
+        assert step.values["mismatch.policy.k3"] == document["mismatch"]["policy"]["k3"]
+        degenerate = document["trust_region"]["degenerate"] / document["trust_region"]["groups"]
+        assert step.values["trust_region.degenerate_share"] == degenerate
+
+
+def test_every_headline_has_a_value_on_the_sample_run(sample_timeline):
+    for item in HEADLINES:
+        assert all(v is not None for v in sample_timeline.series(item.key)), item.key
+
+
+def test_several_files_of_a_step_are_analysed_together(tmp_path):
+    files = write_run(tmp_path, steps=2, ranks=3)
+    result = ratioscope.timeline(tmp_path)
+    assert [len(s.inputs) for s in result.steps] == [3, 3]
+    together = ratioscope.analyze(files[3:6]).to_dict()
+    for item in HEADLINES:
+        assert result.steps[1].values[item.key] == item.value(together)
+
+
+def close(a, b, rel=1e-9):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            close(a[key], b[key], rel)
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            close(x, y, rel)
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=rel, abs_tol=1e-12), (a, b)
+    else:
+        assert a == b, (a, b)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_merge_of_the_step_reports_equals_analyze_of_all_files(tmp_path, ranks):
+    files = write_run(tmp_path / "run", steps=3, ranks=ranks)
+    reports = tmp_path / "reports"
+    result = ratioscope.timeline(tmp_path / "run", reports_dir=reports)
+    written = sorted(reports.iterdir())
+    assert [p.name for p in written] == [f"step_{s:06d}.json" for s in range(3)]
+    merged = strip(merge_reports([json.loads(p.read_text()) for p in written]).to_dict())
+    pooled = strip(ratioscope.analyze(files).to_dict())
+    assert result.pooled is not None
+    assert json.dumps(strip(result.pooled.to_dict())) == json.dumps(merged)
+    if ranks == 1:  # the same accumulators merged in the same order: exactly equal
+        assert json.dumps(merged) == json.dumps(pooled)
+    else:  # sums grouped by step first: equal up to the order of floating-point sums
+        close(merged, pooled)
+
+
+def test_no_partial_step_reports_when_a_step_fails(tmp_path):
+    write_run(tmp_path / "run", steps=2)
+    (tmp_path / "run" / "step_1" / "rank_0.pt").write_bytes(b"not a torch file")
+    reports = tmp_path / "reports"
+    with pytest.raises(ratioscope.errors.InputError):
+        ratioscope.timeline(tmp_path / "run", reports_dir=reports)
+    assert not reports.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_a_jump_in_log_ratio_noise_is_flagged_at_its_step_and_nowhere_else(tmp_path):
+    jump = 8
+    write_run(tmp_path, steps=12, jump_at=jump)
+    result = ratioscope.timeline(tmp_path)
+    for key in ("mismatch.policy.k3", "ratios.token.clip_fraction"):
+        flagged = [s.step for s in result.steps if key in s.flags]
+        assert flagged == [jump], key
+    # the train/inference pair did not change
+    assert not any("mismatch.rollout.k3" in s.flags for s in result.steps)
+
+
+def test_json_layout(sample_timeline, tmp_path):
+    path = tmp_path / "timeline.json"
+    sample_timeline.write_json(path)
+    document = json.loads(path.read_text())
+    assert list(document) == [
+        "schema_version", "kind", "tool", "params", "headlines", "steps", "verdict", "warnings"
+    ]  # fmt: skip
+    assert document["schema_version"] == 1 and document["kind"] == "timeline"
+    assert {"analysis", "step_from", "change"} <= set(document["params"])
+    assert document["params"]["step_from"] is None
+    assert document["params"]["change"]["k"] > 0
+    keys = [h["key"] for h in document["headlines"]]
+    assert keys == [h.key for h in HEADLINES]
+    assert all({"key", "label", "unit"} <= set(h) for h in document["headlines"])
+    step = document["steps"][0]
+    assert step["step"] == 8 and step["inputs"] == [str(SAMPLE / "step_0008.pt")]
+    assert list(step["values"]) == keys and isinstance(step["flags"], list)
+    again = Timeline.read_json(path)
+    assert again.steps == sample_timeline.steps
+
+
+def test_parquet_has_a_row_per_step_and_flag_columns(sample_timeline, tmp_path):
+    import polars as pl
+
+    path = tmp_path / "timeline.parquet"
+    sample_timeline.write_parquet(path)
+    frame = pl.read_parquet(path)
+    assert frame["step"].to_list() == [8, 16, 24, 32]
+    for item in HEADLINES:
+        assert frame[item.key].to_list() == sample_timeline.series(item.key)
+        assert frame[f"flag_{item.key}"].dtype == pl.Boolean
+
+
+def test_lookup_matches_keys_with_dots():
+    document = {"covariance": {"cumulative_share": {"0.01": 0.5, "0.1": 0.6}}}
+    assert lookup(document, "covariance.cumulative_share.0.01") == 0.5
+    assert lookup(document, "covariance.cumulative_share.0.5") is None
