@@ -34,7 +34,6 @@ Use ``max_increase`` / ``max_decrease`` where a baseline can be 0.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from typing import Any, Literal
 from ratioscope.errors import ReportError, RulesError
 from ratioscope.report import Report
 from ratioscope.report_io import lookup, read_json_report
+from ratioscope.tomlfile import number, parse_toml, read_text, suggest, toml_module
 
 #: what ``check`` reads: an analyze report, or the JSON document of any report (eval)
 Checked = Report | Mapping[str, Any]
@@ -53,6 +53,8 @@ RELATIVE_BOUNDS = ("max_increase", "max_decrease", "max_increase_pct", "max_decr
 BOUND_KEYS = ABSOLUTE_BOUNDS + RELATIVE_BOUNDS
 _UPPER_BOUNDS = frozenset({"max", "max_increase", "max_increase_pct"})
 RULE_KEYS = ("path", "name", "description", *BOUND_KEYS)
+#: what a rules file may hold: rules, and the verdict's thresholds (ratioscope.verdict)
+TOP_LEVEL_KEYS = ("rule", "thresholds")
 
 # Values exactly on a threshold hold even when computing the threshold rounds the wrong way
 # (0.3 + 10% of 0.3 is 0.32999999999999996 in binary floating point).
@@ -187,37 +189,10 @@ class CheckResult:
 # --------------------------------------------------------------------------- parsing
 
 
-def _toml_module(source: str) -> Any:
-    try:
-        import tomllib
-    except ImportError:
-        pass
-    else:
-        return tomllib
-    try:
-        import tomli
-    except ImportError:
-        raise RulesError(
-            source,
-            "reading TOML rules on Python 3.10 needs the 'tomli' package "
-            "(pip install tomli); Python 3.11 and later have it built in",
-        ) from None
-    return tomli
-
-
-def _suggest(key: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _number(value: Any, where: str, key: str, source: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RulesError(
-            source, f"{where}: '{key}' must be a number, got {type(value).__name__} {value!r}"
-        )
-    if not math.isfinite(value):
-        raise RulesError(source, f"{where}: '{key}' must be a finite number, got {value}")
-    return float(value)
+# the TOML helpers live in tomlfile, shared with the verdict's [thresholds] table
+_toml_module = toml_module
+_suggest = suggest
+_number = number
 
 
 def _parse_rule(table: Any, index: int, source: str) -> Rule:
@@ -273,18 +248,18 @@ def parse_rules(text: str, source: str | Path = "<rules>") -> RuleSet:
     ('a.b', 0.5)
     """
     source = str(source)
-    toml = _toml_module(source)
-    try:
-        document = toml.loads(text)
-    except toml.TOMLDecodeError as error:
-        raise RulesError(source, f"not valid TOML ({error})") from None
+    document = parse_toml(text, source)
     for key in document:
-        if key != "rule":
+        if key not in TOP_LEVEL_KEYS:
             raise RulesError(
                 source,
-                f"unknown top-level key '{key}'{_suggest(key, ['rule'])}; "
-                "rules are written as [[rule]] tables",
+                f"unknown top-level key '{key}'{_suggest(key, TOP_LEVEL_KEYS)}; "
+                "rules are written as [[rule]] tables (and verdict thresholds as [thresholds])",
             )
+    if "thresholds" in document:
+        from ratioscope.verdict import thresholds_from_table
+
+        thresholds_from_table(document["thresholds"], source)  # validated, used by analyze
     tables = document.get("rule")
     if tables is None:
         raise RulesError(source, "no rules; write each rule as a [[rule]] table")
@@ -297,14 +272,7 @@ def parse_rules(text: str, source: str | Path = "<rules>") -> RuleSet:
 
 def load_rules(path: str | Path) -> RuleSet:
     """Read and validate a rules TOML file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise RulesError(path, f"cannot read the rules file ({error.strerror or error})") from None
-    except UnicodeDecodeError:
-        raise RulesError(path, "the rules file is not UTF-8 text") from None
-    return parse_rules(text, path)
+    return parse_rules(read_text(path), path)
 
 
 # ------------------------------------------------------------------------ evaluation

@@ -40,6 +40,9 @@ CLI_ONLY = {
     "--method",
     "--sequence",
     "--device",
+    # the health verdict: a thresholds file and where to write the verdict
+    "--thresholds",
+    "--verdict-json",
 }
 
 

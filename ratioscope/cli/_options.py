@@ -374,6 +374,9 @@ PARAMETER_OPTIONS = {
     "deltas": "--delta-sweep",
     # plot ratios
     "sequence": "--sequence",
+    # timeline
+    "step_from": "--step-from",
+    "columns": "--columns",
     # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
     "ks": "--k",
     "k": "--k",
@@ -443,3 +446,23 @@ def analysis_params(**options: Any):
             value = parse_floats(value, PARAMETER_OPTIONS[key])
         values[key] = value
     return AnalysisParams(**values)
+
+
+# the health verdict (ratioscope.verdict): thresholds from a TOML file, the verdict as JSON
+ThresholdsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--thresholds",
+        help="TOML file whose \\[thresholds] table overrides the verdict's thresholds "
+        "(docs/health.md); a check rules file may hold it.",
+        rich_help_panel="Output",
+    ),
+]
+VerdictJson = Annotated[
+    Path | None,
+    typer.Option(
+        "--verdict-json",
+        help="Write the health verdict (findings, levels, thresholds) as JSON.",
+        rich_help_panel="Output",
+    ),
+]

@@ -39,8 +39,10 @@ from ratioscope.cli._options import (
     SeqClip,
     SeqOnBand,
     Space,
+    ThresholdsFile,
     TokenOnBand,
     UnsafePickle,
+    VerdictJson,
     Window,
     band_text,
     option_text,
@@ -94,6 +96,8 @@ def analyze(
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     sections: Sections = None,
+    thresholds: ThresholdsFile = None,
+    verdict_json: VerdictJson = None,
     quiet: Quiet = False,
 ) -> None:
     """Diagnose importance ratios in one or more dumps (files are streamed one by one).
@@ -112,8 +116,13 @@ def analyze(
     from ratioscope.cli._options import analysis_params, load_options
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal import show_report, show_warnings
+    from ratioscope.render.verdict import show_verdict
+    from ratioscope.verdict import Thresholds, load_thresholds, verdict
 
-    check_output_paths(expand_paths(paths), [json_out, parquet_out])
+    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    check_output_paths(inputs, [json_out, parquet_out, verdict_json])
+    # read before the analysis: a malformed thresholds file fails in a second, not after it
+    limits = Thresholds() if thresholds is None else load_thresholds(thresholds)
     check_suffix(parquet_out, ".parquet", "--parquet")
     params = analysis_params(
         clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
@@ -134,10 +143,14 @@ def analyze(
             progress=progress,
             sections=sections.split(",") if sections else None,
         )
+    health = verdict(report, limits)
+    show_verdict(stdout_console(), health)
     show_report(report, stdout_console())
     show_warnings(report, stderr_console())
     if json_out is not None:
         report.write_json(json_out)
     if parquet_out is not None:
         report.write_parquet(parquet_out)
-    announce_written([json_out, parquet_out], quiet)
+    if verdict_json is not None:
+        health.write_json(verdict_json)
+    announce_written([json_out, parquet_out, verdict_json], quiet)

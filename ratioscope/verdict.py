@@ -1,0 +1,477 @@
+"""The health verdict: a report's headline numbers read against named thresholds.
+
+:func:`verdict` turns a :class:`~ratioscope.report.Report` into a few
+:class:`Finding`\\ s, each a sentence with the number behind it, the threshold it was
+judged by and where that threshold comes from, graded green / yellow / red. Every
+threshold is a field of :class:`Thresholds` with its source in the field's metadata
+(a paper, a framework's default, or ratioscope's own choice, stated as such); a TOML
+``[thresholds]`` table overrides them (:func:`load_thresholds`), in the same file as
+``check``'s ``[[rule]]`` tables. docs/health.md lists them all.
+
+No verdict without its number: a section the report does not have gives no finding,
+except the train/inference mismatch, whose absence is itself worth a line (it needs the
+inference engine's log-probs, which many dumps lack).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
+
+from ratioscope.errors import RulesError
+
+if TYPE_CHECKING:
+    from ratioscope.report import Report
+    from ratioscope.sections.mismatch import MismatchStats
+
+Level = Literal["green", "yellow", "red"]
+LEVELS: tuple[Level, ...] = ("green", "yellow", "red")
+
+# sources, written once: docs/health.md quotes them
+_VERL_DOCS = (
+    "verl, docs/advance/rollout_is.md (rollout importance-sampling metrics: "
+    "'rollout_is_eff_sample_size' ideal > 0.5, warning < 0.3; 'mismatch_kl' warning > 0.1; "
+    "'rollout_is_ratio_fraction_high' ideal < 0.1)"
+)
+_TIS_CAP = (
+    "verl rollout correction: rollout_is_threshold = 2.0 "
+    "(verl/trainer/ppo/rollout_corr_helper.py); TRL GRPOConfig.vllm_importance_sampling_cap "
+    "= 2.0 (3.0 in later releases): truncated IS (TIS) with C = 2"
+)
+_SPINNING_UP = (
+    "OpenAI Spinning Up PPO: target_kl = 0.01, early stop of the policy epochs when the "
+    "approximate KL exceeds 1.5 x target_kl (spinup/algos/pytorch/ppo/ppo.py)"
+)
+_OURS = "ratioscope's own choice"
+
+
+def _threshold(default: float, source: str, doc: str) -> Any:
+    """A :class:`Thresholds` field: its default, where it comes from and what it bounds."""
+    return field(default=default, metadata={"source": source, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every threshold the verdict judges by; ``*_yellow`` / ``*_red`` start each level.
+
+    A value beyond ``*_yellow`` is yellow and beyond ``*_red`` red ("beyond" is "above"
+    for quantities that are bad when large, "below" for ESS). Each field's source is in
+    ``Thresholds.source(name)``; docs/health.md is the table.
+    """
+
+    rollout_k3_yellow: float = _threshold(
+        1e-3,
+        f"{_OURS}: the order of train/inference KL (nats per token) at which truncated IS "
+        "is usually recommended; no framework fixes a k3 bound",
+        "train/inference mismatch: k3 per token, old (trainer) vs inference engine",
+    )
+    rollout_k3_red: float = _threshold(
+        0.1, _VERL_DOCS, "train/inference mismatch: k3 per token where training is at risk"
+    )
+    rollout_ess_yellow: float = _threshold(
+        0.5, _VERL_DOCS, "train/inference mismatch: token ESS below this is yellow"
+    )
+    rollout_ess_red: float = _threshold(
+        0.3, _VERL_DOCS, "train/inference mismatch: token ESS below this is red"
+    )
+    rollout_outside_yellow: float = _threshold(
+        0.01,
+        f"{_OURS}: one token in a hundred would be truncated; the band is the report's "
+        f"[1/C, C], C = is_threshold, default 2 ({_TIS_CAP})",
+        "share of tokens whose train/inference ratio lies outside [1/C, C]",
+    )
+    rollout_outside_red: float = _threshold(
+        0.1, _VERL_DOCS, "share of tokens outside [1/C, C] where red starts"
+    )
+    drift_k3_yellow: float = _threshold(
+        0.01, _SPINNING_UP, "policy drift: k3 per token between the current and old policy"
+    )
+    drift_k3_red: float = _threshold(
+        0.015, _SPINNING_UP, "policy drift: k3 beyond which Spinning Up stops the epoch"
+    )
+    clip_fraction_yellow: float = _threshold(
+        0.1,
+        f"{_OURS}: PPO implementations log the clip fraction (clipfrac) without a bound; a "
+        "tenth of the tokens losing the gradient of the clipped side is worth a look "
+        "(the sample run: 0.04 %)",
+        "PPO clip fraction of the raw token ratios (the report's clip band)",
+    )
+    clip_fraction_red: float = _threshold(0.3, _OURS, "PPO clip fraction where red starts")
+    switch_frequency_reference: float = _threshold(
+        0.43,
+        "KPO, Table 2: switch frequency of raw token ratios on the paper's run "
+        "(about 0.41 in Fig. 1)",
+        "informational: the raw token ratios' switch frequency is compared with it",
+    )
+    covariance_top1_yellow: float = _threshold(
+        0.5,
+        f"{_OURS}, after CW-GRPO Fig. 3 (a few tokens hold most of the covariance): half of "
+        "sum |c| in 1 % of the tokens (the sample run: 54 %)",
+        "share of sum |c| held by the top 1 % of tokens ranked by |c|",
+    )
+    degenerate_yellow: float = _threshold(
+        0.5,
+        f"{_OURS}: half of the groups give no gradient (the sample run: 22 %); DAPO's "
+        "dynamic sampling drops such groups",
+        "share of QUATRO groups that are degenerate (all rewards equal, or delta >= log(N/m))",
+    )
+    degenerate_red: float = _threshold(0.8, _OURS, "share of degenerate groups where red starts")
+
+    @classmethod
+    def source(cls, name: str) -> str:
+        """Where the default of field ``name`` comes from."""
+        return str(_field(name).metadata["source"])
+
+    @classmethod
+    def doc(cls, name: str) -> str:
+        """What field ``name`` bounds."""
+        return str(_field(name).metadata["doc"])
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def overridden(self) -> tuple[str, ...]:
+        """The fields whose value differs from the default."""
+        default = Thresholds()
+        return tuple(n for n in self.names() if getattr(self, n) != getattr(default, n))
+
+
+def _field(name: str) -> Any:
+    for item in fields(Thresholds):
+        if item.name == name:
+            return item
+    raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the verdict: what was judged, the number, the threshold and the level.
+
+    ``value`` is the number judged (None only for a "not computed" line); ``threshold``
+    the bound it was judged against (the one crossed, or the first it stays within);
+    ``source`` where that threshold comes from; ``key`` the dotted report path of the
+    number (or a derived name such as ``trust_region.degenerate_share``).
+    """
+
+    key: str
+    level: Level
+    value: float | None
+    threshold: float | None
+    text: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The findings of one report, in a fixed order; ``level`` is the worst of them."""
+
+    findings: tuple[Finding, ...]
+    overridden: tuple[str, ...] = ()
+
+    @property
+    def level(self) -> Level:
+        if not self.findings:
+            return "green"
+        return max((f.level for f in self.findings), key=LEVELS.index)
+
+    def count(self, level: Level) -> int:
+        return sum(1 for finding in self.findings if finding.level == level)
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (``--verdict-json``): level, counts and every finding."""
+        from ratioscope.report_io import to_jsonable
+
+        return to_jsonable(
+            {
+                "kind": "verdict",
+                "level": self.level,
+                "counts": {level: self.count(level) for level in LEVELS},
+                "findings": self.findings,
+                "overridden_thresholds": self.overridden,
+            }
+        )
+
+    def write_json(self, path: str | Path) -> None:
+        from ratioscope.report_io import write_json
+
+        write_json(self.to_dict(), path)
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def _num(value: float) -> str:
+    """A number as the verdict prints it: 3 significant digits, 1.3e-4 for small ones.
+
+    >>> _num(0.00013196), _num(0.001), _num(0.4006), _num(1.211e-13), _num(0.01)
+    ('1.3e-4', '1e-3', '0.401', '1.2e-13', '0.01')
+    """
+    if value == 0:
+        return "0"
+    if abs(value) < 1e-2 or abs(value) >= 1e5:
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+    return f"{value:.3g}"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.2g} %" if 0 < abs(value) < 0.01 else f"{100 * value:.3g} %"
+
+
+def _above(
+    key: str, value: float, yellow: str, red: str | None, t: Thresholds, what: str,
+    show: Any = _num, unit: str = "", advice: str = "",
+) -> Finding:  # fmt: skip
+    """A finding for a quantity that is bad when large: "what = value unit, above y"."""
+    y = getattr(t, yellow)
+    r = None if red is None else getattr(t, red)
+    if red is not None and r is not None and value > r:
+        level: Level = "red"
+        bound, name, relation = r, red, f"above {show(r)}"
+    elif value > y:
+        level, bound, name, relation = "yellow", y, yellow, f"above {show(y)}"
+    else:
+        level, bound, name, relation = "green", y, yellow, f"at or below {show(y)}"
+    text = f"{what} = {show(value)}{unit}, {relation}" + (advice if level != "green" else "")
+    return Finding(key, level, value, bound, text, Thresholds.source(name))
+
+
+def _below(
+    key: str, value: float, yellow: str, red: str, t: Thresholds, what: str, advice: str = ""
+) -> Finding:
+    """A finding for a quantity that is bad when small: "what = value, below y"."""
+    y, r = getattr(t, yellow), getattr(t, red)
+    if value < r:
+        level: Level = "red"
+        bound, name, relation = r, red, f"below {_num(r)}"
+    elif value < y:
+        level, bound, name, relation = "yellow", y, yellow, f"below {_num(y)}"
+    else:
+        level, bound, name, relation = "green", y, yellow, f"at or above {_num(y)}"
+    shown = f"{value:.4g}" if value > 0.999 else _num(value)  # 0.99997 is not 1
+    text = f"{what} = {shown}, {relation}" + (advice if level != "green" else "")
+    return Finding(key, level, value, bound, text, Thresholds.source(name))
+
+
+def _finite(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _train_inference(stats: MismatchStats, key: str, label: str, t: Thresholds) -> list[Finding]:
+    findings = []
+    if _finite(stats.k3):
+        findings.append(
+            _above(
+                f"{key}.k3", stats.k3, "rollout_k3_yellow", "rollout_k3_red", t,
+                f"{label}: k3", unit=" per token",
+                advice=", where truncated IS is usually recommended",
+            )
+        )  # fmt: skip
+    if _finite(stats.ess):
+        findings.append(
+            _below(
+                f"{key}.ess", stats.ess, "rollout_ess_yellow", "rollout_ess_red", t,
+                f"{label}: token ESS",
+                advice=": the engine's samples are worth fewer tokens than they count",
+            )
+        )  # fmt: skip
+    if _finite(stats.frac_outside):
+        c = stats.is_threshold
+        findings.append(
+            _above(
+                f"{key}.frac_outside", stats.frac_outside, "rollout_outside_yellow",
+                "rollout_outside_red", t,
+                f"{label}: tokens with r outside [1/{c:g}, {c:g}]", show=_pct,
+                advice=f", which truncated IS at C = {c:g} would cut",
+            )
+        )  # fmt: skip
+    return findings
+
+
+def verdict(report: Report, thresholds: Thresholds | None = None) -> Verdict:
+    """Grade the report's headline numbers against ``thresholds`` (defaults: docs/health.md).
+
+    Findings, in this order, each only when the report has its number: train/inference
+    mismatch (k3, token ESS, share outside the truncation band), policy drift (k3 of the
+    policy row), PPO clip fraction, switch frequency of the raw ratios (informational,
+    always green), covariance concentration (top 1 %), QUATRO degenerate groups, and FPA
+    exact vs approximation on opposite sides of 1. A report without the train/inference
+    row gets a yellow "not computed" line naming what it needs.
+    """
+    t = thresholds or Thresholds()
+    findings: list[Finding] = []
+    mismatch = report.mismatch
+    policy_pair = (mismatch.pairs.get("policy") or "") if mismatch is not None else ""
+    # with current/engine the policy row is itself the trainer/engine comparison
+    policy_is_engine = "engine" in policy_pair and "old" not in policy_pair
+    if mismatch is not None and mismatch.rollout is not None:
+        findings += _train_inference(
+            mismatch.rollout, "mismatch.rollout", "train/inference mismatch", t
+        )
+    elif mismatch is not None and mismatch.policy is not None and policy_is_engine:
+        findings += _train_inference(
+            mismatch.policy, "mismatch.policy", "trainer/engine mismatch", t
+        )
+    else:
+        findings.append(
+            Finding(
+                "mismatch.rollout",
+                "yellow",
+                None,
+                None,
+                "train/inference mismatch: not computed: needs the inference engine's "
+                "log-probs ('rollout_log_probs') beside 'old_log_probs' in the dumps",
+                Thresholds.source("rollout_k3_yellow"),
+            )
+        )
+    drift = None if mismatch is None or policy_is_engine else mismatch.policy
+    if drift is not None and _finite(drift.k3):
+        findings.append(
+            _above(
+                "mismatch.policy.k3", drift.k3, "drift_k3_yellow", "drift_k3_red", t,
+                "policy drift (current vs old): k3", unit=" per token",
+                advice=": the policy moved far within one batch",
+            )
+        )  # fmt: skip
+    findings += _ratio_findings(report, t)
+    findings += _objective_findings(report, t)
+    return Verdict(tuple(findings), t.overridden())
+
+
+def _ratio_findings(report: Report, t: Thresholds) -> list[Finding]:
+    findings: list[Finding] = []
+    token = (report.ratios or {}).get("token")
+    if token is None:
+        return findings
+    if _finite(token.clip_fraction):
+        low, high = token.clip_band
+        findings.append(
+            _above(
+                "ratios.token.clip_fraction", token.clip_fraction, "clip_fraction_yellow",
+                "clip_fraction_red", t, f"PPO clip fraction (band 1 - {low:g}, 1 + {high:g})",
+                show=_pct, advice=": these tokens get no gradient from the clipped side",
+            )
+        )  # fmt: skip
+    sf = token.switch_frequency
+    if _finite(sf):
+        ref = t.switch_frequency_reference
+        side = "above" if sf > ref else "at or below"
+        findings.append(
+            Finding(
+                "ratios.token.switch_frequency",
+                "green",
+                sf,
+                ref,
+                f"noise of raw ratios: switch frequency = {_num(sf)}, {side} the {_num(ref)} "
+                "of KPO Table 2 (informational; the Kalman-filtered row is the one to read)",
+                Thresholds.source("switch_frequency_reference"),
+            )
+        )
+    return findings
+
+
+def _objective_findings(report: Report, t: Thresholds) -> list[Finding]:
+    findings: list[Finding] = []
+    cov = report.covariance
+    share = None if cov is None else cov.cumulative_share.get("0.01")
+    if share is not None and _finite(share):
+        findings.append(
+            _above(
+                "covariance.cumulative_share.0.01", share, "covariance_top1_yellow", None, t,
+                "covariance concentration: share of sum |c| in the top 1 % of tokens",
+                show=_pct, advice=": a few tokens dominate the update (what CW-GRPO reweights)",
+            )
+        )  # fmt: skip
+    tr = report.trust_region
+    if tr is not None and tr.groups > 0:
+        degenerate = tr.degenerate / tr.groups
+        findings.append(
+            _above(
+                "trust_region.degenerate_share", degenerate, "degenerate_yellow",
+                "degenerate_red", t, "QUATRO degenerate groups", show=_pct,
+                unit=f" ({tr.degenerate} of {tr.groups}; {tr.degenerate_all_equal} with all "
+                "rewards equal)",
+                advice=": these groups give no gradient",
+            )
+        )  # fmt: skip
+    fp = report.future_policy
+    comparison = None if fp is None else fp.comparison
+    if comparison is not None:
+        exact, approx = comparison.exact_median, comparison.approximation_median
+        if comparison.opposite_sides:
+            text = (
+                f"FPA approximation: median future/current = {approx:.5g} vs {exact:.5g} "
+                "exact, on opposite sides of 1: it reads FPA's direction the wrong way "
+                "(dump logits)"
+            )
+        else:
+            text = (
+                f"FPA approximation: median future/current = {approx:.5g} vs {exact:.5g} "
+                "exact, on the same side of 1"
+            )
+        findings.append(
+            Finding(
+                "future_policy.comparison.opposite_sides",
+                "yellow" if comparison.opposite_sides else "green",
+                approx,
+                1.0,
+                text,
+                "FPA: the approximation over-states log pi_hat by log Z >= 0 "
+                "(docs/metrics-objectives.md); 1 separates the directions of change",
+            )
+        )
+    return findings
+
+
+# --------------------------------------------------------------------------- TOML
+
+
+def thresholds_from_table(table: Any, source: str | Path) -> Thresholds:
+    """:class:`Thresholds` with the values of a ``[thresholds]`` table over the defaults."""
+    from ratioscope.tomlfile import number, suggest
+
+    source = str(source)
+    if not isinstance(table, Mapping):
+        raise RulesError(source, "'thresholds' must be a table; write [thresholds]")
+    names = Thresholds.names()
+    values: dict[str, float] = {}
+    for key, value in table.items():
+        if key not in names:
+            raise RulesError(
+                source,
+                f"[thresholds]: unknown threshold '{key}'{suggest(key, names)}; "
+                "docs/health.md lists them",
+            )
+        values[key] = number(value, "[thresholds]", key, source)
+    result = Thresholds(**values)
+    for name in names:
+        if name.endswith("_yellow"):
+            red = name[: -len("_yellow")] + "_red"
+            if red not in names:
+                continue
+            y, r = getattr(result, name), getattr(result, red)
+            below = name.startswith("rollout_ess")
+            if (r > y) if below else (r < y):
+                raise RulesError(
+                    source,
+                    f"[thresholds]: '{red}' ({r:g}) must be {'at most' if below else 'at least'} "
+                    f"'{name}' ({y:g})",
+                )
+    return result
+
+
+def load_thresholds(path: str | Path) -> Thresholds:
+    """The ``[thresholds]`` table of a TOML file (a ``check`` rules file or its own);
+    the defaults when the file has none."""
+    from ratioscope.tomlfile import read_toml
+
+    document = read_toml(path)
+    table = document.get("thresholds")
+    return Thresholds() if table is None else thresholds_from_table(table, path)

@@ -1,0 +1,285 @@
+"""The health verdict: levels at hand-set numbers, thresholds from TOML, the CLI block.
+
+Reports are the stored single-step report of the sample run (tests/data), with the one
+number a test is about set by hand in its JSON document; every expected level follows
+from the thresholds' defaults in ratioscope/verdict.py (docs/health.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ratioscope.check import load_rules, parse_rules
+from ratioscope.cli import app
+from ratioscope.errors import RulesError
+from ratioscope.report import Report
+from ratioscope.verdict import (
+    LEVELS,
+    Thresholds,
+    load_thresholds,
+    thresholds_from_table,
+    verdict,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = ROOT / "tests" / "data" / "report_schema1.json"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def document() -> dict:
+    return json.loads(STORED.read_text())
+
+
+def judged(document: dict, thresholds: Thresholds | None = None, **changes) -> dict:
+    """Findings by key of the stored report with ``changes`` (dotted path -> value)."""
+    doc = copy.deepcopy(document)
+    for path, value in changes.items():
+        *parents, last = path.split("/")
+        node = doc
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return {f.key: f for f in verdict(Report.from_dict(doc), thresholds)}
+
+
+def test_stored_report_findings(document):
+    findings = judged(document)
+    assert list(findings) == [
+        "mismatch.rollout.k3",
+        "mismatch.rollout.ess",
+        "mismatch.rollout.frac_outside",
+        "mismatch.policy.k3",
+        "ratios.token.clip_fraction",
+        "ratios.token.switch_frequency",
+        "covariance.cumulative_share.0.01",
+        "trust_region.degenerate_share",
+    ]
+    # every finding carries its number, its threshold and a source
+    for finding in findings.values():
+        assert finding.value is not None and finding.threshold is not None
+        assert finding.source and finding.level in LEVELS
+    # the covariance of this step: 56.9 % of sum |c| in the top 1 % (> 50 %)
+    cov = findings["covariance.cumulative_share.0.01"]
+    assert cov.level == "yellow" and cov.threshold == 0.5
+    assert cov.value == document["covariance"]["cumulative_share"]["0.01"]
+    # 8 of 16 groups degenerate: exactly on the 50 % threshold, which is still green
+    degenerate = findings["trust_region.degenerate_share"]
+    assert degenerate.value == 0.5 and degenerate.level == "green"
+    assert "8 of 16" in degenerate.text
+
+
+@pytest.mark.parametrize(
+    ("k3", "level", "shown", "bound"),
+    [
+        (5e-4, "green", "5e-4", "1e-3"),
+        (2.1e-3, "yellow", "2.1e-3", "1e-3"),
+        (0.2, "red", "0.2", "0.1"),
+    ],
+)
+def test_train_inference_k3_levels(document, k3, level, shown, bound):
+    finding = judged(document, **{"mismatch/rollout/k3": k3})["mismatch.rollout.k3"]
+    assert finding.level == level
+    assert finding.value == k3
+    assert f"k3 = {shown} per token" in finding.text and bound in finding.text
+    if level == "yellow":
+        assert finding.text == (
+            "train/inference mismatch: k3 = 2.1e-3 per token, above 1e-3, where truncated "
+            "IS is usually recommended"
+        )
+    if level == "red":
+        assert "verl" in finding.source
+
+
+@pytest.mark.parametrize(
+    ("ess", "level"), [(0.9, "green"), (0.5, "green"), (0.4, "yellow"), (0.2, "red")]
+)
+def test_ess_is_bad_when_small(document, ess, level):
+    assert judged(document, **{"mismatch/rollout/ess": ess})["mismatch.rollout.ess"].level == level
+
+
+@pytest.mark.parametrize(("share", "level"), [(0.005, "green"), (0.05, "yellow"), (0.5, "red")])
+def test_share_outside_the_truncation_band(document, share, level):
+    finding = judged(document, **{"mismatch/rollout/frac_outside": share})
+    assert finding["mismatch.rollout.frac_outside"].level == level
+    assert "[1/2, 2]" in finding["mismatch.rollout.frac_outside"].text
+
+
+@pytest.mark.parametrize(("k3", "level"), [(0.005, "green"), (0.012, "yellow"), (0.02, "red")])
+def test_policy_drift_against_spinning_up_target_kl(document, k3, level):
+    finding = judged(document, **{"mismatch/policy/k3": k3})["mismatch.policy.k3"]
+    assert finding.level == level
+    assert "Spinning Up" in finding.source
+
+
+def test_clip_fraction_and_informational_switch_frequency(document):
+    findings = judged(
+        document,
+        **{"ratios/token/clip_fraction": 0.35, "ratios/token/switch_frequency": 0.49},
+    )
+    assert findings["ratios.token.clip_fraction"].level == "red"
+    assert "35 %" in findings["ratios.token.clip_fraction"].text
+    switch = findings["ratios.token.switch_frequency"]
+    # informational: compared with the paper's 0.43, never an alarm
+    assert switch.level == "green" and switch.threshold == 0.43
+    assert "0.49, above the 0.43 of KPO Table 2" in switch.text
+
+
+def test_missing_rollout_row_is_a_not_computed_line(document):
+    findings = judged(document, **{"mismatch/rollout": None})
+    line = findings["mismatch.rollout"]
+    assert line.level == "yellow" and line.value is None
+    assert "not computed" in line.text and "rollout_log_probs" in line.text
+    assert "mismatch.rollout.k3" not in findings
+
+
+def test_null_sections_give_no_finding(document):
+    findings = judged(document, covariance=None, trust_region=None, ratios=None)
+    assert set(findings) == {
+        "mismatch.rollout.k3",
+        "mismatch.rollout.ess",
+        "mismatch.rollout.frac_outside",
+        "mismatch.policy.k3",
+    }
+
+
+def test_fpa_opposite_sides(document):
+    doc = copy.deepcopy(document)
+    fp = Report.read_json(ROOT / "tests" / "data" / "report_schema1.json").future_policy
+    assert fp is not None and fp.comparison is None  # one step: exact only
+    comparison = {
+        "exact_median": 0.99745,
+        "approximation_median": 1.0046,
+        "exact_mean": 0.9925,
+        "approximation_mean": 1.011,
+        "opposite_sides": True,
+    }
+    doc["future_policy"]["comparison"] = comparison
+    findings = {f.key: f for f in verdict(Report.from_dict(doc))}
+    fpa = findings["future_policy.comparison.opposite_sides"]
+    assert fpa.level == "yellow" and fpa.value == 1.0046 and fpa.threshold == 1.0
+    assert "1.0046 vs 0.99745 exact, on opposite sides of 1" in fpa.text
+    doc["future_policy"]["comparison"] = {
+        **comparison,
+        "approximation_median": 0.999,
+        "opposite_sides": False,
+    }
+    same = {f.key: f for f in verdict(Report.from_dict(doc))}
+    assert same["future_policy.comparison.opposite_sides"].level == "green"
+
+
+def test_verdict_level_and_json(document):
+    result = verdict(Report.from_dict(document))
+    assert result.level == "yellow"
+    doc = result.to_dict()
+    assert doc["kind"] == "verdict" and doc["level"] == "yellow"
+    assert doc["counts"] == {"green": 7, "yellow": 1, "red": 0}
+    assert doc["findings"][0]["key"] == "mismatch.rollout.k3"
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_every_threshold_is_documented():
+    health = (ROOT / "docs" / "health.md").read_text()
+    for name in Thresholds.names():
+        assert Thresholds.source(name), name
+        assert Thresholds.doc(name), name
+        assert f"`{name}`" in health, f"docs/health.md does not list {name}"
+        assert f"{getattr(Thresholds(), name):g}" in health
+
+
+# ----------------------------------------------------------------------------- TOML
+
+
+def test_thresholds_override_from_toml(document, tmp_path):
+    path = tmp_path / "limits.toml"
+    path.write_text("[thresholds]\ncovariance_top1_yellow = 0.6\nrollout_k3_yellow = 1e-14\n")
+    limits = load_thresholds(path)
+    assert limits.covariance_top1_yellow == 0.6 and limits.overridden() == (
+        "rollout_k3_yellow",
+        "covariance_top1_yellow",
+    )
+    findings = judged(document, limits)
+    assert findings["covariance.cumulative_share.0.01"].level == "green"
+    assert findings["mismatch.rollout.k3"].level == "yellow"
+    assert "above 1e-14" in findings["mismatch.rollout.k3"].text
+
+
+def test_file_without_thresholds_gives_defaults(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rule]]\npath = "a.b"\nmax = 1\n')
+    assert load_thresholds(path) == Thresholds()
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            {"rollout_k3_yelow": 1e-3},
+            "unknown threshold 'rollout_k3_yelow' (did you mean 'rollout_k3_yellow'?)",
+        ),
+        ({"rollout_k3_yellow": "high"}, "'rollout_k3_yellow' must be a number"),
+        (
+            {"rollout_k3_red": 1e-4},
+            "'rollout_k3_red' (0.0001) must be at least 'rollout_k3_yellow' (0.001)",
+        ),
+        (
+            {"rollout_ess_red": 0.9},
+            "'rollout_ess_red' (0.9) must be at most 'rollout_ess_yellow' (0.5)",
+        ),
+    ],
+)
+def test_bad_thresholds_are_one_sentence(table, message):
+    with pytest.raises(RulesError) as error:
+        thresholds_from_table(table, "limits.toml")
+    assert str(error.value).startswith("limits.toml: [thresholds]: ")
+    assert message in str(error.value)
+
+
+def test_check_rules_file_may_hold_thresholds(tmp_path):
+    text = '[thresholds]\ndrift_k3_yellow = 0.012\n\n[[rule]]\npath = "a.b"\nmax = 1\n'
+    assert len(parse_rules(text).rules) == 1
+    with pytest.raises(RulesError, match="unknown threshold 'drift'"):
+        parse_rules('[thresholds]\ndrift = 0.02\n\n[[rule]]\npath = "a.b"\nmax = 1\n')
+    with pytest.raises(RulesError, match="unknown top-level key 'threshold'"):
+        parse_rules('[threshold]\ndrift_k3_yellow = 0.02\n\n[[rule]]\npath = "a.b"\nmax = 1\n')
+    assert load_rules(ROOT / "examples" / "rules.toml").rules
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def test_analyze_opens_with_the_verdict(tmp_path):
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[thresholds]\ncovariance_top1_yellow = 0.9\n")
+    out = tmp_path / "verdict.json"
+    result = runner.invoke(
+        app,
+        ["analyze", "sample_data/verl/step_0032.pt", "--quiet", "--thresholds", str(limits),
+         "--verdict-json", str(out)],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("health: ") and "covariance_top1_yellow" in lines[0]
+    assert lines[1].startswith("  green   train/inference mismatch: k3 = ")
+    written = json.loads(out.read_text())
+    assert written["kind"] == "verdict"
+    assert written["overridden_thresholds"] == ["covariance_top1_yellow"]
+    keys = [f["key"] for f in written["findings"]]
+    assert "covariance.cumulative_share.0.01" in keys
+
+
+def test_analyze_bad_thresholds_file_exits_2(tmp_path):
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[thresholds]\nk3 = 1\n")
+    result = runner.invoke(
+        app, ["analyze", "sample_data/verl/step_0032.pt", "--quiet", "--thresholds", str(limits)]
+    )
+    assert result.exit_code == 2
+    assert "unknown threshold 'k3'" in result.stderr
+    assert result.stdout == ""
