@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.params import AnalysisParams
     from ratioscope.report import Report
+    from ratioscope.verdict import Thresholds, Verdict
 
 #: the timeline JSON layout's version (``schema_version``)
 TIMELINE_SCHEMA_VERSION = 1
@@ -381,6 +382,7 @@ def timeline(
     step_from: str | None = None,
     change: ChangeRule | None = None,
     reports_dir: str | Path | None = None,
+    thresholds: Thresholds | None = None,
     progress: ProgressCallback | None = None,
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
@@ -395,6 +397,8 @@ def timeline(
         change: the change rule (default :class:`ChangeRule`).
         reports_dir: write each step's report there as ``step_NNNNNN.json`` (created if
             missing; written only when the whole timeline succeeds).
+        thresholds: the verdict's thresholds (default: :class:`ratioscope.verdict.
+            Thresholds`).
         progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
 
     Returns:
@@ -460,7 +464,49 @@ def timeline(
         steps=steps,
         warnings=tuple(pooled.warnings),
         pooled=pooled,
+        verdict=timeline_verdict(pooled, steps, thresholds),
     )
+
+
+def timeline_verdict(
+    pooled: Report, steps: Sequence[TimelineStep], thresholds: Thresholds | None = None
+) -> Verdict:
+    """The health verdict of the pooled report, then one yellow finding per headline
+    whose series changes, naming the steps and the values before and at the change."""
+    from ratioscope.verdict import Finding, Verdict, verdict
+
+    judged = verdict(pooled, thresholds)
+    changes = []
+    for item in HEADLINES:
+        at = [i for i, step in enumerate(steps) if item.key in step.flags]
+        if not at:
+            continue
+        first = at[0]
+        before = next(
+            (v for s in reversed(steps[:first]) if (v := s.values.get(item.key)) is not None),
+            None,
+        )
+        value = steps[first].values.get(item.key)
+        named = ", ".join(str(steps[i].step) for i in at)
+        text = (
+            f"{item.label}: changed at step{'s' if len(at) > 1 else ''} {named} "
+            f"({_short(before)} -> {_short(value)} at step {steps[first].step})"
+        )
+        changes.append(
+            Finding(
+                key=item.key,
+                level="yellow",
+                value=value,
+                threshold=None,
+                text=text,
+                source="ratioscope's change rule (docs/timeline.md)",
+            )
+        )
+    return Verdict(judged.findings + tuple(changes), judged.overridden)
+
+
+def _short(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
 
 
 def _flag(

@@ -107,11 +107,22 @@ app = typer.Typer(
 def _register() -> None:
     # Each module only imports typer and the standard library at import time, so that
     # `ratioscope --help` stays fast; heavy imports live inside the command bodies.
-    from ratioscope.cli import analyze, check, eval_passk, eval_ucc, info, merge, plot, sweep
+    from ratioscope.cli import (
+        analyze,
+        check,
+        eval_passk,
+        eval_ucc,
+        info,
+        merge,
+        plot,
+        sweep,
+        timeline,
+    )
 
     app.command("info")(info.info)
     app.command("analyze")(analyze.analyze)
     app.command("sweep")(sweep.sweep)
+    app.command("timeline")(timeline.timeline)
     app.add_typer(plot.plot_app, name="plot")
     app.command("eval-passk")(eval_passk.eval_passk)
     app.command("eval-ucc")(eval_ucc.eval_ucc)

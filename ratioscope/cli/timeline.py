@@ -1,0 +1,186 @@
+"""``ratioscope timeline``: the headline quantities of a run, step by step, with changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ratioscope.cli._options import (
+    CHUNK_ELEMENTS_DEFAULT,
+    DEFAULTS,
+    DEVICE_DEFAULT,
+    FORMAT_DEFAULT,
+    NONFINITE_DEFAULT,
+    ChunkElements,
+    Clip,
+    CovScope,
+    Delta,
+    DeltaSweep,
+    Device,
+    Format,
+    FpaLambda,
+    FpaLambdaSweep,
+    FpaThreshold,
+    GroupSize,
+    IsThreshold,
+    KalmanImpl,
+    KalmanQ,
+    KalmanV,
+    LfrCutoff,
+    Mapping,
+    MaskPolicy,
+    NonFinite,
+    OnBand,
+    Quiet,
+    SeqClip,
+    SeqOnBand,
+    Space,
+    ThresholdsFile,
+    TokenOnBand,
+    UnsafePickle,
+    Window,
+    band_text,
+    option_text,
+)
+
+TimelinePaths = Annotated[
+    list[str],
+    typer.Argument(
+        help="Dumps (files, directories, globs) of several steps, or analyze report JSON "
+        "files (capture shard reports).",
+        show_default=False,
+    ),
+]
+TimelineJson = Annotated[
+    Path | None,
+    typer.Option(
+        "--json", help="Write the timeline as JSON (atomically).", rich_help_panel="Output"
+    ),
+]
+TimelineParquet = Annotated[
+    Path | None,
+    typer.Option("--parquet", help="Write one row per step (Parquet).", rich_help_panel="Output"),
+]
+StepFrom = Annotated[
+    str | None,
+    typer.Option(
+        "--step-from",
+        help="Regular expression with one capture group: the step from each file's path "
+        "(wins over file names and stored steps).",
+        rich_help_panel="Run",
+    ),
+]
+ReportsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--reports-dir",
+        help="Write each step's analyze report there (step_NNNNNN.json, for merge).",
+        rich_help_panel="Output",
+    ),
+]
+Columns = Annotated[
+    str | None,
+    typer.Option(
+        "--columns",
+        help="Table columns: headline keys or short names, comma-separated, or 'all'.",
+        rich_help_panel="Output",
+    ),
+]
+
+
+def timeline(
+    paths: TimelinePaths,
+    json_out: TimelineJson = None,
+    parquet_out: TimelineParquet = None,
+    step_from: StepFrom = None,
+    reports_dir: ReportsDir = None,
+    columns: Columns = None,
+    thresholds: ThresholdsFile = None,
+    device: Device = DEVICE_DEFAULT,
+    format: Format = FORMAT_DEFAULT,
+    mapping: Mapping = None,
+    nonfinite: NonFinite = NONFINITE_DEFAULT,
+    unsafe_pickle: UnsafePickle = False,
+    group_size: GroupSize = None,
+    clip: Clip = option_text(DEFAULTS.clip),
+    seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
+    is_threshold: IsThreshold = DEFAULTS.is_threshold,
+    on_band: OnBand = band_text(DEFAULTS.on_band),
+    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
+    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    window: Window = DEFAULTS.window,
+    lfr_cutoff: LfrCutoff = DEFAULTS.lfr_cutoff,
+    space: Space = DEFAULTS.space,
+    kalman_q: KalmanQ = DEFAULTS.kalman_q,
+    kalman_v: KalmanV = DEFAULTS.kalman_v,
+    mask_policy: MaskPolicy = DEFAULTS.mask_policy,
+    kalman_impl: KalmanImpl = DEFAULTS.kalman_impl,
+    cov_scope: CovScope = DEFAULTS.cov_scope,
+    fpa_lambda: FpaLambda = DEFAULTS.fpa_lambda,
+    fpa_lambda_sweep: FpaLambdaSweep = option_text(DEFAULTS.fpa_lambdas),
+    fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
+    delta: Delta = DEFAULTS.delta,
+    delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
+    quiet: Quiet = False,
+) -> None:
+    """The headline quantities of a run, one row per training step, with change flags.
+
+    Steps come from the files' names (step_0032.pt, step_N/rank_R.*, slime's
+    {rollout_id}_{rank}.pt), a 'step' scalar in the file, or --step-from. Files of one
+    step are analysed together; analysis options apply to every step.
+
+    Example: ratioscope timeline sample_data/verl/ --json timeline.json
+    """
+    import ratioscope
+    from ratioscope.cli._common import (
+        announce_written,
+        check_output_paths,
+        check_suffix,
+        progress_bar,
+        stdout_console,
+    )
+    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.io.loaders import expand_paths
+    from ratioscope.render.timeline import show_timeline
+    from ratioscope.render.verdict import show_verdict
+    from ratioscope.steps import compile_step_from
+    from ratioscope.verdict import load_thresholds
+
+    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    check_output_paths(inputs, [json_out, parquet_out])
+    check_suffix(json_out, ".json", "--json")
+    check_suffix(parquet_out, ".parquet", "--parquet")
+    compile_step_from(step_from)  # a bad pattern fails before any file is read
+    limits = None if thresholds is None else load_thresholds(thresholds)
+    params = analysis_params(
+        clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
+        token_on_band=token_on_band, seq_on_band=seq_on_band,
+        window=window, lfr_cutoff=lfr_cutoff, space=space, kalman_q=kalman_q,
+        kalman_v=kalman_v, mask_policy=mask_policy, kalman_impl=kalman_impl,
+        cov_scope=cov_scope, fpa_lambda=fpa_lambda, fpa_lambdas=fpa_lambda_sweep,
+        fpa_threshold=fpa_threshold, delta=delta, deltas=delta_sweep,
+    )  # fmt: skip
+    with progress_bar(not quiet) as progress:
+        result = ratioscope.timeline(
+            paths,
+            params=params,
+            load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
+            device=device,
+            chunk_elements=chunk_elements,
+            step_from=step_from,
+            reports_dir=reports_dir,
+            thresholds=limits,
+            progress=progress,
+        )
+    console = stdout_console()
+    if result.verdict is not None:
+        show_verdict(console, result.verdict)
+    show_timeline(result, console, columns.split(",") if columns else None)
+    if json_out is not None:
+        result.write_json(json_out)
+    if parquet_out is not None:
+        result.write_parquet(parquet_out)
+    announce_written([json_out, parquet_out, reports_dir], quiet)

@@ -1,0 +1,90 @@
+"""The timeline in the terminal: steps as rows, a few headline columns, flagged cells marked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ratioscope.render.tables import DASH, print_table
+
+if TYPE_CHECKING:
+    from ratioscope.timeline import Headline, Timeline
+
+#: the columns shown by default: they fit 100 terminal columns
+DEFAULT_COLUMNS = (
+    "mismatch.policy.k3",
+    "mismatch.rollout.k3",
+    "ratios.token.clip_fraction",
+    "ratios.token.switch_frequency",
+    "ratios.token.lfr",
+    "ratios.kalman.lfr",
+    "covariance.cumulative_share.0.01",
+)
+#: what marks a flagged cell
+MARK = "*"
+
+
+def choose_columns(timeline: Timeline, columns: Sequence[str] | None) -> list[Headline]:
+    """The headlines to show: ``columns`` (keys or short names, or "all"), else the
+    defaults that the timeline has."""
+    from ratioscope.timeline import headline
+
+    if columns is None:
+        keys = [h.key for h in timeline.headlines]
+        return [headline(key) for key in DEFAULT_COLUMNS if key in keys]
+    if list(columns) == ["all"]:
+        return list(timeline.headlines)
+    by_short = {h.short: h.key for h in timeline.headlines}
+    return [headline(by_short.get(name, name)) for name in columns]
+
+
+def show_timeline(
+    timeline: Timeline, console: Console, columns: Sequence[str] | None = None
+) -> None:
+    """Print the per-step table and its legend."""
+    shown = choose_columns(timeline, columns)
+    table = Table(title=f"Timeline: {len(timeline.steps)} steps", title_justify="left")
+    table.add_column("step", justify="right")
+    table.add_column("files", justify="right")
+    for item in shown:
+        table.add_column(item.short, justify="right")
+    for step in timeline.steps:
+        cells: list[str | Text] = [str(step.step), str(len(step.inputs))]
+        for item in shown:
+            cells.append(_cell(step.values.get(item.key), item.key in step.flags))
+        table.add_row(*cells)
+    print_table(console, table)
+    for line in legend(timeline, shown):
+        console.print(line, highlight=False)
+
+
+def _cell(value: float | None, flagged: bool) -> str | Text:
+    text = DASH if value is None else f"{value:.3g}"
+    if not flagged:
+        return text + " "
+    return Text(text + MARK, style="bold red")
+
+
+def legend(timeline: Timeline, shown: Sequence[Headline]) -> list[str]:
+    """The legend: the change rule, the columns' names, flags in columns not shown."""
+    rule = timeline.params.get("change", {})
+    lines = [
+        f"{MARK} change: departs from the median of the last {rule.get('window')} steps by "
+        f"more than {rule.get('k')} robust sd (1.4826 MAD, at least {rule.get('floor_rel')} "
+        "of the median); see docs/timeline.md",
+        "columns: " + "; ".join(f"{h.short} = {h.label}" for h in shown),
+    ]
+    keys = {h.key for h in shown}
+    labels = {h.key: h.short for h in timeline.headlines}
+    hidden = [
+        f"step {step.step}: {', '.join(labels.get(k, k) for k in step.flags if k not in keys)}"
+        for step in timeline.steps
+        if any(k not in keys for k in step.flags)
+    ]
+    if hidden:
+        lines.append("flags in columns not shown (--columns all): " + "; ".join(hidden))
+    return lines

@@ -1,0 +1,63 @@
+"""``ratioscope timeline`` and ``ratioscope plot timeline``: outputs, errors, the figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from typer.testing import CliRunner
+
+from ratioscope.cli import app
+
+runner = CliRunner()
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+
+
+def test_timeline_prints_the_verdict_and_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "timeline.json"
+    result = runner.invoke(app, ["timeline", str(SAMPLE), "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("health:")
+    assert "Timeline: 4 steps" in result.stdout and "change:" in result.stdout
+    document = json.loads(out.read_text())
+    assert document["kind"] == "timeline" and [s["step"] for s in document["steps"]] == [
+        8, 16, 24, 32
+    ]  # fmt: skip
+    assert document["verdict"]["kind"] == "verdict"
+
+
+def test_timeline_reports_dir_is_accepted_by_merge(tmp_path):
+    reports = tmp_path / "steps"
+    result = runner.invoke(app, ["timeline", str(SAMPLE), "--reports-dir", str(reports), "-q"])
+    assert result.exit_code == 0, result.output
+    files = sorted(str(p) for p in reports.iterdir())
+    assert len(files) == 4
+    merged = runner.invoke(app, ["merge", *files, "--out", str(tmp_path / "all.json"), "-q"])
+    assert merged.exit_code == 0, merged.output
+
+
+def test_a_file_without_a_step_is_one_line_exit_2_and_no_output(tmp_path):
+    path = tmp_path / "dump.pt"
+    torch.save({"mask": torch.ones(2, 3)}, path)
+    out = tmp_path / "t.json"
+    result = runner.invoke(app, ["timeline", str(path), "--json", str(out)])
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert "\n" not in line and str(path) in line and "--step-from" in line
+    assert not out.exists()
+
+
+def test_a_bad_step_from_is_one_line_exit_2(tmp_path):
+    result = runner.invoke(app, ["timeline", str(SAMPLE), "--step-from", "step_("])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("ratioscope: error: --step-from is not a regular expression")
+    result = runner.invoke(app, ["timeline", str(SAMPLE), "--step-from", r"step_\d+"])
+    assert result.exit_code == 2 and "exactly one capture group" in result.stderr
+
+
+def test_no_files_is_exit_2(tmp_path):
+    result = runner.invoke(app, ["timeline", str(tmp_path)])
+    assert result.exit_code == 2 and "holds no dump file" in result.stderr
+    result = runner.invoke(app, ["timeline", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "no such file" in result.stderr
