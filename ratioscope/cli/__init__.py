@@ -114,6 +114,7 @@ def _register() -> None:
         eval_ucc,
         info,
         merge,
+        metrics,
         plot,
         sweep,
         timeline,
@@ -128,6 +129,7 @@ def _register() -> None:
     app.command("eval-ucc")(eval_ucc.eval_ucc)
     app.command("check")(check.check)
     app.command("merge")(merge.merge)
+    app.command("metrics")(metrics.metrics)
 
 
 _register()
