@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from timeline_run import write_run
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
@@ -61,3 +62,26 @@ def test_no_files_is_exit_2(tmp_path):
     assert result.exit_code == 2 and "holds no dump file" in result.stderr
     result = runner.invoke(app, ["timeline", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "no such file" in result.stderr
+
+
+def test_plot_timeline_from_json_and_from_dumps_writes_a_png(tmp_path):
+    write_run(tmp_path / "run", steps=7, jump_at=6)
+    out = tmp_path / "t.json"
+    assert (
+        runner.invoke(app, ["timeline", str(tmp_path / "run"), "--json", str(out)]).exit_code == 0
+    )
+    for source in (out, tmp_path / "run"):
+        png = tmp_path / f"{source.name}.png"
+        result = runner.invoke(app, ["plot", "timeline", str(source), "--out", str(png), "-q"])
+        assert result.exit_code == 0, result.output
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_timeline_figure_marks_the_flagged_steps(tmp_path):
+    import ratioscope
+    from ratioscope.figures.timeline import timeline_figure
+
+    write_run(tmp_path, steps=7, jump_at=6)
+    figure = timeline_figure(ratioscope.timeline(tmp_path))
+    k3 = next(p for p in figure.panels if p.key == "mismatch.policy.k3")
+    assert k3.steps == tuple(range(7)) and k3.flagged == (6,)

@@ -19,6 +19,7 @@ from ratioscope.cli._options import (
     Delta,
     DeltaSweep,
     Device,
+    FigureOut,
     Format,
     FpaLambda,
     FpaLambdaSweep,
@@ -184,3 +185,49 @@ def timeline(
     if parquet_out is not None:
         result.write_parquet(parquet_out)
     announce_written([json_out, parquet_out, reports_dir], quiet)
+
+
+PlotInputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="A timeline JSON file (drawn as stored), or dumps or analyze reports of a run "
+        "(a timeline is computed with the default analysis options).",
+        show_default=False,
+    ),
+]
+
+
+def plot_timeline(
+    paths: PlotInputs,
+    out: FigureOut,
+    step_from: StepFrom = None,
+    format: Format = FORMAT_DEFAULT,
+    mapping: Mapping = None,
+    unsafe_pickle: UnsafePickle = False,
+    device: Device = DEVICE_DEFAULT,
+    quiet: Quiet = False,
+) -> None:
+    """Small multiples of the headline quantities over training steps, changes in red.
+
+    Example: ratioscope plot timeline timeline.json --out timeline.png
+    """
+    from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
+    from ratioscope.cli._options import load_options
+    from ratioscope.figures.timeline import timeline_figure, timeline_or_analysis
+    from ratioscope.render.figures import check_figure_path
+    from ratioscope.render.timeline_plots import plot_timeline as draw
+    from ratioscope.steps import compile_step_from
+
+    check_figure_path(out)
+    check_output_paths([Path(p) for p in paths], [out])
+    compile_step_from(step_from)
+    with progress_bar(not quiet) as progress:
+        result, source = timeline_or_analysis(
+            paths,
+            load_options=load_options(format, mapping, "error", unsafe_pickle),
+            device=device,
+            step_from=step_from,
+            progress=progress,
+        )
+    draw(timeline_figure(result, source), out)
+    announce_written([out], quiet)

@@ -1,0 +1,60 @@
+"""``plot timeline``: small multiples of the headline quantities over training steps."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from ratioscope.figures.timeline import TimelineFigure, TimelinePanel
+from ratioscope.render.figures import pyplot, save_figure
+
+COLUMNS = 3
+
+
+def plot_timeline(figure_data: TimelineFigure, out: Path) -> None:
+    """One panel per headline: the series over steps, changes marked in red."""
+    plt = pyplot()
+    panels = figure_data.panels
+    rows = max(1, math.ceil(len(panels) / COLUMNS))
+    height = 2.7 * rows + 0.9  # inches: the panels and a header of 0.9 in
+    figure, axes = plt.subplots(
+        rows, COLUMNS, figsize=(4.6 * COLUMNS, height), squeeze=False, sharex=True
+    )
+    for index, ax in enumerate(axes.flat):
+        if index >= len(panels):
+            ax.set_visible(False)
+            continue
+        _panel(ax, panels[index])
+        if index + COLUMNS >= len(panels):  # the lowest panel of its column
+            ax.set_xlabel("training step")
+            ax.xaxis.set_tick_params(labelbottom=True)
+    top = 1 - 0.12 / height
+    figure.text(0.01, top, "Headline quantities per training step", fontsize=13, va="top")
+    figure.text(0.01, top - 0.3 / height, figure_data.subtitle, fontsize=9, color="0.3",
+                va="top")  # fmt: skip
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.8 / height))
+    save_figure(figure, out)
+
+
+def _panel(ax: Any, panel: TimelinePanel) -> None:
+    biggest = max((abs(v) for v in panel.values), default=0.0)
+    exponent = 0
+    if biggest and (biggest < 1e-2 or biggest >= 1e4):
+        # the power of ten goes into the axis label, not over the title
+        exponent = math.floor(math.log10(biggest))
+    factor = 10.0**-exponent
+    values = [v * factor for v in panel.values]
+    ax.plot(panel.steps, values, marker="o", markersize=3.5, color="tab:blue", lw=1.4)
+    flagged = set(panel.flagged)
+    for step, value in zip(panel.steps, values, strict=True):
+        if step in flagged:
+            ax.axvline(step, color="tab:red", lw=0.8, ls="--", alpha=0.6)
+            ax.plot([step], [value], marker="o", markersize=8, color="tab:red", zorder=3)
+    ax.set_title("\n".join(textwrap.wrap(panel.title, 44)), fontsize=9.5, loc="left")
+    unit = panel.unit if not exponent else f"{panel.unit} (×1e{exponent})"
+    ax.set_ylabel("\n".join(textwrap.wrap(unit, 22)), fontsize=8.5)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
