@@ -8,12 +8,21 @@ from typing import Annotated
 import typer
 
 CheckedReport = Annotated[
-    Path, typer.Argument(help="Report JSON from analyze, eval-passk or eval-ucc.")
+    Path,
+    typer.Argument(
+        help="Report JSON from analyze, eval-passk or eval-ucc, or a timeline JSON "
+        "(timeline --json) for series rules."
+    ),
 ]
-Rules = Annotated[Path, typer.Option("--rules", help="Rules TOML: \\[[rule]] tables.")]
+Rules = Annotated[
+    Path, typer.Option("--rules", help="Rules TOML: \\[\\[rule]] tables (docs/ci.md).")
+]
 Baseline = Annotated[
     Path | None,
-    typer.Option("--baseline", help="Older report for max_increase/max_decrease(_pct) bounds."),
+    typer.Option(
+        "--baseline",
+        help="Older report (or timeline) for max_increase/max_decrease(_pct) bounds.",
+    ),
 ]
 Junit = Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one test a rule).")]
 Summary = Annotated[
@@ -28,7 +37,8 @@ def check(
     junit: Junit = None,
     summary: Summary = None,
 ) -> None:
-    """Check a report against rules; exit 1 when a rule does not hold, 2 on bad input.
+    """Check a report or a timeline against rules; exit 1 when a rule does not hold, 2 on
+    bad input.
 
     Example: ratioscope check run.json --rules examples/rules.toml --baseline base.json
     --junit check.xml --summary check.md
