@@ -244,3 +244,21 @@ def test_cli_on_a_timeline_file(tmp_path):
 def test_example_timeline_rules_parse():
     rules = load_rules(ROOT / "examples" / "timeline_rules.toml")
     assert all(rule.target == "timeline" for rule in rules.rules)
+
+
+def test_rules_on_a_real_timeline(tmp_path):
+    """``ratioscope timeline --json`` on the sample run, checked with the example rules."""
+    import typer
+
+    names = {command.name for command in typer.main.get_command(app).commands.values()}
+    if "timeline" not in names:
+        pytest.skip("ratioscope timeline is not registered in this tree")
+    out = tmp_path / "timeline.json"
+    made = runner.invoke(
+        app, ["timeline", str(ROOT / "sample_data" / "verl"), "--json", str(out), "-q"]
+    )
+    assert made.exit_code == 0, made.output
+    rules = str(ROOT / "examples" / "timeline_rules.toml")
+    result = runner.invoke(app, ["check", str(out), "--rules", rules, "--baseline", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "PASS: all 4 rules hold" in result.stdout
