@@ -6,8 +6,9 @@ steps in the set-up of KPO App. B.1: a batch of prompts with a group of 8 sample
 split into 4 mini-batches of one optimizer step each, so the first mini-batch is
 on-policy and the next three are off-policy. Every 8th GRPO step is recorded as a verl
 actor batch; the last recorded step also carries logits and is written in the TRL and
-prime-rl layouts; then both policies answer held-out problems 64 times each for the
-evaluation commands. See README.md beside this file.
+prime-rl layouts; every 2nd step is also written, without logits, as a per-step run in
+verl_steps/ (for timelines); then both policies answer held-out problems 64 times each
+for the evaluation commands. See README.md beside this file.
 
 Usage: python sample_data/make_sample_data.py [--out-dir DIR]
 """
@@ -60,6 +61,7 @@ VOCAB: tuple[str, ...] = (
 TOKEN_ID = {token: index for index, token in enumerate(VOCAB)}
 PAD, BOS, EOS = TOKEN_ID["<pad>"], TOKEN_ID["<bos>"], TOKEN_ID["<eos>"]
 PROMPT_LEN = 7  # <bos> + "nnn%k:"
+PER_STEP_DIR = "verl_steps"  # the per-step run (every per_step_every-th step, no logits)
 _PROMPT_RE = re.compile(r"^(\d{3})%(\d):$")
 _ANSWER_RE = re.compile(r"#(\d+)$")
 
@@ -366,6 +368,9 @@ class RunConfig:
     max_grad_norm: float = 1.0
     max_new_tokens: int = 152
     record_every: int = 8  # steps 8, 16, 24, 32 are written; the last one with logits
+    # Steps 2, 4, ..., 32 are also written to verl_steps/, without logits (0: none). Only
+    # extra writes: the training and the files above do not depend on it.
+    per_step_every: int = 2
     eval_samples: int = 64
     eval_chunk_rows: int = 512
 
@@ -794,7 +799,13 @@ def _generate(config: RunConfig, out_dir: Path, log: Callable[[str], None]) -> d
     rollout_generator = torch.Generator().manual_seed(config.seed + 2)
     recorded = [s for s in range(1, config.grpo_steps + 1) if s % config.record_every == 0]
     export_step = recorded[-1]
+    per_step = [
+        s
+        for s in range(1, config.grpo_steps + 1)
+        if config.per_step_every and s % config.per_step_every == 0
+    ]
     steps_summary = []
+    per_step_summary = []
     for step in range(1, config.grpo_steps + 1):
         problems = prompt_rng.sample(train, config.prompts_per_step)
         record = grpo_step(
@@ -811,6 +822,13 @@ def _generate(config: RunConfig, out_dir: Path, log: Callable[[str], None]) -> d
             _save(verl_batch(record), out_dir / "verl" / f"step_{step:04d}.pt")
             steps_summary.append(_step_summary(record))
             log(f"{elapsed()} GRPO step {step}: reward {record.rewards.mean():.3f} (recorded)")
+        if step in per_step:
+            # Everything of the verl file but the logits, which would not fit the budget.
+            batch = verl_batch(record)
+            batch.pop("logits", None)
+            batch.pop("ref_logits", None)
+            _save(batch, out_dir / PER_STEP_DIR / f"step_{step:04d}.pt")
+            per_step_summary.append(_step_summary(record))
         if step == export_step:
             _save(trl_batch(record), out_dir / "trl" / f"step_{step:04d}.pt")
             lines = prime_rl_lines(record, example_ids)
@@ -834,6 +852,12 @@ def _generate(config: RunConfig, out_dir: Path, log: Callable[[str], None]) -> d
         "recorded_steps": recorded,
         "export_step": export_step,
         "steps": steps_summary,
+        "per_step_run": {
+            "directory": PER_STEP_DIR,
+            "steps": per_step,
+            "logits": False,
+            "summaries": per_step_summary,
+        },
         "accuracy": {"base": _accuracy(samples, "base"), "grpo": _accuracy(samples, "grpo")},
     }
     _write_text(out_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
@@ -857,6 +881,8 @@ def _check(config: RunConfig) -> None:
         raise ValueError("the longest demonstration exceeds the model's max_len")
     if config.grpo_steps < config.record_every:
         raise ValueError("no GRPO step would be recorded")
+    if config.per_step_every < 0:
+        raise ValueError("per_step_every must be >= 0 (0: no per-step run)")
 
 
 def _save(obj: dict, path: Path) -> None:
@@ -875,7 +901,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--out-dir",
         type=Path,
         default=Path(__file__).resolve().parent,
-        help="where to write verl/, trl/, prime_rl/, samples.jsonl and manifest.json",
+        help="where to write verl/, verl_steps/, trl/, prime_rl/, samples.jsonl and manifest.json",
     )
     args = parser.parse_args(argv)
     generate(RunConfig(), args.out_dir)

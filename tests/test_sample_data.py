@@ -69,6 +69,12 @@ def verl_steps() -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
+def per_step_run() -> dict[int, dict]:
+    paths = sorted((SAMPLE_DIR / "verl_steps").glob("step_*.pt"))
+    return {int(p.stem.split("_")[1]): torch.load(p, weights_only=True) for p in paths}
+
+
+@pytest.fixture(scope="module")
 def samples() -> list[dict]:
     lines = (SAMPLE_DIR / "samples.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]
@@ -222,6 +228,48 @@ def test_on_policy_entropy_equals_old_entropy(verl_steps):
         assert torch.equal(batch["entropys"][first], batch["old_entropy"][first])
 
 
+# --- the per-step run (verl_steps/): every 2nd step, verl layout without logits ---------
+
+
+def test_per_step_run_has_every_second_step_without_logits(per_step_run, verl_steps):
+    manifest = json.loads((SAMPLE_DIR / "manifest.json").read_text(encoding="utf-8"))
+    run = manifest["per_step_run"]
+    assert run["directory"] == "verl_steps"
+    assert sorted(per_step_run) == run["steps"] == list(range(2, 33, 2))
+    assert [summary["step"] for summary in run["summaries"]] == run["steps"]
+    reference = next(iter(verl_steps.values()))
+    for step, batch in per_step_run.items():
+        assert set(batch) == VERL_KEYS, step
+        assert batch["step"] == step
+        for key in VERL_KEYS:
+            if isinstance(batch[key], torch.Tensor):
+                assert batch[key].dtype == reference[key].dtype, (step, key)
+                assert batch[key].shape[0] == reference[key].shape[0], (step, key)
+            else:
+                assert type(batch[key]) is type(reference[key]), (step, key)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        test_first_minibatch_is_exactly_on_policy_and_later_ones_are_not,
+        test_minibatches_hold_whole_groups_in_order,
+        test_advantages_are_group_normalised_rewards,
+        test_log_probs_are_log_probabilities_and_zero_on_padding,
+        test_rollout_engine_mismatch_is_real_but_small,
+        test_on_policy_entropy_equals_old_entropy,
+        test_masks_are_prefixes_ending_at_the_end_of_sequence_token,
+        test_rewards_agree_with_the_verifier_on_the_decoded_text,
+    ],
+    ids=lambda check: check.__name__.removeprefix("test_"),
+)
+def test_per_step_run_holds_the_invariants_of_the_recorded_steps(check, gen, per_step_run):
+    if "gen" in check.__code__.co_varnames[: check.__code__.co_argcount]:
+        check(gen, per_step_run)
+    else:
+        check(per_step_run)
+
+
 # --- the TRL and prime-rl copies ---------------------------------------------------------
 
 
@@ -345,13 +393,17 @@ def test_grpo_policy_beats_the_supervised_policy_on_held_out_problems(samples):
     assert improved > worsened
 
 
-def test_committed_sample_data_stays_under_10_mb():
-    total = sum(
-        p.stat().st_size
+def test_committed_sample_data_stays_within_its_budget():
+    sizes = {
+        p: p.stat().st_size
         for p in SAMPLE_DIR.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
-    )
-    assert total < 10_000_000
+    }
+    per_step = sum(size for p, size in sizes.items() if "verl_steps" in p.parts)
+    # 10 MB for the recorded steps, copies and samples; the per-step run (16 steps of the
+    # verl layout without logits, about 0.8 MB each) on top
+    assert sum(sizes.values()) - per_step < 10_000_000
+    assert per_step < 13_500_000
 
 
 # --- the generator's building blocks -----------------------------------------------------
@@ -395,7 +447,13 @@ def test_generator_is_deterministic_on_a_tiny_run(gen, tmp_path):
     assert torch.get_num_threads() == threads
     assert torch.are_deterministic_algorithms_enabled() == deterministic
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.*"))
-    assert {f.parts[0] for f in files} >= {"verl", "trl", "prime_rl", "samples.jsonl"}
+    assert {f.parts[0] for f in files} >= {
+        "verl",
+        "verl_steps",
+        "trl",
+        "prime_rl",
+        "samples.jsonl",
+    }
     for relative in files:
         a, b = tmp_path / "a" / relative, tmp_path / "b" / relative
         if relative.suffix == ".pt":
@@ -408,6 +466,36 @@ def test_generator_is_deterministic_on_a_tiny_run(gen, tmp_path):
                     assert value == right[key], (relative, key)
         else:
             assert a.read_bytes() == b.read_bytes(), relative
+
+
+def test_per_step_run_only_adds_files(gen, tmp_path):
+    """Writing verl_steps/ consumes no random numbers: the other files stay byte-identical."""
+    config = dataclasses.replace(_tiny_config(gen), record_every=2, grpo_steps=4)
+    with_run = gen.generate(config, tmp_path / "a", log=lambda _: None)
+    without = gen.generate(
+        dataclasses.replace(config, per_step_every=0), tmp_path / "b", log=lambda _: None
+    )
+    assert with_run["per_step_run"]["steps"] == [2, 4]
+    assert with_run["steps"] == without["steps"] and with_run["accuracy"] == without["accuracy"]
+    files_a = {p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.*")}
+    files_b = {p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*.*")}
+    assert files_a - files_b == {
+        Path("verl_steps", "step_0002.pt"),
+        Path("verl_steps", "step_0004.pt"),
+    }
+    for relative in files_b - {Path("manifest.json")}:
+        assert (tmp_path / "a" / relative).read_bytes() == (
+            tmp_path / "b" / relative
+        ).read_bytes(), relative
+    # the per-step file of a recorded step is that step's verl batch without the logits
+    recorded = torch.load(tmp_path / "a" / "verl" / "step_0004.pt", weights_only=True)
+    per_step = torch.load(tmp_path / "a" / "verl_steps" / "step_0004.pt", weights_only=True)
+    assert "logits" in recorded and set(recorded) - set(per_step) == {"logits", "ref_logits"}
+    for key, value in per_step.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, recorded[key]), key
+        else:
+            assert value == recorded[key], key
 
 
 def test_rollout_engine_log_probs_match_the_full_forward_pass(gen):
