@@ -43,6 +43,8 @@ CLI_ONLY = {
     # the health verdict: a thresholds file and where to write the verdict
     "--thresholds",
     "--verdict-json",
+    # timeline: which headline columns the table shows
+    "--columns",
 }
 
 
@@ -85,6 +87,7 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.samples import DEFAULT_DATASET_FIELD, DEFAULT_METHOD_FIELD, SampleFields
     from ratioscope.sweep import sweep
+    from ratioscope.timeline import timeline
 
     load, sample_fields = LoadOptions(), SampleFields()
 
@@ -98,6 +101,8 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "--unsafe-pickle": (load.unsafe_pickle, same),
         "--group-size": (load.group_size, same),
         "--chunk-elements": (_default(analyze, "chunk_elements"), same),
+        "--step-from": (_default(timeline, "step_from"), same),
+        "--reports-dir": (_default(timeline, "reports_dir"), same),
         "--sections": (_default(analyze, "sections"), same),
         "--qv": (tuple(_default(sweep, "qvs")), lambda text: parse_floats(text, "--qv")),
         "--k": (_default(evaluate_passk, "ks"), same),
