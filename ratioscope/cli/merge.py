@@ -16,7 +16,7 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
     """Merge shard reports (files, steps, ranks) exactly from their stored sums.
 
     Counts, means and variances merge exactly; quantiles come from the shared fixed
-    histograms (relative error <= 1.2 %). Reports made with different parameters or
+    histograms (relative error <= 1.16 %). Reports made with different parameters or
     schema versions are refused.
 
     Example: ratioscope merge shard_*.json --out run.json
