@@ -9,8 +9,8 @@ from typing import Any
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
-from ratioscope.errors import NotADumpError
-from ratioscope.io.loaders import LoadOptions, batch_from_raw, expand_paths
+from ratioscope.errors import InputError, NotADumpError
+from ratioscope.io.loaders import FoundPath, LoadOptions, batch_from_raw, expand_paths, refuse_json
 from ratioscope.io.profiles import get_profile
 from ratioscope.io.readers import read_raw
 from ratioscope.sections.registry import FEATURES
@@ -69,21 +69,38 @@ class OtherFile:
 
 
 def inspect_paths(
-    paths: list[str | Path], options: LoadOptions | None = None
+    paths: list[str | Path], options: LoadOptions | None = None, notes: list[str] | None = None
 ) -> list[DumpInfo | OtherFile]:
-    """One :class:`DumpInfo` per dump named by ``paths``, an :class:`OtherFile` for files
-    of another kind (text logs, side tables), which ``info`` describes instead of failing."""
+    """One :class:`DumpInfo` per dump named by ``paths``, an :class:`OtherFile` for a file
+    of another kind named on its own (a text log, a side table, a report), which ``info``
+    describes instead of failing.
+
+    A file of another kind that a directory walk or a glob found is left out, with a note
+    in ``notes``: the user asked about the dumps there.
+
+    Raises:
+        InputError: every file was left out so; the first one's sentence says why.
+    """
     options = options or LoadOptions()
     infos: list[DumpInfo | OtherFile] = []
+    skipped: list[NotADumpError] = []
     for path in expand_paths(paths):
         try:
             infos.append(inspect_file(path, options))
         except NotADumpError as error:
-            infos.append(OtherFile(path=str(path), what=error.problem))
+            if isinstance(path, FoundPath):
+                skipped.append(error)
+                if notes is not None:
+                    notes.append(f"skipped {error}".rstrip("."))
+            else:
+                infos.append(OtherFile(path=str(path), what=error.problem))
+    if not infos and skipped:
+        raise InputError(None, f"no input holds token data: {skipped[0]}")
     return infos
 
 
 def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
+    refuse_json(path)
     raw = read_raw(path, unsafe_pickle=options.unsafe_pickle)
     batch = batch_from_raw(path, raw, options)
     theirs_to_canonical = {theirs: canonical for canonical, theirs in batch.key_map.items()}

@@ -60,8 +60,8 @@ class AnalysisParams:
             values = value if isinstance(value, tuple) else (value,)
             if any(isinstance(v, float) and not math.isfinite(v) for v in values):
                 raise ParameterError(f.name, f"must be finite, got {value}")
-        _check_pair("clip", self.clip, upper=1.0)
-        _check_pair("seq_clip", self.seq_clip, upper=1.0)
+        _check_clip("clip", self.clip)
+        _check_clip("seq_clip", self.seq_clip)
         for name in ("on_band", "token_on_band", "seq_on_band"):
             _check_pair(name, getattr(self, name), upper=1.0, allow_zero=True)
         if self.is_threshold <= 1:
@@ -147,6 +147,34 @@ def _check_pair(name: str, pair: tuple[float, float], upper: float, allow_zero: 
     smallest = 0.0 if allow_zero else 1e-12
     if not (smallest <= low < upper and smallest <= high):
         raise ParameterError(name, f"values must be positive (and the lower one < 1), got {pair}")
+
+
+def _check_clip(name: str, eps: tuple[float, float]) -> None:
+    """A clip pair is (eps_low, eps_high) of the band [1 - eps_low, 1 + eps_high].
+
+    An eps >= 1 is refused on either side: eps_low >= 1 leaves no lower bound, and a user
+    who wrote ratio bounds (0.8,1.2) would silently get the band [0.2, 2.2]; the message
+    says how to write the band they probably meant.
+    """
+    low, high = eps
+    if low < 1 and high < 1:
+        _check_pair(name, eps, upper=1.0)
+        return
+    wanted = ""
+    if 0 < low < 1 < high:  # read as ratio bounds [low, high]
+        meant = f"{_plain(1 - low)},{_plain(high - 1)}"
+        wanted = f" — for the band [{_plain(low)}, {_plain(high)}] set `{name}` to {meant}"
+    raise ParameterError(
+        name,
+        f"takes eps_low,eps_high of the band [1 - eps_low, 1 + eps_high], each below 1; "
+        f"{_plain(low)},{_plain(high)} would be the band "
+        f"[{_plain(1 - low)}, {_plain(1 + high)}]{wanted}",
+    )
+
+
+def _plain(value: float) -> str:
+    """A number as a user types it: 12 significant digits, so 1 - 0.8 is 0.2."""
+    return f"{value:.12g}"
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

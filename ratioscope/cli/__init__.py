@@ -8,6 +8,7 @@ hands the result to a renderer. Errors are turned into exit codes in one place,
 from __future__ import annotations
 
 import os
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -21,6 +22,8 @@ except ImportError:  # pragma: no cover - older typer uses the click package
     from click import exceptions as _click_exceptions  # type: ignore[no-redef]
 
 _USAGE_ERROR = _click_exceptions.UsageError
+#: `ratioscope` or `ratioscope plot` alone: a usage error that prints the help
+_NO_ARGS_IS_HELP = getattr(_click_exceptions, "NoArgsIsHelpError", ())
 #: what an exception that is not a RatioscopeError exits with: ours, an internal error
 _INTERNAL_EXIT = RatioscopeError.exit_code
 
@@ -53,8 +56,35 @@ def _message(error: RatioscopeError) -> str:
     return naming_options(message, PARAMETER_OPTIONS)
 
 
+def _usage_error(error: _click_exceptions.UsageError) -> NoReturn:
+    """A command-line usage error as one line like every other error (not a help panel),
+    pointing at the help of the command it is about; a bare group still prints its help."""
+    if isinstance(error, _NO_ARGS_IS_HELP):
+        raise error
+    ctx = getattr(error, "ctx", None)
+    command = ctx.command_path if ctx is not None else "ratioscope"
+    message = str(error.format_message()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]  # "no such option", like our sentences
+    _stderr_line(f"{message} (see {command} --help).")
+    raise typer.Exit(UsageError.exit_code) from None
+
+
 class _BoundaryGroup(TyperGroup):
     """Turns library exceptions into one line on stderr and the design's exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from ratioscope.cli._help import tidy
+
+        super().__init__(*args, **kwargs)
+        tidy(self)  # the commands are built before the group that holds them
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        # the group's own options are parsed here, before invoke: one line for them too
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _USAGE_ERROR as error:
+            _usage_error(error)
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         from ratioscope.allocator import keep_freed_memory
@@ -70,10 +100,7 @@ class _BoundaryGroup(TyperGroup):
             _stderr_line(_message(error), kind)
             raise typer.Exit(error.exit_code) from None
         except _USAGE_ERROR as error:
-            # one line like every other error (not a help panel), naming the command
-            command = error.ctx.command_path if error.ctx is not None else "ratioscope"
-            _stderr_line(f"{command}: {error.format_message()} (see {command} --help)")
-            raise typer.Exit(UsageError.exit_code) from None
+            _usage_error(error)
         except _PASS_THROUGH:
             raise
         except KeyboardInterrupt:
@@ -102,6 +129,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from ratioscope._version import __version__
+
+        typer.echo(f"ratioscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """The options of ``ratioscope`` itself, before any command."""
 
 
 def _register() -> None:

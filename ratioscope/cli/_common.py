@@ -130,6 +130,12 @@ def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback | None]:
         yield callback
 
 
+def show_notes(notes: list[str]) -> None:
+    """One ``note:`` line on stderr per note (files a directory walk left out, ...)."""
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+
+
 def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
     """Validate every output path before any work is done (DESIGN 4: nothing is
     half-written): none may be an input, another output or a directory, and each must

@@ -28,11 +28,13 @@ def info(
 
     Example: ratioscope info sample_data/verl/step_0032.pt
     """
-    from ratioscope.cli._common import stdout_console
+    from ratioscope.cli._common import show_notes, stdout_console
     from ratioscope.cli._options import load_options
     from ratioscope.dump_info import inspect_paths
     from ratioscope.render.terminal import show_info
 
     options = load_options(format, mapping, nonfinite, unsafe_pickle, group_size)
     targets: list[str | Path] = list(paths)
-    show_info(inspect_paths(targets, options), stdout_console())
+    notes: list[str] = []  # files of another kind that a directory walk left out
+    show_info(inspect_paths(targets, options, notes), stdout_console())
+    show_notes(notes)

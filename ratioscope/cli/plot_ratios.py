@@ -43,7 +43,14 @@ TraceInputs = Annotated[
     ),
 ]
 Sequence = Annotated[
-    int, typer.Option("--sequence", "-s", help="Sequence index, counted over all files.", min=0)
+    int | None,
+    typer.Option(
+        "--sequence",
+        "-s",
+        help="Sequence index, counted over all files (default: the first file's sequence "
+        "of at least median length that switches state most often).",
+        min=0,
+    ),
 ]
 
 
@@ -124,7 +131,7 @@ def _report_figure(kind: str, doc: str):
 def ratios(
     paths: TraceInputs,
     out: FigureOut,
-    sequence: Sequence = 0,
+    sequence: Sequence = None,
     on_band: OnBand = band_text(DEFAULTS.on_band),
     token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
     seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
@@ -140,7 +147,7 @@ def ratios(
 
     Needs a dump: reports hold no per-token values.
 
-    Example: ratioscope plot ratios sample_data/verl/step_0032.pt --sequence 40 --out seq40.png
+    Example: ratioscope plot ratios sample_data/verl/step_0032.pt --out seq.png
     """
     from ratioscope.cli._common import announce_written, check_output_paths
     from ratioscope.cli._options import analysis_params, load_options

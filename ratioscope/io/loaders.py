@@ -8,11 +8,13 @@ with memory bounded by the largest file.
 from __future__ import annotations
 
 import glob
+import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
-from pathlib import Path
+from pathlib import Path, PosixPath, WindowsPath
 from typing import Any
 
 import torch
@@ -59,9 +61,33 @@ def _natural_key(path: Path) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
+# Path itself cannot be subclassed before Python 3.12: the platform's concrete class can
+if sys.platform == "win32":  # pragma: no cover
+
+    class _ConcretePath(WindowsPath):
+        pass
+
+else:
+
+    class _ConcretePath(PosixPath):
+        pass
+
+
+class FoundPath(_ConcretePath):
+    """A file found by walking a directory or matching a glob, not named by the user.
+
+    A run skips such a file with a note when it is of another kind (a samples file, a
+    text log: :class:`NotADumpError`) rather than failing on it, since the user asked for
+    the dumps of the directory; a file named on its own still fails with the sentence
+    that says what it is. A path, so every caller of :func:`expand_paths` takes it as one.
+    """
+
+
 def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
     """Files named by ``paths``: files as given, directories searched recursively for
     known suffixes, glob patterns expanded; each in natural order, duplicates dropped.
+    The files found by a walk or a glob are :class:`FoundPath`; a file both named and
+    found counts as named.
     """
     if not paths:
         raise UnreadablePathError(None, "no input path given")
@@ -73,7 +99,7 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
             matches = [m for m in matches if m.is_file()]
             if not matches:
                 raise UnreadablePathError(text, "the pattern matches no file")
-            files.extend(matches)
+            files.extend(FoundPath(m) for m in matches)
             continue
         path = Path(text)
         if path.is_dir():
@@ -84,21 +110,23 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
             found = [p for p in found if p.suffix.lower() not in (".pkl", ".pickle")] or found
             if not found:
                 raise UnreadablePathError(path, "the directory holds no dump file")
-            files.extend(found)
+            files.extend(FoundPath(p) for p in found)
         elif path.exists():
             files.append(path)
         else:
             raise UnreadablePathError(path, "no such file or directory")
-    unique: dict[Path, None] = {}
+    named = {file for file in files if not isinstance(file, FoundPath)}
+    unique: dict[Path, Path] = {}
     for file in files:
-        unique.setdefault(file, None)
-    return list(unique)
+        unique.setdefault(file, Path(file) if file in named else file)
+    return list(unique.values())
 
 
 def load_file(path: str | Path, options: LoadOptions | None = None) -> TokenBatch:
     """Read one dump file into a validated :class:`TokenBatch`."""
     options = options or LoadOptions()
-    path = Path(path)
+    path = path if isinstance(path, Path) else Path(path)
+    refuse_json(path)
     return batch_from_raw(path, read_raw(path, unsafe_pickle=options.unsafe_pickle), options)
 
 
@@ -176,7 +204,11 @@ def load(
 class RunFiles:
     """The files of one run, loaded one after another: a framework's side tables
     (:class:`SkippedFileError`) and rank copies of the same samples (equal content keys)
-    are skipped with a note in ``notes``; a single file that is a side table is an error.
+    are skipped with a note in ``notes``, and so are files of another kind (samples, text
+    logs: :class:`NotADumpError`) that a directory walk or a glob found
+    (:class:`FoundPath`); a single file that is a side table is an error, and so is a
+    file of another kind named on its own. When every file is skipped, the first reason
+    is the error.
     """
 
     def __init__(self, count: int, options: LoadOptions, notes: list[str] | None = None):
@@ -184,14 +216,15 @@ class RunFiles:
         self.options = options
         self.notes = notes if notes is not None else []
         self._seen: dict[str, str] = {}  # content key -> the file taken for it
-        self._skipped: list[SkippedFileError] = []
+        self._skipped: list[NotADumpError] = []
 
     def load(self, path: Path) -> TokenBatch | None:
         """The batch of ``path``, or None when it is skipped."""
         try:
             batch = load_file(path, self.options)
-        except SkippedFileError as error:
-            if self.single:
+        except NotADumpError as error:
+            side_table = isinstance(error, SkippedFileError)
+            if (self.single and side_table) or not (side_table or isinstance(path, FoundPath)):
                 raise
             self._skipped.append(error)
             self.notes.append(f"skipped {error}".rstrip("."))
@@ -280,6 +313,44 @@ def _pad_to(tensor: Tensor, width: int) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- helpers
+def refuse_json(path: Path) -> None:
+    """A ``.json`` file is one of ratioscope's own outputs or no input at all: say which,
+    and the command that takes it (dumps are never .json).
+
+    Raises:
+        NotADumpError: always, for a path ending in .json (of any case).
+    """
+    from ratioscope.io.paths import is_report_path
+
+    if not is_report_path(path):
+        return
+    try:
+        with path.open(encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, UnicodeDecodeError, ValueError):
+        document = None
+    keys = set(document) if isinstance(document, dict) else set()
+    if isinstance(document, dict) and document.get("kind") == "timeline":
+        what = (
+            "a timeline (ratioscope timeline --json): check its series with "
+            "'ratioscope check' and a rules file"
+        )
+    elif "ratios" in keys and "schema_version" in keys:
+        what = (
+            "an analyze report: check it with 'ratioscope check', merge shards with "
+            "'ratioscope merge', or draw it with 'ratioscope plot'"
+        )
+    elif "schema_version" in keys and keys & {"by_method", "ucc", "methods"}:
+        what = (
+            "an evaluation report: check it with 'ratioscope check' or draw it with "
+            "'ratioscope plot passk' or 'ratioscope plot ucc'"
+        )
+    else:
+        known = ", ".join(sorted(s for s in SUFFIXES if s not in (".pkl", ".pickle")))
+        what = f"a JSON file, not a dump; dumps are {known}"
+    raise NotADumpError(path, f"this is {what}")
+
+
 #: what to call a text log of each framework layout (ratioscope.io.textlogs) in messages
 _TEXT_LOG_NAMES = {
     "verl": "a verl rollout log (trainer.rollout_data_dir)",

@@ -8,6 +8,7 @@ the axes, so they never hide data.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -341,7 +342,8 @@ def plot_trace(trace: RatioTrace, out: Path) -> None:
 
     The lower panel zooms on the Kalman and sequence-level signals: raw spikes are
     orders of magnitude larger than the on-policy band, which would otherwise be a
-    line of zero height.
+    line of zero height. In the upper panel the raw line is drawn last, thin and with a
+    dot per token, so the wide smooth lines never hide it where they coincide.
     """
     plt = pyplot()
     figure, (full, zoom) = _figure(
@@ -357,13 +359,13 @@ def plot_trace(trace: RatioTrace, out: Path) -> None:
         axes.axhspan(-band[0], band[1], color="0.85", zorder=0, label=label)
         axes.axhline(0.0, color="0.6", lw=0.6, zorder=1)
         axes.grid(alpha=0.3)
-    full.plot(positions, trace.token, color=COLORS["token"], lw=0.8, alpha=0.8,
-              label=LABELS["token"])  # fmt: skip
+    full.plot(positions, trace.token, color=COLORS["token"], lw=0.8, marker=".", ms=2.5,
+              zorder=4, label=LABELS["token"])  # fmt: skip
     for axes in (full, zoom):
-        axes.plot(positions, trace.kalman, color=COLORS["kalman"], lw=2,
-                  label=f"{LABELS['kalman']}, Q/V = {trace.qv:g}")  # fmt: skip
+        axes.plot(positions, trace.kalman, color=COLORS["kalman"], lw=2, alpha=0.75,
+                  zorder=3, label=f"{LABELS['kalman']}, Q/V = {trace.qv:g}")  # fmt: skip
         axes.plot(positions, trace.sequence, color=COLORS["sequence"], lw=2, ls="--",
-                  label=LABELS["sequence"])  # fmt: skip
+                  alpha=0.75, zorder=2, label=LABELS["sequence"])  # fmt: skip
     limit = _zoom_limit([*trace.kalman, *trace.sequence], band)
     zoom.set_ylim(-limit, limit)
     zoom.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
@@ -377,9 +379,15 @@ def plot_trace(trace: RatioTrace, out: Path) -> None:
     full.set_ylabel(quantity)
     zoom.set_ylabel(f"{quantity}, zoomed")
     zoom.set_xlabel("token position in the response")
-    full.set_title(
-        f"Importance ratios of one sequence (row {trace.row} of {Path(trace.source).name})"
+    title = (
+        f"Importance ratios of sequence {trace.index} (row {trace.row} of "
+        f"{Path(trace.source).name})"
     )
+    if trace.chosen_because:
+        # the default sequence is chosen, not row 0: say which rule chose it
+        why = f"chosen for {trace.chosen_because} (--sequence N draws another)"
+        title += "\n" + "\n".join(textwrap.wrap(why, 110))
+    full.set_title(title, fontsize=10)
     handles, labels = full.get_legend_handles_labels()
     order = [1, 2, 3, 0]  # signals first, the band last
     _legend_under(zoom, [handles[i] for i in order], [labels[i] for i in order], columns=2)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from ratioscope.render.tables import DASH, Renderer, num, print_table, share
+from ratioscope.render.tables import DASH, Renderer, clip_band, num, print_table, share
 
 if TYPE_CHECKING:
     from ratioscope.functional.fpa import BelowThreshold, ByCorrectness
@@ -242,12 +242,11 @@ def show_tepo(report: Report, console: Console) -> None:
     section = report.tepo
     if section is None:
         return
-    low, high = section.clip_band
     weight = section.weight
     q = weight.quantiles
     table = _table(
         "TEPO sequence-likelihood weight w_i = exp(mean_t log(pi/pi_old)) "
-        f"over {num(section.sequences)} sequences, clip band [1 - {num(low)}, 1 + {num(high)}]",
+        f"over {num(section.sequences)} sequences, clip band {clip_band(section.clip_band)}",
         ["quantity", "value"],
     )
     table.add_row(

@@ -73,6 +73,20 @@ def num(value: Any, digits: int = 4) -> str:
     return fmt(known(value), digits)
 
 
+def clip_band(eps: Any) -> str:
+    """The clip band [1 - eps_low, 1 + eps_high] that a pair of eps sets, as ratio bounds:
+    the option takes eps, but a reader compares ratios with the band itself.
+
+    >>> clip_band((0.2, 0.28)), clip_band(None)
+    ('[0.8, 1.28]', '—')
+    """
+    if not eps:
+        return DASH
+    low, high = eps
+    # rounded to 12 digits, so 1 - 0.2 prints 0.8 and not 0.8000000000000000444
+    return f"[{num(round(1 - low, 12), 6)}, {num(round(1 + high, 12), 6)}]"
+
+
 def share(value: Any) -> str:
     """:func:`pct` of a report value: non-finite floats (null in the JSON) as a dash."""
     return pct(known(value))

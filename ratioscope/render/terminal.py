@@ -19,6 +19,7 @@ from ratioscope.render import sections
 from ratioscope.render.tables import (
     DASH,
     Renderer,
+    clip_band,
     fmt,
     known,
     num,
@@ -180,7 +181,7 @@ def _ratio_distributions(ratios: Mapping[str, VariantStats | None], console: Con
             num(q.get("0.5")),
             num(q.get("0.99")),
             num(largest),
-            f"{num(band[0])}, {num(band[1])}" if band else DASH,
+            clip_band(band),
             share(stats.clip_fraction),
             num(None if clipped is None else clipped.token_mean),
             num(None if clipped is None else clipped.seq_mean_token_mean),
