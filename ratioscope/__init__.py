@@ -18,6 +18,8 @@ _LAZY = {
     "sweep": ("ratioscope.sweep", "sweep"),
     "timeline": ("ratioscope.timeline", "timeline"),
     "Timeline": ("ratioscope.timeline", "Timeline"),
+    "compare": ("ratioscope.compare", "compare"),
+    "Comparison": ("ratioscope.compare", "Comparison"),
     "TokenBatch": ("ratioscope.batch", "TokenBatch"),
     "Report": ("ratioscope.report", "Report"),
     "AnalysisParams": ("ratioscope.params", "AnalysisParams"),
@@ -29,6 +31,7 @@ _LAZY = {
 if TYPE_CHECKING:  # pragma: no cover
     from ratioscope.analysis import analyze, merge_reports
     from ratioscope.batch import TokenBatch
+    from ratioscope.compare import Comparison, compare
     from ratioscope.evaluation import evaluate_passk, evaluate_ucc
     from ratioscope.io.loaders import load
     from ratioscope.io.samples import load_samples
@@ -51,11 +54,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AnalysisParams",
+    "Comparison",
     "Report",
     "Timeline",
     "TokenBatch",
     "__version__",
     "analyze",
+    "compare",
     "evaluate_passk",
     "evaluate_ucc",
     "load",

@@ -83,6 +83,7 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
     """flag -> (the library's default, how the CLI turns its value into the library's),
     for the options outside AnalysisParams."""
     from ratioscope.analysis import analyze
+    from ratioscope.compare import compare
     from ratioscope.evaluation.evaluate import evaluate_passk, evaluate_ucc
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.samples import DEFAULT_DATASET_FIELD, DEFAULT_METHOD_FIELD, SampleFields
@@ -103,6 +104,7 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "--chunk-elements": (_default(analyze, "chunk_elements"), same),
         "--step-from": (_default(timeline, "step_from"), same),
         "--reports-dir": (_default(timeline, "reports_dir"), same),
+        "--rel": (_default(compare, "rel"), same),
         "--sections": (_default(analyze, "sections"), same),
         "--qv": (tuple(_default(sweep, "qvs")), lambda text: parse_floats(text, "--qv")),
         "--k": (_default(evaluate_passk, "ks"), same),

@@ -157,6 +157,7 @@ def _register() -> None:
     from ratioscope.cli import (
         analyze,
         check,
+        compare,
         eval_passk,
         eval_ucc,
         info,
@@ -171,6 +172,7 @@ def _register() -> None:
     app.command("analyze")(analyze.analyze)
     app.command("sweep")(sweep.sweep)
     app.command("timeline")(timeline.timeline)
+    app.command("compare")(compare.compare)
     app.add_typer(plot.plot_app, name="plot")
     app.command("eval-passk")(eval_passk.eval_passk)
     app.command("eval-ucc")(eval_ucc.eval_ucc)

@@ -377,6 +377,8 @@ PARAMETER_OPTIONS = {
     # timeline
     "step_from": "--step-from",
     "columns": "--columns",
+    # compare
+    "rel": "--rel",
     # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
     "ks": "--k",
     "k": "--k",
