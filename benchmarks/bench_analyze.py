@@ -1,6 +1,6 @@
 """``ratioscope.analyze`` throughput (valid tokens/s) and peak memory on a SYNTHETIC dump.
 
-DESIGN 7: all token sections at >= 2M valid tokens/s on the 2-core CPU, peak RSS bounded
+docs/performance.md: all token sections at >= 2M valid tokens/s on the 2-core CPU, peak RSS bounded
 by chunking. The dump (``benchmarks/make_synthetic.py``, all extras: advantages, group,
 rewards, entropies, reference log-probs) is written once as safetensors and reused.
 

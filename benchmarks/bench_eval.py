@@ -1,4 +1,5 @@
-"""Speed of ``eval-ucc`` on 500 problems x 256 samples of ~1 KB (DESIGN 7: <= 60 s, 2 cores).
+"""Speed of ``eval-ucc`` on 500 problems x 256 samples of ~1 KB (target <= 60 s, 2 cores;
+docs/performance.md).
 
 The samples are synthetic, built from the real Qwen2.5-Math responses in the repository
 (tests/data slice, or a full file given with --source): each problem gets a few real

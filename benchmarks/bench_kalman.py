@@ -1,4 +1,4 @@
-"""Speed and accuracy of the KPO Kalman filter (DESIGN 7).
+"""Speed and accuracy of the KPO Kalman filter (docs/performance.md).
 
 On the same tensors it times the chunked scan (``kalman_filter``), the per-token loop
 vectorised over rows (``kalman_filter_loop``, float64), the authors' closed form

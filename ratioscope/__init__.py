@@ -1,7 +1,7 @@
 """ratioscope: diagnostics for importance ratios, reweighting schemes and sample diversity
 in reinforcement-learning runs of language models.
 
-The public API (DESIGN section 6) is re-exported here lazily, so that importing the
+The public API is re-exported here lazily, so that importing the
 package (and running ``ratioscope --help``) does not import torch.
 """
 

@@ -50,7 +50,7 @@ def analyze(
     sections: Sequence[str] | None = None,
     **options: Any,
 ) -> Report:
-    """Analyse one or more dumps (DESIGN section 6).
+    """Analyse one or more dumps.
 
     Args:
         batch_or_paths: a :class:`TokenBatch`, a path (file, directory or glob) or a

@@ -1,4 +1,4 @@
-"""TokenBatch: the canonical, validated tensors of one dump (DESIGN section 2.1).
+"""TokenBatch: the canonical, validated tensors of one dump (docs/formats.md).
 
 Every loader ends in :meth:`TokenBatch.from_tensors`, which checks shapes, the mask,
 finiteness on valid tokens, shifts left-padded rows to the right, derives ``log_ratio``
@@ -49,7 +49,7 @@ CANONICAL_KEYS = ("mask", *TOKEN_FLOAT_KEYS, "token_ids", *SEQUENCE_KEYS, *VOCAB
 
 NONFINITE_POLICIES = ("error", "mask")
 
-#: What the log-ratio z of a batch compares, numerator / denominator (DESIGN 2.1 and
+#: What the log-ratio z of a batch compares, numerator / denominator (docs/formats.md and
 #: docs/formats.md "Which ratio"): the current policy against the trainer's behaviour
 #: policy (PPO's ratio), the current policy against the inference engine that sampled
 #: (prime-rl: no separate old policy), or the trainer's old policy against the engine

@@ -1,7 +1,7 @@
 """Errors that carry their own exit code.
 
 The library raises these; the CLI turns each into one line on stderr and the
-``exit_code`` of its class (DESIGN section 5): 1 a regression found by ``check``, 2 bad
+``exit_code`` of its class (docs/cli.md): 1 a regression found by ``check``, 2 bad
 input or usage, 3 an internal error (the base class's, which the CLI also gives any
 unexpected exception). Messages are one sentence that names the file and the problem,
 so a user can fix the input without reading a traceback.

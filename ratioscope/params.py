@@ -26,7 +26,8 @@ COV_SCOPES = ("auto", "group", "batch")
 
 @dataclass(frozen=True)
 class AnalysisParams:
-    """Defaults follow DESIGN section 3 (and the papers where it defers to them)."""
+    """Defaults as docs/metrics-ratios.md and docs/metrics-objectives.md give them, with
+    their sources; docs/decisions.md lists those the papers leave open."""
 
     clip: tuple[float, float] = (0.2, 0.28)
     seq_clip: tuple[float, float] = (3e-4, 4e-4)

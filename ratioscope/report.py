@@ -1,4 +1,4 @@
-"""The typed, versioned analysis report (DESIGN section 4).
+"""The typed, versioned analysis report (docs/formats.md).
 
 :class:`Report` is what :func:`ratioscope.analyze` returns. JSON comes from one writer
 (:mod:`ratioscope.report_io`); the per-sequence table (``--parquet``) is streamed to
@@ -81,7 +81,7 @@ class Report:
     sequences: SequenceTable | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document: DESIGN 4 keys in order, then the mergeable ``state``."""
+        """The JSON document: docs/formats.md keys in order, then the mergeable ``state``."""
         document: dict[str, Any] = {
             "schema_version": self.schema_version,
             "tool": self.tool,

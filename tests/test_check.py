@@ -608,7 +608,7 @@ def test_cli_help_has_an_example():
 
 
 def design_layout_report() -> dict:
-    """An analyze report with the DESIGN section 4 layout for the three variants."""
+    """An analyze report with the report layout of docs/formats.md for the three variants."""
     variant = {
         "proportion": {"up": 0.25, "down": 0.22, "on": 0.53},
         "run_length_mean": {"up": 1.5, "down": 1.4, "on": 2.0},
@@ -630,7 +630,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_example_rules_fit_the_design_report_layout():
-    """Every ratios.* path of the example exists in the DESIGN section 4 layout."""
+    """Every ratios.* path of the example exists in the report layout of docs/formats.md."""
     rules = load_rules(ROOT / "examples" / "rules.toml")
     report = design_layout_report()
     # the hand-made layout has only mismatch.policy.chi2_token: check the ratios rules

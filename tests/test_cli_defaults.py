@@ -87,6 +87,7 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
     from ratioscope.evaluation.evaluate import evaluate_passk, evaluate_ucc
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.samples import DEFAULT_DATASET_FIELD, DEFAULT_METHOD_FIELD, SampleFields
+    from ratioscope.metrics_catalog import metrics
     from ratioscope.sweep import sweep
     from ratioscope.timeline import timeline
 
@@ -105,6 +106,8 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "--step-from": (_default(timeline, "step_from"), same),
         "--reports-dir": (_default(timeline, "reports_dir"), same),
         "--rel": (_default(compare, "rel"), same),
+        "--search": (_default(metrics, "search"), same),
+        "--section": (_default(metrics, "section"), same),
         "--sections": (_default(analyze, "sections"), same),
         "--qv": (tuple(_default(sweep, "qvs")), lambda text: parse_floats(text, "--qv")),
         "--k": (_default(evaluate_passk, "ks"), same),

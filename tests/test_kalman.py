@@ -21,7 +21,7 @@ from ratioscope.functional.kalman import (
 )
 
 RATIOS = [1e-6, 1e-4, 1e-2]
-ATOL = 1e-6  # DESIGN 7: <= 1e-6 abs vs a float64 loop
+ATOL = 1e-6  # docs/performance.md: <= 1e-6 abs vs a float64 loop
 
 
 def python_gains(T: int, q: float, v: float, p0: float) -> list[float]:
@@ -231,7 +231,7 @@ def test_closed_form_breaks_for_long_sequences_but_scan_stays_exact():
     closed = kalman_filter_closed_form(z, None, q, v).double()
     # Before its clamps bind the closed form is fine (float32 rounding only) ...
     clamp = closed_form_clamp_index(3000, q, v)
-    assert clamp is not None and 600 < clamp < 800  # DESIGN 3.1: "t ~ 700 at Q/V = 1e-2"
+    assert clamp is not None and 600 < clamp < 800  # 697 at Q/V = 1e-2 (docs/metrics-ratios.md)
     assert (closed[:, :clamp] - exact[:, :clamp]).abs().max() < 1e-4
     # ... and far off after, while the scan stays exact.
     assert (closed[:, -1000:] - exact[:, -1000:]).abs().max() > 0.1

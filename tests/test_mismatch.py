@@ -1,4 +1,4 @@
-"""Mismatch statistics against a plain numpy computation written from DESIGN 3.3."""
+"""Mismatch statistics against a plain numpy computation written from docs/metrics-ratios.md."""
 
 from __future__ import annotations
 

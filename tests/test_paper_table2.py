@@ -192,7 +192,7 @@ def table2(signals: list[list[float]], state_of) -> dict:
     n = len(per_sample)
     runs = {}
     for s in (UP, DOWN, ON):
-        # choice (DESIGN 3.2): averaged over the samples that enter the state
+        # choice (docs/metrics-ratios.md): averaged over the samples that enter the state
         present = [x["run"][s] for x in per_sample if x["run"][s] is not None]
         runs[s] = sum(present) / len(present) if present else None
     longest = max(len(x["windows"]) for x in per_sample)

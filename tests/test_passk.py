@@ -196,7 +196,7 @@ def test_pass1_se_rejects_empty():
         pass1_with_se(np.zeros((0, 8), dtype=bool))
 
 
-# ---- flip rate (QUATRO App. C.7, DESIGN 3.8) -------------------------------------------
+# ---- flip rate (QUATRO App. C.7, docs/evaluation.md) -------------------------------------------
 
 
 def test_difficulty_buckets_reproduce_the_paper_bins_at_256():

@@ -1,4 +1,4 @@
-"""The public names of DESIGN section 6 exist and are the functions they name."""
+"""The public names of the Python API exist and are the functions they name."""
 
 from __future__ import annotations
 

@@ -126,7 +126,7 @@ def test_reference_closed_form_is_flagged_where_it_breaks():
     report = ratioscope.analyze(batch, kalman_impl="reference", kalman_q=1e-2)
     deviation = report.ratios["kalman"].closed_form_deviation
     assert deviation is not None and deviation.first_index is not None
-    assert 600 < deviation.first_index < 800  # DESIGN 3.1: wrong past roughly t ~ 700 at Q/V = 1e-2
+    assert 600 < deviation.first_index < 800  # wrong from token 697 at Q/V = 1e-2
     assert deviation.max_abs_error > deviation.atol == 1e-4
     assert (deviation.q, deviation.v) == (1e-2, 1.0)
     assert report.ratios["token"].closed_form_deviation is None

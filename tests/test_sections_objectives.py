@@ -171,7 +171,7 @@ def test_covariance_matches_the_functional_on_all_tokens(three_files, scope):
             assert distribution.quantile_bound.holds(value, exact), q
     counts, _ = np.histogram(wv, bins=50, range=(0.0, 1.0))
     assert section.weight_histogram.counts == counts.tolist()
-    # advantage mass, written out from DESIGN 3.4
+    # advantage mass, written out from docs/metrics-objectives.md
     assert close(section.advantage_mass.removed, 1 - np.sum(wv * abs(av)) / np.sum(abs(av)), 1e-9)
     assert close(
         section.advantage_mass.removed_normalised,

@@ -4,7 +4,7 @@
 :meth:`~ratioscope.capture.CaptureWriter.write` without copying anything but the mask
 to the host; :func:`gather` then moves only the rows that are kept to the CPU in the
 dtypes that are stored. A :class:`Part` is what is written (or analysed): canonical
-names (DESIGN 2.1) mapped to CPU tensors, plus group labels.
+names (docs/formats.md) mapped to CPU tensors, plus group labels.
 """
 
 from __future__ import annotations

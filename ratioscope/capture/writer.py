@@ -1,7 +1,7 @@
 """CaptureWriter: per-token data of a training step, written where ``ratioscope`` reads it.
 
 A training framework that keeps no per-token data calls :meth:`CaptureWriter.write` once
-per optimisation step or micro-batch with its canonical tensors (DESIGN 2.1). In mode
+per optimisation step or micro-batch with its canonical tensors (docs/formats.md). In mode
 ``"tensors"`` every call becomes one ``.pt`` file that ``ratioscope analyze DIR`` reads
 with the canonical layout::
 

@@ -137,7 +137,7 @@ def show_notes(notes: list[str]) -> None:
 
 
 def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
-    """Validate every output path before any work is done (DESIGN 4: nothing is
+    """Validate every output path before any work is done (docs/formats.md: nothing is
     half-written): none may be an input, another output or a directory, and each must
     go to an existing directory.
     """

@@ -190,7 +190,7 @@ MaskPolicy = Annotated[
     str,
     typer.Option(
         "--mask-policy",
-        help="Masked tokens inside a sequence: 'zero' (observe 0, the authors' code) or 'skip'.",
+        help="Masked tokens inside a sequence: 'zero' (observe 0) or 'skip'.",
         rich_help_panel=_A,
     ),
 ]
@@ -198,7 +198,7 @@ KalmanImpl = Annotated[
     str,
     typer.Option(
         "--kalman-impl",
-        help="'scan' (exact) or 'reference' (the authors' closed form, for comparison).",
+        help="'scan' (exact) or 'reference' (a cumulative-product closed form, for comparison).",
         rich_help_panel=_A,
     ),
 ]

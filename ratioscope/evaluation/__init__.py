@@ -1,4 +1,4 @@
-"""Pass@k and UCC@k evaluation of sample sets: SampleSet -> EvalReport (DESIGN 3.8, 4).
+"""Pass@k and UCC@k evaluation of sample sets: SampleSet -> EvalReport (docs/evaluation.md).
 
 Split by role: ``model`` holds the report (:class:`EvalReport` and its parts, JSON and
 Parquet), ``evaluate`` the orchestration (:func:`evaluate_passk`, :func:`evaluate_ucc`).

@@ -1,4 +1,4 @@
-"""Pass@k and UCC@k evaluation of sample sets: SampleSet -> EvalReport (DESIGN 3.8, 4).
+"""Pass@k and UCC@k evaluation of sample sets: SampleSet -> EvalReport (docs/evaluation.md).
 
 The functions here only orchestrate: formulas live in ``ratioscope.functional.passk``,
 ``clustering`` and ``diversity``. Per-problem values are computed once per method and

@@ -96,7 +96,7 @@ class MethodResult(MetricBlock):
 
 @dataclass(frozen=True)
 class FlipBucket:
-    """One difficulty bucket of the flip-rate analysis (QUATRO App. C.7, DESIGN 3.8).
+    """One difficulty bucket of the flip-rate analysis (QUATRO App. C.7, docs/evaluation.md).
 
     ``base_fraction`` = [lo, hi): the bucket holds prompts with lo <= c_base / n_base < hi
     (hi = 1 includes 1). ``flip_at_k`` is None for an empty bucket.

@@ -1,6 +1,6 @@
 """Pure tensor/array functions: no I/O, no printing, device-agnostic.
 
-The names of DESIGN section 6 are re-exported here lazily, so that importing one
+The public names are re-exported here lazily, so that importing one
 submodule (say the numpy-only ``passk``) does not import torch.
 """
 

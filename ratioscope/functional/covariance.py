@@ -1,4 +1,4 @@
-"""CW-GRPO token covariance and Gaussian-kernel advantage weights (DESIGN 3.4).
+"""CW-GRPO token covariance and Gaussian-kernel advantage weights (docs/metrics-objectives.md).
 
 Paper: "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage
 Reweighting" (CW-GRPO), section 2.3; Table 1 and Fig. 3 in section 2.2. Clip-Cov and
@@ -527,7 +527,7 @@ class AdvantageMass:
 
 
 def advantage_mass_removed(w: Tensor, w_norm: Tensor, adv: Tensor, mask: Tensor) -> AdvantageMass:
-    """Share of the advantage mass the CW-GRPO kernel removes (DESIGN 3.4).
+    """Share of the advantage mass the CW-GRPO kernel removes (docs/metrics-objectives.md).
 
     Args:
         w, w_norm: [B, T] raw and normalised weights from :func:`covariance_weights`.
@@ -574,7 +574,7 @@ def kernel_weight_summary(
     quantiles: Sequence[float] = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99),
     below: Sequence[float] = (0.5, 0.1),
 ) -> WeightSummary:
-    """Mean, quantiles and the share of tokens below each threshold (DESIGN 3.4).
+    """Mean, quantiles and the share of tokens below each threshold (docs/metrics-objectives.md).
 
     >>> s = kernel_weight_summary(torch.tensor([1.0, 0.9, 0.3, 0.05]), None, (0.5,), (0.5, 0.1))
     >>> s.mean, s.quantiles[0.5], s.fraction_below

@@ -1,4 +1,5 @@
-"""FPA future policy: logit extrapolation, sequence weights, early-brake diagnostics (DESIGN 3.5).
+"""FPA future policy: logit extrapolation, sequence weights, early-brake diagnostics
+(docs/metrics-objectives.md).
 
 Paper: "Future Policy Approximation for Offline Reinforcement Learning Improves
 Mathematical Reasoning" (FPA). The future policy is Eq. (4),

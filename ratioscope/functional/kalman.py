@@ -16,9 +16,9 @@ in float64 from the exact per-step factors 1 - K_t = V / (P_pred + V), so nothin
 underflows or is clamped; the error against a float64 per-token loop is a few float32
 roundings of |rho|.
 
-:func:`kalman_filter_closed_form` reproduces the global cumulative-product form of the
-authors' public code (DESIGN 3.1), which is exact in exact arithmetic but silently wrong
-once its clamps bind (past roughly t ~ 700 at Q/V = 1e-2); :func:`closed_form_deviation`
+:func:`kalman_filter_closed_form` reproduces a global cumulative-product form of the
+filter (docs/metrics-ratios.md), which is exact in exact arithmetic but silently wrong
+once its clamps bind (from token 697 at Q/V = 1e-2); :func:`closed_form_deviation`
 says where.
 """
 
@@ -255,8 +255,9 @@ def kalman_filter(
     """Causal Kalman-filtered log-ratios rho_t|t (KPO Algorithm 1, Eqs. 6-9).
 
     rho_t = (1 - K_t) rho_{t-1} + K_t z_t with rho_0 = ``rho0`` and the gains of
-    :func:`kalman_gains`; defaults Q = 1e-6, V = 1, P0 = 0, rho0 = 0 as in the authors'
-    public code. Computed as a chunked scan (no loop over tokens); float32 input is
+    :func:`kalman_gains`; defaults Q = 1e-6, V = 1 (KPO Sec. 5.1), P0 = 0,
+    rho0 = 0 (ratioscope's choices, docs/decisions.md). Computed as a chunked scan (no
+    loop over tokens); float32 input is
     filtered in float32 with float64 gains, transitions and chunk carries, and agrees
     with the float64 loop to ~1e-7 |rho|.
 
@@ -267,7 +268,7 @@ def kalman_filter(
             initial variance P0 >= 0.
         rho0: initial state rho_0|0 (0 = on-policy).
         mask_policy: how masked tokens enter the filter.
-            ``"zero"`` (default, the authors' code): a masked token is an observation
+            ``"zero"`` (default; ratioscope's choice): a masked token is an observation
             z = 0 and the gain advances; the output there is the filter state after that
             zero observation.
             ``"skip"``: masked tokens are invisible; token t uses the gain indexed by
@@ -400,12 +401,12 @@ def kalman_filter_closed_form(
     p0: float = 0.0,
     rho0: float = 0.0,
 ) -> Tensor:
-    """The authors' global cumulative-product form, kept to reproduce and flag it.
+    """A global cumulative-product form of the filter, kept to reproduce and flag it.
 
     In float32, with gains clamped to [1e-6, 1 - 1e-6] and masked tokens observed as 0:
     L_t = max(sum_{u <= t} log(1 - K_u), log 1e-30) and
     rho_t = exp(L_t) (rho0 + sum_{s <= t} K_s z_s exp(min(-L_s, 80))).
-    Exact in exact arithmetic; wrong once a clamp binds (DESIGN 3.1), e.g. after about
+    Exact in exact arithmetic; wrong once a clamp binds (docs/metrics-ratios.md), e.g. after about
     700 tokens at Q/V = 1e-2. Use :func:`kalman_filter` for real work.
 
     Args:

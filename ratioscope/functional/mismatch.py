@@ -1,4 +1,4 @@
-"""Off-policy mismatch of importance ratios (DESIGN 3.3), as mergeable partial sums.
+"""Off-policy mismatch of importance ratios (docs/framework-metrics.md), as mergeable partial sums.
 
 With samples drawn from the behaviour policy q and r = p/q = exp(z), the classic
 estimators of KL(q || p) are k1 = -z, k2 = z^2/2 and k3 = (r - 1) - z (k3 is unbiased

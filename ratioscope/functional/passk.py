@@ -179,7 +179,7 @@ def difficulty_bucket(n_base: object, c_base: object) -> np.ndarray:
 def flip_at_k(
     n_base: object, c_base: object, n_trained: object, c_trained: object, k: int
 ) -> np.ndarray:
-    """Per-prompt flip probability (1 - pass@k_base) * pass@k_trained (DESIGN 3.8).
+    """Per-prompt flip probability (1 - pass@k_base) * pass@k_trained (docs/evaluation.md).
 
     QUATRO C.7 defines the flip rate as the fraction of prompts with no correct base
     sample that gain one after training; that only describes its hardest bucket. This

@@ -1,4 +1,4 @@
-"""QUATRO per-query duals and advantages, GRPO advantages beside them (DESIGN 3.7).
+"""QUATRO per-query duals and advantages, GRPO advantages beside them (docs/metrics-objectives.md).
 
 Paper: "QUATRO: Query-Adaptive Trust Region Policy Optimization for LLM Fine-tuning",
 section 3.1 (Proposition 3.1, Eq. 11-13), Eq. (15) and (19), Appendix A.2.

@@ -1,4 +1,4 @@
-"""PPO-style clipped surrogate and clip fraction for any ratio signal (DESIGN 3.3).
+"""PPO-style clipped surrogate and clip fraction for any ratio signal (docs/metrics-ratios.md).
 
 The same functions serve the token ratio (``--clip``), the sequence-level ratio of
 GSPO/GMPO/TEPO and the Kalman-filtered ratio of KPO (``--seq-clip``): a variant only
@@ -94,7 +94,7 @@ class Aggregates:
 
 @dataclass(frozen=True)
 class AggregationSums:
-    """Mergeable sums behind :class:`Aggregates` (DESIGN 3.3; KPO Eq. 2, TEPO Eq. 4).
+    """Mergeable sums behind :class:`Aggregates` (docs/metrics-ratios.md; KPO Eq. 2, TEPO Eq. 4).
 
     Built from per-token values by :func:`aggregation_sums` or from per-sequence sums by
     :func:`row_aggregation_sums`; sums of chunks, files and shards add with :meth:`merge`,

@@ -1,4 +1,5 @@
-"""TEPO: sequence-likelihood weights, their clipping, token KL-mask quadrants (DESIGN 3.6).
+"""TEPO: sequence-likelihood weights, their clipping, token KL-mask quadrants
+(docs/metrics-objectives.md).
 
 Paper: "Token-Level Policy Optimization: Linking Group-Level Rewards to Token-Level
 Aggregation via Sequence-Level Likelihood" (TEPO). The objective is Eq. (4):
@@ -26,7 +27,7 @@ from ratioscope.functional.surrogate import (
 )
 
 #: TEPO does not state its epsilon; ratioscope uses the sequence-variant band of
-#: DESIGN 3.3 (GSPO's 3e-4, 4e-4) as (eps_low, eps_high).
+#: docs/metrics-ratios.md (GSPO's 3e-4, 4e-4) as (eps_low, eps_high).
 SEQUENCE_CLIP: tuple[float, float] = (3e-4, 4e-4)
 
 ClipForm = Literal["ppo", "literal"]
@@ -121,7 +122,7 @@ def sequence_clip_fraction(
     clip: tuple[float, float] = SEQUENCE_CLIP,
     form: ClipForm = "ppo",
 ) -> float:
-    """Fraction of valid tokens clipped under TEPO's sequence weight (DESIGN 3.3, 3.6).
+    """Fraction of valid tokens clipped under TEPO's sequence weight (docs/metrics-objectives.md).
 
     See :func:`sequence_clip_mask`; NaN when there is no valid token.
 

@@ -183,7 +183,7 @@ def load(
     nonfinite: str = "error",
     unsafe_pickle: bool = False,
 ) -> TokenBatch:
-    """Load a dump (DESIGN section 6).
+    """Load a dump.
 
     A single file gives its batch; a directory, a glob or a list of paths gives the
     concatenation of their batches (rows appended, padded to the longest sequence).

@@ -1,6 +1,6 @@
 """Framework profiles: how verl, TRL, prime-rl and slime name the canonical tensors.
 
-A profile maps canonical names (DESIGN 2.1) to the keys a framework writes, and says
+A profile maps canonical names (docs/formats.md) to the keys a framework writes, and says
 how to reduce a per-token column to the per-sequence value ratioscope wants (verl
 stores the reward on the last response token of ``token_level_scores``). Profiles are
 detected from the keys; canonical names are accepted in every profile.

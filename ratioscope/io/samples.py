@@ -1,4 +1,4 @@
-"""Sample files for evaluation (DESIGN 2.2): JSON lines in a flat or a grouped layout.
+"""Sample files for evaluation (docs/evaluation.md): JSON lines in a flat or a grouped layout.
 
 Flat: one sample a line, e.g.
 ``{"problem_id": 7, "response": "...", "correct": true, "method": "grpo", "sample_index": 3}``.

@@ -1,4 +1,4 @@
-"""Text logs of RL training frameworks, read as samples (DESIGN 2.2, docs/evaluation.md).
+"""Text logs of RL training frameworks, read as samples (docs/evaluation.md).
 
 verl, TRL, AReaL and ROLL write the prompts, completions and rewards of their rollouts
 as text. This module recognises those layouts from the keys of a file's first record (a

@@ -85,7 +85,7 @@ class Context:
         raise ValueError(f"unknown variant {variant!r}")
 
     def _kalman_rho(self, p: AnalysisParams) -> Tensor:
-        """[B, T] the filtered log-ratio rho (scan or the authors' closed form)."""
+        """[B, T] the filtered log-ratio rho (scan or the cumulative-product closed form)."""
         from ratioscope.functional import kalman
 
         if p.kalman_impl == "reference":

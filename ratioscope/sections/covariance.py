@@ -1,4 +1,5 @@
-"""The ``covariance`` section: CW-GRPO token covariance and Gaussian-kernel weights (DESIGN 3.4).
+"""The ``covariance`` section: CW-GRPO token covariance and Gaussian-kernel weights
+(docs/metrics-objectives.md).
 
 Per file (one training batch, so that groups are complete) the exact
 :func:`~ratioscope.functional.covariance.covariance_weights` gives the token covariance
@@ -45,7 +46,7 @@ from ratioscope.sections.distribution import Distribution, coordinate_codec, dis
 from ratioscope.sections.state import mergeable
 from ratioscope.stats import Counter, Histogram, LogHistogram
 
-#: raw kernel weights below these are counted (DESIGN 3.4)
+#: raw kernel weights below these are counted (docs/metrics-objectives.md)
 WEIGHT_THRESHOLDS: tuple[float, ...] = (0.5, 0.1)
 #: linear bins of the raw kernel weight on [0, 1] (exact counts, for the plot)
 WEIGHT_BINS = 50

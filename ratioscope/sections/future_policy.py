@@ -1,4 +1,5 @@
-"""The ``future_policy`` section: FPA's extrapolated policy and its sequence weights (DESIGN 3.5).
+"""The ``future_policy`` section: FPA's extrapolated policy and its sequence weights
+(docs/metrics-objectives.md).
 
 For every lambda of the sweep (plus ``fpa_lambda`` and 0, the current policy) the
 sequence weight ``pi_hat^(1/|y|) = exp(mean_t log pi_hat_t)`` of every sequence, its

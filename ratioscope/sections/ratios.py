@@ -1,4 +1,4 @@
-"""The ``ratios`` section: the three ratio variants side by side (DESIGN 3.2-3.3).
+"""The ``ratios`` section: the three ratio variants side by side (docs/metrics-ratios.md).
 
 For each variant (token, sequence, kalman) the log-space signal's distribution over
 valid tokens, the PPO clip fraction, the clipped/unclipped surrogate loss, and the KPO
@@ -94,7 +94,7 @@ class VariantStats:
     variance: dict[str, float] | None = None
     window_frequency: dict[str, list[float]] | None = None
     spectrum: Spectrum | None = None
-    #: the kalman row with kalman_impl='reference': where the authors' closed form leaves
+    #: the kalman row with kalman_impl='reference': where the closed form leaves
     #: the exact filter on these data (None on the other rows and with the exact filter)
     closed_form_deviation: ClosedFormDeviation | None = None
 
@@ -227,7 +227,7 @@ class _StateSums(Record):
         }
 
 
-#: report order up, down, on (DESIGN 4) with the column index of each state
+#: report order up, down, on (docs/formats.md) with the column index of each state
 _REPORT_ORDER = ((2, "up"), (0, "down"), (1, "on"))
 
 
@@ -260,7 +260,7 @@ class RatiosAccumulator(Accumulator):
     variants: dict[str, _VariantState] = mergeable(dict, "merge")
     no_advantages: list[str] = mergeable(list, "extend", optional=True)
     not_policy_ratio: list[str] = mergeable(list, "extend", optional=True)  # z: old vs engine
-    #: kalman_impl='reference': where the authors' closed form leaves the exact filter
+    #: kalman_impl='reference': where the closed form leaves the exact filter
     deviation = mergeable(_Deviation, "merge", key="reference_deviation", optional=True)
 
     def __init__(self, params: AnalysisParams, variants: tuple[str, ...] = VARIANTS) -> None:
@@ -412,7 +412,8 @@ class RatiosAccumulator(Accumulator):
                 else ""
             )
             messages.append(
-                "ratios.kalman: kalman_impl='reference' (the authors' closed form) deviates "
+                "ratios.kalman: kalman_impl='reference' (the cumulative-product closed form) "
+                "deviates "
                 f"from the exact filter by more than {REFERENCE_TOLERANCE:g} from token "
                 f"{deviation.first_index} on (max error {deviation.max_abs_error:.3g}) at "
                 f"Q/V = {deviation.q / deviation.v:g}{clamp}; the default, "

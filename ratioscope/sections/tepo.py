@@ -1,4 +1,5 @@
-"""The ``tepo`` section: TEPO's sequence-likelihood weights and token KL-mask (DESIGN 3.6).
+"""The ``tepo`` section: TEPO's sequence-likelihood weights and token KL-mask
+(docs/metrics-objectives.md).
 
 ``w_i = exp(mean_t z_it)`` per sequence (the geometric mean of the token ratios), how
 many tokens its clip band ``seq_clip`` zeroes, TEPO's policy objective under the

@@ -1,4 +1,5 @@
-"""The ``trust_region`` section: QUATRO's per-query duals and advantages (DESIGN 3.7).
+"""The ``trust_region`` section: QUATRO's per-query duals and advantages
+(docs/metrics-objectives.md).
 
 For every group (prompt) of a file, :func:`~ratioscope.functional.quatro.quatro_delta_sweep`
 solves lambda* and mu* for ``delta`` and every radius of ``deltas`` at once
