@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ratioscope.cli._options import Quiet
+from ratioscope.cli._options import FigureOut, Quiet
 from ratioscope.compare import DEFAULT_REL
 
 CompareInput = Annotated[
@@ -63,3 +63,27 @@ def compare(
     if json_out is not None:
         result.write_json(json_out)
     announce_written([json_out], quiet)
+
+
+def plot_compare(
+    a: CompareInput,
+    b: CompareInput,
+    out: FigureOut,
+    rel: Rel = DEFAULT_REL,
+    quiet: Quiet = False,
+) -> None:
+    """The figure of ``compare``: two timelines as small multiples (A and B over steps,
+    diverging steps in red), two reports or dumps as bars of (B - A)/|A| per headline.
+
+    Example: ratioscope plot compare run_a/report.json run_b/report.json --out diff.png
+    """
+    import ratioscope
+    from ratioscope.cli._common import announce_written, check_output_paths
+    from ratioscope.figures.compare import compare_figure
+    from ratioscope.render.compare_plots import plot_compare as draw
+    from ratioscope.render.figures import check_figure_path
+
+    check_figure_path(out)
+    check_output_paths([Path(a), Path(b)], [out])
+    draw(compare_figure(ratioscope.compare(a, b, rel=rel)), out)
+    announce_written([out], quiet)

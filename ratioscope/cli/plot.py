@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from ratioscope.cli import plot_eval, plot_objectives, plot_ratios, timeline
+from ratioscope.cli import compare, plot_eval, plot_objectives, plot_ratios, timeline
 
 plot_app = typer.Typer(
     help=(
@@ -23,3 +23,4 @@ plot_ratios.register(plot_app)
 plot_objectives.register(plot_app)
 plot_eval.register(plot_app)
 plot_app.command("timeline")(timeline.plot_timeline)
+plot_app.command("compare")(compare.plot_compare)

@@ -1,0 +1,110 @@
+"""What ``plot compare`` draws, read from a :class:`~ratioscope.compare.Comparison`.
+
+Two timelines: one panel per headline with data, A and B over the shared steps, the
+diverging steps marked. Two reports (or dumps): one bar per headline, the relative
+difference (B − A)/|A|, the diverging ones highlighted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ratioscope.compare import Comparison
+
+
+@dataclass(frozen=True)
+class ComparePanel:
+    """One small multiple of two timelines: a headline's A and B series.
+
+    Attributes:
+        key, title, unit: the headline.
+        steps_a, values_a: the shared steps where A has a value, and A's values.
+        steps_b, values_b: the same for B.
+        diverging: the shared steps where the headline diverges.
+    """
+
+    key: str
+    title: str
+    unit: str
+    steps_a: tuple[int, ...]
+    values_a: tuple[float, ...]
+    steps_b: tuple[int, ...]
+    values_b: tuple[float, ...]
+    diverging: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CompareBar:
+    """One bar of two reports: a headline's (B − A)/|A| (None: not defined)."""
+
+    key: str
+    label: str
+    rel_diff: float | None
+    diverges: bool
+
+
+@dataclass(frozen=True)
+class CompareFigure:
+    """The figure of a comparison: panels (timelines) or bars (reports).
+
+    Attributes:
+        kind: ``"timelines"`` or ``"reports"``, as :attr:`Comparison.kind`.
+        label_a, label_b: the legend entries, ``"A: <name>"`` and ``"B: <name>"``.
+        panels: for timelines, one per headline with data on either side.
+        bars: for reports, one per headline, in headline order.
+        subtitle: the divergence rule and what was left out.
+    """
+
+    kind: str
+    label_a: str
+    label_b: str
+    panels: tuple[ComparePanel, ...]
+    bars: tuple[CompareBar, ...]
+    subtitle: str
+
+
+def compare_figure(comparison: Comparison) -> CompareFigure:
+    """The figure data of ``comparison``; headlines without data are left out of panels."""
+    from ratioscope.timeline import HEADLINES
+
+    units = {h.key: h.unit for h in HEADLINES}
+    label_a, label_b = f"A: {comparison.a}", f"B: {comparison.b}"
+    rule = f"diverging: |B − A| > {comparison.rel:g} · max(|A|, |B|, {comparison.floor:g})"
+    if comparison.kind == "timelines":
+        panels = []
+        for row in comparison.headlines:
+            pairs = [(s.step, s.values[row.key]) for s in comparison.steps]
+            a_points = [(step, d.a) for step, d in pairs if d.a is not None]
+            b_points = [(step, d.b) for step, d in pairs if d.b is not None]
+            if not a_points and not b_points:
+                continue
+            panels.append(
+                ComparePanel(
+                    key=row.key,
+                    title=row.label,
+                    unit=units.get(row.key, ""),
+                    steps_a=tuple(p[0] for p in a_points),
+                    values_a=tuple(p[1] for p in a_points),
+                    steps_b=tuple(p[0] for p in b_points),
+                    values_b=tuple(p[1] for p in b_points),
+                    diverging=row.diverging_steps,
+                )
+            )
+        extra = []
+        if comparison.only_a:
+            extra.append(f"{len(comparison.only_a)} steps only in A")
+        if comparison.only_b:
+            extra.append(f"{len(comparison.only_b)} steps only in B")
+        subtitle = "; ".join([f"{len(comparison.steps)} shared steps; red marks a {rule}", *extra])
+        return CompareFigure("timelines", label_a, label_b, tuple(panels), (), subtitle)
+    bars = tuple(
+        CompareBar(row.key, row.label, row.total.rel_diff, row.total.diverges)
+        for row in comparison.headlines
+    )
+    missing = sum(1 for bar in bars if bar.rel_diff is None)
+    subtitle = f"{label_a} vs {label_b}; red: {rule}"
+    if missing:
+        subtitle += f"; {missing} headlines without a relative difference (missing, or A = 0)"
+    return CompareFigure("reports", label_a, label_b, (), bars, subtitle)

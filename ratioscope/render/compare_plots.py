@@ -1,0 +1,112 @@
+"""``plot compare``: two timelines as small multiples, or two reports as one bar chart."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from ratioscope.figures.compare import CompareFigure, ComparePanel
+from ratioscope.render.figures import pyplot, save_figure
+
+COLUMNS = 3
+COLOR_A = "tab:blue"
+COLOR_B = "tab:orange"
+COLOR_DIVERGING = "tab:red"
+
+
+def plot_compare(figure_data: CompareFigure, out: Path) -> None:
+    """Draw ``figure_data`` to ``out``: panels for timelines, bars for reports."""
+    if figure_data.kind == "timelines":
+        _plot_timelines(figure_data, out)
+    else:
+        _plot_reports(figure_data, out)
+
+
+def _header(figure: Any, height: float, title: str, subtitle: str) -> None:
+    top = 1 - 0.12 / height
+    figure.text(0.01, top, title, fontsize=13, va="top")
+    figure.text(0.01, top - 0.3 / height, subtitle, fontsize=9, color="0.3", va="top")
+
+
+def _plot_timelines(figure_data: CompareFigure, out: Path) -> None:
+    plt = pyplot()
+    panels = figure_data.panels
+    rows = max(1, math.ceil(len(panels) / COLUMNS))
+    height = 2.7 * rows + 1.2  # inches: the panels, a header and the legend
+    figure, axes = plt.subplots(
+        rows, COLUMNS, figsize=(4.6 * COLUMNS, height), squeeze=False, sharex=True
+    )
+    for index, ax in enumerate(axes.flat):
+        if index >= len(panels):
+            ax.set_visible(False)
+            continue
+        _panel(ax, panels[index], figure_data)
+        if index + COLUMNS >= len(panels):  # the lowest panel of its column
+            ax.set_xlabel("training step")
+            ax.xaxis.set_tick_params(labelbottom=True)
+    if not panels:
+        axes.flat[0].set_visible(True)
+        axes.flat[0].text(0.5, 0.5, "no headline has data", ha="center", va="center")
+        axes.flat[0].set_axis_off()
+    _header(figure, height, "Two runs: headline quantities per training step", figure_data.subtitle)
+    handles = [
+        plt.Line2D([], [], color=COLOR_A, marker="o", markersize=3.5, label=figure_data.label_a),
+        plt.Line2D([], [], color=COLOR_B, marker="o", markersize=3.5, label=figure_data.label_b),
+        plt.Line2D([], [], color=COLOR_DIVERGING, ls="--", label="diverging step"),
+    ]
+    figure.legend(
+        handles=handles, loc="upper right", ncol=3, fontsize=8.5, frameon=False,
+        bbox_to_anchor=(0.99, 1 - 0.55 / height),
+    )  # fmt: skip
+    figure.tight_layout(rect=(0, 0, 1, 1 - 1.1 / height))
+    save_figure(figure, out)
+
+
+def _panel(ax: Any, panel: ComparePanel, figure_data: CompareFigure) -> None:
+    biggest = max((abs(v) for v in (*panel.values_a, *panel.values_b)), default=0.0)
+    exponent = 0
+    if biggest and (biggest < 1e-2 or biggest >= 1e4):
+        exponent = math.floor(math.log10(biggest))
+    factor = 10.0**-exponent
+    for step in panel.diverging:
+        ax.axvline(step, color=COLOR_DIVERGING, lw=0.8, ls="--", alpha=0.6)
+    for steps, values, color, label in (
+        (panel.steps_a, panel.values_a, COLOR_A, figure_data.label_a),
+        (panel.steps_b, panel.values_b, COLOR_B, figure_data.label_b),
+    ):
+        ax.plot(steps, [v * factor for v in values], marker="o", markersize=3.5, color=color,
+                lw=1.4, label=label)  # fmt: skip
+    ax.set_title("\n".join(textwrap.wrap(panel.title, 44)), fontsize=9.5, loc="left")
+    unit = panel.unit if not exponent else f"{panel.unit} (×1e{exponent})"
+    ax.set_ylabel("\n".join(textwrap.wrap(unit, 22)), fontsize=8.5)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+
+
+def _plot_reports(figure_data: CompareFigure, out: Path) -> None:
+    plt = pyplot()
+    bars = figure_data.bars
+    height = 0.42 * max(1, len(bars)) + 1.6
+    figure, ax = plt.subplots(figsize=(10.5, height))
+    positions = list(range(len(bars)))
+    widths = [bar.rel_diff * 100 if bar.rel_diff is not None else 0.0 for bar in bars]
+    colors = [COLOR_DIVERGING if bar.diverges else "0.6" for bar in bars]
+    ax.barh(positions, widths, color=colors, height=0.65)
+    for position, bar, width in zip(positions, bars, widths, strict=True):
+        text = "n/a" if bar.rel_diff is None else f"{width:+.1f} %"
+        ax.text(width, position, f" {text} ", va="center", fontsize=8,
+                ha="left" if width >= 0 else "right")  # fmt: skip
+    ax.set_yticks(positions)
+    ax.set_yticklabels(["\n".join(textwrap.wrap(bar.label, 48)) for bar in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="0.2", lw=0.8)
+    ax.set_xlabel("(B − A) / |A|  (%)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.margins(x=0.15)
+    ax.tick_params(axis="x", labelsize=8)
+    _header(figure, height, "Two runs: relative difference per headline", figure_data.subtitle)
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.7 / height))
+    save_figure(figure, out)
