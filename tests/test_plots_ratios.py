@@ -165,24 +165,31 @@ def _report(window_counts, histograms):
     return Report(tool={}, inputs=[info], params={"analysis": {"window": 50}}, ratios=ratios)
 
 
-def test_runlengths_say_which_variant_has_no_run_and_join_only_well_sampled_lengths(
+def test_runlengths_use_markers_only_define_states_and_leave_out_the_sequence_row(
     tmp_path, captured
 ):
-    from ratioscope.render.ratio_plots import WELL_SAMPLED_RUNS, plot_runlengths
+    from ratioscope.render.ratio_plots import plot_runlengths
 
-    many = WELL_SAMPLED_RUNS
-    token = {"up": {"1": many, "2": many, "3": 1, "9": 1}, "down": {"1": 5}, "on": {"4": many}}
+    token = {"up": {"1": 20, "2": 20, "3": 1, "9": 1}, "down": {"1": 5}, "on": {"4": 20}}
     kalman = {"up": {}, "down": {}, "on": {"100": 3}}
-    plot_runlengths(_report([], {"token": token, "kalman": kalman}), tmp_path / "r.png")
+    sequence = {"up": {"128": 4}, "down": {}, "on": {"128": 2}}
+    report = _report([], {"token": token, "sequence": sequence, "kalman": kalman})
+    report.params["analysis"].update(on_band=[3e-4, 4e-4], token_on_band=[2**-24, 2**-24])
+    plot_runlengths(report, tmp_path / "r.png")
     (figure,) = captured
     texts = _texts(figure)
     assert "Kalman-filtered (KPO): no up runs" in texts
     assert "Kalman-filtered (KPO): no down runs" in texts
     assert not any("no on runs" in t for t in texts)
+    # the sequence row is not drawn, and the caption says why
+    assert not any(t.startswith("sequence ratio") for t in texts)
+    caption = " ".join(texts)
+    assert "sequence ratio (GSPO/GMPO) is left out" in caption
+    assert "raw rows r = 1" in caption and "Kalman rows r in [1 - 0.0003, 1 + 0.0004]" in caption
     up = figure.axes[0]
-    # markers for all four lengths; one line, through lengths 1 and 2 only
+    # markers for all four lengths, and no line anywhere: one style for every row
     assert sum(len(c.get_offsets()) for c in up.collections) == 4
-    assert [list(line.get_xdata()) for line in up.get_lines()] == [[1, 2]]
+    assert all(not axes.get_lines() for axes in figure.axes)
 
 
 def test_windows_fade_rarely_reached_windows_and_use_integer_ticks(tmp_path, captured):

@@ -34,9 +34,6 @@ HATCHES = {"token": "///", "sequence": "\\\\\\", "kalman": "..."}
 #: windows reached by fewer sequences than this share are drawn faded, without a band
 SPARSE_WINDOW_SHARE = 0.1
 
-#: a run length with fewer runs than this is a bare marker, never joined by a line
-WELL_SAMPLED_RUNS = 20
-
 
 def _ratios(report: Report) -> Mapping[str, VariantStats | None]:
     from ratioscope.errors import ReportError
@@ -228,41 +225,48 @@ def _window_curve(
     return (band, line)
 
 
-def well_sampled_stretches(histogram: Mapping[int, int], minimum: int) -> list[list[int]]:
-    """Stretches of consecutive run lengths that each have at least ``minimum`` runs.
+def _band_text(band: Any, exact: str) -> str:
+    """The on-policy band of one row as a reader sees it: ``r = 1`` or ``r in [...]``."""
+    if not band:
+        return "r in the report's on band"
+    low, high = float(band[0]), float(band[1])
+    if max(low, high) <= 2.0**-20:  # float32 rounding only: on means exactly 1
+        return exact
+    return f"r in [1 - {low:.3g}, 1 + {high:.3g}]"
 
-    Only these are joined by lines: a line through lengths seen once or twice draws
-    sampling noise as a zigzag.
 
-    >>> well_sampled_stretches({1: 50, 2: 30, 3: 2, 4: 40, 5: 25, 7: 90}, 20)
-    [[1, 2], [4, 5]]
-    """
-    stretches: list[list[int]] = []
-    previous = None
-    for length in sorted(histogram):
-        if histogram[length] < minimum:
-            previous = None
-            continue
-        if previous is not None and length == previous + 1:
-            stretches[-1].append(length)
-        else:
-            stretches.append([length])
-        previous = length
-    return [s for s in stretches if len(s) > 1]
+def runlength_caption(params: Mapping[str, Any]) -> str:
+    """What up, down and on mean for each drawn row, and why the sequence row is absent."""
+    from ratioscope.params import stored_analysis
+
+    analysis = stored_analysis(params)
+    token = _band_text(analysis.get("token_on_band"), "r = 1 up to float32 rounding")
+    kalman = _band_text(analysis.get("on_band"), "r = 1")
+    return (
+        f"on: raw rows {token} (token_on_band), Kalman rows {kalman} (on_band); "
+        "up: r above that band, down: r below it.\n"
+        "The sequence ratio (GSPO/GMPO) is left out: it is one constant per sequence, "
+        "so its run lengths are just sequence lengths."
+    )
 
 
 def plot_runlengths(report: Report, out: Path, source: str = "") -> None:
     """Pooled run-length distributions: one panel per state, one marker series per variant.
 
-    Every run length is a marker; lines join only consecutive lengths with at least
-    ``WELL_SAMPLED_RUNS`` runs each, so sparse tails stay scattered points.
+    Every run length is a marker, never joined by a line, for every row alike. The
+    sequence-level row is not drawn: a sequence ratio is constant along its sequence,
+    so its runs are the sequences themselves (the caption says so).
     """
     from matplotlib.lines import Line2D
 
-    ratios = _ratios(report)
+    ratios = {k: v for k, v in _ratios(report).items() if k != "sequence"}
     plt = pyplot()
-    figure, panels = _figure(plt, (13, 5.0), ncols=3, sharey=True)
-    titles = {"up": "up (r > 1 + eps_high)", "down": "down (r < 1 - eps_low)", "on": "on"}
+    figure, panels = _figure(plt, (13, 5.4), ncols=3, sharey=True)
+    titles = {
+        "up": "up: r above the on band",
+        "down": "down: r below the on band",
+        "on": "on: r inside the on band",
+    }
     for axes, state in zip(panels, ("up", "down", "on"), strict=True):
         entries: list[Line2D] = []
         texts: list[str] = []  # the entries' labels: Line2D.get_label() is typed object
@@ -282,14 +286,12 @@ def plot_runlengths(report: Report, out: Path, source: str = "") -> None:
             runs = {int(k): int(v) for k, v in histogram.items()}
             total = sum(runs.values())
             share = {n: c / total for n, c in runs.items()}
-            axes.scatter(list(share), list(share.values()), s=14, marker=marker, color=color,
+            axes.scatter(list(share), list(share.values()), s=16, marker=marker, color=color,
                          alpha=0.85, zorder=3)  # fmt: skip
-            for stretch in well_sampled_stretches(runs, WELL_SAMPLED_RUNS):
-                axes.plot(stretch, [share[n] for n in stretch], color=color, lw=1.0)
             mean = known((stats.run_length_mean or {}).get(state))
             texts.append(f"{name}: {total} runs" + (f", mean {mean:.3g}" if mean else ""))
             entries.append(
-                Line2D([], [], color=color, marker=marker, ms=4, lw=1.0, label=texts[-1])
+                Line2D([], [], color=color, marker=marker, ms=4, ls="none", label=texts[-1])
             )
         axes.set_xscale("log")
         axes.set_yscale("log")
@@ -302,7 +304,11 @@ def plot_runlengths(report: Report, out: Path, source: str = "") -> None:
             if none:
                 text.set_color("0.45")
     panels[0].set_ylabel("share of runs")
-    figure.suptitle("Run lengths of token states (pooled over sequences)")
+    figure.suptitle(
+        "Run lengths of token states (pooled over sequences)\n"
+        + runlength_caption(_params(report)),
+        fontsize=10,
+    )
     _footer(figure, source)
     save_figure(figure, out)
 
