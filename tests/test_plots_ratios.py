@@ -208,6 +208,17 @@ def test_windows_fade_rarely_reached_windows_and_use_integer_ticks(tmp_path, cap
     assert [y == y for y in solid.get_ydata()] == [True, True, True, False, False]
     assert list(faded.get_xdata()) == [2, 3, 4] and faded.get_alpha() < 1
     assert any("faded: window reached by < 10%" in t for t in _texts(figure))
+    assert any("10% of the sequences (10): windows under this line" in t for t in _texts(figure))
+
+
+def test_windows_draw_the_sequence_row_without_a_band(tmp_path, captured):
+    from ratioscope.render.ratio_plots import plot_windows
+
+    plot_windows(_report([100, 90], {"token": {}, "sequence": {}}), tmp_path / "w.png")
+    (figure,) = captured
+    main = figure.axes[0]
+    assert len(main.collections) == 1  # the token band only
+    assert any("sequence ratio (GSPO/GMPO): mean only (no band" in t for t in _texts(figure))
 
 
 def test_trace_zoom_shows_the_band_and_the_smooth_signals(tmp_path, captured):

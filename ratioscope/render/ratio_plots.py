@@ -131,8 +131,9 @@ def plot_windows(report: Report, out: Path, source: str = "") -> None:
     """Window-wise off-policy frequency mean ± std over window index (KPO Fig. 1).
 
     A thin lower panel shows how many sequences reach each window; windows reached by
-    fewer than 10% of the sequences are faded and have no band, since their mean
-    rests on few sequences.
+    fewer than 10% of the sequences (the labelled dotted line) are faded and have no
+    band, since their mean rests on few sequences. The sequence row is drawn without a
+    band: each of its windows is all off or all on, so its std is near 0.5 everywhere.
     """
     from matplotlib.legend_handler import HandlerTuple
     from matplotlib.lines import Line2D
@@ -156,8 +157,14 @@ def plot_windows(report: Report, out: Path, source: str = "") -> None:
     handles: list[Any] = []
     labels: list[str] = []
     for variant, curve in curves.items():
-        handles.append(_window_curve(axes, variant, curve, reached))
-        labels.append(f"{LABELS.get(variant, variant)}: mean ± std")
+        banded = variant != "sequence"
+        handles.append(_window_curve(axes, variant, curve, reached, band=banded))
+        labels.append(
+            f"{LABELS.get(variant, variant)}: mean ± std"
+            if banded
+            else f"{LABELS.get(variant, variant)}: mean only (no band: a sequence's windows "
+            "are all off or all on, so its std is that of a coin flip)"
+        )
     if not all(reached):
         handles.append(Line2D([], [], color="0.5", alpha=0.4, ls="--", marker="o", ms=3))
         labels.append(
@@ -165,7 +172,9 @@ def plot_windows(report: Report, out: Path, source: str = "") -> None:
         )
     axes.set_ylabel("off-policy frequency\n(share of up + down tokens)")
     axes.set_ylim(-0.02, 1.02)
-    axes.set_title("Window-wise off-policy frequency: mean (line) ± std over sequences (band)")
+    axes.set_title(
+        "Window-wise off-policy frequency: mean (line) ± std over sequences (band)", fontsize=11
+    )
     axes.grid(alpha=0.3)
     if not curves:
         axes.text(0.5, 0.5, "no sequence has a full window", transform=axes.transAxes,
@@ -173,7 +182,7 @@ def plot_windows(report: Report, out: Path, source: str = "") -> None:
     _count_panel(count_axes, counts, reached, sequences)
     count_axes.set_xlabel(f"window index ({window} valid tokens per window)")
     count_axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _legend_under(count_axes, handles, labels, columns=2,
+    _legend_under(count_axes, handles, labels, columns=1,
                   handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)})  # fmt: skip
     _footer(figure, source)
     save_figure(figure, out)
@@ -185,20 +194,24 @@ def _count_panel(axes: Any, counts: list[int], reached: list[bool], sequences: i
     bars = axes.bar(range(len(counts)), counts, width=0.7, color=colors)
     if len(counts) <= 30:  # past that the numbers would overlap; the bars still show it
         axes.bar_label(bars, fontsize=7, padding=1)
-    axes.axhline(SPARSE_WINDOW_SHARE * sequences, color="0.3", ls=":", lw=0.8)
-    axes.text(1.0, SPARSE_WINDOW_SHARE * sequences, f" {SPARSE_WINDOW_SHARE:.0%}",
-              transform=axes.get_yaxis_transform(), va="center", fontsize=7)  # fmt: skip
+    level = SPARSE_WINDOW_SHARE * sequences
+    axes.axhline(level, color="0.3", ls=":", lw=0.8)
+    axes.text(0.005, level, f"{SPARSE_WINDOW_SHARE:.0%} of the sequences ({level:.0f}): "
+              "windows under this line are faded", transform=axes.get_yaxis_transform(),
+              va="bottom", ha="left", fontsize=7, color="0.2",
+              bbox={"facecolor": "white", "alpha": 0.85, "lw": 0, "pad": 1})  # fmt: skip
     axes.set_ylim(0, 1.3 * max(counts, default=1) or 1)
     axes.set_ylabel(f"sequences\n(of {sequences})", fontsize=9)
     axes.grid(alpha=0.3, axis="y")
 
 
 def _window_curve(
-    axes: Any, variant: str, curve: Mapping[str, Any], reached: list[bool]
-) -> tuple[Any, ...]:
+    axes: Any, variant: str, curve: Mapping[str, Any], reached: list[bool], band: bool = True
+) -> Any:
     """Mean line with markers and a hatched ±std band edged in the variant's colour.
 
-    Returns the legend handle: (band, line) drawn as one entry.
+    Returns the legend handle: (band, line) drawn as one entry, or the line alone when
+    ``band`` is false (the sequence row, whose 0/1 windows give a band that swamps all).
     """
     import numpy as np
     from matplotlib.colors import to_rgba
@@ -219,10 +232,12 @@ def _window_curve(
     if (~solid).any():
         axes.plot(index[faded], mean[faded], color=color, alpha=0.4, lw=1.2, ls="--",
                   marker=marker, ms=3)  # fmt: skip
-    band = axes.fill_between(index, np.where(solid, low, np.nan), np.where(solid, high, np.nan),
+    if not band:
+        return line
+    shade = axes.fill_between(index, np.where(solid, low, np.nan), np.where(solid, high, np.nan),
                              facecolor=to_rgba(color, 0.1), edgecolor=to_rgba(color, 0.55),
                              hatch=HATCHES.get(variant), lw=0.8, ls=":")  # fmt: skip
-    return (band, line)
+    return (shade, line)
 
 
 def _band_text(band: Any, exact: str) -> str:
