@@ -67,14 +67,19 @@ def _cumulative_panel(axes: Any, section: CovarianceSection) -> None:
             x = 100 * float(fraction)
             if share is None or x < xs[0] or float(fraction) not in (0.01, 0.2):
                 continue
-            right = x >= 10  # near the right edge: write the label to the left
+            # the curve rises to the right, so above-left of its point is free: the label
+            # sits there, with a ring on the point and an arrow from the label to it
+            axes.plot([x], [100 * share], marker="o", ms=8, mfc="none", mec="black", mew=1.2,
+                      zorder=4)  # fmt: skip
             axes.annotate(
                 f"top {x:g}% hold {100 * share:.1f}%",
                 xy=(x, 100 * share),
-                xytext=(-10, 6) if right else (8, -14),
+                xytext=(-14, 22),
                 textcoords="offset points",
-                ha="right" if right else "left",
+                ha="right",
+                va="bottom",
                 fontsize=9,
+                arrowprops={"arrowstyle": "->", "color": "black", "lw": 0.8, "shrinkB": 5},
             )
         axes.legend(loc="upper left", fontsize=9)
     else:
