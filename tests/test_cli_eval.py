@@ -576,3 +576,68 @@ def test_the_evaluation_package_exports_the_names_of_its_modules():
     assert all(hasattr(evaluation, name) for name in evaluation.__all__)
     with pytest.raises(AttributeError):
         evaluation.no_such_name  # noqa: B018
+
+
+def _similarity_samples(path: Path) -> Path:
+    """Problem 'p1': two methods with correct answers; 'p2': 'a' has none, 'b' has two."""
+    rows = []
+    for method, correct in (("a", [1, 1, 0, 1]), ("b", [1, 1, 1, 0])):
+        for index, good in enumerate(correct):
+            text = f"x = {index % 2} so the answer is 4" if good else "I do not know"
+            rows.append({"problem_id": "p1", "response": text, "correct": good,
+                         "method": method, "sample_index": index})  # fmt: skip
+    for method, correct in (("a", [0, 0]), ("b", [1, 1])):
+        for index, good in enumerate(correct):
+            rows.append({"problem_id": "p2", "response": f"answer {index}", "correct": good,
+                         "method": method, "sample_index": index})  # fmt: skip
+    for index in range(2):
+        rows.append({"problem_id": "p3", "response": "no", "correct": 0, "method": "a",
+                     "sample_index": index})  # fmt: skip
+        rows.append({"problem_id": "p3", "response": "no", "correct": 0, "method": "b",
+                     "sample_index": index})  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_plot_similarity_shares_axes_outlines_clusters_and_resolves_the_top(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from ratioscope.render import eval_plots
+
+    figures = []
+    monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))
+    samples = _similarity_samples(tmp_path / "s.jsonl")
+    result = run("plot", "similarity", samples, "--problem", "p1", "--out", tmp_path / "s.png")
+    assert result.exit_code == 0, result.output
+    (figure,) = figures
+    left, right = figure.axes[:2]
+    assert left.get_shared_x_axes().joined(left, right)
+    assert left.get_shared_y_axes().joined(left, right)
+    edges = [p.get_edgecolor() for axes in (left, right) for p in axes.patches]
+    assert edges and all(edge[:3] == (1.0, 0.0, 0.0) for edge in edges)
+    title = figure._suptitle.get_text()
+    assert "red squares = clusters" in title and "white" not in title
+    norm = left.images[0].norm
+    # 0.8-1 spans half of the colour map, not one end of it
+    assert norm(0.8) == pytest.approx(0.5) and norm(0.9) == pytest.approx(0.75)
+    plt.close(figure)
+
+
+def test_plot_similarity_skips_or_refuses_problems_without_correct_answers(tmp_path, monkeypatch):
+    from ratioscope.render import eval_plots
+
+    figures = []
+    monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))
+    samples = _similarity_samples(tmp_path / "s.jsonl")
+    out = tmp_path / "s.png"
+    # one method without a correct answer: its panel is left out, with a note
+    result = run("plot", "similarity", samples, "--problem", "p2", "--out", out)
+    assert result.exit_code == 0, result.output
+    (figure,) = figures
+    assert len(figure.axes) == 2  # one heatmap and its colour bar
+    assert "not drawn, no correct response: a (0/2)" in figure._suptitle.get_text()
+    # no method with one: refused in one sentence, exit 2, no figure
+    result = run("plot", "similarity", samples, "--problem", "p3", "--out", out)
+    assert result.exit_code == 2
+    assert "problem 'p3' has no correct response in 'a', 'b'" in result.stderr
+    assert len(figures) == 1

@@ -54,7 +54,13 @@ def similarity_panels(
     linkage: str = DEFAULT_LINKAGE,
     token_pattern: str = DEFAULT_TOKEN_PATTERN,
 ) -> list[SimilarityPanel]:
-    """Similarity matrices of one problem, one per method (or the chosen method)."""
+    """Similarity matrices of one problem, one per method (or the chosen method).
+
+    Raises:
+        UsageError: no such problem, or no method has a correct response to it (a
+            method without one gets an empty panel, which the figure leaves out with a
+            note).
+    """
     check_clustering_options(threshold, linkage)
     methods = [sample_set.method(method)] if method else list(sample_set.methods.values())
     panels = []
@@ -82,6 +88,12 @@ def similarity_panels(
                 labels=labels[order],
                 sample_index=indices[order],
             )
+        )
+    if panels and not any(panel.correct for panel in panels):
+        names = ", ".join(f"'{panel.method}'" for panel in panels)
+        raise UsageError(
+            f"problem '{problem}' has no correct response in {names}: there is nothing to "
+            "compare; choose a problem with correct responses"
         )
     return panels
 

@@ -76,53 +76,77 @@ def plot_curves(result: MetricCurves, out: Path) -> None:
     save_figure(figure, out)
 
 
+#: cluster outlines: a colour that the similarity colour map never takes
+CLUSTER_EDGE = "red"
+
+
+def similarity_norm() -> Any:
+    """Colour scale of the heatmaps: half the map for 0-0.8, the other half for 0.8-1.
+
+    Near-duplicates sit in 0.8-1 (the default clustering threshold is 0.8), so that
+    stretch gets as many colours as everything below it.
+    """
+    from matplotlib.colors import TwoSlopeNorm
+
+    return TwoSlopeNorm(vmin=0.0, vcenter=0.8, vmax=1.0)
+
+
 def plot_similarity(
     panels: Sequence[SimilarityPanel], out: Path, threshold: float, linkage: str
 ) -> None:
-    """Heatmaps of pairwise TF-IDF similarity, one per method, ordered by cluster."""
+    """Heatmaps of pairwise TF-IDF similarity, one per method, ordered by cluster.
+
+    The panels share their axes (one response is the same size in every panel) and
+    one colour scale; a method with no correct response is left out with a note.
+    """
     plt = pyplot()
     from matplotlib.patches import Rectangle
+    from matplotlib.ticker import MaxNLocator
 
-    count = len(panels)
+    drawn = [panel for panel in panels if panel.similarity.shape[0]]
+    skipped = [panel for panel in panels if not panel.similarity.shape[0]]
+    count = len(drawn)
     figure, axes_row = plt.subplots(
-        1, count, figsize=(4.6 * count + 1.2, 4.9), squeeze=False, layout="constrained"
-    )
+        1, count, figsize=(max(4.6 * count + 1.2, 7.5), 5.3), squeeze=False, layout="constrained",
+        sharex=True, sharey=True,
+    )  # fmt: skip
+    size = max(panel.similarity.shape[0] for panel in drawn)
     image = None
-    for axes, panel in zip(axes_row[0], panels, strict=True):
-        size = panel.similarity.shape[0]
-        clusters = int(panel.labels.max()) + 1 if size else 0
+    for axes, panel in zip(axes_row[0], drawn, strict=True):
+        clusters = int(panel.labels.max()) + 1
         axes.set_title(
             f"{panel.method}\n{panel.correct}/{panel.samples} correct, {clusters} cluster"
             + ("" if clusters == 1 else "s"),
             fontsize=10,
         )
-        if size == 0:
-            axes.text(0.5, 0.5, "no correct response", ha="center", va="center")
-            axes.set_axis_off()
-            continue
         image = axes.imshow(
-            panel.similarity, vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest"
+            panel.similarity, norm=similarity_norm(), cmap="viridis", interpolation="nearest"
         )
         for start, length in _runs(panel.labels):
             axes.add_patch(
-                Rectangle(
-                    (start - 0.5, start - 0.5),
-                    length,
-                    length,
-                    fill=False,
-                    edgecolor="white",
-                    linewidth=1.4,
-                )
-            )
-        _label_axes(axes, panel)
-    if image is not None:
-        bar = figure.colorbar(image, ax=axes_row[0].tolist(), shrink=0.85)
-        bar.set_label("TF-IDF cosine similarity")
-    figure.suptitle(
+                Rectangle((start - 0.5, start - 0.5), length, length, fill=False,
+                          edgecolor=CLUSTER_EDGE, linewidth=2.0, zorder=3)
+            )  # fmt: skip
+        axes.set_xlabel("correct response, in cluster order")
+    axes_row[0][0].set_ylabel("correct response, in cluster order")
+    first = axes_row[0][0]
+    first.set_xlim(-0.5, size - 0.5)
+    first.set_ylim(size - 0.5, -0.5)
+    first.xaxis.set_major_locator(MaxNLocator(integer=True))
+    first.yaxis.set_major_locator(MaxNLocator(integer=True))
+    bar = figure.colorbar(image, ax=axes_row[0].tolist(), shrink=0.85)
+    bar.set_ticks([0.0, 0.2, 0.4, 0.6, 0.8, 0.85, 0.9, 0.95, 1.0])
+    bar.set_label("TF-IDF cosine similarity (0.8-1 stretched)")
+    title = (
         f"Problem {panels[0].problem}: pairwise TF-IDF similarity of correct responses\n"
-        f"white squares = clusters (cosine >= {threshold}, {linkage} linkage)",
-        fontsize=11,
+        f"red squares = clusters (cosine >= {threshold}, {linkage} linkage)\n"
+        "shared axes: one cell per response in every panel"
     )
+    if skipped:
+        title += "\nnot drawn, no correct response: " + ", ".join(
+            f"{panel.method} (0/{panel.samples})" for panel in skipped
+        )
+    figure.suptitle(title, fontsize=10)
     save_figure(figure, out)
 
 
@@ -135,22 +159,3 @@ def _runs(labels: np.ndarray) -> list[tuple[int, int]]:
             runs.append((start, index - start))
             start = index
     return runs
-
-
-_MAX_LABELLED = 32
-
-
-def _label_axes(axes: Any, panel: SimilarityPanel) -> None:
-    """Small matrices name each row by its sample index; large ones show rank positions."""
-    size = panel.similarity.shape[0]
-    if size <= _MAX_LABELLED:
-        ticks = list(range(size))
-        names = [str(i) for i in panel.sample_index.tolist()]
-        text = "sample index (ordered by cluster)"
-        crowded = size > 12
-        axes.set_xticks(ticks, names, fontsize=7 if crowded else 10, rotation=90 if crowded else 0)
-        axes.set_yticks(ticks, names, fontsize=7 if crowded else 10)
-    else:
-        text = "correct response, ordered by cluster"
-    axes.set_xlabel(text)
-    axes.set_ylabel(text)
