@@ -26,7 +26,6 @@ def captured(monkeypatch):
 
 
 def test_each_top_share_label_points_at_its_own_point(tmp_path, captured):
-
     dump = write_layout(make_reference(seed=9, rows=8, width=160), "verl", tmp_path)
     report = tmp_path / "report.json"
     result = runner.invoke(app, ["analyze", str(dump), "--json", str(report), "-q"])

@@ -141,8 +141,8 @@ def similarity(
 ) -> None:
     """Heatmap of pairwise TF-IDF similarity of one problem's correct responses.
 
-    Responses are ordered by cluster (white squares), one panel per method, like
-    QUATRO Fig. III.
+    Responses are ordered by cluster (red squares), one panel per method on shared axes,
+    like QUATRO Fig. III.
 
     Example: ratioscope plot similarity samples.jsonl --problem 17 --out sim17.png
     """
