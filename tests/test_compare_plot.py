@@ -61,7 +61,7 @@ def test_timeline_figure_data_marks_the_diverging_step(tmp_path):
     assert len(figure.panels) == len(HEADLINES)
     panel = {p.key: p for p in figure.panels}["mismatch.policy.k3"]
     assert panel.diverging == (12,) and 6 not in panel.steps_a
-    assert "1 steps only in A" in figure.subtitle
+    assert "1 step only in A" in figure.subtitle
 
 
 def test_report_figure_data_is_the_relative_difference():

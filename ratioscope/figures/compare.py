@@ -94,10 +94,10 @@ def compare_figure(comparison: Comparison) -> CompareFigure:
             )
         extra = []
         if comparison.only_a:
-            extra.append(f"{len(comparison.only_a)} steps only in A")
+            extra.append(f"{_steps(len(comparison.only_a))} only in A")
         if comparison.only_b:
-            extra.append(f"{len(comparison.only_b)} steps only in B")
-        subtitle = "; ".join([f"{len(comparison.steps)} shared steps; red marks a {rule}", *extra])
+            extra.append(f"{_steps(len(comparison.only_b))} only in B")
+        subtitle = "; ".join([f"{_steps(len(comparison.steps))} shared; red: {rule}", *extra])
         return CompareFigure("timelines", label_a, label_b, tuple(panels), (), subtitle)
     bars = tuple(
         CompareBar(row.key, row.label, row.total.rel_diff, row.total.diverges)
@@ -108,3 +108,8 @@ def compare_figure(comparison: Comparison) -> CompareFigure:
     if missing:
         subtitle += f"; {missing} headlines without a relative difference (missing, or A = 0)"
     return CompareFigure("reports", label_a, label_b, (), bars, subtitle)
+
+
+def _steps(count: int) -> str:
+    """``1 step``, ``3 steps``."""
+    return f"{count} step{'' if count == 1 else 's'}"

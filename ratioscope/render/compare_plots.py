@@ -96,7 +96,7 @@ def _plot_reports(figure_data: CompareFigure, out: Path) -> None:
     colors = [COLOR_DIVERGING if bar.diverges else "0.6" for bar in bars]
     ax.barh(positions, widths, color=colors, height=0.65)
     for position, bar, width in zip(positions, bars, widths, strict=True):
-        text = "n/a" if bar.rel_diff is None else f"{width:+.1f} %"
+        text = "n/a" if bar.rel_diff is None else f"{round(width, 1) + 0.0:+.1f} %"  # no "-0.0 %"
         ax.text(width, position, f" {text} ", va="center", fontsize=8,
                 ha="left" if width >= 0 else "right")  # fmt: skip
     ax.set_yticks(positions)
