@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from test_compare import _timeline
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
@@ -18,28 +19,6 @@ REPORT_B = DATA / "report_schema1_step24.json"
 SAMPLES = Path(__file__).parents[1] / "sample_data" / "samples.jsonl"
 PNG = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner()
-
-
-def _timeline(values: dict[int, float], key: str = "mismatch.policy.k3") -> dict:
-    """A timeline document: ``key`` set per step, the other headlines 0.5."""
-    return {
-        "schema_version": 1,
-        "kind": "timeline",
-        "tool": {"name": "ratioscope"},
-        "params": {},
-        "headlines": [
-            {"key": h.key, "label": h.label, "unit": h.unit, "rise": h.rise} for h in HEADLINES
-        ],
-        "steps": [
-            {
-                "step": step,
-                "inputs": [f"step_{step}.pt"],
-                "values": {h.key: value if h.key == key else 0.5 for h in HEADLINES},
-                "flags": [],
-            }
-            for step, value in values.items()
-        ],
-    }
 
 
 def _timeline_files(tmp_path: Path) -> list[Path]:
