@@ -450,6 +450,22 @@ def analysis_params(**options: Any):
     return AnalysisParams(**values)
 
 
+#: command parameters named otherwise than the AnalysisParams field they set
+_FIELD_OF_PARAMETER = {"fpa_lambda_sweep": "fpa_lambdas", "delta_sweep": "deltas"}
+
+
+def command_analysis_params(ctx: typer.Context):
+    """AnalysisParams from every analysis option of the invoked command (``ctx.params``,
+    defaults included), so that a command lists its options once, in its signature."""
+    from dataclasses import fields
+
+    from ratioscope.params import AnalysisParams
+
+    names = {f.name for f in fields(AnalysisParams)}
+    options = {_FIELD_OF_PARAMETER.get(key, key): value for key, value in ctx.params.items()}
+    return analysis_params(**{key: value for key, value in options.items() if key in names})
+
+
 # the health verdict (ratioscope.verdict): thresholds from a TOML file, the verdict as JSON
 ThresholdsFile = Annotated[
     Path | None,

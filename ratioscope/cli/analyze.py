@@ -66,6 +66,7 @@ ParquetOut = Annotated[
 
 
 def analyze(
+    ctx: typer.Context,
     paths: Paths,
     json_out: JsonOut = None,
     parquet_out: ParquetOut = None,
@@ -113,7 +114,7 @@ def analyze(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.cli._options import command_analysis_params, load_options
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.render.verdict import show_verdict
@@ -124,14 +125,7 @@ def analyze(
     # read before the analysis: a malformed thresholds file fails in a second, not after it
     limits = Thresholds() if thresholds is None else load_thresholds(thresholds)
     check_suffix(parquet_out, ".parquet", "--parquet")
-    params = analysis_params(
-        clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
-        token_on_band=token_on_band, seq_on_band=seq_on_band,
-        window=window, lfr_cutoff=lfr_cutoff, space=space, kalman_q=kalman_q,
-        kalman_v=kalman_v, mask_policy=mask_policy, kalman_impl=kalman_impl,
-        cov_scope=cov_scope, fpa_lambda=fpa_lambda, fpa_lambdas=fpa_lambda_sweep,
-        fpa_threshold=fpa_threshold, delta=delta, deltas=delta_sweep,
-    )  # fmt: skip
+    params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
         report = ratioscope.analyze(
             paths,

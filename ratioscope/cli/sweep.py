@@ -34,6 +34,7 @@ Qv = Annotated[str, typer.Option("--qv", help="Comma-separated Q/V values (V sta
 
 
 def sweep(
+    ctx: typer.Context,
     paths: Paths,
     qv: Qv = QV_DEFAULT,
     json_out: JsonOut = None,
@@ -62,16 +63,13 @@ def sweep(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.cli._options import command_analysis_params, load_options
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal import show_sweep, show_warnings
     from ratioscope.sweep import sweep as run_sweep
 
     check_output_paths(expand_paths(paths), [json_out])
-    params = analysis_params(
-        on_band=on_band, token_on_band=token_on_band, seq_on_band=seq_on_band,
-        window=window, seq_clip=seq_clip, mask_policy=mask_policy,
-    )  # fmt: skip
+    params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
         result = run_sweep(
             paths,

@@ -92,6 +92,7 @@ Columns = Annotated[
 
 
 def timeline(
+    ctx: typer.Context,
     paths: TimelinePaths,
     json_out: TimelineJson = None,
     parquet_out: TimelineParquet = None,
@@ -143,7 +144,7 @@ def timeline(
         progress_bar,
         stdout_console,
     )
-    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.cli._options import command_analysis_params, load_options
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.timeline import show_timeline
     from ratioscope.render.verdict import show_verdict
@@ -156,14 +157,7 @@ def timeline(
     check_suffix(parquet_out, ".parquet", "--parquet")
     compile_step_from(step_from)  # a bad pattern fails before any file is read
     limits = None if thresholds is None else load_thresholds(thresholds)
-    params = analysis_params(
-        clip=clip, seq_clip=seq_clip, is_threshold=is_threshold, on_band=on_band,
-        token_on_band=token_on_band, seq_on_band=seq_on_band,
-        window=window, lfr_cutoff=lfr_cutoff, space=space, kalman_q=kalman_q,
-        kalman_v=kalman_v, mask_policy=mask_policy, kalman_impl=kalman_impl,
-        cov_scope=cov_scope, fpa_lambda=fpa_lambda, fpa_lambdas=fpa_lambda_sweep,
-        fpa_threshold=fpa_threshold, delta=delta, deltas=delta_sweep,
-    )  # fmt: skip
+    params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
         result = ratioscope.timeline(
             paths,
