@@ -172,3 +172,55 @@ def test_diversity_scores_identical_texts_and_no_pairs():
     assert skipped.pairs == 0 and np.isnan(skipped.rouge_l)
     assert skipped.tfidf_cosine == pytest.approx(1.0)
     assert np.isnan(mean_offdiagonal(np.ones((1, 1))))
+
+
+# ---- the batched path of eval-ucc against the per-pair reference ----------------------
+
+EDGE_TEXTS = [
+    "",
+    "...",
+    "x = 2",
+    "X=2!",
+    "Ünïcode ſtraße x_1 K-means: x²=4, √9 = 3",
+    "İi ǅ ΣΑΣ \x1c\x1f tab\tand\nnew line",
+    "the answer is 4",
+    "the answer is 4",
+]
+
+
+def _problem_texts() -> list[list[str]]:
+    rows = [json.loads(line) for line in SLICE.read_text(encoding="utf-8").splitlines()]
+    return [row["response"] for row in rows] + [real_responses(), EDGE_TEXTS, EDGE_TEXTS[:1]]
+
+
+@pytest.mark.parametrize("pattern", [r"(?u)\b\w+\b", r"\b\w\w+\b", r"[a-z]+(\d)"])
+@pytest.mark.parametrize("max_pairs", [0, 3, 500])
+def test_problem_similarity_equals_the_per_pair_reference(pattern, max_pairs):
+    from ratioscope.functional.clustering import cluster_labels
+    from ratioscope.functional.diversity import problem_similarity
+
+    for texts in _problem_texts():
+        reference = tfidf_similarity(texts, pattern)
+        found = problem_similarity(texts, max_pairs, seed=0, token_pattern=pattern)
+        np.testing.assert_allclose(found.similarity, reference, rtol=0, atol=1e-12)
+        assert cluster_labels(found.similarity).tolist() == cluster_labels(reference).tolist()
+        if len(texts) < 2:
+            assert found.diversity is None
+            continue
+        want = diversity_scores(texts, reference, max_pairs, seed=0, token_pattern=pattern)
+        got = found.diversity
+        assert got is not None and got.pairs == want.pairs
+        assert got.tfidf_cosine == pytest.approx(want.tfidf_cosine, abs=1e-12)
+        for key in ("rouge_l", "jaccard", "edit_similarity"):  # same pairs, same arithmetic
+            assert getattr(got, key) == getattr(want, key) or (
+                np.isnan(getattr(got, key)) and np.isnan(getattr(want, key))
+            ), key
+
+
+def test_fast_tokens_equal_the_regular_expressions():
+    from ratioscope.functional.clustering import token_lists
+
+    lowered = [text.lower() for text in [*EDGE_TEXTS, *real_responses()[:20]]]
+    assert token_lists(lowered) == [lexical_tokens(text) for text in lowered]
+    every_code_point = "".join(map(chr, range(0x3000)))  # letters, digits, marks, spaces
+    assert token_lists([every_code_point.lower()]) == [lexical_tokens(every_code_point)]

@@ -41,13 +41,12 @@ from ratioscope.functional.clustering import (
     LINKAGES,
     cluster_labels,
     cluster_sizes,
-    tfidf_similarity,
 )
 from ratioscope.functional.diversity import (
     DEFAULT_MAX_PAIRS,
     DEFAULT_SEED,
     DiversityScores,
-    diversity_scores,
+    problem_similarity,
 )
 from ratioscope.io.samples import MethodSamples, ProblemSamples, SampleSet
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
@@ -268,17 +267,14 @@ def _method_values(
 def _cluster_problem(
     problem: ProblemSamples, options: _ClusterOptions
 ) -> tuple[np.ndarray, DiversityScores | None]:
+    """Correct-cluster sizes [C] and diversity (None below two correct) of one problem."""
     texts = [r for r, ok in zip(problem.responses, problem.correct.tolist(), strict=True) if ok]
     if not texts:
         return np.zeros(0, dtype=np.int64), None
-    similarity = tfidf_similarity(texts, options.token_pattern)
-    sizes = cluster_sizes(cluster_labels(similarity, options.threshold, options.linkage))
-    if len(texts) < 2:
-        return sizes, None
-    scores = diversity_scores(
-        texts, similarity, options.max_pairs, options.seed, options.token_pattern
-    )
-    return sizes, scores
+    # one tokenisation feeds the TF-IDF of the clusters and the diversity scores
+    found = problem_similarity(texts, options.max_pairs, options.seed, options.token_pattern)
+    sizes = cluster_sizes(cluster_labels(found.similarity, options.threshold, options.linkage))
+    return sizes, found.diversity
 
 
 def _method_result(values: _MethodValues, ks: list[int], warnings: list[str]) -> MethodResult:

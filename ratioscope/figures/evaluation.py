@@ -21,7 +21,7 @@ from ratioscope.functional.clustering import (
     DEFAULT_TOKEN_PATTERN,
     cluster_labels,
     cluster_order,
-    tfidf_similarity,
+    tfidf_cosine,
 )
 from ratioscope.io.samples import SampleFields, SampleSet
 from ratioscope.progress import ProgressCallback
@@ -75,7 +75,7 @@ def similarity_panels(
         positions = np.flatnonzero(found.correct)
         texts = [found.responses[i] for i in positions.tolist()]
         indices = positions if found.sample_index is None else found.sample_index[positions]
-        similarity = tfidf_similarity(texts, token_pattern)
+        similarity = tfidf_cosine(texts, token_pattern)  # as eval-ucc clusters them
         labels = cluster_labels(similarity, threshold, linkage)
         order = cluster_order(labels)
         panels.append(

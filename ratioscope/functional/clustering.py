@@ -9,7 +9,10 @@ matter in mathematics; punctuation and operators are not tokens in either.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -61,6 +64,126 @@ def tfidf_similarity(
     similarity = np.asarray((vectors @ vectors.T).todense(), dtype=np.float64)
     np.clip(similarity, 0.0, 1.0, out=similarity)
     empty_rows = np.flatnonzero(vectors.getnnz(axis=1) == 0)
+    if empty_rows.size:
+        similarity[np.ix_(empty_rows, empty_rows)] = _identical_text_similarity(texts, empty_rows)
+    np.fill_diagonal(similarity, 1.0)
+    return similarity
+
+
+class SeparatorTable(dict[int, int]):
+    """A ``str.translate`` table that maps every character outside a class to a space.
+
+    Each code point is classified once, on first sight, and remembered, so translating
+    then splitting on whitespace runs in C: about three times faster than
+    ``re.findall`` on 1 KB responses, with the same tokens (maximal runs of the class).
+    """
+
+    def __init__(self, member: re.Pattern[str]) -> None:
+        super().__init__()
+        self._member = member
+
+    def __missing__(self, code: int) -> int:
+        value = code if self._member.fullmatch(chr(code)) else ord(" ")
+        self[code] = value
+        return value
+
+
+# "\b\w+\b" matches exactly the maximal runs of word characters, and no word character
+# is whitespace for str.split, so translate-and-split gives re.findall's tokens.
+_WORD_SEPARATORS = SeparatorTable(re.compile(r"\w"))
+
+
+def token_lists(
+    lowered: Sequence[str], token_pattern: str = DEFAULT_TOKEN_PATTERN
+) -> list[list[str]]:
+    """Tokens of already lower-cased texts, as ``re.findall(token_pattern, text)`` gives them.
+
+    The default pattern takes a faster route with identical output (see
+    :class:`SeparatorTable`); any other pattern runs through ``re.findall``.
+
+    >>> token_lists(["let x = 2;", "ünï_2 + y"])
+    [['let', 'x', '2'], ['ünï_2', 'y']]
+    """
+    if token_pattern == DEFAULT_TOKEN_PATTERN:
+        return [text.translate(_WORD_SEPARATORS).split() for text in lowered]
+    compiled = re.compile(token_pattern)
+    return [compiled.findall(text) for text in lowered]
+
+
+@dataclass(frozen=True)
+class TermCounts:
+    """Term counts of m texts over their sorted vocabulary (scikit-learn's order).
+
+    Attributes:
+        counts: [m, V] int64, counts[i, t] = occurrences of term t in text i.
+    """
+
+    counts: np.ndarray
+
+    @property
+    def present(self) -> np.ndarray:
+        """[m, V] bool: term t occurs in text i (the token sets of Jaccard)."""
+        return self.counts > 0
+
+
+def term_counts(tokens: Sequence[Sequence[str]]) -> TermCounts:
+    """Count the tokens of m texts into an [m, V] matrix, V = distinct tokens, sorted.
+
+    >>> term_counts([["b", "a", "b"], []]).counts.tolist()
+    [[1, 2], [0, 0]]
+    """
+    vocabulary = sorted(set().union(*tokens)) if tokens else []
+    width = len(vocabulary)
+    column = dict(zip(vocabulary, range(width), strict=True))
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    ids = np.fromiter(
+        chain.from_iterable(map(column.__getitem__, text) for text in tokens),
+        dtype=np.int64,
+        count=int(lengths.sum()),
+    )
+    rows = np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
+    flat = np.bincount(rows * width + ids, minlength=len(tokens) * width)
+    return TermCounts(flat.reshape(len(tokens), width).astype(np.int64, copy=False))
+
+
+def tfidf_cosine(
+    texts: Sequence[str],
+    token_pattern: str = DEFAULT_TOKEN_PATTERN,
+    terms: TermCounts | None = None,
+) -> np.ndarray:
+    """:func:`tfidf_similarity` without scikit-learn, optionally from known term counts.
+
+    Equal to :func:`tfidf_similarity` to 1e-15 (tested); eval-ucc uses this one, which
+    lets the diversity scores reuse the counts instead of tokenising the texts again.
+
+    The same weights as ``TfidfVectorizer``'s defaults: raw counts times the smoothed
+    idf ``ln((1 + m) / (1 + df)) + 1``, rows scaled to unit l2 norm; and the same rule
+    for texts without a token (similarity 1 to identical texts, 0 to the others).
+
+    Args:
+        texts: m texts (compared as strings where a text has no token).
+        token_pattern: regular expression for one token.
+        terms: their counts (:func:`term_counts` of :func:`token_lists`), when known.
+
+    Returns:
+        [m, m] float64, symmetric, ones on the diagonal, values in [0, 1].
+
+    >>> tfidf_cosine(["x = 2", "X = 2", "y is 3"]).round(3).tolist()
+    [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    """
+    if terms is None:
+        terms = term_counts(token_lists([text.lower() for text in texts], token_pattern))
+    counts = terms.counts.astype(np.float64)
+    m = counts.shape[0]
+    if m == 0:
+        return np.zeros((0, 0))
+    df = np.count_nonzero(terms.counts, axis=0)
+    weights = counts * (np.log((m + 1) / (df + 1)) + 1.0)
+    norms = np.sqrt(np.einsum("ij,ij->i", weights, weights))
+    unit = weights / np.where(norms > 0.0, norms, 1.0)[:, None]
+    similarity = unit @ unit.T
+    np.clip(similarity, 0.0, 1.0, out=similarity)
+    empty_rows = np.flatnonzero(norms == 0.0)
     if empty_rows.size:
         similarity[np.ix_(empty_rows, empty_rows)] = _identical_text_similarity(texts, empty_rows)
     np.fill_diagonal(similarity, 1.0)
