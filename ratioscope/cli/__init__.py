@@ -163,6 +163,7 @@ def _register() -> None:
         info,
         merge,
         metrics,
+        objectives,
         plot,
         sweep,
         timeline,
@@ -173,6 +174,7 @@ def _register() -> None:
     app.command("sweep")(sweep.sweep)
     app.command("timeline")(timeline.timeline)
     app.command("compare")(compare.compare)
+    app.command("objectives")(objectives.objectives)
     app.add_typer(plot.plot_app, name="plot")
     app.command("eval-passk")(eval_passk.eval_passk)
     app.command("eval-ucc")(eval_ucc.eval_ucc)

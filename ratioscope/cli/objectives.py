@@ -1,0 +1,125 @@
+"""``ratioscope objectives``: what each objective would do to the batch, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ratioscope.cli._options import (
+    FORMAT_DEFAULT,
+    NONFINITE_DEFAULT,
+    Format,
+    GroupSize,
+    Mapping,
+    NonFinite,
+    Quiet,
+    UnsafePickle,
+)
+
+ObjectivePaths = Annotated[
+    list[str],
+    typer.Argument(
+        help="Dump files, directories or globs; each file is one batch.", show_default=False
+    ),
+]
+Methods = Annotated[
+    str | None,
+    typer.Option(
+        "--methods",
+        help="Methods to compare, comma-separated (default: all): grpo, dapo, dr_grpo, gspo, "
+        "gmpo, cispo, sapo, kpo, cw_grpo, tepo, quatro, fpa, tis, icepop, seq_tis, geo_rs, "
+        "k3_rs, m2po, opsm.",
+        rich_help_panel="Methods",
+        show_default=False,
+    ),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a method's hyper-parameter, METHOD.KEY=VALUE (repeatable), e.g. "
+        "--set dapo.clip=0.2,0.3 --set tis.cap=4. The defaults are listed by --list.",
+        rich_help_panel="Methods",
+        show_default=False,
+        metavar="METHOD.KEY=VALUE",
+    ),
+]
+ListMethods = Annotated[
+    bool,
+    typer.Option(
+        "--list",
+        help="List the methods with their sources and default hyper-parameters, and exit.",
+        rich_help_panel="Methods",
+    ),
+]
+ObjectivesJson = Annotated[
+    Path | None,
+    typer.Option(
+        "--json", help="Write the comparison as JSON (atomically).", rich_help_panel="Output"
+    ),
+]
+
+
+def objectives(
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Dump files, directories or globs; each file is one batch.",
+            show_default=False,
+        ),
+    ] = None,
+    methods: Methods = None,
+    settings: SetOption = None,
+    list_methods: ListMethods = False,
+    json_out: ObjectivesJson = None,
+    format: Format = FORMAT_DEFAULT,
+    mapping: Mapping = None,
+    nonfinite: NonFinite = NONFINITE_DEFAULT,
+    unsafe_pickle: UnsafePickle = False,
+    group_size: GroupSize = None,
+    quiet: Quiet = False,
+) -> None:
+    """What GRPO, DAPO, GSPO, GMPO, CISPO, SAPO, KPO, CW-GRPO, TEPO, QUATRO, FPA and the
+    train/inference corrections would each do to this batch: the per-token policy-gradient
+    coefficient of every method, compared (zeroed tokens, concentration, Gini, ESS, sign
+    flips against GRPO, correlations).
+
+    Example: ratioscope objectives sample_data/verl/ --methods grpo,dapo,gspo,kpo
+    """
+    from ratioscope.cli._common import (
+        announce_written,
+        check_output_paths,
+        check_suffix,
+        progress_bar,
+        stdout_console,
+    )
+    from ratioscope.cli._options import load_options
+    from ratioscope.errors import UsageError
+    from ratioscope.io.loaders import expand_paths
+    from ratioscope.objective_methods import parse_settings
+    from ratioscope.render.objectives import show_methods, show_objectives
+
+    if list_methods:
+        show_methods(stdout_console())
+        return
+    if not paths:
+        raise UsageError("give dump files or directories (or --list to see the methods)")
+    check_output_paths(list(expand_paths(paths)), [json_out])
+    check_suffix(json_out, ".json", "--json")
+    overrides = parse_settings(settings)
+    import ratioscope.objectives as library
+
+    with progress_bar(not quiet) as progress:
+        result = library.objectives(
+            paths,
+            methods=methods,
+            settings=overrides,
+            load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
+            progress=progress,
+        )
+    show_objectives(result, stdout_console())
+    if json_out is not None:
+        result.write_json(json_out)
+    announce_written([json_out], quiet)

@@ -1,0 +1,378 @@
+"""The methods of the side-by-side view: names, sources, defaults, what each needs.
+
+Each :class:`Method` turns the tensors of one batch (:class:`MethodInputs`) into its
+per-token policy-gradient coefficient (:class:`~ratioscope.functional.objectives.
+Coefficients`) with the formulas of :mod:`ratioscope.functional.objectives` and
+:mod:`ratioscope.functional.corrections`. Hyper-parameters default to the values of the
+method's paper or reference implementation (``source`` says which) and are overridden by
+``settings`` (``ratioscope objectives --set dapo.clip=0.2,0.3``). docs/objectives.md
+lists them with their formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from ratioscope.errors import ParameterError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from ratioscope.batch import TokenBatch
+    from ratioscope.functional.objectives import Coefficients
+
+Setting = float | tuple[float, ...] | str
+Settings = Mapping[str, Setting]
+
+#: the method every other one is compared with (sign flips) and the base the
+#: train/inference corrections reweight
+REFERENCE = "grpo"
+
+
+class MissingInput(Exception):
+    """A method cannot run on a batch: ``reason`` names the missing tensor."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class MethodInputs:
+    """The tensors of one batch, with what several methods share computed once.
+
+    Attributes:
+        batch: the :class:`~ratioscope.batch.TokenBatch` (one file).
+        fpa_exact_device: where exact FPA log-probs are computed from logits.
+    """
+
+    batch: TokenBatch
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mask(self) -> Tensor:
+        return self.batch.mask
+
+    @property
+    def z(self) -> Tensor:
+        return self.batch.log_ratio
+
+    def need(self, name: str, why: str = "") -> Tensor:
+        """The batch tensor ``name``, or :class:`MissingInput` naming it."""
+        value = getattr(self.batch, name)
+        if value is None:
+            raise MissingInput(f"needs `{name}`" + (f" ({why})" if why else ""))
+        return value
+
+    @property
+    def advantages(self) -> Tensor:
+        return self.need("advantages")
+
+    @cached_property
+    def groups(self) -> tuple[Tensor, Tensor, int]:
+        """``(rewards [B], group [B], G)``."""
+        rewards = self.need("rewards", "group rewards")
+        group = self.need("group", "prompt ids")
+        return rewards, group, int(group.max()) + 1 if group.numel() else 0
+
+    @cached_property
+    def rollout_log_ratio(self) -> Tensor:
+        """``log pi_old - log pi_rollout`` [B, T] float64, 0 at masked positions."""
+        import torch
+
+        old = self.need("old_log_probs", "the trainer's behaviour log-probs")
+        rollout = self.need("rollout_log_probs", "the inference engine's log-probs")
+        return torch.where(self.mask, old.double() - rollout.double(), 0.0)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of the side-by-side view.
+
+    Attributes:
+        name: its key (``--methods``, report keys).
+        label: how tables and plots name it.
+        family: ``clip`` (the clipping family), ``paper`` (the five papers),
+            ``correction`` (train/inference corrections), ``advantage`` (a different
+            advantage on GRPO's objective).
+        source: the paper or reference implementation its formula and defaults follow.
+        defaults: its hyper-parameters.
+        compute: ``(inputs, settings) -> Coefficients``.
+    """
+
+    name: str
+    label: str
+    family: str
+    source: str
+    defaults: Mapping[str, Setting]
+    compute: Callable[[MethodInputs, Settings], Coefficients]
+
+    def settings(self, overrides: Settings | None = None) -> dict[str, Setting]:
+        """The defaults with ``overrides`` applied (unknown keys refused)."""
+        merged = dict(self.defaults)
+        for key, value in (overrides or {}).items():
+            if key not in merged:
+                known = ", ".join(sorted(merged)) or "none"
+                raise ParameterError(
+                    "settings", f"{self.name} has no setting '{key}' (its settings: {known})"
+                )
+            merged[key] = _coerce(self.name, key, self.defaults[key], value)
+        return merged
+
+
+def _coerce(method: str, key: str, default: Setting, value: Any) -> Setting:
+    """``value`` (a string from the command line, or a Python value) as ``default``'s type."""
+    where = f"{method}.{key}"
+    try:
+        if isinstance(default, tuple):
+            items = value.split(",") if isinstance(value, str) else list(value)
+            parsed = tuple(float(v) for v in items)
+            if len(parsed) != len(default):
+                raise ValueError(f"expected {len(default)} comma-separated numbers")
+            return parsed
+        if isinstance(default, str):
+            return str(value)
+        number = float(value)
+    except (TypeError, ValueError) as error:
+        raise ParameterError("settings", f"{where}: cannot read {value!r} ({error})") from None
+    if not math.isfinite(number):
+        raise ParameterError("settings", f"{where} must be finite, got {value!r}")
+    return number
+
+
+def _pair(settings: Settings, key: str) -> tuple[float, float]:
+    low, high = settings[key]  # type: ignore[misc]
+    return float(low), float(high)
+
+
+# --------------------------------------------------------------- compute functions
+def _grpo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import ppo_clip_coefficients
+
+    return ppo_clip_coefficients(
+        inputs.z, inputs.advantages, inputs.mask, _pair(s, "clip"), str(s["aggregation"])
+    )
+
+
+def _dr_grpo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import dr_grpo_advantages, ppo_clip_coefficients
+
+    rewards, group, _ = inputs.groups
+    advantages = dr_grpo_advantages(rewards, group)
+    return ppo_clip_coefficients(inputs.z, advantages, inputs.mask, _pair(s, "clip"), "token-sum")
+
+
+def _gspo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import gspo_coefficients
+
+    return gspo_coefficients(inputs.z, inputs.advantages, inputs.mask, _pair(s, "clip"))
+
+
+def _gmpo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import gmpo_coefficients
+
+    return gmpo_coefficients(inputs.z, inputs.advantages, inputs.mask, _pair(s, "clip"))
+
+
+def _cispo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import cispo_coefficients
+
+    return cispo_coefficients(inputs.z, inputs.advantages, inputs.mask, _pair(s, "clip"))
+
+
+def _sapo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import sapo_coefficients
+
+    return sapo_coefficients(
+        inputs.z,
+        inputs.advantages,
+        inputs.mask,
+        (float(s["tau_pos"]), float(s["tau_neg"])),  # type: ignore[arg-type]
+    )
+
+
+def _kpo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import kpo_coefficients
+
+    return kpo_coefficients(
+        inputs.z,
+        inputs.advantages,
+        inputs.mask,
+        _pair(s, "clip"),
+        q=float(s["q"]),  # type: ignore[arg-type]
+        v=float(s["v"]),  # type: ignore[arg-type]
+    )
+
+
+def _cw_grpo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.covariance import covariance_weights
+    from ratioscope.functional.objectives import ppo_clip_coefficients, token_advantages
+
+    log_probs = inputs.need("log_probs", "the covariance uses log pi_theta itself")
+    advantages = token_advantages(inputs.advantages, inputs.mask)
+    scope = str(s["scope"])
+    if scope not in ("group", "batch"):
+        raise ParameterError("settings", f"cw_grpo.scope must be 'group' or 'batch', got '{scope}'")
+    group = inputs.batch.group if scope == "group" else None
+    _, _, w_norm = covariance_weights(log_probs.double(), advantages, inputs.mask, group)
+    return ppo_clip_coefficients(
+        inputs.z, advantages * w_norm, inputs.mask, _pair(s, "clip"), "seq-mean-token-mean"
+    )
+
+
+def _tepo(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import tepo_coefficients
+
+    return tepo_coefficients(
+        inputs.z,
+        inputs.advantages,
+        inputs.mask,
+        _pair(s, "clip"),
+        inputs.batch.entropy,
+        inputs.batch.old_entropy,
+        beta=float(s["beta"]),  # type: ignore[arg-type]
+    )
+
+
+def _quatro(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.objectives import quatro_coefficients
+    from ratioscope.functional.quatro import quatro_duals
+
+    rewards, group, n_groups = inputs.groups
+    duals = quatro_duals(rewards.double(), group, delta=float(s["delta"]))  # type: ignore[arg-type]
+    return quatro_coefficients(inputs.z, duals.adv, inputs.mask, n_groups)
+
+
+def _fpa(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.fpa import future_log_probs_approx, future_log_probs_exact
+    from ratioscope.functional.objectives import fpa_coefficients
+
+    batch = inputs.batch
+    correct = inputs.need("correct", "FPA's reward is +1 correct, -1 incorrect")
+    lam = float(s["lam"])  # type: ignore[arg-type]
+    if batch.logits is not None and batch.ref_logits is not None and batch.token_ids is not None:
+        future = future_log_probs_exact(
+            batch.logits, batch.ref_logits, batch.token_ids, lam=lam, mask=inputs.mask
+        )
+        inputs.cache["fpa_method"] = "exact"
+    else:
+        log_probs = inputs.need("log_probs", "pi_theta of the sampled tokens")
+        ref = inputs.need("ref_log_probs", "the reference policy FPA extrapolates from")
+        future = future_log_probs_approx(log_probs.double(), ref.double(), lam)
+        inputs.cache["fpa_method"] = "approximation"
+    return fpa_coefficients(future.double(), correct, inputs.mask)
+
+
+def _clip_defaults(low: float, high: float, aggregation: str | None = None) -> dict[str, Setting]:
+    out: dict[str, Setting] = {"clip": (low, high)}
+    if aggregation is not None:
+        out["aggregation"] = aggregation
+    return out
+
+
+#: the methods, in the order of the tables
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "grpo", "GRPO", "clip",
+            "DeepSeekMath (Shao et al. 2024) Eq. 3: token clip eps 0.2, seq-mean-token-mean",
+            _clip_defaults(0.2, 0.2, "seq-mean-token-mean"), _grpo,
+        ),
+        Method(
+            "dapo", "DAPO", "clip",
+            "DAPO (Yu et al. 2025) Eq. 8: clip-higher 0.2 / 0.28, token-mean",
+            _clip_defaults(0.2, 0.28, "token-mean"), _grpo,
+        ),
+        Method(
+            "gspo", "GSPO", "clip",
+            "GSPO (Zheng et al. 2025) Eq. 5 and GSPO-token: sequence ratio, eps 3e-4 / 4e-4",
+            _clip_defaults(3e-4, 4e-4), _gspo,
+        ),
+        Method(
+            "gmpo", "GMPO", "clip",
+            "GMPO (Zhao et al. 2025): geometric mean, token clip in log space (-0.4, 0.4)",
+            _clip_defaults(0.4, 0.4), _gmpo,
+        ),
+        Method(
+            "cispo", "CISPO", "clip",
+            "MiniMax-M1 (2025) Eq. 4: stop-gradient truncated ratio on A log pi; no lower bound",
+            _clip_defaults(1.0, 4.0), _cispo,
+        ),
+        Method(
+            "sapo", "SAPO", "clip",
+            "SAPO (Gao et al. 2025): soft gate 4/tau sigmoid(tau (r - 1)), tau 1.0 / 1.05",
+            {"tau_pos": 1.0, "tau_neg": 1.05}, _sapo,
+        ),
+        Method(
+            "dr_grpo", "Dr. GRPO", "advantage",
+            "Understanding R1-Zero-Like Training (Liu et al. 2025): R - mean R, no std; "
+            "token sum over a constant length; clip 0.2",
+            _clip_defaults(0.2, 0.2), _dr_grpo,
+        ),
+        Method(
+            "kpo", "KPO", "paper",
+            "KPO Eq. 10: GRPO on the Kalman-filtered ratio, Q 1e-6, V 1, band 3e-4 / 4e-4",
+            {"clip": (3e-4, 4e-4), "q": 1e-6, "v": 1.0}, _kpo,
+        ),
+        Method(
+            "cw_grpo", "CW-GRPO", "paper",
+            "CW-GRPO Sec. 2.3: GRPO with the kernel-weighted advantage w~ A",
+            {"clip": (0.2, 0.2), "scope": "group"}, _cw_grpo,
+        ),
+        Method(
+            "tepo", "TEPO", "paper",
+            "TEPO Eq. 4: sequence likelihood, token-mean, KL mask with beta 1e-3",
+            {"clip": (3e-4, 4e-4), "beta": 1e-3}, _tepo,
+        ),
+        Method(
+            "quatro", "QUATRO", "paper",
+            "QUATRO Eq. 14-15: dual advantages, radius 0.01, sequence ratio with its log term",
+            {"delta": 0.01}, _quatro,
+        ),
+        Method(
+            "fpa", "FPA", "paper",
+            "FPA Eq. 3: R pi_hat^(1/|y|) / |y| with lambda 1 (exact from logits, else the "
+            "approximation)",
+            {"lam": 1.0}, _fpa,
+        ),
+    )
+}  # fmt: skip
+
+
+def method_names(text: str | None) -> tuple[str, ...]:
+    """The methods named in a comma-separated list (None or "all": every method),
+    in the table order."""
+    if text is None or text.strip() in ("", "all"):
+        return tuple(METHODS)
+    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in wanted if name not in METHODS]
+    if unknown:
+        raise ParameterError(
+            "methods",
+            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}",
+        )
+    return tuple(name for name in METHODS if name in wanted)
+
+
+def parse_settings(items: list[str] | None) -> dict[str, dict[str, str]]:
+    """``["dapo.clip=0.2,0.3", "kpo.q=1e-4"]`` as ``{method: {key: text}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        method, dot, key = name.strip().partition(".")
+        if not sep or not dot or not key:
+            raise ParameterError(
+                "settings", f"expected METHOD.KEY=VALUE (e.g. dapo.clip=0.2,0.3), got '{item}'"
+            )
+        if method not in METHODS:
+            raise ParameterError(
+                "settings",
+                f"unknown method '{method}' in '{item}'; choose from {', '.join(METHODS)}",
+            )
+        out.setdefault(method, {})[key] = value.strip()
+    return out
