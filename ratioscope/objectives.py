@@ -401,7 +401,7 @@ def objectives(
         :class:`ObjectivesReport`.
     """
     from ratioscope.batch import TokenBatch
-    from ratioscope.io.loaders import LoadOptions, expand_paths, load_file
+    from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
     from ratioscope.report_io import tool_info
 
     names = (
@@ -420,6 +420,7 @@ def objectives(
                 f"settings given for {name}, which is not among the methods ({chosen_list})",
             )
     options = load_options or LoadOptions()
+    notes_run: list[str] = []
     if isinstance(paths, TokenBatch):
         sources: list[TokenBatch | Path] = [paths]
     else:
@@ -432,10 +433,14 @@ def objectives(
     inputs: list[dict[str, Any]] = []
     advantage_sums = _AdvantageSums()
     rollout = _RolloutRatioSums()
+    run = RunFiles(len(sources), options, notes_run)
     for index, source in enumerate(sources):
         label = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), Path(label).name))
-        batch = source if isinstance(source, TokenBatch) else load_file(source, options)
+        loaded = source if isinstance(source, TokenBatch) else run.load(source)
+        if loaded is None:  # a file of another kind, or a rank copy, that a walk found
+            continue
+        batch = loaded
         warnings.extend(batch.warnings)
         inputs.append(
             {
@@ -450,6 +455,8 @@ def objectives(
         advantage_sums.add(batch)
         rollout.add(batch)
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
+    run.check_any(bool(inputs))
+    warnings.extend(notes_run)
     for name in list(skipped):
         if name in totals.methods:  # ran on some files, not on others
             warnings.append(f"{METHODS[name].label} ran on some files only: {skipped.pop(name)}")

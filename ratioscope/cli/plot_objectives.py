@@ -1,4 +1,5 @@
-"""Objective-side figures for ``ratioscope plot``: covariance (CW-GRPO)."""
+"""Objective-side figures for ``ratioscope plot``: covariance (CW-GRPO) and objectives
+(every method's per-token coefficient side by side)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ Inputs = Annotated[
 def register(plot_app: typer.Typer) -> None:
     """Add this module's plot kinds to ``plot_app``."""
     plot_app.command("covariance")(covariance)
+    plot_app.command("objectives")(objectives)
 
 
 def covariance(
@@ -71,4 +73,73 @@ def covariance(
         )
     assert report.covariance is not None  # section_or_analysis raises otherwise
     plot_covariance(report.covariance, out, source)
+    announce_written([out], quiet)
+
+
+ObjectiveInputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="Dump files, directories or globs; each file is one batch.", show_default=False
+    ),
+]
+
+
+def objectives(
+    paths: ObjectiveInputs,
+    out: FigureOut,
+    sequence: Annotated[
+        int | None,
+        typer.Option(
+            "--sequence",
+            "-s",
+            help="Sequence index, counted over all files (default: the first file's sequence "
+            "with a non-zero coefficient on which the methods' rules bind most often).",
+            min=0,
+        ),
+    ] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            "--methods",
+            help="Methods to draw, comma-separated (default: all that the dump allows).",
+            show_default=False,
+        ),
+    ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a method's hyper-parameter, METHOD.KEY=VALUE (repeatable).",
+            show_default=False,
+            metavar="METHOD.KEY=VALUE",
+        ),
+    ] = None,
+    format: Format = FORMAT_DEFAULT,
+    mapping: Mapping = None,
+    unsafe_pickle: UnsafePickle = False,
+    quiet: Quiet = False,
+) -> None:
+    """Each method's per-token policy-gradient coefficient along one sequence (small
+    multiples sharing the token axis) and the concentration curves of all methods.
+
+    Example: ratioscope plot objectives sample_data/verl/ --methods grpo,gspo,kpo --out obj.png
+    """
+    import ratioscope.objectives as library
+    from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
+    from ratioscope.cli._options import load_options
+    from ratioscope.figures.objectives import coefficient_trace
+    from ratioscope.objective_methods import parse_settings
+    from ratioscope.render.figures import check_figure_path
+    from ratioscope.render.objectives_plots import plot_objectives
+
+    check_figure_path(out)
+    check_output_paths([Path(p) for p in paths], [out])
+    overrides = parse_settings(settings)
+    options = load_options(format, mapping, "error", unsafe_pickle)
+    with progress_bar(not quiet) as progress:
+        result = library.objectives(
+            paths, methods=methods, settings=overrides, load_options=options, progress=progress
+        )
+        trace = coefficient_trace(paths, sequence, methods, overrides, options)
+    plot_objectives(trace, result, out, ", ".join(paths))
     announce_written([out], quiet)

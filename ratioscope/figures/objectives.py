@@ -1,0 +1,132 @@
+"""What ``plot objectives`` draws: one sequence's coefficients per method, and the run's
+concentration curves (:mod:`ratioscope.objectives`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from ratioscope.functional.objectives import Coefficients
+    from ratioscope.io.loaders import LoadOptions
+
+CHOSEN_BECAUSE = (
+    "chosen: the sequence of the first file with a non-zero advantage on which the "
+    "methods' rules bind on the most tokens"
+)
+
+
+@dataclass(frozen=True)
+class CoefficientTrace:
+    """One sequence's per-token coefficient under each method.
+
+    Attributes:
+        source: the file; row: the row in it; index: counted over all files.
+        chosen_because: why this sequence ("" when it was asked for).
+        advantage: the sequence's advantage at its first token (None without one).
+        correct: its correctness (None when unknown).
+        values: per method, the exact coefficient ``dJ/d log pi`` on this batch at each
+            valid token (the batch constant applied).
+        bound: per method, whether one of its rules binds at each valid token.
+        labels: per method, its label.
+    """
+
+    source: str
+    row: int
+    index: int
+    chosen_because: str
+    advantage: float | None
+    correct: bool | None
+    values: dict[str, list[float]]
+    bound: dict[str, list[bool]]
+    labels: dict[str, str]
+
+
+def informative_row(coefficients: dict[str, Coefficients], mask: Tensor) -> int:
+    """The row with a non-zero coefficient under some method on which the methods' rules
+    bind on the most tokens, ties to the longer row, then the first; 0 for no rows."""
+    import torch
+
+    rows = mask.shape[0]
+    if rows == 0:
+        return 0
+    bound = torch.zeros(mask.shape, dtype=torch.long)
+    moving = torch.zeros(rows, dtype=torch.bool)
+    for coef in coefficients.values():
+        any_flag = torch.zeros(mask.shape, dtype=torch.bool)
+        for flag in coef.flags.values():
+            any_flag |= flag
+        bound += any_flag.long()
+        moving |= (coef.values != 0).any(dim=1)
+    score = bound.sum(dim=1)
+    lengths = mask.sum(dim=1)
+    candidates = [r for r in range(rows) if bool(moving[r])] or list(range(rows))
+    return max(candidates, key=lambda r: (int(score[r]), int(lengths[r]), -r))
+
+
+def coefficient_trace(
+    paths: Iterable[str | Path],
+    index: int | None = None,
+    methods: Sequence[str] | str | None = None,
+    settings: dict[str, dict[str, Any]] | None = None,
+    load_options: LoadOptions | None = None,
+) -> CoefficientTrace:
+    """The coefficients of sequence ``index`` (counted over all files in order), or of
+    the first file's :func:`informative_row`.
+
+    Raises:
+        ParameterError: ``index`` is past the last sequence.
+    """
+    from ratioscope.errors import ParameterError
+    from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
+    from ratioscope.objective_methods import METHODS, method_names
+    from ratioscope.objectives import batch_coefficients
+
+    names = method_names(
+        methods if methods is None or isinstance(methods, str) else ",".join(methods)
+    )
+    chosen = {name: METHODS[name].settings((settings or {}).get(name)) for name in names}
+    files = expand_paths(list(paths))
+    run = RunFiles(len(files), load_options or LoadOptions())
+    seen = 0
+    for path in files:
+        batch = run.load(path)
+        if batch is None:
+            continue
+        if index is not None and index >= seen + batch.num_sequences:
+            seen += batch.num_sequences
+            continue
+        coefficients = batch_coefficients(batch, names, chosen)
+        row = informative_row(coefficients, batch.mask) if index is None else index - seen
+        valid = batch.mask[row]
+        advantage = None if batch.advantages is None else float(batch.advantages[row, 0])
+        correct = None if batch.correct is None else bool(batch.correct[row])
+        return CoefficientTrace(
+            source=str(path),
+            row=row,
+            index=seen + row,
+            chosen_because=CHOSEN_BECAUSE if index is None else "",
+            advantage=advantage,
+            correct=correct,
+            values={
+                name: (coef.values[row][valid] * coef.scale).tolist()
+                for name, coef in coefficients.items()
+            },
+            bound={name: _bound(coef, row, valid) for name, coef in coefficients.items()},
+            labels={name: METHODS[name].label for name in coefficients},
+        )
+    run.check_any(seen > 0)
+    raise ParameterError("sequence", f"{index} is out of range: the input has {seen} sequences")
+
+
+def _bound(coef: Coefficients, row: int, valid: Tensor) -> list[bool]:
+    import torch
+
+    flags = torch.zeros(valid.shape, dtype=torch.bool)
+    for flag in coef.flags.values():
+        flags |= flag[row]
+    return flags[valid].tolist()
