@@ -123,13 +123,28 @@ class MetricCurves:
 
     ``threshold`` and ``linkage`` are those of the UCC@k clusters (None for Pass@k):
     the reports' own when reports were given, so a figure's label always says what
-    its numbers are.
+    its numbers are. ``notes`` are lines for the figure saying what was measured on
+    what: the problems, the samples per problem, and where k was cut.
     """
 
     metric: str
     curves: dict[str, dict[int, float]]
     threshold: float | None = None
     linkage: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What one curve was measured on: its problems (ids when known) and n per problem."""
+
+    label: str
+    origin: str  # the report's file name, or "samples"
+    problems: int
+    ids: frozenset[str] | None
+    n_min: int
+    n_max: int
+    from_report: bool
 
 
 def metric_curves(
@@ -153,10 +168,17 @@ def metric_curves(
     beside reports are clustered with the reports' threshold and linkage, so that all
     curves of a figure are comparable.
 
+    Curves are compared on the same problems: methods of sample files that answer
+    different problems are cut to the problems they share (a note says how many each
+    lost); a report cannot be cut, so a report whose problems differ from the other
+    curves' is refused. Where the methods have different numbers of samples per
+    problem, k stops at the smallest, and a note says so.
+
     Raises:
         ParameterError: a choice that a report input cannot honour (see
             :func:`ratioscope.params.refuse_unlike_report`).
-        UsageError: reports made with different clustering parameters.
+        UsageError: reports made with different clustering parameters; curves measured
+            on different problems that cannot be cut to the same ones.
         ReportError: a report without ``metric``.
     """
     from ratioscope.io.paths import is_report_path
@@ -173,10 +195,12 @@ def metric_curves(
             DEFAULT_THRESHOLD if threshold is None else threshold, linkage or DEFAULT_LINKAGE
         )
     sources: list[tuple[str, dict[str, dict[int, float]]]] = []
+    measured: list[_Measured] = []
     stored: dict[str, Any] = {}
     for path in report_paths:
         document = read_json_report(path)
         sources.append((path.name, curves_from_report(document, metric, path)))
+        measured += _report_measures(document, path)
         _agree(stored, path, document.get("params") or {}, metric, ks, threshold, linkage)
     clustering: tuple[float, str] | None = None  # set for ucc_at_k only
     if metric == "ucc_at_k":  # the reports' clustering, else the user's, else the default
@@ -187,8 +211,10 @@ def metric_curves(
             linkage or DEFAULT_LINKAGE,
         )
         threshold, linkage = clustering
+    notes: list[str] = []
     if sample_paths:
-        sample_set = load_samples(sample_paths, fields)
+        sample_set, cut_note = common_problems(load_samples(sample_paths, fields))
+        notes += [cut_note] if cut_note else []
         if clustering is not None:
             result = evaluate_ucc(
                 sample_set,
@@ -205,7 +231,150 @@ def metric_curves(
             for name, block in result.by_method.items()
         }
         sources.append(("samples", curves))
-    return MetricCurves(metric, _label_curves(sources), threshold, linkage)
+        measured += _sample_measures(sample_set)
+    measured = _label_measures(measured)
+    _refuse_different_problems(measured)
+    labelled = _label_curves(sources)
+    notes += _measure_notes(measured, labelled, cut=bool(notes))
+    return MetricCurves(metric, labelled, threshold, linkage, tuple(notes))
+
+
+def common_problems(sample_set: SampleSet) -> tuple[SampleSet, str | None]:
+    """The sample set cut to the problems every method answers, and a note if it was cut.
+
+    Problems are matched by id (as text). The note names the count kept and, per
+    method, how many were left out, e.g. ``on the 4 problems all methods share
+    (left out: a: 2 of 6)``.
+
+    Raises:
+        UsageError: the methods share no problem.
+    """
+    from dataclasses import replace
+
+    methods = list(sample_set.methods.values())
+    ids = [{str(p.problem_id) for p in m.problems} for m in methods]
+    shared = set.intersection(*ids) if ids else set()
+    if all(len(i) == len(shared) for i in ids):
+        return sample_set, None
+    if not shared:
+        sizes = ", ".join(f"{m.method}: {len(m.problems)}" for m in methods)
+        raise UsageError(
+            f"the methods answer different problems and share none (problems {sizes}), so "
+            "their curves cannot be compared"
+        )
+    kept = {
+        m.method: replace(m, problems=tuple(p for p in m.problems if str(p.problem_id) in shared))
+        for m in methods
+    }
+    lost = ", ".join(
+        f"{m.method}: {len(m.problems) - len(kept[m.method].problems)} of {len(m.problems)}"
+        for m in methods
+        if len(kept[m.method].problems) < len(m.problems)
+    )
+    note = f"on the {len(shared)} problems all methods share (left out: {lost})"
+    return replace(sample_set, methods=kept), note
+
+
+def _report_measures(document: dict[str, Any], path: Path) -> list[_Measured]:
+    """Problems and samples per problem of each method of a report."""
+    found = []
+    for name, block in (document.get("by_method") or {}).items():
+        per_problem = ((block or {}).get("clusters") or {}).get("per_problem")
+        spread = block.get("samples_per_problem") or {}
+        found.append(
+            _Measured(
+                label=name,
+                origin=path.name,
+                problems=int(block.get("problems") or 0),
+                ids=None
+                if per_problem is None
+                else frozenset(str(p["problem"]) for p in per_problem),
+                n_min=int(spread.get("min") or 0),
+                n_max=int(spread.get("max") or 0),
+                from_report=True,
+            )
+        )
+    return found
+
+
+def _label_measures(measured: list[_Measured]) -> list[_Measured]:
+    """Labels as the curves get them (:func:`_label_curves`): the origin only on clashes."""
+    from dataclasses import replace
+
+    seen: dict[str, int] = {}
+    for m in measured:
+        seen[m.label] = seen.get(m.label, 0) + 1
+    return [
+        m if seen[m.label] == 1 else replace(m, label=f"{m.label} ({m.origin})") for m in measured
+    ]
+
+
+def _sample_measures(sample_set: SampleSet) -> list[_Measured]:
+    found = []
+    for method in sample_set.methods.values():
+        counts = [p.n for p in method.problems]
+        found.append(
+            _Measured(
+                label=method.method,
+                origin="samples",
+                problems=len(method.problems),
+                ids=frozenset(str(p.problem_id) for p in method.problems),
+                n_min=min(counts),
+                n_max=max(counts),
+                from_report=False,
+            )
+        )
+    return found
+
+
+def _refuse_different_problems(measured: list[_Measured]) -> None:
+    """Refuse curves on different problems where one of them is a report (not cut)."""
+    if not any(m.from_report for m in measured):
+        return  # sample methods were cut to their common problems already
+    first = measured[0]
+    for other in measured[1:]:
+        known = first.ids is not None and other.ids is not None
+        differ = first.ids != other.ids if known else first.problems != other.problems
+        if differ:
+            what = "as many, but other" if first.problems == other.problems else str(other.problems)
+            raise UsageError(
+                f"{first.label} ({first.origin}) was measured on {first.problems} problems and "
+                f"{other.label} ({other.origin}) on {what} problems; a report is plotted as "
+                "stored and cannot be cut to the problems they share, so give the sample files"
+            )
+
+
+def _measure_notes(
+    measured: list[_Measured], curves: dict[str, dict[int, float]], cut: bool
+) -> list[str]:
+    """The problems and samples per problem behind the curves, and where k stops."""
+    notes = []
+    if not cut:
+        counts = sorted({m.problems for m in measured})
+        notes.append(
+            f"{counts[0]} problems per method"
+            if len(counts) == 1
+            else "problems: " + ", ".join(f"{m.label} {m.problems}" for m in measured)
+        )
+    spreads = {(m.n_min, m.n_max) for m in measured}
+    if len(spreads) == 1:
+        low, high = next(iter(spreads))
+        each = f"{low} samples each" if low == high else f"{low}-{high} samples each"
+        notes[-1:] = [f"{notes[-1]}; {each}" if notes else each]
+        return notes
+    by_n: dict[int, list[str]] = {}
+    for m in measured:
+        by_n.setdefault(m.n_min, []).append(m.label)
+    listing = "; ".join(f"{', '.join(labels)}: {n}" for n, labels in sorted(by_n.items()))
+    ends = {max(curve) for curve in curves.values()}
+    if len(ends) > 1:
+        stop = "each curve stops at the largest k its input allows or its report was made with"
+    elif min(ends) == min(by_n):
+        stop = f"k stops at {min(ends)}, the fewest samples per problem"
+    else:
+        stop = f"k stops at {min(ends)}"
+    notes.append(f"{stop} (samples per problem: {listing})")
+    return notes
 
 
 def _refuse_fields(fields: SampleFields, reports: list[Path]) -> None:

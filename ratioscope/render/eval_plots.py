@@ -6,6 +6,7 @@ with matplotlib's Agg backend, so they work without a display.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,12 @@ def plot_curves(result: MetricCurves, out: Path) -> None:
 
     metric, curves = result.metric, result.curves
     y_label, title, scale = _CURVE_LABELS[metric]
-    subtitle = ""
+    lines = list(result.notes)
     if metric == "ucc_at_k":
-        subtitle = f"TF-IDF clusters at cosine >= {result.threshold}, {result.linkage} linkage"
+        lines.insert(
+            0, f"TF-IDF clusters at cosine >= {result.threshold}, {result.linkage} linkage"
+        )
+    subtitle = "\n".join(textwrap.fill(line, 95) for line in lines)
     figure, axes = plt.subplots(figsize=(7.0, 4.6), layout="constrained")
     all_ks: set[int] = set()
     markers = "osD^v<>pXh*"
@@ -63,7 +67,9 @@ def plot_curves(result: MetricCurves, out: Path) -> None:
     axes.set_xticklabels([str(k) for k in ticks])
     axes.set_xlabel("k (samples drawn per problem, log scale)")
     axes.set_ylabel(y_label)
-    axes.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    figure.suptitle(title, fontsize=11)
+    # what was measured on what (problems, samples, the k cut): said on the figure itself
+    axes.set_title(subtitle, fontsize=9, color="0.25")
     axes.grid(True, which="major", alpha=0.35)
     if metric == "pass_at_k":
         low = min((scale * v for c in curves.values() for v in c.values()), default=0.0)

@@ -5,6 +5,13 @@ UCC@k as expected counts (Table 3), then the diversity similarities (App. C.5) a
 flip rate per difficulty bucket (App. C.7). With more than one method the best value
 of each column is bold (highest, or lowest for similarities, where lower means more
 diverse).
+
+Each number is shown once: Pass@1, avg@k and the mean of Pass@1 ± SE are one quantity
+(the mean accuracy), so the Pass@k table has one ``Pass@1 ± SE`` column and no ``k=1``
+or ``avg`` column; UCC@k at k = n is the mean number of correct clusters, so the
+``clusters/problem`` column is shown only when the largest k is not every problem's n.
+With datasets, the first group of rows, ``all datasets``, holds every problem of each
+method, as the Pass@k table's caption says (the tables below it share its rows).
 """
 
 from __future__ import annotations
@@ -45,9 +52,17 @@ def _inputs_line(report: EvalReport) -> str:
     return "[dim]" + "; ".join(parts) + "[/]"
 
 
+#: label of the group of rows over every problem of a method when datasets are shown
+ALL_DATASETS = "all datasets"
+ALL_DATASETS_NOTE = (
+    f"{ALL_DATASETS} = every problem of the method, each weighing the same (not the mean "
+    "of the dataset rows); methods are never pooled"
+)
+
+
 def _groups(report: EvalReport) -> list[tuple[str, dict[str, MetricBlock]]]:
     """(dataset label, {method: block}) in display order: all problems first."""
-    groups: list[tuple[str, dict[str, MetricBlock]]] = [("all", dict(report.by_method))]
+    groups: list[tuple[str, dict[str, MetricBlock]]] = [(ALL_DATASETS, dict(report.by_method))]
     names: dict[str, None] = {}
     for result in report.by_method.values():
         names.update(dict.fromkeys(result.by_dataset or {}))
@@ -95,30 +110,38 @@ def _new_table(title: str, first_columns: list[str], caption: str = "") -> Table
 
 
 def passk_table(report: EvalReport) -> Table:
-    """Pass@k (%) per method and k, with avg@k and Pass@1 ± SE (FPA App. B.3)."""
-    ks = [str(k) for k in report.params.k]
+    """Pass@k (%) per method and k; Pass@1 (= avg@k) once, with its SE (FPA App. B.3)."""
+    ks = [str(k) for k in report.params.k if k != 1]  # k = 1 is the Pass@1 column
     groups = _groups(report)
     with_datasets = len(groups) > 1
+    blocks_shown = [b for _, blocks in groups for b in blocks.values()]
+    caption = [
+        "Pass@1 = mean accuracy (avg@k, the same for every k); ± SE over sample positions "
+        "(FPA App. B.3)"
+    ]
+    if any(b.pass1_se is None for b in blocks_shown):
+        caption.append("± —: no SE, the problems' sample indices differ (see the warning)")
+    if with_datasets:
+        caption.append(ALL_DATASETS_NOTE)
     table = _new_table(
         "Pass@k (%) — chance that k samples contain a correct one",
         ["dataset", "method"] if with_datasets else ["method"],
-        caption="avg = mean accuracy (avg@k); Pass@1 ± SE over sample positions (FPA App. B.3)",
+        caption="\n".join(caption),
     )
     table.add_column("problems", justify="right")
+    table.add_column("Pass@1 ± SE", justify="right")
     for k in ks:
         table.add_column(f"k={k}", justify="right")
-    table.add_column("avg", justify="right")
-    table.add_column("Pass@1 ± SE", justify="right")
     for label, blocks in groups:
         best = {k: _best([b.pass_at_k[k] for b in blocks.values()]) for k in ks}
         best_avg = _best([b.avg for b in blocks.values()])
         for row, (method, block) in enumerate(blocks.items()):
             lead = [label if row == 0 else "", method] if with_datasets else [method]
             se = block.pass1_se
-            se_text = DASH if se is None else f"{100 * se.mean:.2f} ± {100 * se.se:.2f}"
+            pass1 = _cell(100 * block.avg, _pct(best_avg), ".2f")
+            pass1 += f" ± {DASH}" if se is None else f" ± {100 * se.se:.2f}"
             cells = [_cell(100 * block.pass_at_k[k], _pct(best[k]), ".2f") for k in ks]
-            avg = _cell(100 * block.avg, _pct(best_avg), ".2f")
-            table.add_row(*lead, str(block.problems), *cells, avg, se_text)
+            table.add_row(*lead, str(block.problems), pass1, *cells)
         if with_datasets:
             table.add_section()
     return table
@@ -129,22 +152,31 @@ def _pct(value: float | None) -> float | None:
 
 
 def ucc_table(report: EvalReport) -> Table:
-    """UCC@k per method and k (QUATRO Table 3), with clusters per problem and UCR."""
+    """UCC@k per method and k (QUATRO Table 3), with clusters per problem and UCR.
+
+    The clusters-per-problem column is left out when the largest k is every problem's
+    n: UCC@n is that number, already in the table.
+    """
     ks = [str(k) for k in report.params.k]
     groups = _groups(report)
     with_datasets = len(groups) > 1
     params = report.params
+    full_k = _largest_k_is_every_n(report)
+    caption = [
+        f"clusters: TF-IDF cosine >= {params.threshold}, {params.linkage} linkage; "
+        "UCR = clusters / samples (QUATRO C.7)"
+    ]
+    if full_k:
+        caption.append(f"k={ks[-1]} = n: UCC@n is the mean number of correct clusters per problem")
     table = _new_table(
         "UCC@k — expected number of distinct correct solutions among k samples",
         ["dataset", "method"] if with_datasets else ["method"],
-        caption=(
-            f"clusters: TF-IDF cosine >= {params.threshold}, {params.linkage} linkage; "
-            "UCR = clusters / samples (QUATRO C.7)"
-        ),
+        caption="\n".join(caption),
     )
     for k in ks:
         table.add_column(f"k={k}", justify="right")
-    table.add_column("clusters/problem", justify="right")
+    if not full_k:
+        table.add_column("clusters/problem", justify="right")
     table.add_column("UCR", justify="right")
     for label, blocks in groups:
         ucc = {method: _ucc(method, block) for method, block in blocks.items()}
@@ -152,12 +184,21 @@ def ucc_table(report: EvalReport) -> Table:
         for row, (method, (ucc_at_k, clusters)) in enumerate(ucc.items()):
             lead = [label if row == 0 else "", method] if with_datasets else [method]
             cells = [_cell(ucc_at_k[k], best[k], ".2f") for k in ks]
-            table.add_row(
-                *lead, *cells, f"{clusters.mean:.2f}", f"{clusters.unique_correct_ratio:.3f}"
-            )
+            if not full_k:
+                cells.append(f"{clusters.mean:.2f}")
+            table.add_row(*lead, *cells, f"{clusters.unique_correct_ratio:.3f}")
         if with_datasets:
             table.add_section()
     return table
+
+
+def _largest_k_is_every_n(report: EvalReport) -> bool:
+    """True when every problem of every method has exactly max(k) samples."""
+    largest = max(report.params.k)
+    return all(
+        r.samples_per_problem["min"] == r.samples_per_problem["max"] == largest
+        for r in report.by_method.values()
+    )
 
 
 def diversity_table(report: EvalReport) -> Table:
