@@ -1,0 +1,152 @@
+"""ratioscope objectives: the side-by-side statistics against independent numpy, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import ratioscope.objectives as library
+from ratioscope.cli import app
+from ratioscope.io.loaders import expand_paths, load_file
+from ratioscope.objective_methods import METHODS
+from ratioscope.objectives import batch_coefficients
+
+VERL = "sample_data/verl/"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def verl_report():
+    return library.objectives(VERL, methods="grpo,dapo,gspo,kpo,tepo,quatro,fpa")
+
+
+@pytest.fixture(scope="module")
+def verl_tokens():
+    """Per method, the exact coefficients of every valid token of the four files, in
+    order, with the long-sequence flags, computed batch by batch (numpy)."""
+    names = ("grpo", "dapo", "gspo", "kpo", "tepo", "quatro", "fpa")
+    settings = {n: METHODS[n].settings() for n in names}
+    values: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    longer: list[np.ndarray] = []
+    for path in expand_paths([VERL]):
+        batch = load_file(path)
+        coefficients = batch_coefficients(batch, names, settings)
+        mask = batch.mask
+        lengths = mask.sum(1).double()
+        row_long = (lengths > torch.quantile(lengths, 0.5)).unsqueeze(1).expand(mask.shape)
+        longer.append(row_long[mask].numpy())
+        for name in names:
+            values[name].append(coefficients[name].values[mask].numpy())
+    return {n: np.concatenate(v) for n, v in values.items()}, np.concatenate(longer)
+
+
+def _gini(x: np.ndarray) -> float:
+    x = np.sort(np.abs(x))
+    n = x.size
+    return float(2 * np.sum(np.arange(1, n + 1) * x) / (n * x.sum()) - (n + 1) / n)
+
+
+def test_every_statistic_against_numpy(verl_report, verl_tokens):
+    values, longer = verl_tokens
+    grpo = values["grpo"]
+    for name, summary in verl_report.methods.items():
+        x = values[name]
+        magnitude = np.abs(x)
+        assert summary.tokens == x.size == 65_192
+        assert summary.zero_share == pytest.approx(np.mean(x == 0), abs=1e-12)
+        assert summary.ess == pytest.approx(magnitude.sum() ** 2 / (x.size * np.sum(x * x)))
+        assert summary.long_mass_share == pytest.approx(magnitude[longer].sum() / magnitude.sum())
+        k = math.ceil(0.01 * x.size)
+        exact_top = np.sort(magnitude)[::-1][:k].sum() / magnitude.sum()
+        assert summary.top_share == pytest.approx(exact_top, rel=0.012)
+        assert summary.gini == pytest.approx(_gini(x), abs=0.012)
+        if name != "grpo":
+            moving = grpo != 0
+            expected = np.mean(np.sign(x[moving]) * np.sign(grpo[moving]) < 0)
+            assert summary.sign_flips == pytest.approx(expected, abs=1e-12)
+    names = verl_report.correlation["methods"]
+    matrix = np.array(verl_report.correlation["matrix"])
+    expected = np.corrcoef(np.stack([values[n] for n in names]))
+    np.testing.assert_allclose(matrix, expected, atol=1e-9)
+
+
+def test_files_pool_as_one_batch_of_sums():
+    files = expand_paths([VERL])
+    whole = library.objectives(files, methods="grpo,gspo")
+    parts = [library.objectives([f], methods="grpo,gspo") for f in files]
+    for name in ("grpo", "gspo"):
+        zeros = sum(p.methods[name].zero_share * p.methods[name].tokens for p in parts)
+        assert whole.methods[name].zero_share * whole.methods[name].tokens == pytest.approx(zeros)
+        flags = sum(p.methods[name].flags["clip_high"] * p.methods[name].tokens for p in parts)
+        assert whole.methods[name].flags["clip_high"] * whole.methods[name].tokens == (
+            pytest.approx(flags)
+        )
+
+
+def test_methods_missing_inputs_are_named():
+    # the TRL sample has no prompt ids, so the group-reward methods cannot run
+    result = library.objectives("sample_data/trl/", methods="grpo,dr_grpo,quatro")
+    assert list(result.methods) == ["grpo"]
+    assert result.skipped == {
+        "dr_grpo": "needs `group` (prompt ids)",
+        "quatro": "needs `group` (prompt ids)",
+    }
+
+
+def test_cli_table_json_methods_and_settings(tmp_path):
+    out = tmp_path / "objectives.json"
+    result = runner.invoke(
+        app,
+        [
+            "objectives", VERL, "--methods", "grpo,dapo,gspo", "--set", "dapo.clip=0.1,0.3",
+            "--json", str(out), "--quiet",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "DAPO" in result.output and "GSPO" in result.output and "KPO" not in result.output
+    document = json.loads(out.read_text())
+    assert document["kind"] == "objectives"
+    assert list(document["methods"]) == ["grpo", "dapo", "gspo"]
+    assert document["params"]["settings"]["dapo"]["clip"] == [0.1, 0.3]
+    assert document["methods"]["dapo"]["settings"]["clip"] == [0.1, 0.3]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--methods", "grpo,nope"], "unknown method(s) nope"),
+        (["--set", "dapo.clip=0.2"], "dapo.clip"),
+        (["--set", "dapo.eps=0.2"], "dapo has no setting 'eps'"),
+        (["--set", "oops"], "METHOD.KEY=VALUE"),
+    ],
+)
+def test_cli_bad_options_exit_2_in_one_line(args, fragment):
+    result = runner.invoke(app, ["objectives", VERL, *args])
+    assert result.exit_code == 2
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_list_names_every_method():
+    result = runner.invoke(app, ["objectives", "--list"])
+    assert result.exit_code == 0
+    for name in METHODS:
+        assert name in result.output
+
+
+def test_plot_objectives_writes_a_figure(tmp_path):
+    out = tmp_path / "objectives.png"
+    result = runner.invoke(
+        app, ["plot", "objectives", VERL, "--methods", "grpo,gspo,kpo", "--out", str(out), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 10_000
+    bad = runner.invoke(
+        app, ["plot", "objectives", VERL, "--sequence", "99999", "--out", str(out), "-q"]
+    )
+    assert bad.exit_code == 2 and "out of range" in bad.output
