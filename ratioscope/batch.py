@@ -8,7 +8,9 @@ and broadcasts ``[B]`` advantages, so every analysis can rely on the same invari
   position 0 of every row holding its first valid token;
 * float tensors are float32 or float64 (half precision is upcast), logits keep their
   dtype (they can be large and are upcast chunk by chunk where they are used);
-* ``group`` is ``[B]`` int64 with ids 0..G-1 in order of first appearance.
+* ``group`` is ``[B]`` int64 with ids 0..G-1 in order of first appearance;
+* ``minibatch`` is ``[B]`` int64, the file's own non-negative indices, kept as they are
+  (they are ordinal: mini-batch 0 is the first update of its step).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ TOKEN_FLOAT_KEYS = (
     "old_entropy",
 )
 #: per-sequence tensors [B]
-SEQUENCE_KEYS = ("rewards", "correct", "group")
+SEQUENCE_KEYS = ("rewards", "correct", "group", "minibatch")
 #: next-token logits [B, T, V]
 VOCAB_KEYS = ("logits", "ref_logits")
 CANONICAL_KEYS = ("mask", *TOKEN_FLOAT_KEYS, "token_ids", *SEQUENCE_KEYS, *VOCAB_KEYS)
@@ -74,6 +76,8 @@ class TokenBatch:
         token_ids: [B, T] int64 or None.
         rewards: [B] float or None; correct: [B] bool or None (default rewards > 0).
         group: [B] int64 or None, ids 0..G-1; ``group_labels[g]`` is the original label.
+        minibatch: [B] int64 or None, the index of the optimizer update (mini-batch, and
+            PPO epoch) of its step that used the row; 0 is the first, on-policy one.
         logits, ref_logits: [B, T, V] or None.
         source: the file the batch came from; ``profile`` the key layout it was read as;
         ``key_map`` canonical name -> the name in the file; ``padding`` "right" or "left"
@@ -95,6 +99,7 @@ class TokenBatch:
     rewards: Tensor | None = None
     correct: Tensor | None = None
     group: Tensor | None = None
+    minibatch: Tensor | None = None
     logits: Tensor | None = None
     ref_logits: Tensor | None = None
     group_labels: list[Any] | None = None
@@ -377,6 +382,8 @@ class _Builder:
             ids, labels = self.group_ids(self.raw["group"])
             self.check_shape("group", ids, (rows,), "one id per sequence")
             values["group"] = ids
+        if "minibatch" in self.raw:
+            values["minibatch"] = self.minibatch_indices(self.raw["minibatch"], rows)
         return values, labels
 
     def group_ids(self, raw: Any) -> tuple[Tensor, list[Any]]:
@@ -419,6 +426,38 @@ class _Builder:
         if not bool((raw.frac() == 0).all()):
             raise InputError(self.source, f"'{self.name('group')}' must hold integer ids")
         return raw.long()
+
+    def minibatch_indices(self, raw: Any, rows: int) -> Tensor:
+        """[B] int64 mini-batch indices: integers >= 0, one per sequence, as in the file.
+
+        Unlike group ids they are not renumbered: their order is the order of the
+        updates (staleness), which the ``staleness`` section reports by index.
+        """
+        name = self.name("minibatch")
+        tensor = self.as_tensor("minibatch", raw)
+        self.check_shape("minibatch", tensor, (rows,), "one index per sequence")
+        if tensor.dtype == torch.bool or tensor.is_complex():
+            raise InputError(self.source, f"'{name}' must hold integer indices, not {tensor.dtype}")
+        if tensor.is_floating_point():
+            # parquet/jsonl columns with nulls arrive as floats: whole numbers, no NaN
+            missing = torch.isnan(tensor).nonzero()
+            if missing.numel():
+                raise InputError(
+                    self.source,
+                    f"'{name}' has no index for {missing.shape[0]} sequence(s), the first at "
+                    f"row {int(missing[0, 0])}",
+                )
+            if not bool((tensor.frac() == 0).all()):
+                raise InputError(self.source, f"'{name}' must hold integer indices")
+        indices = tensor.long()
+        negative = (indices < 0).nonzero()
+        if negative.numel():
+            row = int(negative[0, 0])
+            raise InputError(
+                self.source,
+                f"'{name}' must hold indices >= 0; it holds {int(indices[row])} at row {row}",
+            )
+        return indices
 
     def vocab_tensors(self, shape: torch.Size) -> dict[str, Tensor]:
         values = {}

@@ -236,6 +236,23 @@ _DELTA = (
 _R = "ratios.*"
 _V = "per variant * = token, sequence, kalman"
 
+#: the per-index fields of the staleness section (docs/staleness.md)
+_STALENESS = (
+    ("rows", "count", "sequences with this mini-batch index (also those without a valid token)"),
+    ("tokens", "tokens", "valid tokens of those sequences"),
+    ("exact_on", "fraction", "share of the valid tokens with log-ratio z = 0 exactly"),
+    ("mean_abs_z", "log-ratio", "token mean of |z|"),
+    ("mean_z", "log-ratio", "token mean of z"),
+    ("k3", "nats", "k3 KL estimate, token mean of r - 1 - z"),
+    (
+        "clip_fraction",
+        "fraction",
+        "PPO clip fraction at the token clip band (A > 0 and r > 1 + eps_high, or A < 0 "
+        "and r < 1 - eps_low); null without advantages",
+    ),
+    ("ess", "fraction", "token ESS (sum r)^2 / (N sum r^2), in (0, 1]"),
+)
+
 CATALOG: tuple[Entry, ...] = (
     # --- inputs and params (docs/formats.md, docs/cli.md)
     Entry("inputs.N.sequences", "count", "sequences of the N-th input file"),
@@ -549,6 +566,16 @@ CATALOG: tuple[Entry, ...] = (
         "trust_region.grpo.*",
         "1",
         "the GRPO convention beside QUATRO: * = eps (1e-6), std_ddof (0)",
+    ),
+    # --- staleness (docs/staleness.md): present when the dumps carry 'minibatch'
+    Entry(
+        "staleness.clip_band.N",
+        "epsilon",
+        "token clip band (eps_low, eps_high) of the per-mini-batch clip_fraction (--clip)",
+    ),
+    *(
+        Entry(f"staleness.minibatches.*.{name}", unit, f"mini-batch * (its index): {meaning}")
+        for name, unit, meaning in _STALENESS
     ),
 )
 

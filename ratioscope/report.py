@@ -41,10 +41,15 @@ if TYPE_CHECKING:
     from ratioscope.sections.future_policy import FuturePolicySection
     from ratioscope.sections.mismatch import MismatchSection
     from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
 
+#: the sections every report has, null when not computed
 SECTION_KEYS = ("ratios", "mismatch", "covariance", "future_policy", "tepo", "trust_region")
+#: sections added since, written after those only when computed: a report without one
+#: (older, or of dumps that cannot feed it) reads and writes back unchanged
+OPTIONAL_SECTION_KEYS = ("staleness",)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class Report:
     future_policy: FuturePolicySection | None = None
     tepo: TepoSection | None = None
     trust_region: TrustRegionSection | None = None
+    staleness: StalenessSection | None = None
     warnings: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -90,6 +96,9 @@ class Report:
         }
         for key in SECTION_KEYS:
             document[key] = getattr(self, key)
+        for key in OPTIONAL_SECTION_KEYS:
+            if getattr(self, key) is not None:
+                document[key] = getattr(self, key)
         document["warnings"] = self.warnings
         document["state"] = self.state
         return to_jsonable(document)
@@ -150,6 +159,7 @@ def _report_hints() -> dict[str, Any]:
     from ratioscope.sections.future_policy import FuturePolicySection
     from ratioscope.sections.mismatch import MismatchSection
     from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
 
@@ -160,6 +170,7 @@ def _report_hints() -> dict[str, Any]:
         "FuturePolicySection": FuturePolicySection,
         "TepoSection": TepoSection,
         "TrustRegionSection": TrustRegionSection,
+        "StalenessSection": StalenessSection,
     }
     return get_type_hints(Report, localns=names)
 

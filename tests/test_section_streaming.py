@@ -89,6 +89,8 @@ def _synthetic_files(directory: Path) -> tuple[str, ...]:
 
 
 ALL = tuple(cls.name for cls in CLASSES)
+#: inputs without a 'minibatch' key compute every section but the staleness table
+NO_MINIBATCH = tuple(name for name in ALL if name != "staleness")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -109,13 +111,13 @@ def inputs(tmp_path_factory) -> dict[str, Inputs]:
     return {
         # the last file has logits (exact FPA), the others not; groups, entropies, rewards
         "verl": Inputs(verl, AnalysisParams(), 2_000, ALL, split_file=-1),
-        "synthetic": Inputs(_synthetic_files(directory), AnalysisParams(), 120, ALL),
+        "synthetic": Inputs(_synthetic_files(directory), AnalysisParams(), 120, NO_MINIBATCH),
         # current/old and current/engine pairs, no groups in one file
         "trl+prime_rl": Inputs(
             (str(SAMPLE / "trl" / "step_0032.pt"), str(SAMPLE / "prime_rl")),
             AnalysisParams(),
             2_000,
-            ALL,
+            NO_MINIBATCH,
         ),
         "kalman_reference": Inputs(
             _kalman_files(directory),

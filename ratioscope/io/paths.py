@@ -6,6 +6,8 @@ so that a mix they cannot use is refused before any work is done.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from itertools import pairwise
 from pathlib import Path
 
 #: the suffix of every ratioscope report (analyze and eval), in any case
@@ -19,3 +21,37 @@ def is_report_path(path: str | Path) -> bool:
     (True, False)
     """
     return Path(path).suffix.lower() == REPORT_SUFFIX
+
+
+#: words that read as the value of an on/off option; such an option takes none, so a
+#: command line such as ``--quiet true DIR`` makes the word a path that does not exist
+FLAG_VALUE_WORDS = frozenset({"true", "false", "yes", "no", "1", "0"})
+
+
+def flag_given_a_value(
+    missing: str | Path, args: Sequence[str], flags: Collection[str]
+) -> str | None:
+    """The on/off option that a missing input path was probably meant as the value of.
+
+    Args:
+        missing: the input path that does not exist, as given.
+        args: the command's arguments as typed (options and paths, in order).
+        flags: the names of the command's options that take no value (``--quiet``,
+            ``-q``).
+
+    Returns:
+        The option right before ``missing`` in ``args`` when ``missing`` is one of
+        :data:`FLAG_VALUE_WORDS` (any case) and that option is in ``flags``; else None.
+
+    >>> flag_given_a_value("true", ["--quiet", "true", "run/"], {"--quiet", "-q"})
+    '--quiet'
+    >>> flag_given_a_value("true", ["--json", "true", "run/"], {"--quiet"}) is None
+    True
+    """
+    word = str(missing)
+    if word.lower() not in FLAG_VALUE_WORDS:
+        return None
+    for before, token in pairwise(args):
+        if token == word and before in flags:
+            return before
+    return None

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ratioscope.report import Report
     from ratioscope.sections.mismatch import MismatchSection
     from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sweep import SweepReport
 
 # The table helpers moved to render.tables; they stay importable from here.
@@ -50,6 +51,7 @@ __all__ = [
     "show_mismatch",
     "show_ratios",
     "show_report",
+    "show_staleness",
     "show_sweep",
     "show_warnings",
     "state_table",
@@ -111,7 +113,7 @@ def show_report(report: Report, console: Console) -> None:
 
 def report_renderers() -> list[Renderer]:
     """The section printers of :func:`show_report`, in the order they print."""
-    return [show_inputs, show_ratios, show_mismatch, *sections.RENDERERS]
+    return [show_inputs, show_ratios, show_mismatch, show_staleness, *sections.RENDERERS]
 
 
 def show_warnings(report: Report | SweepReport | Mapping[str, Any], console: Console) -> None:
@@ -130,6 +132,12 @@ def show_ratios(report: Report, console: Console) -> None:
 def show_mismatch(report: Report, console: Console) -> None:
     if report.mismatch is not None:
         _mismatch(report.mismatch, console)
+
+
+def show_staleness(report: Report, console: Console) -> None:
+    """The off-policy statistics by mini-batch, when the dumps carry ``minibatch``."""
+    if report.staleness is not None:
+        _staleness(report.staleness, console)
 
 
 def show_inputs(report: Report | SweepReport, console: Console) -> None:
@@ -333,5 +341,35 @@ def _mismatch(mismatch: MismatchSection, console: Console) -> None:
             chi2_seq_text,
             num(stats.ess),
             f"{share(stats.frac_outside)} of [1/{num(c)}, {num(c)}]",
+        )
+    print_table(console, table)
+
+
+def _staleness(section: StalenessSection, console: Console) -> None:
+    table = Table(
+        title="by mini-batch (staleness): off-policy statistics of each update of a step",
+        title_justify="left",
+        caption="z = 0: share of tokens exactly on-policy; k3: token mean of r - 1 - z; "
+        f"clip frac at the token clip band {clip_band(section.clip_band)}; "
+        "ESS = (sum r)^2 / (N sum r^2)",
+        caption_justify="left",
+    )
+    columns = ("mini-batch", "rows", "tokens", "z = 0", "mean |z|", "mean z", "k3")
+    for column in (*columns, "clip frac", "ESS"):
+        table.add_column(
+            column, justify="left" if column == "mini-batch" else "right", overflow="fold"
+        )
+    for index, stats in section.minibatches.items():
+        table.add_row(
+            str(index),
+            num(stats.rows),
+            num(stats.tokens),
+            share(stats.exact_on),
+            num(stats.mean_abs_z),
+            num(stats.mean_z),
+            num(stats.k3),
+            share(stats.clip_fraction),
+            # 6 digits: the ESS of a nearly on-policy batch differs from 1 in the 5th
+            num(stats.ess, 6),
         )
     print_table(console, table)

@@ -39,7 +39,9 @@ class MismatchSection:
 _ADDED_LATER = {"sum_abs_z", "max_abs_z", "sum_seq_mean_abs_z", "sum_expm1_neg_seq_mean_z"}
 
 
-def _partials(state: dict[str, Any]) -> MismatchPartials:
+def partials_from_state(state: dict[str, Any]) -> MismatchPartials:
+    """The :class:`MismatchPartials` a state block wrote as its fields (an empty log-sum,
+    -inf, as null); reports written before the framework-named sums lack those."""
     expected = {f.name for f in fields(MismatchPartials)}
     # reports written before the framework-named sums were added lack them
     required = expected - _ADDED_LATER
@@ -52,7 +54,7 @@ def _partials(state: dict[str, Any]) -> MismatchPartials:
 
 
 #: the partials are written as their fields; reading accepts the older layouts
-_PARTIALS = Codec(load=_partials)
+_PARTIALS = Codec(load=partials_from_state)
 
 
 class MismatchAccumulator(Accumulator):

@@ -10,6 +10,7 @@ def section_classes() -> list[type[Accumulator]]:
     from ratioscope.sections.future_policy import FuturePolicyAccumulator
     from ratioscope.sections.mismatch import MismatchAccumulator
     from ratioscope.sections.ratios import RatiosAccumulator
+    from ratioscope.sections.staleness import StalenessAccumulator
     from ratioscope.sections.tepo import TepoAccumulator
     from ratioscope.sections.trust_region import TrustRegionAccumulator
 
@@ -20,6 +21,7 @@ def section_classes() -> list[type[Accumulator]]:
         FuturePolicyAccumulator,
         TepoAccumulator,
         TrustRegionAccumulator,
+        StalenessAccumulator,
     ]
 
 
@@ -36,4 +38,5 @@ FEATURES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tepo", "sequence likelihood weights", ()),
     ("tepo", "KL-mask quadrants", ("advantages", "entropy", "old_entropy")),
     ("trust_region", "QUATRO per-query duals", ("rewards", "group")),
+    ("staleness", "off-policy statistics by mini-batch", ("minibatch",)),
 )
