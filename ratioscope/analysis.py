@@ -22,7 +22,8 @@ from ratioscope import defaults
 from ratioscope.batch import TokenBatch
 from ratioscope.device import resolve_device
 from ratioscope.errors import MergeError, ReportError
-from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
+from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths, load_file, refuse_json
+from ratioscope.io.streaming import StreamedFile, open_stream
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.report import SECTION_KEYS, InputInfo, Report, SequenceTable
@@ -117,17 +118,25 @@ def run_accumulators(
     for index, source in enumerate(sources):
         name = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), name))
-        batch = files.load(source) if isinstance(source, Path) else source
-        if batch is None:  # a side table or a rank copy, noted in run.warnings
+        opened = files.open(source, _open_file) if isinstance(source, Path) else source
+        if opened is None:  # a side table or a rank copy, noted in run.warnings
             continue
-        run.inputs.append(_input_info(batch, source))
-        run.warnings.extend(batch.warnings)
         accumulators = make()
-        columns = _analyse_file(batch, accumulators, params, target, chunk_elements, progress)
+        if isinstance(opened, StreamedFile):
+            rows, columns = _analyse_stream(
+                opened, accumulators, params, target, chunk_elements, progress
+            )
+            warnings = opened.warnings()
+        else:
+            rows = _rows_of(opened)
+            warnings = opened.warnings
+            columns = _analyse_file(opened, accumulators, params, target, chunk_elements, progress)
+        run.inputs.append(_input_info(rows, source))
+        run.warnings.extend(warnings)
         for total, acc in zip(totals, accumulators, strict=True):
             total.merge(acc)
         if run.sequences is not None:
-            run.sequences.append(_sequence_frame(batch, columns))
+            run.sequences.append(_sequence_frame(rows, columns))
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     files.check_any(bool(run.inputs))
     return run
@@ -414,6 +423,111 @@ def _analyse_file(
     return columns
 
 
+def _open_file(path: Path, options: LoadOptions) -> TokenBatch | StreamedFile:
+    """A large file as a stream of chunks (:mod:`ratioscope.io.streaming`), any other
+    read whole."""
+    refuse_json(path)
+    return open_stream(path, options) or load_file(path, options)
+
+
+#: the tensors each section fed whole files reads, kept over a streamed file's chunks;
+#: a section not listed keeps every tensor
+_PER_FILE_INPUTS = {
+    "covariance": ("mask", "log_ratio", "log_probs", "advantages", "group"),
+    "trust_region": ("mask", "log_ratio", "rewards", "correct", "group"),
+}
+
+
+def _analyse_stream(
+    stream: StreamedFile,
+    accumulators: list[Accumulator],
+    params: AnalysisParams,
+    device: torch.device,
+    chunk_elements: int,
+    progress: ProgressCallback | None,
+) -> tuple[_FileRows, dict[str, list[Tensor]]]:
+    """:func:`_analyse_file` of a file read chunk by chunk: the same chunks, so the same
+    numbers. Sections fed whole files get the file's tensors they read, gathered from the
+    chunks (only those: their memory grows with the file, the others' does not)."""
+    name = stream.path.name
+    columns: dict[str, list[Tensor]] = {}
+    per_chunk: list[Accumulator] = []
+    per_file: list[Accumulator] = []
+    kept: dict[str, list[Tensor]] = {}
+    sequences: dict[str, list[Tensor]] = {}
+    first: TokenBatch | None = None
+    rows = max(1, chunk_elements // max(1, stream.padded_width()))
+    chunks = max(1, -(-stream.rows // rows))
+    for index, chunk in enumerate(stream.chunks(chunk_elements)):
+        if first is None:
+            first = chunk
+            active = [acc for acc in accumulators if acc.begin_file(chunk)]
+            per_chunk = [a for a in active if not a.per_file]
+            per_file = [a for a in active if a.per_file]
+            wanted = _kept_names(per_file)
+        report(progress, ProgressUpdate("chunks", index, chunks, name))
+        ctx = Context(_to_device(chunk, device), params)
+        for acc in per_chunk:
+            for key, value in acc.update(ctx).items():
+                columns.setdefault(key, []).append(value.detach().cpu())
+        for key in ("rewards", "correct", "group"):
+            value = getattr(chunk, key)
+            if value is not None:
+                sequences.setdefault(key, []).append(value)
+        sequences.setdefault("lengths", []).append(chunk.lengths)
+        for key in wanted:
+            value = getattr(chunk, key)
+            if value is not None:
+                kept.setdefault(key, []).append(value)
+    report(progress, ProgressUpdate("chunks", chunks, chunks, name))
+    assert first is not None  # a streamed file has rows
+    labels = stream.group_labels
+    if per_file:
+        whole = _gathered(first, kept, labels)
+        kept.clear()
+        ctx = Context(_to_device(whole, device), params)
+        for acc in per_file:
+            for key, value in acc.update(ctx).items():
+                columns.setdefault(key, []).append(value.detach().cpu())
+    totals = stream.totals
+    parts = {key: torch.cat(values) for key, values in sequences.items()}
+    file_rows = _FileRows(
+        source=first.source,
+        file_format=first.file_format,
+        profile=first.profile,
+        sequences=stream.rows,
+        tokens=totals.tokens,
+        padding=totals.padding,
+        ratio_pair=totals.ratio_pair,
+        lengths=parts["lengths"],
+        rewards=parts.get("rewards"),
+        correct=parts.get("correct"),
+        group=parts.get("group"),
+        group_labels=labels,
+    )
+    return file_rows, columns
+
+
+def _kept_names(per_file: list[Accumulator]) -> list[str]:
+    from ratioscope.batch import CANONICAL_KEYS
+
+    names: dict[str, None] = {}
+    for acc in per_file:
+        names.update(dict.fromkeys(_PER_FILE_INPUTS.get(acc.name, CANONICAL_KEYS)))
+    return list(names)
+
+
+def _gathered(
+    first: TokenBatch, kept: dict[str, list[Tensor]], labels: list[Any] | None
+) -> TokenBatch:
+    """The whole file as a batch of the tensors in ``kept`` (the others None)."""
+    from ratioscope.batch import CANONICAL_KEYS
+
+    values: dict[str, Any] = dict.fromkeys(n for n in CANONICAL_KEYS if n not in kept)
+    values.update({key: torch.cat(parts) for key, parts in kept.items()})
+    return replace(first, **values, group_labels=labels, row_offset=0, warnings=[])
+
+
 def _to_device(batch: TokenBatch, device: torch.device) -> TokenBatch:
     """Move a batch to ``device`` except its [B, T, V] logits, which can be far larger than
     memory: the sections that use them read them a slice at a time onto the device."""
@@ -423,26 +537,64 @@ def _to_device(batch: TokenBatch, device: torch.device) -> TokenBatch:
     return replace(moved, logits=batch.logits, ref_logits=batch.ref_logits)
 
 
-def _sequence_frame(batch: TokenBatch, columns: dict[str, list[Tensor]]) -> Any:
+@dataclass
+class _FileRows:
+    """What the report and the per-sequence table say of one file's rows.
+
+    Attributes:
+        lengths: [B] valid tokens per row; rewards, correct, group: [B] or None;
+        group_labels: the label of each group id.
+    """
+
+    source: str
+    file_format: str
+    profile: str
+    sequences: int
+    tokens: int
+    padding: str
+    ratio_pair: str
+    lengths: Tensor
+    rewards: Tensor | None
+    correct: Tensor | None
+    group: Tensor | None
+    group_labels: list[Any] | None
+
+
+def _rows_of(batch: TokenBatch) -> _FileRows:
+    return _FileRows(
+        source=batch.source,
+        file_format=batch.file_format,
+        profile=batch.profile,
+        sequences=batch.num_sequences,
+        tokens=batch.num_tokens,
+        padding=batch.padding,
+        ratio_pair=batch.ratio_pair,
+        lengths=batch.lengths,
+        rewards=batch.rewards,
+        correct=batch.correct,
+        group=batch.group,
+        group_labels=batch.group_labels,
+    )
+
+
+def _sequence_frame(rows: _FileRows, columns: dict[str, list[Tensor]]) -> Any:
     import polars as pl
 
     data: dict[str, Any] = {
-        "file": [batch.source] * batch.num_sequences,
-        "row": torch.arange(batch.num_sequences).numpy(),
-        "length": batch.lengths.cpu().numpy(),
+        "file": [rows.source] * rows.sequences,
+        "row": torch.arange(rows.sequences).numpy(),
+        "length": rows.lengths.cpu().numpy(),
     }
-    if batch.rewards is not None:
-        data["reward"] = batch.rewards.double().cpu().numpy()
-    if batch.correct is not None:
-        data["correct"] = batch.correct.cpu().numpy()
-    if batch.group is not None:
-        labels = batch.group_labels or []
-        data["group"] = [
-            str(labels[g]) if g < len(labels) else str(g) for g in batch.group.tolist()
-        ]
+    if rows.rewards is not None:
+        data["reward"] = rows.rewards.double().cpu().numpy()
+    if rows.correct is not None:
+        data["correct"] = rows.correct.cpu().numpy()
+    if rows.group is not None:
+        labels = rows.group_labels or []
+        data["group"] = [str(labels[g]) if g < len(labels) else str(g) for g in rows.group.tolist()]
     for key, parts in columns.items():
         values = torch.cat(parts).double()
-        if values.shape[0] == batch.num_sequences:
+        if values.shape[0] == rows.sequences:
             data[key] = values.numpy()
     return pl.DataFrame(data)
 
@@ -455,17 +607,17 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _input_info(batch: TokenBatch, source: TokenBatch | Path) -> InputInfo:
+def _input_info(rows: _FileRows, source: TokenBatch | Path) -> InputInfo:
     sha = _sha256(source) if isinstance(source, Path) else ""
     return InputInfo(
-        path=batch.source,
-        format=batch.file_format,
-        profile=batch.profile,
+        path=rows.source,
+        format=rows.file_format,
+        profile=rows.profile,
         sha256=sha,
-        sequences=batch.num_sequences,
-        tokens=batch.num_tokens,
-        padding=batch.padding,
-        ratio_pair=batch.ratio_pair,
+        sequences=rows.sequences,
+        tokens=rows.tokens,
+        padding=rows.padding,
+        ratio_pair=rows.ratio_pair,
     )
 
 

@@ -11,11 +11,11 @@ import glob
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path, PosixPath, WindowsPath
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -34,6 +34,7 @@ from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class LoadOptions:
         unsafe_pickle: allow arbitrary unpickling (``.pkl``, non-weights-only ``.pt``).
         group_size: when a file has no group ids, consecutive rows in blocks of this
             many form the GRPO groups (TRL orders the completions of a prompt so).
+        stream_bytes: files of at least this many bytes are analysed chunk by chunk
+            straight from the file (:mod:`ratioscope.io.streaming`); None reads
+            ``RATIOSCOPE_STREAM_BYTES`` from the environment, else 128 MiB. The numbers do
+            not depend on it, only the memory does.
     """
 
     format: str = defaults.FORMAT
@@ -54,6 +59,7 @@ class LoadOptions:
     nonfinite: str = defaults.NONFINITE
     unsafe_pickle: bool = False
     group_size: int | None = None
+    stream_bytes: int | None = None
 
 
 def _natural_key(path: Path) -> list[Any]:
@@ -220,8 +226,14 @@ class RunFiles:
 
     def load(self, path: Path) -> TokenBatch | None:
         """The batch of ``path``, or None when it is skipped."""
+        batch = self.open(path, load_file)
+        return batch if isinstance(batch, TokenBatch) else None
+
+    def open(self, path: Path, read: Callable[[Path, LoadOptions], T]) -> T | None:
+        """``read(path, options)`` (a batch, or another way of reading the file), or None
+        when the file is skipped (a batch whose samples an earlier file held included)."""
         try:
-            batch = load_file(path, self.options)
+            opened = read(path, self.options)
         except NotADumpError as error:
             side_table = isinstance(error, SkippedFileError)
             if (self.single and side_table) or not (side_table or isinstance(path, FoundPath)):
@@ -229,7 +241,9 @@ class RunFiles:
             self._skipped.append(error)
             self.notes.append(f"skipped {error}".rstrip("."))
             return None
-        return batch if self.take(batch, str(path)) else None
+        if isinstance(opened, TokenBatch) and not self.take(opened, str(path)):
+            return None
+        return opened
 
     def take(self, batch: TokenBatch, name: str) -> bool:
         """False (with a note) when an earlier file held the same samples."""
@@ -387,14 +401,19 @@ def _refuse_text_log(path: Path, raw: RawDump) -> None:
 
 
 def _canonical_columns(
-    path: Path, raw: RawDump, profile: Profile, key_map: Mapping[str, str]
+    path: Path,
+    raw: RawDump,
+    profile: Profile,
+    key_map: Mapping[str, str],
+    width: int | None = None,
 ) -> dict[str, Any]:
-    """Canonical name -> tensor: ragged columns padded, per-token rewards reduced."""
+    """Canonical name -> tensor: ragged columns padded (to ``width``, default the longest
+    row), per-token rewards reduced."""
     columns = {c: raw.columns[key] for c, key in key_map.items() if key in raw.columns}
     ragged = {c for c, key in key_map.items() if key in raw.ragged and c in columns}
     present = None
     if ragged:
-        columns, present = _pad_ragged(path, columns, ragged, key_map)
+        columns, present = _pad_ragged(path, columns, ragged, key_map, width)
     mask = columns.get("mask")
     for canonical in ("rewards", "correct"):
         value = columns.get(canonical)
@@ -407,9 +426,16 @@ def _canonical_columns(
 
 
 def _pad_ragged(
-    path: Path, columns: dict[str, Any], ragged: set[str], key_map: Mapping[str, str]
+    path: Path,
+    columns: dict[str, Any],
+    ragged: set[str],
+    key_map: Mapping[str, str],
+    width: int | None = None,
 ) -> tuple[dict[str, Any], Tensor]:
-    """Right-pad per-sequence lists to [B, T]; every ragged column of a row must agree."""
+    """Right-pad per-sequence lists to [B, T]; every ragged column of a row must agree.
+
+    ``width``: T, when the rows are a chunk of a file padded to the file's longest row.
+    """
     lengths: Tensor | None = None
     reference = ""
     for name in sorted(ragged):
@@ -439,7 +465,8 @@ def _pad_ragged(
                 "per-token lists of equal length in each sequence",
             )
     assert lengths is not None
-    width = max(int(lengths.max()) if lengths.numel() else 0, 1)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    width = max(longest, 1) if width is None else max(width, longest, 1)
     out = dict(columns)
     for name in ragged:
         rows = columns[name]

@@ -13,7 +13,8 @@ import json
 import math
 import pickle
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +255,9 @@ def _read_parquet(path: Path) -> RawDump:
     return dump
 
 
-def _add_series(path: Path, dump: RawDump, series: Any) -> None:
+def _add_series(path: Path, dump: RawDump, series: Any, exact: bool | None = None) -> None:
+    """One column of a frame. ``exact``: whether an integer column is read as integers
+    (it holds no null), when the frame is a slice of the file and the file decided it."""
     import polars as pl
 
     dtype = series.dtype
@@ -278,7 +281,8 @@ def _add_series(path: Path, dump: RawDump, series: Any) -> None:
     elif dtype.is_numeric() or dtype == pl.Boolean:
         values = torch.from_numpy(series.cast(pl.Float64).fill_null(float("nan")).to_numpy().copy())
         # integers stay integers unless a null must be kept as NaN (never -2**63)
-        exact = (dtype.is_integer() or dtype == pl.Boolean) and series.null_count() == 0
+        if exact is None:
+            exact = (dtype.is_integer() or dtype == pl.Boolean) and series.null_count() == 0
         dump.columns[series.name] = values.long() if exact else values
     elif dtype == pl.String:
         dump.columns[series.name] = series.to_list()
@@ -315,54 +319,165 @@ def _read_jsonl(path: Path) -> RawDump:
 def _columns_from_records(path: Path, records: list[dict[str, Any]], numbers: list[int]) -> RawDump:
     """One sequence per record: list fields are per-token, scalars are per-sequence."""
     dump = RawDump(columns={}, file_format="jsonl")
-    keys: dict[str, None] = {}
-    for record in records:
-        keys.update(dict.fromkeys(record))
-    for key in keys:
-        values = [record.get(key) for record in records]
-        present = [v for v in values if v is not None]
-        if not present:
-            continue
-        if all(isinstance(v, list) for v in present):
-            if any(isinstance(item, (dict, list, str)) for v in present for item in v[:1]):
-                dump.ignore(key, f"ignored non-numeric per-token field '{key}'")
+    fields = JsonFields()
+    for number, record in zip(numbers, records, strict=True):
+        fields.add(number, record)
+    kinds = fields.decide(dump)
+    dump.columns.update(json_columns(path, records, numbers, kinds))
+    dump.ragged.update(key for key, kind in kinds.items() if kind.what == "tokens")
+    return dump
+
+
+@dataclass(frozen=True)
+class JsonKind:
+    """What a field of a JSON-lines file becomes, decided over all of the file's lines.
+
+    Attributes:
+        what: "tokens" (per-token lists), "long" or "float" (a number per sequence),
+            "labels" (strings or ints per sequence), or "none" (not a column).
+        dtype: for "tokens", the dtype the padded [B, T] column takes (float64 when any
+            line has a float or a null, bool when every line is all booleans, else int64).
+    """
+
+    what: str
+    dtype: torch.dtype | None = None
+
+
+@dataclass
+class _FieldTally:
+    """Running facts about one field over the lines seen so far."""
+
+    present: int = 0
+    absent: int = 0
+    first_absent: int = 0
+    lists: bool = True
+    nonnumeric: bool = False  # some list starts with a dict, list or string
+    ints: bool = True  # every value an int (not a bool)
+    numbers: bool = True  # every value an int, float or bool
+    labels: bool = True  # every value a str or an int
+    float_rows: bool = False  # some list has a float or a null
+    bool_rows: bool = True  # every list holds booleans only
+    longest: int = 0
+
+
+class JsonFields:
+    """The kinds of the fields of a JSON-lines file, from its lines one at a time, so that
+    a file read in line batches gives every batch the columns the whole file would have.
+    """
+
+    def __init__(self) -> None:
+        self.tallies: dict[str, _FieldTally] = {}
+        self.lines = 0
+        self._first_number = 0  # the file line of the first record
+
+    def add(self, number: int, record: dict[str, Any]) -> None:
+        """Take one record (file line ``number``) into account."""
+        for key in record:
+            if key not in self.tallies:
+                # absent on every earlier line
+                tally = _FieldTally(absent=self.lines, first_absent=self._first_number)
+                self.tallies[key] = tally
+        for key, tally in self.tallies.items():
+            value = record.get(key)
+            if value is None:
+                if tally.absent == 0:
+                    tally.first_absent = number
+                tally.absent += 1
                 continue
-            absent = [n for n, v in zip(numbers, values, strict=True) if v is None]
-            if absent:
-                # an optional tensor on some lines only: its section is then null with a
-                # warning (a required one is reported missing by the loader)
-                more = f" and {len(absent) - 1} other line(s)" if len(absent) > 1 else ""
-                dump.warn(
-                    f"dropped per-token field '{key}': missing on line {absent[0]}{more}", key
+            tally.present += 1
+            if isinstance(value, list):
+                tally.longest = max(tally.longest, len(value))
+                if value[:1] and isinstance(value[0], (dict, list, str)):
+                    tally.nonnumeric = True
+                if not all(isinstance(x, bool) for x in value):
+                    tally.bool_rows = False
+                    if not all(isinstance(x, int) for x in value):
+                        tally.float_rows = True
+            else:
+                tally.lists = False
+            tally.ints &= isinstance(value, int) and not isinstance(value, bool)
+            tally.numbers &= isinstance(value, (int, float, bool))
+            tally.labels &= isinstance(value, (str, int))
+        if self.lines == 0:
+            self._first_number = number
+        self.lines += 1
+
+    def decide(self, dump: RawDump) -> dict[str, JsonKind]:
+        """Each field's kind; fields that are no column get their note in ``dump``."""
+        kinds: dict[str, JsonKind] = {}
+        for key, tally in self.tallies.items():
+            kinds[key] = JsonKind("none")
+            if not tally.present:
+                continue
+            if tally.lists:
+                if tally.nonnumeric:
+                    dump.ignore(key, f"ignored non-numeric per-token field '{key}'")
+                    continue
+                if tally.absent:
+                    # an optional tensor on some lines only: its section is then null with
+                    # a warning (a required one is reported missing by the loader)
+                    more = f" and {tally.absent - 1} other line(s)" if tally.absent > 1 else ""
+                    dump.warn(
+                        f"dropped per-token field '{key}': missing on line "
+                        f"{tally.first_absent}{more}",
+                        key,
+                    )
+                    continue
+                dtype = (
+                    torch.float64
+                    if tally.float_rows
+                    else torch.bool
+                    if tally.bool_rows
+                    else torch.long
                 )
-                continue
+                kinds[key] = JsonKind("tokens", dtype)
+            elif tally.ints:
+                kinds[key] = JsonKind("float" if tally.absent else "long")
+            elif tally.numbers:
+                kinds[key] = JsonKind("float")
+            elif tally.labels:
+                kinds[key] = JsonKind("labels")
+            else:
+                dump.ignore(key, f"ignored field '{key}' of mixed or nested type")
+        return kinds
+
+    def width(self, keys: Iterable[str]) -> int:
+        """The longest per-token list of ``keys`` (0 when there is none)."""
+        return max((self.tallies[k].longest for k in keys if k in self.tallies), default=0)
+
+
+def json_columns(
+    path: Path,
+    records: list[dict[str, Any]],
+    numbers: list[int],
+    kinds: dict[str, JsonKind],
+    cast: bool = False,
+) -> dict[str, Any]:
+    """The columns of ``records`` (file lines ``numbers``) as ``kinds`` say; ``cast``
+    gives per-token rows the file's dtype (for reading a file in line batches)."""
+    columns: dict[str, Any] = {}
+    for key, kind in kinds.items():
+        values = [record.get(key) for record in records]
+        if kind.what == "tokens":
             rows = []
-            # nothing is absent here, so ``present`` is ``values`` without the None
-            for number, v in zip(numbers, present, strict=True):
+            for number, v in zip(numbers, values, strict=True):
                 try:
-                    rows.append(_json_row(v))
+                    row = _json_row(v)  # type: ignore[arg-type]  # a list: JsonFields said so
                 except (TypeError, ValueError):
                     raise JsonLineError(
                         path, number, f"field '{key}' is not a list of numbers"
                     ) from None
-            dump.columns[key] = rows
-            dump.ragged.add(key)
-        elif all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-            if len(present) == len(values):
-                dump.columns[key] = torch.tensor(values, dtype=torch.long)
-            else:
-                dump.columns[key] = torch.tensor(
-                    [math.nan if v is None else float(v) for v in values], dtype=torch.float64
-                )
-        elif all(isinstance(v, (int, float, bool)) for v in present):
-            dump.columns[key] = torch.tensor(
+                rows.append(row.to(kind.dtype) if cast and kind.dtype is not None else row)
+            columns[key] = rows
+        elif kind.what == "long":
+            columns[key] = torch.tensor(values, dtype=torch.long)
+        elif kind.what == "float":
+            columns[key] = torch.tensor(
                 [math.nan if v is None else float(v) for v in values], dtype=torch.float64
             )
-        elif all(isinstance(v, (str, int)) for v in present):
-            dump.columns[key] = values  # None stays None: a missing label is not a label
-        else:
-            dump.ignore(key, f"ignored field '{key}' of mixed or nested type")
-    return dump
+        elif kind.what == "labels":
+            columns[key] = values  # None stays None: a missing label is not a label
+    return columns
 
 
 def _json_row(values: list[Any]) -> Tensor:

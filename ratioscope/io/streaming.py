@@ -1,0 +1,394 @@
+"""One large dump file analysed chunk by chunk, straight from the file.
+
+:func:`open_stream` decides whether a file is streamed (its size reaches
+``LoadOptions.stream_bytes``, its type can be read by row ranges, and its layout needs
+no framework hook that reads the whole file) and gives a :class:`StreamedFile`, whose
+:meth:`StreamedFile.chunks` are the batches ``load_file(path).iter_chunks(rows)`` would
+give: the same rows, padded to the file's width, with the file's dtypes and its group ids
+(labels numbered in order of first appearance over the whole file), validated by the same
+:meth:`TokenBatch.from_tensors`. So the numbers of a streamed file are those of the file
+read whole; only the memory differs: one chunk instead of the file several times over.
+
+What the whole file decides is carried from chunk to chunk: the group labels seen so
+far, the padding found, the valid tokens, and the warnings of ``nonfinite="mask"``
+(counts added up, the first position kept in file rows). Errors raised for a chunk name
+the file's rows, not the chunk's (a count in such a message is the chunk's).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ratioscope.batch import TOKEN_FLOAT_KEYS, TokenBatch
+from ratioscope.errors import EmptyDumpError, InputError, NonFiniteError, ParameterError
+from ratioscope.io.chunks import (
+    ChunkSource,
+    JsonLinesSource,
+    NpzSource,
+    ParquetSource,
+    SafetensorsSource,
+    open_pt,
+)
+from ratioscope.io.loaders import (
+    LoadOptions,
+    _canonical_columns,
+    _consecutive_groups,
+    _refuse_text_log,
+)
+from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
+from ratioscope.io.readers import file_format_of
+
+#: files from this size on are streamed unless ``stream_bytes`` or the variable says
+DEFAULT_STREAM_BYTES = 128 << 20
+STREAM_BYTES_VARIABLE = "RATIOSCOPE_STREAM_BYTES"
+
+
+def stream_threshold(options: LoadOptions) -> int:
+    """The file size from which files are streamed (``LoadOptions.stream_bytes``, else
+    ``RATIOSCOPE_STREAM_BYTES``, else 128 MiB)."""
+    if options.stream_bytes is not None:
+        return options.stream_bytes
+    value = os.environ.get(STREAM_BYTES_VARIABLE, "").strip()
+    if value:
+        try:
+            return int(float(value))
+        except ValueError:
+            raise ParameterError(
+                "stream_bytes", f"is '{value}' in {STREAM_BYTES_VARIABLE}, not a number of bytes"
+            ) from None
+    return DEFAULT_STREAM_BYTES
+
+
+def open_stream(path: Path, options: LoadOptions) -> StreamedFile | None:
+    """The file as a stream of chunks, or None when it is read whole (too small, a type
+    or layout that needs the whole file, or rows that cannot be read apart).
+
+    Raises:
+        InputError: the file is unreadable, or lacks its mask (as reading it whole would).
+        NotADumpError: the file is a samples file or a text log.
+    """
+    if path.stat().st_size < stream_threshold(options):
+        return None
+    source = _open_source(path, file_format_of(path))
+    if source is None:
+        return None
+    try:
+        stream = _bind(path, source, options)
+    except BaseException:
+        source.close()
+        raise
+    if stream is None:
+        source.close()
+    return stream
+
+
+def _open_source(path: Path, kind: str) -> ChunkSource | None:
+    if kind == "safetensors":
+        return SafetensorsSource(path)
+    if kind == "npz":
+        return NpzSource(path)
+    if kind == "parquet":
+        return ParquetSource(path)
+    if kind == "pt":
+        return open_pt(path)
+    if kind == "jsonl":
+        from ratioscope.io.frameworks import nemo_rl
+
+        source = JsonLinesSource(path)
+        if source.first is not None and all(k in source.first for k in nemo_rl.SIGNATURE):
+            source.close()  # NeMo-RL's lines are unwrapped and prepared whole
+            return None
+        return source
+    return None  # pickles: SkyRL's is decoded whole
+
+
+def _bind(path: Path, source: ChunkSource, options: LoadOptions) -> StreamedFile | None:
+    header = source.header
+    profile = (
+        detect_profile(header.columns, header.meta.get("ratioscope_profile"))
+        if options.format == "auto"
+        else get_profile(options.format)
+    )
+    if options.format == "auto" and profile.name == "canonical":
+        _refuse_text_log(path, header)
+    if profile.native:
+        return None  # a framework hook reads what the whole file means
+    key_map = resolve_keys(profile, header.columns, options.mapping)
+    names = {c: names[0] for c, names in profile.keys.items()}
+    if key_map.get("mask") not in header.columns:
+        # the same sentence as reading the file whole, without reading it
+        TokenBatch.from_tensors(
+            {}, source=str(path), key_map=key_map, expected_names=names,
+            file_keys=list(header.columns),
+        )  # fmt: skip
+    if not source.bind(key_map):
+        return None
+    if source.rows == 0:
+        return None  # the whole read says what is wrong with an empty file
+    if options.group_size and not profile.consecutive_rows:
+        raise ParameterError(
+            "group_size",
+            f"assumes consecutive groups, but this is a {profile.name} file: {profile.groups}",
+            path=path,
+        )
+    groups = None
+    if options.group_size and "group" not in key_map:
+        groups = _consecutive_groups(path, source.rows, options.group_size)
+    return StreamedFile(path, source, options, profile, key_map, names, groups)
+
+
+@dataclass
+class FileTotals:
+    """What the chunks of a file add up to; complete once every chunk was read."""
+
+    tokens: int = 0
+    padding: str = "right"
+    ratio_pair: str = "current/old"
+    group_index: dict[Any, int] = field(default_factory=dict)
+    #: other warnings of the chunks, first occurrence kept
+    warnings: dict[str, None] = field(default_factory=dict)
+    #: ("token", name) or ("reward", "") -> [count, first row, first column]
+    masked: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+
+class StreamedFile:
+    """A file read and validated one chunk of rows at a time (see the module docstring).
+
+    Attributes:
+        path: the file; ``rows`` its sequences; ``width`` its padded length T.
+        totals: what the chunks read so far add up to (:class:`FileTotals`).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        source: ChunkSource,
+        options: LoadOptions,
+        profile: Profile,
+        key_map: dict[str, str],
+        names: dict[str, str],
+        groups: Tensor | None,
+    ) -> None:
+        self.path = path
+        self.source = source
+        self.options = options
+        self.profile = profile
+        self.key_map = key_map
+        self.names = names
+        self.groups = groups
+        self.rows = source.rows
+        ragged_width = source.width()
+        self.width = max(ragged_width, 1) if ragged_width is not None else None
+        self.totals = FileTotals()
+        used = set(key_map.values())
+        self.file_keys = list(source.header.columns)
+        self.ignored = sorted(k for k in self.file_keys if k not in used)
+
+    @property
+    def file_format(self) -> str:
+        return self.source.header.file_format
+
+    def chunks(self, chunk_elements: int) -> Iterator[TokenBatch]:
+        """The file's chunks in order: ``max(1, chunk_elements // T)`` rows each, T the
+        padded length of the whole file (as for a file read whole).
+
+        Raises:
+            InputError: a chunk is invalid (rows named as in the file), or no row of the
+                file holds a valid token.
+        """
+        rows = max(1, chunk_elements // max(1, self.padded_width()))
+        try:
+            for start in range(0, self.rows, rows):
+                stop = min(start + rows, self.rows)
+                batch = self._chunk(start, stop)
+                yield batch
+                self.source.done(start, stop)
+        finally:
+            self.source.close()
+        if self.totals.tokens == 0:
+            raise EmptyDumpError(self.path, "the mask marks no valid token")
+
+    def padded_width(self) -> int:
+        """T: the longest row of a ragged file, the mask's second dimension otherwise."""
+        if self.width is not None:
+            return self.width
+        mask = self.source.read(0, 1).get(self.key_map["mask"])
+        self.width = int(mask.shape[1]) if isinstance(mask, Tensor) and mask.dim() == 2 else 1
+        return self.width
+
+    def warnings(self) -> list[str]:
+        """The file's loading warnings, in the order a whole read gives them."""
+        notes = [f"{self.path}: {text}" for text in self.source.header.texts("warning")]
+        masked = []
+        order = [self.key_map.get(c, self.names.get(c, c)) for c in TOKEN_FLOAT_KEYS]
+        for (kind, name), (count, row, column) in sorted(
+            self.totals.masked.items(),
+            key=lambda item: (item[0][0] == "reward", _rank(order, item[0][1])),
+        ):
+            if kind == "token":
+                masked.append(
+                    f"{self.path}: masked {count} token(s) with non-finite '{name}' "
+                    f"(first at (row, column) = ({row}, {column}))"
+                )
+            else:
+                masked.append(
+                    f"{self.path}: masked {count} sequence(s) with a non-finite reward "
+                    f"(first at row {row})"
+                )
+        return notes + list(self.totals.warnings) + masked
+
+    @property
+    def group_labels(self) -> list[Any] | None:
+        return list(self.totals.group_index) if self.totals.group_index else None
+
+    # ----------------------------------------------------------------- one chunk
+    def _chunk(self, start: int, stop: int) -> TokenBatch:
+        raw_columns = self.source.read(start, stop)
+        from ratioscope.io.raw import RawDump
+
+        raw = RawDump(
+            columns=raw_columns,
+            file_format=self.file_format,
+            ragged={k for k in raw_columns if k in self.source.header.ragged},
+        )
+        try:
+            canonical = _canonical_columns(self.path, raw, self.profile, self.key_map, self.width)
+            if self.groups is not None:
+                canonical["group"] = self.groups[start:stop]
+            batch = self._validated(canonical)
+        except InputError as error:
+            raise _in_file_rows(error, start) from None
+        return self._take(batch, start)
+
+    def _validated(self, canonical: dict[str, Any]) -> TokenBatch:
+        """``TokenBatch.from_tensors`` of the chunk; a chunk without a valid token is
+        validated with one extra valid row and returned without it (the whole file is
+        refused only if no chunk holds a valid token)."""
+        try:
+            return self._from_tensors(canonical)
+        except EmptyDumpError:
+            mask = canonical["mask"]
+            if not isinstance(mask, Tensor) or mask.dim() != 2 or mask.shape[1] == 0:
+                raise  # no token at all: the file is empty, whatever the other chunks
+            rows = int(mask.shape[0])
+            batch = self._from_tensors(_with_valid_row(canonical, rows))
+            warnings = batch.warnings
+            return replace(batch.select_rows(0, rows), warnings=warnings)
+
+    def _from_tensors(self, canonical: dict[str, Any]) -> TokenBatch:
+        return TokenBatch.from_tensors(
+            canonical,
+            source=str(self.path),
+            profile=self.profile.name,
+            file_format=self.file_format,
+            key_map=self.key_map,
+            ignored_keys=self.ignored,
+            nonfinite=self.options.nonfinite,
+            expected_names=self.names,
+            file_keys=self.file_keys,
+        )
+
+    def _take(self, batch: TokenBatch, start: int) -> TokenBatch:
+        """File-wide facts from a chunk; its group ids renumbered over the whole file."""
+        totals = self.totals
+        totals.tokens += batch.num_tokens
+        totals.ratio_pair = batch.ratio_pair
+        if batch.padding == "left":
+            totals.padding = "left"
+        for text in batch.warnings:
+            self._note(text, start)
+        group = batch.group
+        if group is not None and batch.group_labels is not None:
+            index = totals.group_index
+            lookup = torch.tensor(
+                [index.setdefault(label, len(index)) for label in batch.group_labels],
+                dtype=torch.long,
+            )
+            group = lookup[group] if group.numel() else group
+        return replace(
+            batch,
+            group=group,
+            group_labels=list(totals.group_index) if group is not None else None,
+            row_offset=start,
+            warnings=[],
+        )
+
+    def _note(self, text: str, start: int) -> None:
+        token = _MASKED_TOKENS.match(text)
+        reward = _MASKED_REWARDS.match(text)
+        if token is not None:
+            key = ("token", token["key"])
+            first = [int(token["row"]) + start, int(token["column"])]
+        elif reward is not None:
+            key, first = ("reward", ""), [int(reward["row"]) + start, 0]
+        else:
+            self.totals.warnings.setdefault(text, None)
+            return
+        count = int((token or reward)["count"])  # type: ignore[index]
+        if key in self.totals.masked:
+            self.totals.masked[key][0] += count
+        else:
+            self.totals.masked[key] = [count, *first]
+
+
+#: the warnings of ``nonfinite="mask"`` (ratioscope/batch.py), added up over chunks
+_MASKED_TOKENS = re.compile(
+    r".*: masked (?P<count>\d+) token\(s\) with non-finite '(?P<key>.*)' "
+    r"\(first at \(row, column\) = \((?P<row>\d+), (?P<column>\d+)\)\)$"
+)
+_MASKED_REWARDS = re.compile(
+    r".*: masked (?P<count>\d+) sequence\(s\) with a non-finite reward "
+    r"\(first at row (?P<row>\d+)\)$"
+)
+
+
+def _rank(order: list[str], name: str) -> int:
+    return order.index(name) if name in order else len(order)
+
+
+def _with_valid_row(canonical: dict[str, Any], rows: int) -> dict[str, Any]:
+    """The chunk and one more row whose first token is valid and every value 0 (or the
+    chunk's first label), so that validation runs although the chunk has no valid token."""
+    out: dict[str, Any] = {}
+    for name, value in canonical.items():
+        if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] == rows:
+            extra = torch.zeros((1, *value.shape[1:]), dtype=value.dtype)
+            if name == "group":
+                extra = value[:1].clone()  # an id of the chunk: no new label
+            elif name == "mask":
+                extra.view(1, -1)[0, 0] = 1
+            out[name] = torch.cat([value, extra])
+        elif isinstance(value, list) and len(value) == rows and rows:
+            out[name] = [*value, value[0]]
+        else:
+            out[name] = value
+    return out
+
+
+_ROW_PATTERNS = (
+    re.compile(r"(\(row, column\) = \()(\d+)"),
+    re.compile(r"(at row )(\d+)"),
+    re.compile(r"(\w\[)(\d+)(?=\])"),
+)
+
+
+def _in_file_rows(error: InputError, start: int) -> InputError:
+    """``error`` of a chunk starting at file row ``start``, its rows counted in the file."""
+    if start == 0:
+        return error
+    problem = error.problem
+    for pattern in _ROW_PATTERNS:
+        problem = pattern.sub(lambda m: f"{m[1]}{int(m[2]) + start}", problem)
+    error.problem = problem
+    error.args = (f"{error.path}: {problem}." if error.path is not None else f"{problem}.",)
+    if isinstance(error, NonFiniteError) and error.first:
+        error.first = (error.first[0] + start, *error.first[1:])
+    return error
