@@ -403,3 +403,23 @@ def test_a_word_after_an_on_off_option_is_named(word):
 )
 def test_other_missing_paths_get_no_hint(missing, args):
     assert flag_given_a_value(missing, args, {"--quiet", "-q"}) is None
+
+
+# ------------------------------------------------------------------------- docs
+def test_the_docs_show_the_real_table(whole):
+    """docs/staleness.md prints what analyze prints on the sample run, line for line."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from ratioscope.render.terminal import show_staleness
+
+    buffer = io.StringIO()
+    show_staleness(whole, Console(file=buffer, width=110, color_system=None))
+    printed = [line.rstrip() for line in buffer.getvalue().splitlines()]
+    page = (ROOT / "docs" / "staleness.md").read_text()
+    blocks = re.findall(r"```text\n(.*?)```", page, re.S)
+    (block,) = [b for b in blocks if "by mini-batch" in b]
+    assert block.splitlines() == printed
+    assert "(staleness.md)" in (ROOT / "docs" / "index.md").read_text()
