@@ -57,11 +57,14 @@ def correct_texts(path: Path) -> list[list[str]]:
 
 def batched(problems: list[list[str]], max_pairs: int) -> list[DiversityScores | None]:
     """The path eval-ucc runs: one tokenisation per response, batched pair scores."""
+    from threadpoolctl import threadpool_limits
+
     scores = []
-    for texts in problems:
-        found = problem_similarity(texts, max_pairs)
-        cluster_labels(found.similarity)
-        scores.append(found.diversity)
+    with threadpool_limits(limits=1, user_api="blas"):  # as evaluate_ucc runs it
+        for texts in problems:
+            found = problem_similarity(texts, max_pairs)
+            cluster_labels(found.similarity)
+            scores.append(found.diversity)
     return scores
 
 

@@ -35,8 +35,8 @@ def exact_pass(n: int, c: int, k: int) -> Fraction:
     return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
 
 
-def run(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
+def run(*args: str, env: dict[str, str] | None = None):
+    return runner.invoke(app, [str(a) for a in args], env=env)
 
 
 def write_flat(path: Path, method: str | None, correct_counts: list[int], n: int = 8) -> Path:
@@ -641,3 +641,141 @@ def test_plot_similarity_skips_or_refuses_problems_without_correct_answers(tmp_p
     assert result.exit_code == 2
     assert "problem 'p3' has no correct response in 'a', 'b'" in result.stderr
     assert len(figures) == 1
+
+
+# ---- tables: each quantity once; the "all datasets" rows say what they pool ----------
+
+
+def _header(stdout: str, title: str) -> list[str]:
+    """Column names of the table whose title starts with ``title``."""
+    table = stdout[stdout.index(title) :]
+    line = next(line for line in table.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in line.strip("┃").split("┃")]
+
+
+def _row(stdout: str, title: str, first: str) -> list[str]:
+    table = stdout[stdout.index(title) :]
+    line = next(line for line in table.splitlines() if line.startswith(f"│ {first} "))
+    return [cell.strip() for cell in line.strip("│").split("│")]
+
+
+def test_passk_table_shows_pass1_once_with_its_se():
+    result = run("eval-passk", SLICE, "-q", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert _header(result.stdout, "Pass@k (%)") == [
+        "method", "problems", "Pass@1 ± SE", "k=2", "k=4", "k=8",
+    ]  # fmt: skip
+    scores = slice_scores()
+    accuracy = sum(sum(s) / len(s) for s in scores) / len(scores)
+    a = [sum(s[j] for s in scores) / len(scores) for j in range(8)]
+    se = math.sqrt(sum((x - sum(a) / 8) ** 2 for x in a) / 8) / math.sqrt(8)
+    cells = _row(result.stdout, "Pass@k (%)", METHOD)
+    assert cells[2] == f"{100 * accuracy:.2f} ± {100 * se:.2f}"
+    want_k2 = sum(exact_pass(len(s), sum(s), 2) for s in scores) / len(scores)
+    assert cells[3] == f"{100 * float(want_k2):.2f}"
+
+
+def test_passk_table_without_sample_indices_has_a_dash_for_the_se(tmp_path):
+    path = tmp_path / "noidx.jsonl"
+    rows = [
+        {"problem_id": p, "response": "r", "correct": i < p} for p in range(3) for i in range(4)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run("eval-passk", path, "-q", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    # c = 0, 1, 2 of n = 4: mean accuracy (0 + 1/4 + 2/4) / 3 = 25 %
+    assert _row(result.stdout, "Pass@k (%)", "noidx")[2] == "25.00 ± —"
+    assert "no SE, the problems' sample indices differ" in " ".join(result.stdout.split())
+
+
+def test_all_datasets_rows_are_labelled_and_explained(tmp_path):
+    base = write_flat(tmp_path / "base.jsonl", None, [0, 0, 1, 6])
+    trained = write_flat(tmp_path / "trained.jsonl", None, [2, 0, 3, 8])
+    result = run("eval-passk", base, trained, "--k", "1,2", "-q", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "all datasets = every problem of the method" in text and "never pooled" in text
+    assert "│ all  " not in result.stdout  # the bare label "all" is gone
+    # the "all datasets" row of 'trained' is its own four problems, not both files pooled
+    cells = _row(result.stdout, "Pass@k (%)", "all datasets")
+    assert cells[1] == "base" and cells[2] == "4"
+    want = sum(float(exact_pass(8, c, 2)) for c in (0, 0, 1, 6)) / 4
+    assert cells[4] == f"{100 * want:.2f}"
+    without = run("eval-passk", SLICE, "-q", env={"COLUMNS": "200"})
+    assert "all datasets" not in without.stdout  # no dataset, no group, no note
+
+
+def test_ucc_table_drops_clusters_per_problem_only_when_it_is_ucc_at_n():
+    full = run("eval-ucc", SLICE, "--max-pairs", "0", "-q", env={"COLUMNS": "200"})
+    assert full.exit_code == 0, full.output
+    assert _header(full.stdout, "UCC@k") == ["method", "k=1", "k=2", "k=4", "k=8", "UCR"]
+    assert "k=8 = n: UCC@n is the mean number of correct clusters" in " ".join(full.stdout.split())
+    part = run("eval-ucc", SLICE, "--k", "1,2", "--max-pairs", "0", "-q", env={"COLUMNS": "200"})
+    assert _header(part.stdout, "UCC@k") == ["method", "k=1", "k=2", "clusters/problem", "UCR"]
+
+
+# ---- curves: the same problems, and the k cut said on the figure ---------------------
+
+
+def _curve_titles(monkeypatch, args) -> tuple[int, str]:
+    import matplotlib.pyplot as plt
+
+    from ratioscope.render import eval_plots
+
+    figures = []
+    monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))
+    result = run("plot", *args)
+    if not figures:
+        return result.exit_code, result.stderr
+    (figure,) = figures
+    text = figure._suptitle.get_text() + "\n" + figure.axes[0].get_title()
+    plt.close(figure)
+    return result.exit_code, " ".join(text.split())
+
+
+def _slice_subset(path: Path, problems: int, samples: int) -> Path:
+    """The first ``problems`` problems of the slice with their first ``samples`` samples."""
+    rows = [json.loads(line) for line in SLICE.read_text(encoding="utf-8").splitlines()]
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows[:problems]:
+            cut = {"idx": row["idx"], "response": row["response"][:samples],
+                   "score": row["score"][:samples]}  # fmt: skip
+            handle.write(json.dumps(cut) + "\n")
+    return path
+
+
+def test_plot_cuts_sample_methods_to_their_shared_problems(tmp_path, monkeypatch):
+    from ratioscope.figures.evaluation import metric_curves
+
+    short = _slice_subset(tmp_path / "short.jsonl", problems=4, samples=4)
+    code, title = _curve_titles(monkeypatch, ["passk", SLICE, short, "-o", tmp_path / "p.png"])
+    assert code == 0
+    assert f"on the 4 problems all methods share (left out: {METHOD}: 2 of 6)" in title
+    assert "k stops at 4, the fewest samples per problem" in title
+    assert f"short: 4; {METHOD}: 8" in title
+    # the slice's curve is its Pass@k on those 4 problems only, recomputed here
+    scores = slice_scores()[:4]
+    curves = metric_curves([SLICE, short], "pass_at_k").curves
+    assert sorted(curves[METHOD]) == [1, 2, 4]
+    for k in (1, 2, 4):
+        want = sum(exact_pass(8, sum(s), k) for s in scores) / 4
+        assert curves[METHOD][k] == pytest.approx(float(want), abs=1e-12)
+    code, title = _curve_titles(monkeypatch, ["ucc", SLICE, "-o", tmp_path / "u.png"])
+    assert code == 0 and "6 problems per method; 8 samples each" in title
+
+
+def test_plot_refuses_curves_on_problems_it_cannot_match(tmp_path, monkeypatch):
+    short = _slice_subset(tmp_path / "short.jsonl", problems=4, samples=8)
+    report = tmp_path / "short.json"
+    assert run("eval-ucc", short, "--json", report, "-q").exit_code == 0
+    code, message = _curve_titles(monkeypatch, ["ucc", SLICE, report, "-o", tmp_path / "u.png"])
+    assert code == 2
+    assert (
+        f"short (short.json) was measured on 4 problems and {METHOD} (samples) on 6 problems; "
+        "a report is plotted as stored and cannot be cut"
+    ) in message
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"problem_id": "zz", "response": "r", "correct": 1}) + "\n")
+    code, message = _curve_titles(monkeypatch, ["passk", SLICE, other, "-o", tmp_path / "p.png"])
+    assert code == 2 and "answer different problems and share none" in message
+    assert not (tmp_path / "u.png").exists() and not (tmp_path / "p.png").exists()

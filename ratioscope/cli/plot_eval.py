@@ -94,6 +94,9 @@ def passk(
 
     A report is plotted as stored: --k and the field options apply to samples input
     only, and are refused for a report unless they match what it was made with.
+    Curves share their problems: sample methods are cut to the problems they all
+    answer, a report on other problems is refused; the figure names the problems,
+    the samples per problem and where k stops.
 
     Example: ratioscope plot passk passk.json --out passk.png
     """
@@ -118,7 +121,8 @@ def ucc(
     A report is plotted as stored, labelled with the threshold and linkage it was made
     with: --k, --threshold, --linkage and the field options apply to samples input only
     (samples given beside reports are clustered as the reports were), and are refused
-    for a report unless they match its params.
+    for a report unless they match its params. Curves share their problems, as for
+    plot passk.
 
     Example: ratioscope plot ucc base.jsonl grpo.jsonl --threshold 0.8 --out ucc.png
     """
