@@ -47,10 +47,13 @@ class MethodInputs:
 
     Attributes:
         batch: the :class:`~ratioscope.batch.TokenBatch` (one file).
-        fpa_exact_device: where exact FPA log-probs are computed from logits.
+        base_settings: the settings of :data:`REFERENCE`, the objective that the
+            corrections reweight (its defaults when None).
+        cache: what several methods share (the base coefficients, FPA's method).
     """
 
     batch: TokenBatch
+    base_settings: Settings | None = None
     cache: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -267,6 +270,102 @@ def _fpa(inputs: MethodInputs, s: Settings) -> Coefficients:
     return fpa_coefficients(future.double(), correct, inputs.mask)
 
 
+def _base(inputs: MethodInputs) -> Coefficients:
+    """GRPO's coefficients with the reference settings: what the corrections reweight."""
+    if "base" not in inputs.cache:
+        settings = inputs.base_settings or METHODS[REFERENCE].settings()
+        inputs.cache["base"] = METHODS[REFERENCE].compute(inputs, settings)
+    return inputs.cache["base"]
+
+
+def _reweighted(inputs: MethodInputs, weight: Tensor, flags: dict[str, Tensor]) -> Coefficients:
+    from ratioscope.functional.objectives import Coefficients
+
+    base = _base(inputs)
+    return Coefficients(base.values * weight, base.scale, {**base.flags, **flags})
+
+
+def _tis(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.corrections import token_truncation
+
+    return _reweighted(
+        inputs, *token_truncation(inputs.rollout_log_ratio, inputs.mask, float(s["cap"]))
+    )  # type: ignore[arg-type]
+
+
+def _icepop(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.corrections import token_mask
+
+    return _reweighted(
+        inputs, *token_mask(inputs.rollout_log_ratio, inputs.mask, _pair(s, "bounds"))
+    )
+
+
+def _seq_tis(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.corrections import sequence_truncation
+
+    return _reweighted(
+        inputs,
+        *sequence_truncation(inputs.rollout_log_ratio, inputs.mask, float(s["cap"])),  # type: ignore[arg-type]
+    )
+
+
+def _geo_rs(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.corrections import geometric_rejection
+
+    return _reweighted(
+        inputs, *geometric_rejection(inputs.rollout_log_ratio, inputs.mask, _pair(s, "bounds"))
+    )
+
+
+def _k3_rs(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.corrections import sequence_rejection
+
+    weight, flags = sequence_rejection(
+        inputs.rollout_log_ratio,
+        inputs.mask,
+        "k3",
+        str(s["reduce"]),
+        float(s["threshold"]),  # type: ignore[arg-type]
+    )
+    return _reweighted(inputs, weight, flags)
+
+
+def _m2po(inputs: MethodInputs, s: Settings) -> Coefficients:
+    import torch
+
+    from ratioscope.functional.corrections import second_moment_mask
+    from ratioscope.functional.objectives import Coefficients, row_weights, token_advantages
+
+    keep, flags = second_moment_mask(inputs.rollout_log_ratio, inputs.mask, float(s["threshold"]))  # type: ignore[arg-type]
+    advantages = token_advantages(inputs.advantages, inputs.mask)
+    weights, scale = row_weights(inputs.mask, "token-mean")
+    ratio = torch.exp(inputs.z.double())
+    values = torch.where(inputs.mask, keep * ratio * advantages * weights, 0.0)
+    return Coefficients(values, scale, flags)
+
+
+def _opsm(inputs: MethodInputs, s: Settings) -> Coefficients:
+    import torch
+
+    from ratioscope.functional.corrections import off_policy_sequence_mask
+    from ratioscope.functional.objectives import token_advantages
+
+    batch = inputs.batch
+    current = inputs.need("log_probs", "pi_theta of the sampled tokens")
+    behaviour = (
+        batch.rollout_log_probs if batch.rollout_log_probs is not None else batch.old_log_probs
+    )
+    if behaviour is None:
+        raise MissingInput("needs `old_log_probs` or `rollout_log_probs` (the sampling policy)")
+    drift = torch.where(inputs.mask, behaviour.double() - current.double(), 0.0)
+    advantages = token_advantages(inputs.advantages, inputs.mask)
+    return _reweighted(
+        inputs,
+        *off_policy_sequence_mask(drift, advantages, inputs.mask, float(s["delta"])),  # type: ignore[arg-type]
+    )
+
+
 def _clip_defaults(low: float, high: float, aggregation: str | None = None) -> dict[str, Setting]:
     out: dict[str, Setting] = {"clip": (low, high)}
     if aggregation is not None:
@@ -339,6 +438,47 @@ METHODS: dict[str, Method] = {
             "FPA Eq. 3: R pi_hat^(1/|y|) / |y| with lambda 1 (exact from logits, else the "
             "approximation)",
             {"lam": 1.0}, _fpa,
+        ),
+        Method(
+            "tis", "TIS", "correction",
+            "token truncated IS on GRPO: min(pi_old/pi_rollout, C), C 2 (verl rollout "
+            "correction decoupled_token_is; slime --tis-clip 2)",
+            {"cap": 2.0}, _tis,
+        ),
+        Method(
+            "icepop", "IcePop", "correction",
+            "token mask (MIS) on GRPO: rho kept inside [0.5, 5], 0 outside (verl "
+            "decoupled_token_icepop; OpenRLHF is_correction_threshold)",
+            {"bounds": (0.5, 5.0)}, _icepop,
+        ),
+        Method(
+            "seq_tis", "Seq-TIS", "correction",
+            "sequence IS on GRPO: min(prod_t rho_t, C), C 2 (verl decoupled_seq_is)",
+            {"cap": 2.0}, _seq_tis,
+        ),
+        Method(
+            "geo_rs", "Geo-RS", "correction",
+            "geometric rejection on GRPO: drop sequences with exp(mean log rho) outside "
+            "[0.999, 1.001] (verl decoupled_geo_rs, seq_mean_k1)",
+            {"bounds": (0.999, 1.001)}, _geo_rs,
+        ),
+        Method(
+            "k3_rs", "K3-RS", "correction",
+            "k3 rejection on GRPO: drop sequences whose mean k3 = rho - 1 - log rho "
+            "exceeds 0.01 (verl decoupled_k3_rs, seq_mean_k3)",
+            {"threshold": 0.01, "reduce": "mean"}, _k3_rs,
+        ),
+        Method(
+            "m2po", "M2PO", "correction",
+            "M2PO: mask the largest (log pi_old/pi_rollout)^2 until their mean is < 0.04, "
+            "then token-mean r A without clipping (AReaL m2_threshold; M2PO M2_budget)",
+            {"threshold": 0.04}, _m2po,
+        ),
+        Method(
+            "opsm", "OPSM", "correction",
+            "DeepSeek-V3.2 off-policy sequence mask on GRPO: drop A < 0 sequences with mean "
+            "log(pi_sampling/pi_theta) > 1e-4 (slime --opsm-delta)",
+            {"delta": 1e-4}, _opsm,
         ),
     )
 }  # fmt: skip

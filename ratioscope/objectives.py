@@ -262,7 +262,7 @@ def batch_coefficients(
 ) -> dict[str, Coefficients]:
     """Every named method's coefficients on one batch; methods whose inputs are missing
     are left out, with the reason in ``skipped``."""
-    inputs = MethodInputs(batch)
+    inputs = MethodInputs(batch, base_settings=settings.get(REFERENCE))
     out: dict[str, Coefficients] = {}
     for name in names:
         method = METHODS[name]

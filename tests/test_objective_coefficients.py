@@ -317,3 +317,97 @@ def test_ess_by_hand():
     assert effective_sample_size(float(values.abs().sum()), float((values**2).sum()), 4) == (
         pytest.approx(16 / 24)
     )
+
+
+def test_gmpo_takes_the_mean_advantage_of_token_advantages():
+    mask, old, current, _, _, _ = _batch(spread=0.5)
+    generator = torch.Generator().manual_seed(7)
+    a = torch.where(mask, torch.randn(4, 6, generator=generator, dtype=DOUBLE), 0.0)
+    eps = (0.3, 0.3)
+
+    def objective(logp):
+        z = logp - old
+        sign = torch.sign(a)
+        clipped = sign * torch.minimum(sign * z, sign * torch.clamp(z, -eps[0], eps[1]))
+        ratio = torch.exp(torch.where(mask, clipped, 0.0).sum(1) / mask.sum(1))
+        mean_adv = a.sum(1) / mask.sum(1)
+        return (mean_adv * ratio).mean()
+
+    coef = F.gmpo_coefficients(current - old, a, mask, eps)
+    torch.testing.assert_close(_exact(coef), torch.where(mask, _grad(objective, current), 0.0))
+
+
+# ------------------------------------------------------------------ corrections
+def _rho_batch():
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    rho = torch.tensor(
+        [[0.4, 1.0, 2.5, 6.0], [1.0005, 0.9995, 9.0, 9.0], [1.01, 1.0, 0.999, 7.0]],
+        dtype=DOUBLE,
+    )
+    return torch.where(mask, torch.log(rho), 0.0), rho, mask
+
+
+def test_token_truncation_and_mask_by_hand():
+    from ratioscope.functional import corrections as C
+
+    log_rho, _, mask = _rho_batch()
+    weight, flags = C.token_truncation(log_rho, mask, 2.0)
+    assert weight[0].tolist() == pytest.approx([0.4, 1.0, 2.0, 2.0])
+    assert flags["truncated"][0].tolist() == [False, False, True, True]
+    weight, flags = C.token_mask(log_rho, mask, (0.5, 5.0))
+    assert weight[0].tolist() == pytest.approx([0.0, 1.0, 2.5, 0.0])
+    assert flags["masked"][0].tolist() == [True, False, False, True]
+    assert not bool(flags["masked"][~mask].any()) and bool((weight[~mask] == 0).all())
+
+
+def test_sequence_weights_and_rejections_by_hand():
+    from ratioscope.functional import corrections as C
+
+    log_rho, rho, mask = _rho_batch()
+    weight, flags = C.sequence_truncation(log_rho, mask, 2.0)
+    products = [0.4 * 1.0 * 2.5 * 6.0, 1.0005 * 0.9995, 1.01 * 1.0 * 0.999]
+    expected = [min(p, 2.0) for p in products]
+    assert weight[:, 0].tolist() == pytest.approx(expected)
+    assert flags["truncated"][:, 0].tolist() == [True, False, False]
+    # geometric mean inside [0.999, 1.001]: only the second sequence
+    weight, flags = C.geometric_rejection(log_rho, mask, (0.999, 1.001))
+    geo = [p ** (1 / n) for p, n in zip(products, (4, 2, 3), strict=True)]
+    assert [0.999 <= g <= 1.001 for g in geo] == [False, True, False]
+    assert weight[:, 0].tolist() == [0.0, 1.0, 0.0]
+    # k3 mean over each sequence's valid tokens against 0.01
+    k3 = [
+        sum(r - 1 - math.log(r) for r in row[:n]) / n
+        for row, n in zip(rho.tolist(), (4, 2, 3), strict=True)
+    ]
+    weight, flags = C.sequence_rejection(log_rho, mask, "k3", "mean", 0.01)
+    assert weight[:, 0].tolist() == [0.0 if v > 0.01 else 1.0 for v in k3]
+    weight, _ = C.sequence_rejection(log_rho, mask, "k2", "max", 0.5)
+    k2_max = [
+        max(0.5 * math.log(r) ** 2 for r in row[:n])
+        for row, n in zip(rho.tolist(), (4, 2, 3), strict=True)
+    ]
+    assert weight[:, 0].tolist() == [0.0 if v > 0.5 else 1.0 for v in k2_max]
+
+
+def test_second_moment_mask_drops_largest_first_until_below_threshold():
+    from ratioscope.functional import corrections as C
+
+    log_ratio = torch.tensor([[0.1, -0.5, 0.0, 0.3], [0.2, 0.05, 0.0, 0.0]], dtype=DOUBLE)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
+    weight, flags = C.second_moment_mask(log_ratio, mask, 0.02)
+    # squares: 0.01, 0.25, 0, 0.09 | 0.04, 0.0025; dropping 0.25, then 0.09 leaves
+    # mean(0.01, 0, 0.04, 0.0025) = 0.013125 < 0.02; with 0.09 it was 0.0285
+    assert flags["masked"].tolist() == [[False, True, False, True], [False, False, False, False]]
+    assert weight.tolist() == [[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+
+
+def test_off_policy_sequence_mask_needs_negative_advantage_and_drift():
+    from ratioscope.functional import corrections as C
+
+    drift = torch.tensor([[0.3, 0.1], [0.3, 0.1], [-0.3, 0.1]], dtype=DOUBLE)
+    adv = torch.tensor([[-1.0, -1.0], [1.0, 1.0], [-1.0, -1.0]], dtype=DOUBLE)
+    mask = torch.ones(3, 2, dtype=torch.bool)
+    weight, flags = C.off_policy_sequence_mask(drift, adv, mask, delta=0.15)
+    # mean drifts 0.2, 0.2, -0.1: only the first (negative advantage, drift > delta) goes
+    assert weight[:, 0].tolist() == [0.0, 1.0, 1.0]
+    assert flags["masked"].tolist() == [[True, True], [False, False], [False, False]]

@@ -206,12 +206,13 @@ def gmpo_coefficients(
 ) -> Coefficients:
     """GMPO (Zhao et al. 2025): geometric mean of the token terms, clipped in log space.
 
-    Per token ``z~_t = sgn(A) min(sgn(A) z_t, sgn(A) clip(z_t, -eps_low, eps_high))``;
-    the sequence ratio is ``R_i = exp(mean_t z~_t)`` and J = 1/G sum_i A_i R_i. A token
-    whose clipped branch binds (A > 0 and z > eps_high, or A < 0 and z < -eps_low) is
-    constant in z~ and gets coefficient 0; every other token gets ``A_i R_i / |o_i|``.
-    Defaults: the paper's clip range (e^-0.4, e^0.4). The advantage is taken per token
-    (``A_it``); GMPO's is per sequence, to which this reduces.
+    Per token ``z~_t = sgn(A_t) min(sgn(A_t) z_t, sgn(A_t) clip(z_t, -eps_low, eps_high))``;
+    the sequence ratio is ``R_i = exp(mean_t z~_t)`` and J = 1/G sum_i Abar_i R_i with
+    ``Abar_i`` the sequence's mean advantage (verl's ``geo_mean`` loss; GMPO's advantage is
+    per sequence, to which this reduces). A token whose clipped branch binds (A > 0 and
+    z > eps_high, or A < 0 and z < -eps_low) is constant in z~ and gets coefficient 0;
+    every other token gets ``Abar_i R_i / |o_i|``. Defaults: the paper's clip range
+    (e^-0.4, e^0.4).
 
     Returns:
         :class:`Coefficients` (scale 1/G) with flags ``clip_low``, ``clip_high``.
@@ -225,9 +226,11 @@ def gmpo_coefficients(
     low = (adv < 0) & (z64 < -eps_low) & mask
     high = (adv > 0) & (z64 > eps_high) & mask
     clipped_z = torch.where(low, -eps_low, torch.where(high, eps_high, z64))
-    seq_ratio = _broadcast(torch.exp(sequence_log_ratio(clipped_z, mask)), mask)
-    weights, scale = row_weights(mask, "seq-mean-token-mean")
-    values = torch.where(low | high | ~mask, 0.0, seq_ratio * adv * weights)
+    seq_ratio = torch.exp(sequence_log_ratio(clipped_z, mask))
+    mean_adv = adv.sum(dim=1) / lengths_of(mask).clamp_min(1.0)
+    per_row = mean_adv * seq_ratio / lengths_of(mask).clamp_min(1.0)
+    values = torch.where(low | high, 0.0, _broadcast(per_row, mask))
+    _, scale = row_weights(mask, "seq-mean-token-mean")
     return Coefficients(values, scale, {"clip_low": low, "clip_high": high})
 
 
@@ -235,14 +238,15 @@ def cispo_coefficients(
     z: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    clip: tuple[float, float] = (1.0, 4.0),
+    clip: tuple[float, float] = (1.0, 0.2),
     aggregation: str = "token-mean",
 ) -> Coefficients:
     """CISPO (MiniMax-M1, Eq. 4): J = agg_t sg[clip(r, 1 - eps_low, 1 + eps_high)] A log pi.
 
     The truncated ratio is a stop-gradient weight on ``A log pi``, so no token loses its
     gradient: the coefficient is ``clip(r) A`` everywhere. ``eps_low >= 1`` leaves the
-    lower side open (the paper sets no lower bound).
+    lower side open (the paper sets no lower bound); defaults as verl's CISPO example
+    (``clip_ratio_low`` 10, ``clip_ratio_high`` 0.2: the weight is capped at 1.2).
 
     Returns:
         :class:`Coefficients` with flags ``truncated_low``, ``truncated_high`` (tokens
@@ -471,8 +475,9 @@ def dr_grpo_advantages(rewards: Tensor, group: Tensor) -> Tensor:
     Returns:
         [B] float64.
 
-    >>> dr_grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 5.0]), torch.tensor([0, 0, 0, 1])).tolist()
-    [0.6666666666666667, -0.33333333333333337, -0.33333333333333337, 0.0]
+    >>> adv = dr_grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 5.0]), torch.tensor([0, 0, 0, 1]))
+    >>> [round(a, 6) for a in adv.tolist()]
+    [0.666667, -0.333333, -0.333333, 0.0]
     """
     values = rewards.to(torch.float64)
     group = group.to(device=values.device, dtype=torch.long)
