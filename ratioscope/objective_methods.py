@@ -279,10 +279,12 @@ def _base(inputs: MethodInputs) -> Coefficients:
 
 
 def _reweighted(inputs: MethodInputs, weight: Tensor, flags: dict[str, Tensor]) -> Coefficients:
+    """GRPO's coefficients times a correction's weight; the flags are the correction's own
+    (GRPO's clipping is GRPO's row)."""
     from ratioscope.functional.objectives import Coefficients
 
     base = _base(inputs)
-    return Coefficients(base.values * weight, base.scale, {**base.flags, **flags})
+    return Coefficients(base.values * weight, base.scale, flags)
 
 
 def _tis(inputs: MethodInputs, s: Settings) -> Coefficients:

@@ -17,9 +17,10 @@ from ratioscope.cli._options import (
     Quiet,
     UnsafePickle,
 )
+from ratioscope.objective_methods import METHODS
 
 ObjectivePaths = Annotated[
-    list[str],
+    list[str] | None,
     typer.Argument(
         help="Dump files, directories or globs; each file is one batch.", show_default=False
     ),
@@ -28,9 +29,7 @@ Methods = Annotated[
     str | None,
     typer.Option(
         "--methods",
-        help="Methods to compare, comma-separated (default: all): grpo, dapo, dr_grpo, gspo, "
-        "gmpo, cispo, sapo, kpo, cw_grpo, tepo, quatro, fpa, tis, icepop, seq_tis, geo_rs, "
-        "k3_rs, m2po, opsm.",
+        help=f"Methods to compare, comma-separated (default: all): {', '.join(METHODS)}.",
         rich_help_panel="Methods",
         show_default=False,
     ),
@@ -63,13 +62,7 @@ ObjectivesJson = Annotated[
 
 
 def objectives(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="Dump files, directories or globs; each file is one batch.",
-            show_default=False,
-        ),
-    ] = None,
+    paths: ObjectivePaths = None,
     methods: Methods = None,
     settings: SetOption = None,
     list_methods: ListMethods = False,

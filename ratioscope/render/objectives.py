@@ -13,12 +13,15 @@ from ratioscope.render.tables import DASH, pct, print_table
 if TYPE_CHECKING:
     from ratioscope.objectives import MethodSummary, ObjectivesReport
 
+#: the correlation matrix is printed for at most this many methods (it is in the JSON)
+MATRIX_METHODS = 8
+
 #: what the method families are called in the table
 FAMILY = {
     "clip": "clipping family",
     "advantage": "advantage scheme",
     "paper": "the five papers",
-    "correction": "train/inference corrections (on GRPO)",
+    "correction": "corrections (on GRPO)",
 }
 
 
@@ -28,10 +31,31 @@ def _num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def small_pct(value: float | None) -> str:
+    """A share in percent, with shares below 0.01 % shown as such rather than as 0.00 %.
+
+    >>> small_pct(3e-5), small_pct(0.0), small_pct(0.25), small_pct(None)
+    ('<0.01%', '0.00%', '25.00%', '—')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    if 0 < value < 1e-4:
+        return "<0.01%"
+    return pct(value)
+
+
 def _rules(summary: MethodSummary) -> str:
     """The method's own rules with the share of tokens each binds on, e.g. 'clip_low 0.04 %'."""
-    parts = [f"{name} {pct(share)}" for name, share in summary.flags.items() if share]
+    parts = [f"{name} {small_pct(share)}" for name, share in summary.flags.items() if share]
     return ", ".join(parts) if parts else DASH
+
+
+def _reference_correlation(result: ObjectivesReport, name: str) -> float | None:
+    names = result.correlation.get("methods", [])
+    reference = result.params.get("reference")
+    if name not in names or reference not in names:
+        return None
+    return result.correlation["matrix"][names.index(name)][names.index(reference)]
 
 
 def show_objectives(result: ObjectivesReport, console: Console) -> None:
@@ -49,24 +73,26 @@ def show_objectives(result: ObjectivesReport, console: Console) -> None:
         ("Gini", "right"),
         ("ESS", "right"),
         ("flips", "right"),
+        ("corr", "right"),
         ("long", "right"),
         ("rules that bind", "left"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     family = None
-    for summary in result.methods.values():
+    for name, summary in result.methods.items():
         if summary.family != family:
             family = summary.family
-            table.add_row(f"[dim]{FAMILY.get(family, family)}[/dim]", *([""] * 7))
+            table.add_row(f"[dim]{FAMILY.get(family, family)}[/dim]", *([""] * 8))
         label = summary.label + (" *" if summary.note else "")
         table.add_row(
             label,
-            pct(summary.zero_share),
-            pct(summary.top_share),
+            small_pct(summary.zero_share),
+            small_pct(summary.top_share),
             _num(summary.gini),
             _num(summary.ess),
-            DASH if summary.sign_flips is None else pct(summary.sign_flips),
-            pct(summary.long_mass_share),
+            small_pct(summary.sign_flips),
+            _num(_reference_correlation(result, name), 2),
+            small_pct(summary.long_mass_share),
             _rules(summary),
         )
     print_table(console, table)
@@ -90,8 +116,9 @@ def legend(result: ObjectivesReport, long_tokens: float | None) -> list[str]:
         "top 1%: share of sum |coef| held by the 1 % largest; Gini of |coef|; "
         "ESS: (sum |coef|)^2 / (N sum coef^2)",
         f"flips: tokens pushed the other way than {reference.upper()} pushes them "
-        f"(among tokens {reference.upper()} moves); long: share of sum |coef| on responses "
-        f"longer than the median ({pct(long_tokens)} of the tokens)",
+        f"(among tokens {reference.upper()} moves); corr: Pearson correlation with "
+        f"{reference.upper()}'s coefficients; long: share of sum |coef| on responses longer "
+        f"than the median ({pct(long_tokens)} of the tokens)",
     ]
     notes = [f"{s.label} *: {s.note}" for s in result.methods.values() if s.note]
     return lines + notes + ["formulas and defaults: docs/objectives.md"]
@@ -101,6 +128,13 @@ def show_correlation(result: ObjectivesReport, console: Console) -> None:
     """The Pearson correlation of every pair of methods' coefficients over the tokens."""
     names = result.correlation.get("methods", [])
     if len(names) < 2:
+        return
+    if len(names) > MATRIX_METHODS:
+        console.print(
+            f"correlations between all {len(names)} methods: in the JSON (correlation.matrix), "
+            f"or printed here for at most {MATRIX_METHODS} --methods",
+            highlight=False,
+        )
         return
     labels = [result.methods[n].label for n in names]
     table = Table(title="Correlation of coefficients over tokens", title_justify="left")
