@@ -585,20 +585,27 @@ def layout_keys() -> list[str]:
 
     ``params`` is typed ``dict[str, Any]`` in :class:`Report`; its blocks are walked as
     the parameter classes they are written from (``analysis``: AnalysisParams, ``load``:
-    LoadOptions).
+    the LoadOptions fields that ``analysis.load_params`` writes, the ones that change the
+    numbers; options of memory or safety alone are not in a report).
     """
+    from ratioscope.analysis import load_params
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.params import AnalysisParams
     from ratioscope.report import Report, _report_hints
 
     hints = _report_hints()
     keys: list[str] = []
+    written = set(load_params(LoadOptions()))
     for f in dataclasses.fields(Report):
         if f.name in _SKIPPED:
             continue
         if f.name == "params":
-            for block, cls in (("analysis", AnalysisParams), ("load", LoadOptions)):
-                keys.extend(_walk_type(cls, ["params", block], {}))
+            keys.extend(_walk_type(AnalysisParams, ["params", "analysis"], {}))
+            load_hints = get_type_hints(LoadOptions)
+            for option in dataclasses.fields(LoadOptions):
+                if option.name in written:
+                    path = ["params", "load", option.name]
+                    keys.extend(_walk_type(load_hints[option.name], path, {}))
         else:
             keys.extend(_walk_type(hints[f.name], [f.name], {}))
     return list(dict.fromkeys(keys))
