@@ -148,8 +148,15 @@ def _coerce(method: str, key: str, default: Setting, value: Any) -> Setting:
 
 
 def _pair(settings: Settings, key: str) -> tuple[float, float]:
-    low, high = settings[key]  # type: ignore[misc]
-    return float(low), float(high)
+    value = settings[key]
+    assert isinstance(value, tuple) and len(value) == 2, f"{key} is a pair"
+    return float(value[0]), float(value[1])
+
+
+def _number(settings: Settings, key: str) -> float:
+    value = settings[key]
+    assert isinstance(value, (int, float)), f"{key} is a number"
+    return float(value)
 
 
 # --------------------------------------------------------------- compute functions
@@ -194,7 +201,7 @@ def _sapo(inputs: MethodInputs, s: Settings) -> Coefficients:
         inputs.z,
         inputs.advantages,
         inputs.mask,
-        (float(s["tau_pos"]), float(s["tau_neg"])),  # type: ignore[arg-type]
+        (_number(s, "tau_pos"), _number(s, "tau_neg")),
     )
 
 
@@ -206,8 +213,8 @@ def _kpo(inputs: MethodInputs, s: Settings) -> Coefficients:
         inputs.advantages,
         inputs.mask,
         _pair(s, "clip"),
-        q=float(s["q"]),  # type: ignore[arg-type]
-        v=float(s["v"]),  # type: ignore[arg-type]
+        q=_number(s, "q"),
+        v=_number(s, "v"),
     )
 
 
@@ -237,7 +244,7 @@ def _tepo(inputs: MethodInputs, s: Settings) -> Coefficients:
         _pair(s, "clip"),
         inputs.batch.entropy,
         inputs.batch.old_entropy,
-        beta=float(s["beta"]),  # type: ignore[arg-type]
+        beta=_number(s, "beta"),
     )
 
 
@@ -246,7 +253,7 @@ def _quatro(inputs: MethodInputs, s: Settings) -> Coefficients:
     from ratioscope.functional.quatro import quatro_duals
 
     rewards, group, n_groups = inputs.groups
-    duals = quatro_duals(rewards.double(), group, delta=float(s["delta"]))  # type: ignore[arg-type]
+    duals = quatro_duals(rewards.double(), group, delta=_number(s, "delta"))
     return quatro_coefficients(inputs.z, duals.adv, inputs.mask, n_groups)
 
 
@@ -256,7 +263,7 @@ def _fpa(inputs: MethodInputs, s: Settings) -> Coefficients:
 
     batch = inputs.batch
     correct = inputs.need("correct", "FPA's reward is +1 correct, -1 incorrect")
-    lam = float(s["lam"])  # type: ignore[arg-type]
+    lam = _number(s, "lam")
     if batch.logits is not None and batch.ref_logits is not None and batch.token_ids is not None:
         future = future_log_probs_exact(
             batch.logits, batch.ref_logits, batch.token_ids, lam=lam, mask=inputs.mask
@@ -291,8 +298,8 @@ def _tis(inputs: MethodInputs, s: Settings) -> Coefficients:
     from ratioscope.functional.corrections import token_truncation
 
     return _reweighted(
-        inputs, *token_truncation(inputs.rollout_log_ratio, inputs.mask, float(s["cap"]))
-    )  # type: ignore[arg-type]
+        inputs, *token_truncation(inputs.rollout_log_ratio, inputs.mask, _number(s, "cap"))
+    )
 
 
 def _icepop(inputs: MethodInputs, s: Settings) -> Coefficients:
@@ -308,7 +315,7 @@ def _seq_tis(inputs: MethodInputs, s: Settings) -> Coefficients:
 
     return _reweighted(
         inputs,
-        *sequence_truncation(inputs.rollout_log_ratio, inputs.mask, float(s["cap"])),  # type: ignore[arg-type]
+        *sequence_truncation(inputs.rollout_log_ratio, inputs.mask, _number(s, "cap")),
     )
 
 
@@ -328,7 +335,7 @@ def _k3_rs(inputs: MethodInputs, s: Settings) -> Coefficients:
         inputs.mask,
         "k3",
         str(s["reduce"]),
-        float(s["threshold"]),  # type: ignore[arg-type]
+        _number(s, "threshold"),
     )
     return _reweighted(inputs, weight, flags)
 
@@ -339,7 +346,7 @@ def _m2po(inputs: MethodInputs, s: Settings) -> Coefficients:
     from ratioscope.functional.corrections import second_moment_mask
     from ratioscope.functional.objectives import Coefficients, row_weights, token_advantages
 
-    keep, flags = second_moment_mask(inputs.rollout_log_ratio, inputs.mask, float(s["threshold"]))  # type: ignore[arg-type]
+    keep, flags = second_moment_mask(inputs.rollout_log_ratio, inputs.mask, _number(s, "threshold"))
     advantages = token_advantages(inputs.advantages, inputs.mask)
     weights, scale = row_weights(inputs.mask, "token-mean")
     ratio = torch.exp(inputs.z.double())
@@ -364,7 +371,7 @@ def _opsm(inputs: MethodInputs, s: Settings) -> Coefficients:
     advantages = token_advantages(inputs.advantages, inputs.mask)
     return _reweighted(
         inputs,
-        *off_policy_sequence_mask(drift, advantages, inputs.mask, float(s["delta"])),  # type: ignore[arg-type]
+        *off_policy_sequence_mask(drift, advantages, inputs.mask, _number(s, "delta")),
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -256,7 +256,7 @@ class ObjectivesReport:
 def batch_coefficients(
     batch: TokenBatch,
     names: Sequence[str],
-    settings: dict[str, Settings],
+    settings: Mapping[str, Settings],
     skipped: dict[str, str] | None = None,
     notes: dict[str, str] | None = None,
 ) -> dict[str, Coefficients]:

@@ -163,16 +163,59 @@ HEADLINES: tuple[Headline, ...] = (
 )
 
 
+#: the side-by-side view's headlines (``ratioscope objectives``), read from its per-method
+#: summaries under ``objectives.<method>.<field>``; followed when ``objectives=True``
+OBJECTIVE_HEADLINES: tuple[Headline, ...] = (
+    Headline(
+        "objectives.grpo.top_share",
+        "GRPO: share of sum |coefficient| on the top 1% of tokens",
+        "G top1%",
+        "share",
+        "GRPO's gradient is carried by fewer tokens",
+    ),
+    Headline(
+        "objectives.grpo.zero_share",
+        "GRPO: tokens with zero coefficient (clipped or zero advantage)",
+        "G zero",
+        "fraction of tokens",
+        "more tokens give GRPO no gradient",
+    ),
+    Headline(
+        "objectives.gspo.zero_share",
+        "GSPO: tokens with zero coefficient (sequence clipped or zero advantage)",
+        "GSPO zero",
+        "fraction of tokens",
+        "more sequences leave GSPO's band",
+    ),
+    Headline(
+        "objectives.opsm.flags.masked",
+        "DeepSeek-V3.2 off-policy sequence mask: tokens masked",
+        "OPSM mask",
+        "fraction of tokens",
+        "more negative-advantage sequences drifted from the sampling policy",
+    ),
+    Headline(
+        "objectives.tis.flags.truncated",
+        "token TIS: tokens truncated (old/engine ratio above the cap)",
+        "TIS trunc",
+        "fraction of tokens",
+        "the engine's ratios exceed the cap more often",
+    ),
+)
+#: the methods the objective headlines need
+OBJECTIVE_METHODS = ("grpo", "gspo", "tis", "opsm")
+
+
 def headline(key: str) -> Headline:
     """The headline of ``key``."""
-    for item in HEADLINES:
+    for item in (*HEADLINES, *OBJECTIVE_HEADLINES):
         if item.key == key:
             return item
     from ratioscope.errors import ParameterError
 
     raise ParameterError(
         "columns", f"names an unknown headline '{key}'; choose from "
-        f"{', '.join(h.key for h in HEADLINES)}"
+        f"{', '.join(h.key for h in (*HEADLINES, *OBJECTIVE_HEADLINES))}"
     )  # fmt: skip
 
 
@@ -302,7 +345,7 @@ class Timeline:
                 f"not read by this ratioscope (it reads {TIMELINE_SCHEMA_VERSION})"
             )  # fmt: skip
         try:
-            declared = {h.key: h for h in HEADLINES}
+            declared = {h.key: h for h in (*HEADLINES, *OBJECTIVE_HEADLINES)}
             headlines = tuple(
                 declared.get(item["key"])
                 or Headline(item["key"], item["label"], item["key"][-10:], item["unit"], "")
@@ -383,6 +426,7 @@ def timeline(
     change: ChangeRule | None = None,
     reports_dir: str | Path | None = None,
     thresholds: Thresholds | None = None,
+    objectives: bool = False,
     progress: ProgressCallback | None = None,
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
@@ -399,6 +443,8 @@ def timeline(
             missing; written only when the whole timeline succeeds).
         thresholds: the verdict's thresholds (default: :class:`ratioscope.verdict.
             Thresholds`).
+        objectives: also follow :data:`OBJECTIVE_HEADLINES`, from
+            :func:`ratioscope.objectives` of each step's files (dumps only).
         progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
 
     Returns:
@@ -421,6 +467,12 @@ def timeline(
     reports = [is_report_path(f) for f in files]
     if any(reports) and not all(reports):
         raise UsageError("give either dumps or analyze report JSON files, not both")
+    if objectives and any(reports):
+        raise UsageError(
+            "the objective headlines need the dumps themselves: a report holds no per-token "
+            "log-probs"
+        )
+    followed = (*HEADLINES, *OBJECTIVE_HEADLINES) if objectives else HEADLINES
     by_step = assign_steps(
         files,
         step_from,
@@ -441,7 +493,9 @@ def timeline(
                     chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress,
                 )  # fmt: skip
             document = step_report.to_dict()
-            values = {h.key: h.value(document) for h in HEADLINES}
+            if objectives:
+                document["objectives"] = _step_objectives(group, load_options)
+            values = {h.key: h.value(document) for h in followed}
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
                 step_report.write_json(staging / f"step_{group.step:06d}.json")
@@ -452,24 +506,36 @@ def timeline(
         pooled = merge_reports(
             step_reports(staging), names=[f"step {group.step}" for group in by_step]
         )
-    steps = _flag(rows, rule)
+    steps = _flag(rows, rule, followed)
     return Timeline(
         tool=tool_info(),
         params={
             **pooled.params,
             "step_from": step_from,
             "change": rule.to_dict(),
+            "objectives": list(OBJECTIVE_METHODS) if objectives else None,
         },
-        headlines=HEADLINES,
+        headlines=followed,
         steps=steps,
         warnings=tuple(pooled.warnings),
         pooled=pooled,
-        verdict=timeline_verdict(pooled, steps, thresholds),
+        verdict=timeline_verdict(pooled, steps, thresholds, followed),
     )
 
 
+def _step_objectives(group: StepFiles, load_options: LoadOptions) -> dict[str, Any]:
+    """The per-method summaries of one step's side-by-side view, as JSON."""
+    from ratioscope.objectives import objectives
+
+    result = objectives(list(group.paths), methods=OBJECTIVE_METHODS, load_options=load_options)
+    return dict(result.to_dict()["methods"])
+
+
 def timeline_verdict(
-    pooled: Report, steps: Sequence[TimelineStep], thresholds: Thresholds | None = None
+    pooled: Report,
+    steps: Sequence[TimelineStep],
+    thresholds: Thresholds | None = None,
+    headlines: Sequence[Headline] = HEADLINES,
 ) -> Verdict:
     """The health verdict of the pooled report, then one yellow finding per headline
     whose series changes, naming the steps and the values before and at the change."""
@@ -477,7 +543,7 @@ def timeline_verdict(
 
     judged = verdict(pooled, thresholds)
     changes = []
-    for item in HEADLINES:
+    for item in headlines:
         at = [i for i, step in enumerate(steps) if item.key in step.flags]
         if not at:
             continue
@@ -510,10 +576,12 @@ def _short(value: float | None) -> str:
 
 
 def _flag(
-    rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]], rule: ChangeRule
+    rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]],
+    rule: ChangeRule,
+    headlines: Sequence[Headline] = HEADLINES,
 ) -> tuple[TimelineStep, ...]:
     flags: list[list[str]] = [[] for _ in rows]
-    for item in HEADLINES:
+    for item in headlines:
         series = [values[item.key] for _, _, values in rows]
         for index, flagged in enumerate(change_flags(series, rule)):
             if flagged:

@@ -150,3 +150,28 @@ def test_plot_objectives_writes_a_figure(tmp_path):
         app, ["plot", "objectives", VERL, "--sequence", "99999", "--out", str(out), "-q"]
     )
     assert bad.exit_code == 2 and "out of range" in bad.output
+
+
+def test_timeline_follows_the_objective_headlines_per_step():
+    import ratioscope.timeline as timeline_module
+    from ratioscope.timeline import OBJECTIVE_HEADLINES, OBJECTIVE_METHODS
+
+    result = timeline_module.timeline(VERL, objectives=True, sections=["mismatch"])
+    assert [h.key for h in result.headlines[-len(OBJECTIVE_HEADLINES) :]] == [
+        h.key for h in OBJECTIVE_HEADLINES
+    ]
+    for step, path in zip(result.steps, expand_paths([VERL]), strict=True):
+        alone = library.objectives([path], methods=",".join(OBJECTIVE_METHODS))
+        assert step.values["objectives.grpo.top_share"] == alone.methods["grpo"].top_share
+        assert step.values["objectives.opsm.flags.masked"] == alone.methods["opsm"].flags["masked"]
+        assert step.values["objectives.gspo.zero_share"] == alone.methods["gspo"].zero_share
+    plain = timeline_module.timeline(VERL, sections=["mismatch"])
+    assert not any(h.key.startswith("objectives.") for h in plain.headlines)
+
+
+def test_timeline_objectives_refuse_reports(tmp_path):
+    report = tmp_path / "r.json"
+    assert runner.invoke(app, ["analyze", VERL, "--json", str(report), "-q"]).exit_code == 0
+    result = runner.invoke(app, ["timeline", str(report), "--objectives", "-q"])
+    assert result.exit_code == 2
+    assert "need the dumps themselves" in result.output

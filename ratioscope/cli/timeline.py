@@ -81,6 +81,16 @@ ReportsDir = Annotated[
         rich_help_panel="Output",
     ),
 ]
+WithObjectives = Annotated[
+    bool,
+    typer.Option(
+        "--objectives",
+        help="Also follow the side-by-side view's headlines (ratioscope objectives: GRPO's "
+        "top-1% share and zeroed tokens, GSPO's zeroed tokens, the off-policy sequence mask, "
+        "TIS truncation), computed from each step's dumps.",
+        rich_help_panel="Run",
+    ),
+]
 Columns = Annotated[
     str | None,
     typer.Option(
@@ -99,6 +109,7 @@ def timeline(
     step_from: StepFrom = None,
     reports_dir: ReportsDir = None,
     columns: Columns = None,
+    objectives: WithObjectives = False,
     thresholds: ThresholdsFile = None,
     device: Device = DEVICE_DEFAULT,
     format: Format = FORMAT_DEFAULT,
@@ -168,6 +179,7 @@ def timeline(
             step_from=step_from,
             reports_dir=reports_dir,
             thresholds=limits,
+            objectives=objectives,
             progress=progress,
         )
     console = stdout_console()

@@ -29,6 +29,8 @@ from torch import Tensor
 
 from ratioscope.errors import ParameterError, ShapeMismatchError
 
+MaskPolicy = Literal["zero", "skip"]
+
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "token-sum"]
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "token-sum")
 
@@ -353,7 +355,7 @@ def kpo_coefficients(
     q: float = 1e-6,
     v: float = 1.0,
     p0: float = 0.0,
-    mask_policy: str = "zero",
+    mask_policy: MaskPolicy = "zero",
 ) -> Coefficients:
     """KPO Eq. (10): GRPO's objective on the Kalman-filtered ratio ``r~_s = exp(rho_s)``.
 

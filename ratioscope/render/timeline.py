@@ -23,6 +23,9 @@ DEFAULT_COLUMNS = (
     "ratios.token.lfr",
     "ratios.kalman.lfr",
     "covariance.cumulative_share.0.01",
+    # with --objectives
+    "objectives.grpo.top_share",
+    "objectives.opsm.flags.masked",
 )
 #: what marks a flagged cell
 MARK = "*"
