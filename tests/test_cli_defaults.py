@@ -43,8 +43,14 @@ CLI_ONLY = {
     # the health verdict: a thresholds file and where to write the verdict
     "--thresholds",
     "--verdict-json",
-    # timeline: which headline columns the table shows
+    # timeline: which headline columns the table shows, and whether to add the
+    # objectives headlines (off, as ratioscope.timeline's objectives=False)
     "--columns",
+    "--objectives",
+    # objectives: which methods (default all: methods=None), overrides (none), --list
+    "--methods",
+    "--set",
+    "--list",
 }
 
 

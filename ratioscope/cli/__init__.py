@@ -56,6 +56,33 @@ def _message(error: RatioscopeError) -> str:
     return naming_options(message, PARAMETER_OPTIONS)
 
 
+def _with_flag_hint(
+    message: str, error: RatioscopeError, group: TyperGroup, ctx: typer.Context, typed: list[str]
+) -> str:
+    """``message``, plus "(--quiet takes no value)" when the missing input is a word like
+    ``true`` typed right after an on/off option (``--quiet true run/``)."""
+    from ratioscope.errors import UnreadablePathError
+    from ratioscope.io.paths import flag_given_a_value
+
+    if not isinstance(error, UnreadablePathError) or error.path is None:
+        return message
+    command: Any = group
+    words = list(typed)
+    while isinstance(command, TyperGroup) and words:
+        command = command.get_command(ctx, words[0])
+        words = words[1:]
+    if command is None:
+        return message
+    flags = {
+        name
+        for param in getattr(command, "params", [])
+        if getattr(param, "is_flag", False)
+        for name in (*param.opts, *param.secondary_opts)
+    }
+    flag = flag_given_a_value(error.path, words, flags)
+    return message if flag is None else f"{message.rstrip('.')} ({flag} takes no value)."
+
+
 def _usage_error(error: _click_exceptions.UsageError) -> NoReturn:
     """A command-line usage error as one line like every other error (not a help panel),
     pointing at the help of the command it is about; a bare group still prints its help."""
@@ -90,6 +117,9 @@ class _BoundaryGroup(TyperGroup):
         from ratioscope.allocator import keep_freed_memory
 
         keep_freed_memory()
+        # the arguments as typed, for the hint of a flag given a value (read before the
+        # command consumes them)
+        typed = [*getattr(ctx, "_protected_args", []), *ctx.args]
         try:
             return super().invoke(ctx)
         except RatioscopeError as error:
@@ -97,7 +127,7 @@ class _BoundaryGroup(TyperGroup):
                 raise
             # a failed check is the gate working, not an error of the tool
             kind = "regression" if isinstance(error, RegressionFound) else "error"
-            _stderr_line(_message(error), kind)
+            _stderr_line(_with_flag_hint(_message(error), error, self, ctx, typed), kind)
             raise typer.Exit(error.exit_code) from None
         except _USAGE_ERROR as error:
             _usage_error(error)

@@ -53,7 +53,7 @@ Sections = Annotated[
     typer.Option(
         "--sections",
         help="Only these sections, comma-separated: ratios, mismatch, covariance, "
-        "future_policy, tepo, trust_region (default: all).",
+        "future_policy, tepo, trust_region, staleness (default: all).",
         rich_help_panel="Run",
     ),
 ]
