@@ -779,3 +779,19 @@ def test_plot_refuses_curves_on_problems_it_cannot_match(tmp_path, monkeypatch):
     code, message = _curve_titles(monkeypatch, ["passk", SLICE, other, "-o", tmp_path / "p.png"])
     assert code == 2 and "answer different problems and share none" in message
     assert not (tmp_path / "u.png").exists() and not (tmp_path / "p.png").exists()
+
+
+def test_plot_of_reports_with_different_samples_per_problem_says_where_curves_end(
+    tmp_path, monkeypatch
+):
+    four = _slice_subset(tmp_path / "four.jsonl", problems=6, samples=4)
+    reports = []
+    for source in (SLICE, four):
+        reports.append(tmp_path / f"{source.stem}.json")
+        assert (
+            run("eval-ucc", source, "--json", reports[-1], "--max-pairs", "0", "-q").exit_code == 0
+        )
+    code, title = _curve_titles(monkeypatch, ["ucc", *reports, "-o", tmp_path / "u.png"])
+    assert code == 0, title
+    assert "6 problems per method" in title
+    assert "each curve stops at the largest k" in title and f"four: 4; {METHOD}: 8" in title
