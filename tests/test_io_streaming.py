@@ -1,0 +1,239 @@
+"""One file streamed chunk by chunk gives the report of the file read whole.
+
+Every file type that streams (docs/scale.md, "One large file") is written with string
+group labels that recur across chunk boundaries, left padding (or untrained leading
+tokens), rows without a valid token and non-finite values on masked tokens, then analysed
+twice with a chunk of a few rows: streamed (``stream_bytes=0``) and read whole. The
+reports (every section, the state, the warnings, the inputs) and the per-sequence tables
+must be identical, not close.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import ratioscope
+from ratioscope.cli import app
+from ratioscope.errors import InputError, JsonLineError, NonFiniteError
+from ratioscope.io.loaders import LoadOptions
+from ratioscope.io.streaming import open_stream
+
+ROWS, WIDTH = 23, 9
+CHUNK = 3 * WIDTH  # three rows a chunk
+WHOLE = 1 << 60  # stream_bytes that no file reaches
+runner = CliRunner()
+
+
+def _data(seed: int = 0) -> dict[str, np.ndarray]:
+    """[ROWS, WIDTH] right-aligned data; rows 5-7 empty; labels recurring across chunks."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, WIDTH + 1, size=ROWS)
+    lengths[0] = WIDTH
+    lengths[5:8] = 0  # a whole chunk without a valid token
+    mask = np.arange(WIDTH)[None, :] < lengths[:, None]
+    old = -rng.gamma(1.0, 0.8, size=(ROWS, WIDTH)).astype(np.float32)
+    new = (old + rng.normal(0, 0.2, size=(ROWS, WIDTH))).astype(np.float32)
+    old[~mask] = np.nan  # garbage where nothing is valid
+    rewards = rng.integers(0, 2, size=ROWS).astype(np.float64)
+    labels = np.array([f"uid-{(i * 7) % 5}" for i in range(ROWS)])  # recur, unsorted
+    advantages = rng.normal(size=ROWS).astype(np.float32)
+    return {
+        "mask": mask,
+        "old_log_probs": old,
+        "log_probs": new,
+        "advantages": np.repeat(advantages[:, None], WIDTH, axis=1) * mask,
+        "rewards": rewards,
+        "group": labels,
+    }
+
+
+def _left(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Rows moved to the right end (left padding)."""
+    out = np.zeros_like(values)
+    for i, row in enumerate(mask):
+        n = int(row.sum())
+        if n:
+            out[i, WIDTH - n :] = values[i, :n]
+    return out
+
+
+def write(tmp_path: Path, suffix: str, seed: int = 0) -> Path:
+    data = _data(seed)
+    mask = data["mask"]
+    path = tmp_path / f"dump{suffix}"
+    dense = {k: v for k, v in data.items() if k != "group"}
+    if suffix in (".safetensors", ".pt", ".npz"):
+        # every other row left-padded
+        for key in ("mask", "old_log_probs", "log_probs", "advantages"):
+            shifted = _left(dense[key], mask)
+            dense[key] = np.where((np.arange(ROWS) % 2 == 1)[:, None], shifted, dense[key])
+    if suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in dense.items()}
+        ids = [(i * 7) % 5 + 10 for i in range(ROWS)]  # ints, not in order
+        tensors["group"] = torch.tensor(ids)
+        save_file(tensors, str(path))
+    elif suffix == ".pt":
+        saved = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in dense.items()}
+        torch.save({**saved, "group": data["group"].tolist()}, path)
+    elif suffix == ".npz":
+        np.savez_compressed(path, **dense, group=data["group"])
+    elif suffix in (".parquet", ".jsonl"):
+        records = []
+        for i in range(ROWS):
+            n = int(mask[i].sum())
+            lead = i % 3  # untrained leading tokens: shifted away at load
+            records.append(
+                {
+                    "mask": [0] * lead + [1] * n,
+                    "old_log_probs": [0.0] * lead + data["old_log_probs"][i, :n].tolist(),
+                    "log_probs": [0.0] * lead + data["log_probs"][i, :n].tolist(),
+                    "advantages": [0.0] * lead + data["advantages"][i, :n].tolist(),
+                    "rewards": int(data["rewards"][i]) if i != 5 else None,
+                    "group": str(data["group"][i]),
+                }
+            )
+        if suffix == ".jsonl":
+            with path.open("w") as handle:
+                for index, record in enumerate(records):
+                    handle.write(json.dumps(record) + "\n")
+                    if index == 10:
+                        handle.write("\n")  # blank lines are skipped
+        else:
+            pl.DataFrame(records).write_parquet(path, row_group_size=4)
+    return path
+
+
+def both(path: Path, **options) -> tuple[ratioscope.Report, ratioscope.Report]:
+    common = {"chunk_elements": CHUNK, "per_sequence": True, **options}
+    streamed = ratioscope.analyze(path, stream_bytes=0, **common)
+    whole = ratioscope.analyze(path, stream_bytes=WHOLE, **common)
+    return streamed, whole
+
+
+def document(report: ratioscope.Report) -> dict:
+    out = report.to_dict()
+    out.pop("tool")
+    return out
+
+
+SUFFIXES = [".safetensors", ".pt", ".npz", ".parquet", ".jsonl"]
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_streamed_report_equals_the_whole_read(tmp_path, suffix):
+    path = write(tmp_path, suffix)
+    assert open_stream(path, LoadOptions(stream_bytes=0)) is not None, "the file must stream"
+    streamed, whole = both(path)
+    assert document(streamed) == document(whole)
+    assert streamed.covariance is not None and streamed.trust_region is not None
+    assert streamed.sequences.frame().equals(whole.sequences.frame())
+    groups = streamed.sequences.frame()["group"].to_list()
+    assert len(set(groups)) == 5  # labels recurring across chunks kept as one group each
+    if suffix != ".safetensors":
+        assert groups[0] == "uid-0" and groups[1] == "uid-2"
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".jsonl"])
+def test_masked_nonfinite_values_are_counted_over_the_whole_file(tmp_path, suffix):
+    data_path = write(tmp_path, suffix)
+    if suffix == ".safetensors":
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(str(data_path))
+        tensors["log_probs"][0, 1] = float("nan")
+        tensors["log_probs"][20, 0] = float("inf")
+        tensors["rewards"][13] = float("nan")
+        save_file(tensors, str(data_path))
+    else:
+        lines = data_path.read_text().splitlines()
+        record = json.loads(lines[19])
+        record["log_probs"][-1] = None
+        lines[19] = json.dumps(record)
+        data_path.write_text("\n".join(lines) + "\n")
+    streamed, whole = both(data_path, nonfinite="mask")
+    assert document(streamed) == document(whole)
+    assert any("masked" in w for w in streamed.warnings)
+
+
+def test_json_line_errors_name_the_line_of_the_file(tmp_path):
+    path = write(tmp_path, ".jsonl")
+    lines = path.read_text().splitlines()
+    lines[17] = lines[17].replace('"log_probs": [', '"log_probs": [0.5, "x", ', 1)
+    path.write_text("\n".join(lines) + "\n")
+    messages = []
+    for stream_bytes in (0, WHOLE):
+        with pytest.raises(JsonLineError) as caught:
+            ratioscope.analyze(path, chunk_elements=CHUNK, stream_bytes=stream_bytes)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert "line 18" in messages[0] and str(path) in messages[0]
+
+
+def test_errors_in_a_later_chunk_name_the_row_of_the_file(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = write(tmp_path, ".safetensors")
+    tensors = load_file(str(path))
+    tensors["log_probs"][16, 0] = float("nan")
+    save_file(tensors, str(path))
+    messages = []
+    for stream_bytes in (0, WHOLE):
+        with pytest.raises(NonFiniteError) as caught:
+            ratioscope.analyze(path, chunk_elements=CHUNK, stream_bytes=stream_bytes)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert "(row, column) = (16, 0)" in messages[0]
+
+
+def test_a_file_without_any_valid_token_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "empty.safetensors"
+    save_file({"mask": torch.zeros(7, 4), "log_ratio": torch.zeros(7, 4)}, str(path))
+    with pytest.raises(InputError, match="no valid token"):
+        ratioscope.analyze(path, chunk_elements=8, stream_bytes=0)
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 40])
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_truncated_file_is_one_sentence_and_exit_2(tmp_path, suffix, monkeypatch):
+    path = write(tmp_path, suffix)
+    _truncate(path)
+    out = tmp_path / "report.json"
+    monkeypatch.setenv("RATIOSCOPE_STREAM_BYTES", "0")
+    result = runner.invoke(app, ["analyze", str(path), "--json", str(out), "-q"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and path.name in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_safetensors_header_beyond_the_file_is_named(tmp_path):
+    path = tmp_path / "bad.safetensors"
+    header = json.dumps({"mask": {"dtype": "BOOL", "shape": [4, 4], "data_offsets": [0, 16]}})
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode() + b"\x01" * 8)
+    with pytest.raises(InputError, match="truncated: tensor 'mask' ends at byte"):
+        ratioscope.analyze(path, stream_bytes=0)
+
+
+def test_stream_threshold_from_the_environment(tmp_path, monkeypatch):
+    path = write(tmp_path, ".safetensors")
+    monkeypatch.setenv("RATIOSCOPE_STREAM_BYTES", "0")
+    assert open_stream(path, LoadOptions()) is not None
+    monkeypatch.setenv("RATIOSCOPE_STREAM_BYTES", str(WHOLE))
+    assert open_stream(path, LoadOptions()) is None
