@@ -408,8 +408,9 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "cispo", "CISPO", "clip",
-            "MiniMax-M1 (2025) Eq. 4: stop-gradient truncated ratio on A log pi; no lower bound",
-            _clip_defaults(1.0, 4.0), _cispo,
+            "MiniMax-M1 (2025) Eq. 4: stop-gradient truncated ratio on A log pi, no lower "
+            "bound; cap 1.2 as verl's CISPO example (clip_ratio_low 10, clip_ratio_high 0.2)",
+            _clip_defaults(1.0, 0.2), _cispo,
         ),
         Method(
             "sapo", "SAPO", "clip",

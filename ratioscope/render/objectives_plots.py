@@ -66,10 +66,12 @@ def _trace_panel(axes: Any, trace: CoefficientTrace, name: str, last: bool) -> N
             bound, [values[p] for p in bound], "o", color="tab:red", markersize=2.5,
             label="a rule binds",
         )  # fmt: skip
-    axes.text(
-        0.005, 0.92, trace.labels[name], transform=axes.transAxes, fontsize=8.5, va="top",
-        fontweight="bold", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0},
-    )  # fmt: skip
+    label = trace.labels[name]
+    if bound:
+        label += f": a rule binds on {len(bound)} of {len(values)} tokens"
+    elif values and all(v == 0 for v in values):
+        label += ": 0 everywhere (zero advantage)"
+    axes.set_title(label, loc="right", fontsize=8, pad=2)
     axes.tick_params(labelsize=7)
     axes.yaxis.get_offset_text().set_fontsize(7)
     axes.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
