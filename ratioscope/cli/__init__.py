@@ -211,6 +211,7 @@ def _register() -> None:
     app.command("check")(check.check)
     app.command("merge")(merge.merge)
     app.command("metrics")(metrics.metrics)
+    app.command("convert")(__import__("ratioscope.cli.convert", fromlist=["_"]).convert)
 
 
 _register()
