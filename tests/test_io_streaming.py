@@ -237,3 +237,26 @@ def test_stream_threshold_from_the_environment(tmp_path, monkeypatch):
     assert open_stream(path, LoadOptions()) is not None
     monkeypatch.setenv("RATIOSCOPE_STREAM_BYTES", str(WHOLE))
     assert open_stream(path, LoadOptions()) is None
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_convert_writes_a_safetensors_file_that_analyses_the_same(tmp_path, suffix):
+    path = write(tmp_path, suffix)
+    target = tmp_path / "converted.safetensors"
+    result = runner.invoke(app, ["convert", str(path), str(target), "-q"])
+    assert result.exit_code == 0, result.output
+    original = document(ratioscope.analyze(path, chunk_elements=CHUNK, stream_bytes=0))
+    converted = document(ratioscope.analyze(target, chunk_elements=CHUNK, stream_bytes=0))
+    for report in (original, converted):
+        report.pop("inputs")
+    # the same numbers; warnings and file lists name the new file
+    assert json.loads(json.dumps(converted).replace(str(target), str(path))) == original
+
+
+def test_convert_refuses_a_truncated_file_and_writes_nothing(tmp_path):
+    path = write(tmp_path, ".npz")
+    _truncate(path)
+    target = tmp_path / "converted.safetensors"
+    result = runner.invoke(app, ["convert", str(path), str(target)])
+    assert result.exit_code == 2 and "dump.npz" in result.stderr
+    assert not target.exists()

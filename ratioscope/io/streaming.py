@@ -17,6 +17,7 @@ the file's rows, not the chunk's (a count in such a message is the chunk's).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -250,20 +251,38 @@ class StreamedFile:
         return list(self.totals.group_index) if self.totals.group_index else None
 
     # ----------------------------------------------------------------- one chunk
-    def _chunk(self, start: int, stop: int) -> TokenBatch:
-        raw_columns = self.source.read(start, stop)
+    def canonical(self, start: int, stop: int) -> dict[str, Any]:
+        """Rows ``[start, stop)`` as canonical columns before validation (group labels
+        as ids numbered over the whole file), for :func:`convert_to_safetensors`."""
+        try:
+            columns = self._columns(start, stop)
+        except InputError as error:
+            raise _in_file_rows(error, start) from None
+        group = columns.get("group")
+        if isinstance(group, list):
+            index = self.totals.group_index
+            columns["group"] = torch.tensor(
+                [index.setdefault(label, len(index)) for label in group], dtype=torch.long
+            )
+        return columns
+
+    def _columns(self, start: int, stop: int) -> dict[str, Any]:
         from ratioscope.io.raw import RawDump
 
+        raw_columns = self.source.read(start, stop)
         raw = RawDump(
             columns=raw_columns,
             file_format=self.file_format,
             ragged={k for k in raw_columns if k in self.source.header.ragged},
         )
+        canonical = _canonical_columns(self.path, raw, self.profile, self.key_map, self.width)
+        if self.groups is not None:
+            canonical["group"] = self.groups[start:stop]
+        return canonical
+
+    def _chunk(self, start: int, stop: int) -> TokenBatch:
         try:
-            canonical = _canonical_columns(self.path, raw, self.profile, self.key_map, self.width)
-            if self.groups is not None:
-                canonical["group"] = self.groups[start:stop]
-            batch = self._validated(canonical)
+            batch = self._validated(self._columns(start, stop))
         except InputError as error:
             raise _in_file_rows(error, start) from None
         return self._take(batch, start)
@@ -392,3 +411,103 @@ def _in_file_rows(error: InputError, start: int) -> InputError:
     if isinstance(error, NonFiniteError) and error.first:
         error.first = (error.first[0] + start, *error.first[1:])
     return error
+
+
+# --------------------------------------------------------------------------- convert
+def convert_to_safetensors(path: Path, target: Path, options: LoadOptions | None = None) -> int:
+    """Write the canonical columns of a dump to a safetensors file, chunk by chunk.
+
+    The columns are those the loader validates (ragged rows padded on the right, group
+    labels numbered in order of first appearance, per-token rewards reduced), before
+    validation: left padding, masked garbage and non-finite values are kept, so the new
+    file analyses as the old one did. A file that cannot be read by row ranges (a legacy
+    ``.pt``, a framework layout read whole) is read whole once. Nothing is written on
+    error.
+
+    Returns:
+        the number of sequences written.
+
+    Raises:
+        InputError: the input is unreadable or lacks its mask.
+    """
+    import json
+    import struct
+
+    from ratioscope.io.atomic import atomic_path
+
+    options = replace(options or LoadOptions(), stream_bytes=0)
+    stream = open_stream(path, options) or _whole_as_stream(path, options)
+    rows = max(1, (1 << 20) // max(1, stream.padded_width()))
+    starts = range(0, stream.rows, rows)
+    first = stream.canonical(0, min(rows, stream.rows))
+    layout = {k: (v.dtype, list(v.shape[1:])) for k, v in first.items() if isinstance(v, Tensor)}
+    header: dict[str, Any] = {"__metadata__": {"converted_by": "ratioscope convert"}}
+    offsets: dict[str, int] = {}
+    offset = 0
+    for key, (dtype, tail) in layout.items():
+        size = stream.rows * math.prod(tail) * torch.empty((), dtype=dtype).element_size()
+        header[key] = {
+            "dtype": _SAFETENSORS_NAMES[dtype],
+            "shape": [stream.rows, *tail],
+            "data_offsets": [offset, offset + size],
+        }
+        offsets[key] = offset
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    base = 8 + len(text)
+    with atomic_path(target) as temporary, temporary.open("wb") as out:
+        out.write(struct.pack("<Q", len(text)) + text)
+        for start in starts:
+            stop = min(start + rows, stream.rows)
+            columns = first if start == 0 else stream.canonical(start, stop)
+            for key, (dtype, tail) in layout.items():
+                value = columns[key].to(dtype).contiguous()
+                row_bytes = math.prod(tail) * value.element_size()
+                out.seek(base + offsets[key] + start * row_bytes)
+                out.write(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+            stream.source.done(start, stop)
+        out.truncate(base + offset)
+    stream.source.close()
+    return stream.rows
+
+
+_SAFETENSORS_NAMES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+def _whole_as_stream(path: Path, options: LoadOptions) -> StreamedFile:
+    """A file read whole (and prepared by its framework's hook) as a stream of chunks."""
+    from importlib import import_module
+
+    from ratioscope.io.chunks import RawDumpSource
+    from ratioscope.io.readers import read_raw
+
+    raw = read_raw(path, unsafe_pickle=options.unsafe_pickle)
+    profile = (
+        detect_profile(raw.columns, raw.meta.get("ratioscope_profile"))
+        if options.format == "auto"
+        else get_profile(options.format)
+    )
+    if profile.native:
+        raw = import_module(f"ratioscope.io.frameworks.{profile.native}").prepare(path, raw)
+    source = RawDumpSource(path, raw)
+    key_map = resolve_keys(profile, raw.columns, options.mapping)
+    names = {c: names[0] for c, names in profile.keys.items()}
+    if key_map.get("mask") not in raw.columns or not source.bind(key_map):
+        # the loader's own sentence for what is wrong with the file
+        from ratioscope.io.loaders import batch_from_raw
+
+        batch_from_raw(path, raw, options)
+        raise InputError(path, "its columns do not come one row per sequence")
+    return StreamedFile(path, source, options, profile, key_map, names, None)
