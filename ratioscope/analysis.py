@@ -434,7 +434,8 @@ def _open_file(path: Path, options: LoadOptions) -> TokenBatch | StreamedFile:
 #: a section not listed keeps every tensor
 _PER_FILE_INPUTS = {
     "covariance": ("mask", "log_ratio", "log_probs", "advantages", "group"),
-    "trust_region": ("mask", "log_ratio", "rewards", "correct", "group"),
+    # per sequence only: its mask and log-ratio are [B, 1] stand-ins it never reads
+    "trust_region": ("rewards", "correct", "group"),
 }
 
 
@@ -479,6 +480,8 @@ def _analyse_stream(
             value = getattr(chunk, key)
             if value is not None:
                 kept.setdefault(key, []).append(value)
+        if per_file and "mask" not in wanted:
+            kept.setdefault("lengths", []).append(chunk.lengths)
     report(progress, ProgressUpdate("chunks", chunks, chunks, name))
     assert first is not None  # a streamed file has rows
     labels = stream.group_labels
@@ -525,6 +528,11 @@ def _gathered(
 
     values: dict[str, Any] = dict.fromkeys(n for n in CANONICAL_KEYS if n not in kept)
     values.update({key: torch.cat(parts) for key, parts in kept.items()})
+    if values["mask"] is None:
+        lengths = torch.cat(kept["lengths"])
+        values["mask"] = (lengths > 0)[:, None]
+        values["log_ratio"] = torch.zeros(lengths.shape[0], 1, dtype=first.log_ratio.dtype)
+    values.pop("lengths", None)
     return replace(first, **values, group_labels=labels, row_offset=0, warnings=[])
 
 

@@ -260,3 +260,10 @@ def test_convert_refuses_a_truncated_file_and_writes_nothing(tmp_path):
     result = runner.invoke(app, ["convert", str(path), str(target)])
     assert result.exit_code == 2 and "dump.npz" in result.stderr
     assert not target.exists()
+
+
+def test_sections_fed_whole_files_alone(tmp_path):
+    path = write(tmp_path, ".jsonl")
+    streamed, whole = both(path, sections=["trust_region"])
+    assert streamed.trust_region is not None
+    assert document(streamed) == document(whole)
