@@ -74,36 +74,42 @@ class MethodTotals:
 
     def add(
         self,
-        values: Tensor,
+        valid: Tensor,
         flags: dict[str, Tensor],
-        reference: Tensor | None,
-        long_rows: Tensor,
+        reference_sign: Tensor | None,
+        long_tokens: Tensor,
         mask: Tensor,
     ) -> None:
-        """Fold one batch in: ``values`` [B, T] float64 (0 where masked), ``long_rows``
-        [B] bool, ``reference`` the reference method's values or None."""
+        """Fold one batch in.
+
+        Args:
+            valid: [N] float64, the coefficients of the batch's valid tokens (row-major).
+            flags: named [B, T] bool, the method's rules.
+            reference_sign: [N] the sign of the reference method's coefficients, or None.
+            long_tokens: [N] float64, 1 on tokens of sequences longer than the median.
+            mask: [B, T] bool, the valid tokens.
+        """
         import torch
 
         from ratioscope.functional.concentration import magnitude_bins
 
-        valid = values[mask]
         magnitude = valid.abs()
+        sign = torch.sign(valid)
+        negative, zero, positive = torch.bincount((sign + 1).long(), minlength=3).tolist()
         self.tokens += int(valid.numel())
-        self.zero += int((valid == 0).sum())
-        self.positive += int((valid > 0).sum())
-        self.negative += int((valid < 0).sum())
+        self.zero += zero
+        self.positive += positive
+        self.negative += negative
         self.sum += float(valid.sum())
         self.sum_abs += float(magnitude.sum())
-        self.sum_squares += float((valid * valid).sum())
+        self.sum_squares += float(torch.dot(valid, valid))
         for name, flag in flags.items():
-            self.flags[name] = self.flags.get(name, 0) + int((flag & mask).sum())
-        if reference is not None:
-            ref = reference[mask]
-            self.reference_nonzero += int((ref != 0).sum())
-            self.opposite += int((torch.sign(ref) * torch.sign(valid) < 0).sum())
-        long_mask = mask & long_rows.unsqueeze(1)
-        self.long_abs += float(values[long_mask].abs().sum())
-        self.long_tokens += int(long_mask.sum())
+            self.flags[name] = self.flags.get(name, 0) + int(torch.count_nonzero(flag & mask))
+        if reference_sign is not None:
+            self.reference_nonzero += int(torch.count_nonzero(reference_sign))
+            self.opposite += int(torch.count_nonzero(reference_sign * sign < 0))
+        self.long_abs += float(torch.dot(magnitude, long_tokens))
+        self.long_tokens += int(long_tokens.sum())
         counts, sums = magnitude_bins(magnitude)
         if self.bin_counts is None:
             self.bin_counts, self.bin_sums = counts, sums
@@ -299,29 +305,32 @@ class _Totals:
     def add(self, coefficients: dict[str, Coefficients], mask: Tensor) -> None:
         import torch
 
-        longer = long_rows(mask)
-        reference = coefficients.get(REFERENCE)
+        long_tokens = long_rows(mask).unsqueeze(1).expand(mask.shape)[mask].double()
+        valid = {name: coef.values[mask] for name, coef in coefficients.items()}
+        reference = valid.get(REFERENCE)
+        reference_sign = None if reference is None else torch.sign(reference)
         for name, coef in coefficients.items():
             totals = self.methods.setdefault(name, MethodTotals())
-            ref = reference.values if reference is not None and name != REFERENCE else None
-            totals.add(coef.values, coef.flags, ref, longer, mask)
+            ref = reference_sign if name != REFERENCE else None
+            totals.add(valid[name], coef.flags, ref, long_tokens, mask)
         present = [n for n in self.names if n in coefficients]
         if not present:
             return
-        stacked = torch.stack([coefficients[n].values[mask] for n in present])
-        sums = stacked.sum(dim=1)
-        squares = (stacked * stacked).sum(dim=1)
-        products = stacked @ stacked.T
-        count = stacked.shape[1]
+        # pairwise dot products, not one stacked matrix: no second copy of every method
+        sums = {n: float(valid[n].sum()) for n in present}
+        squares = {n: float(torch.dot(valid[n], valid[n])) for n in present}
+        count = int(valid[present[0]].numel())
         for i, a in enumerate(present):
-            for j, b in enumerate(present):
-                pair = self.pairs.setdefault((a, b), PairSums())
-                pair.n += count
-                pair.x += float(sums[i])
-                pair.y += float(sums[j])
-                pair.xx += float(squares[i])
-                pair.yy += float(squares[j])
-                pair.xy += float(products[i, j])
+            for b in present[i:]:
+                product = squares[a] if a == b else float(torch.dot(valid[a], valid[b]))
+                for x, y in ((a, b), (b, a)) if a != b else ((a, a),):
+                    pair = self.pairs.setdefault((x, y), PairSums())
+                    pair.n += count
+                    pair.x += sums[x]
+                    pair.y += sums[y]
+                    pair.xx += squares[x]
+                    pair.yy += squares[y]
+                    pair.xy += product
 
 
 def _share(part: float, whole: float) -> float:

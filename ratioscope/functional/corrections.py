@@ -28,6 +28,11 @@ def _per_sequence(values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, values.unsqueeze(1).expand(mask.shape), 0.0)
 
 
+def _kept(keep: Tensor) -> Tensor:
+    """[B, T] float64 weight: 1 where ``keep``, 0 elsewhere."""
+    return keep.to(torch.float64)
+
+
 def _positive(name: str, value: float) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise ParameterError(name, f"must be a finite number > 0, got {value}")
@@ -120,7 +125,7 @@ def sequence_rejection(
         if reduce == "mean":
             score = score / _lengths(mask)
     rejected = _per_sequence(score > threshold, mask).bool()
-    return torch.where(mask & ~rejected, 1.0, 0.0), {"rejected": rejected}
+    return _kept(mask & ~rejected), {"rejected": rejected}
 
 
 def geometric_rejection(
@@ -138,7 +143,7 @@ def geometric_rejection(
     mean_log = torch.where(mask, log_rho.to(torch.float64), 0.0).sum(dim=1) / _lengths(mask)
     outside = (mean_log < math.log(low)) | (mean_log > math.log(high))
     rejected = _per_sequence(outside, mask).bool()
-    return torch.where(mask & ~rejected, 1.0, 0.0), {"rejected": rejected}
+    return _kept(mask & ~rejected), {"rejected": rejected}
 
 
 def second_moment_mask(
@@ -167,7 +172,7 @@ def second_moment_mask(
         drop_flat = torch.ones(n, dtype=torch.bool)
         drop_flat[order[:keep]] = False
         dropped[mask] = drop_flat
-    return torch.where(mask & ~dropped, 1.0, 0.0), {"masked": dropped}
+    return _kept(mask & ~dropped), {"masked": dropped}
 
 
 def off_policy_sequence_mask(
@@ -187,4 +192,4 @@ def off_policy_sequence_mask(
     drift = drift / _lengths(mask)
     negative = torch.where(mask, advantages.to(torch.float64), 0.0).sum(dim=1) < 0
     dropped = _per_sequence(negative & (drift > delta), mask).bool()
-    return torch.where(mask & ~dropped, 1.0, 0.0), {"masked": dropped}
+    return _kept(mask & ~dropped), {"masked": dropped}
