@@ -175,3 +175,24 @@ def test_timeline_objectives_refuse_reports(tmp_path):
     result = runner.invoke(app, ["timeline", str(report), "--objectives", "-q"])
     assert result.exit_code == 2
     assert "need the dumps themselves" in result.output
+
+
+def test_the_docs_show_the_real_table():
+    """docs/objectives.md prints what the command prints on the sample run."""
+    import io
+    import re
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from ratioscope.render.objectives import show_objectives
+
+    buffer = io.StringIO()
+    show_objectives(library.objectives(VERL), Console(file=buffer, width=100, color_system=None))
+    printed = [line.rstrip() for line in buffer.getvalue().splitlines()]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "objectives.md").read_text()
+    blocks = [b.splitlines() for b in re.findall(r"```text\n(.*?)```", page, re.S)]
+    table, schemes = blocks[0], blocks[1]
+    assert printed[: len(table)] == table
+    start = printed.index(schemes[0])
+    assert printed[start : start + len(schemes)] == schemes
