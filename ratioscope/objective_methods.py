@@ -121,7 +121,9 @@ class Method:
             if key not in merged:
                 known = ", ".join(sorted(merged)) or "none"
                 raise ParameterError(
-                    "settings", f"{self.name} has no setting '{key}' (its settings: {known})"
+                    "settings",
+                    f"names a setting '{key}' that {self.name} does not have "
+                    f"(its settings: {known})",
                 )
             merged[key] = _coerce(self.name, key, self.defaults[key], value)
         return merged
@@ -141,9 +143,9 @@ def _coerce(method: str, key: str, default: Setting, value: Any) -> Setting:
             return str(value)
         number = float(value)
     except (TypeError, ValueError) as error:
-        raise ParameterError("settings", f"{where}: cannot read {value!r} ({error})") from None
+        raise ParameterError("settings", f"cannot read {where}={value} ({error})") from None
     if not math.isfinite(number):
-        raise ParameterError("settings", f"{where} must be finite, got {value!r}")
+        raise ParameterError("settings", f"needs a finite {where}, got {value!r}")
     return number
 
 
@@ -226,7 +228,7 @@ def _cw_grpo(inputs: MethodInputs, s: Settings) -> Coefficients:
     advantages = token_advantages(inputs.advantages, inputs.mask)
     scope = str(s["scope"])
     if scope not in ("group", "batch"):
-        raise ParameterError("settings", f"cw_grpo.scope must be 'group' or 'batch', got '{scope}'")
+        raise ParameterError("settings", f"needs cw_grpo.scope 'group' or 'batch', got '{scope}'")
     group = inputs.batch.group if scope == "group" else None
     _, _, w_norm = covariance_weights(log_probs.double(), advantages, inputs.mask, group)
     return ppo_clip_coefficients(
@@ -327,13 +329,27 @@ def _geo_rs(inputs: MethodInputs, s: Settings) -> Coefficients:
     )
 
 
-def _k3_rs(inputs: MethodInputs, s: Settings) -> Coefficients:
+def _geo_tis(inputs: MethodInputs, s: Settings) -> Coefficients:
+    from ratioscope.functional.corrections import sequence_truncation
+
+    return _reweighted(
+        inputs,
+        *sequence_truncation(inputs.rollout_log_ratio, inputs.mask, _number(s, "cap"), True),
+    )
+
+
+def _k_rs(inputs: MethodInputs, s: Settings) -> Coefficients:
     from ratioscope.functional.corrections import sequence_rejection
 
+    divergence = str(s["divergence"])
+    if divergence not in ("k1", "k2", "k3"):
+        raise ParameterError("settings", f"needs k_rs.divergence k1, k2 or k3, got '{divergence}'")
+    if str(s["reduce"]) not in ("sum", "mean", "max"):
+        raise ParameterError("settings", f"needs k_rs.reduce sum, mean or max, got '{s['reduce']}'")
     weight, flags = sequence_rejection(
         inputs.rollout_log_ratio,
         inputs.mask,
-        "k3",
+        divergence,
         str(s["reduce"]),
         _number(s, "threshold"),
     )
@@ -467,16 +483,22 @@ METHODS: dict[str, Method] = {
             {"cap": 2.0}, _seq_tis,
         ),
         Method(
+            "geo_tis", "Geo-TIS", "correction",
+            "geometric sequence IS on GRPO: min(exp(mean_t log rho_t), C), C 2 (slime's MIS "
+            "example, tis_level geometric, truncate)",
+            {"cap": 2.0}, _geo_tis,
+        ),
+        Method(
             "geo_rs", "Geo-RS", "correction",
             "geometric rejection on GRPO: drop sequences with exp(mean log rho) outside "
             "[0.999, 1.001] (verl decoupled_geo_rs, seq_mean_k1)",
             {"bounds": (0.999, 1.001)}, _geo_rs,
         ),
         Method(
-            "k3_rs", "K3-RS", "correction",
-            "k3 rejection on GRPO: drop sequences whose mean k3 = rho - 1 - log rho "
-            "exceeds 0.01 (verl decoupled_k3_rs, seq_mean_k3)",
-            {"threshold": 0.01, "reduce": "mean"}, _k3_rs,
+            "k_rs", "K-RS", "correction",
+            "divergence rejection on GRPO: drop sequences whose mean (or sum, max) k3 = "
+            "rho - 1 - log rho (or k1, k2) exceeds 0.01 (verl decoupled_k3_rs, seq_mean_k3)",
+            {"divergence": "k3", "reduce": "mean", "threshold": 0.01}, _k_rs,
         ),
         Method(
             "m2po", "M2PO", "correction",
@@ -504,7 +526,7 @@ def method_names(text: str | None) -> tuple[str, ...]:
     if unknown:
         raise ParameterError(
             "methods",
-            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}",
+            f"names unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}",
         )
     return tuple(name for name in METHODS if name in wanted)
 
@@ -517,12 +539,12 @@ def parse_settings(items: list[str] | None) -> dict[str, dict[str, str]]:
         method, dot, key = name.strip().partition(".")
         if not sep or not dot or not key:
             raise ParameterError(
-                "settings", f"expected METHOD.KEY=VALUE (e.g. dapo.clip=0.2,0.3), got '{item}'"
+                "settings", f"takes METHOD.KEY=VALUE (e.g. dapo.clip=0.2,0.3), got '{item}'"
             )
         if method not in METHODS:
             raise ParameterError(
                 "settings",
-                f"unknown method '{method}' in '{item}'; choose from {', '.join(METHODS)}",
+                f"names an unknown method in '{item}'; choose from {', '.join(METHODS)}",
             )
         out.setdefault(method, {})[key] = value.strip()
     return out

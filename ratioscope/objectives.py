@@ -426,7 +426,7 @@ def objectives(
 
             raise ParameterError(
                 "settings",
-                f"settings given for {name}, which is not among the methods ({chosen_list})",
+                f"sets {name}, which is not among the methods ({chosen_list})",
             )
     options = load_options or LoadOptions()
     notes_run: list[str] = []

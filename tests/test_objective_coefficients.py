@@ -411,3 +411,45 @@ def test_off_policy_sequence_mask_needs_negative_advantage_and_drift():
     # mean drifts 0.2, 0.2, -0.1: only the first (negative advantage, drift > delta) goes
     assert weight[:, 0].tolist() == [0.0, 1.0, 1.0]
     assert flags["masked"].tolist() == [[True, True], [False, False], [False, False]]
+
+
+def test_cw_grpo_method_reweights_the_advantage_with_detached_kernel_weights():
+    from ratioscope.batch import TokenBatch
+    from ratioscope.objective_methods import METHODS, MethodInputs
+
+    mask, old, current, rewards, group, adv = _batch(spread=0.3)
+    adv = torch.tensor([1.0, -1.0, 0.7, -0.7], dtype=DOUBLE)  # no degenerate group here
+    a = _token_adv(adv, mask)
+    # the kernel weights written out per group: token-weighted means, population std
+    w_norm = torch.zeros_like(current)
+    for g in (0, 1):
+        rows = group == g
+        m = mask & rows.unsqueeze(1)
+        lp, av = current[m], a[m]
+        c = (lp - lp.mean()) * (av - av.mean())
+        w = torch.exp(-(c**2) / (2 * c.var(unbiased=False)))
+        w_norm[m] = w * w.numel() / w.sum()
+    clip = (0.2, 0.2)
+
+    def objective(logp):
+        r = torch.exp(logp - old)
+        weighted = w_norm * a
+        terms = torch.minimum(r * weighted, torch.clamp(r, 1 - clip[0], 1 + clip[1]) * weighted)
+        return _seq_mean_token_mean(terms, mask)
+
+    batch = TokenBatch.from_tensors(
+        {
+            "mask": mask,
+            "log_probs": current,
+            "old_log_probs": old,
+            "advantages": adv,
+            "rewards": rewards,
+            "group": group,
+        },
+        source="tiny",
+    )
+    coef = METHODS["cw_grpo"].compute(MethodInputs(batch), METHODS["cw_grpo"].settings())
+    expected = torch.where(mask, _grad(objective, current), 0.0)
+    torch.testing.assert_close(_exact(coef), expected)
+    # the reweighting is not the identity on this batch
+    assert not torch.allclose(w_norm[mask], torch.ones_like(w_norm[mask]))

@@ -119,10 +119,12 @@ def test_cli_table_json_methods_and_settings(tmp_path):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--methods", "grpo,nope"], "unknown method(s) nope"),
+        (["--methods", "grpo,nope"], "--methods names unknown method(s) nope"),
         (["--set", "dapo.clip=0.2"], "dapo.clip"),
-        (["--set", "dapo.eps=0.2"], "dapo has no setting 'eps'"),
-        (["--set", "oops"], "METHOD.KEY=VALUE"),
+        (["--set", "dapo.eps=0.2"], "--set names a setting 'eps' that dapo does not have"),
+        (["--set", "oops"], "--set takes METHOD.KEY=VALUE"),
+        (["--set", "k_rs.divergence=k9"], "k_rs.divergence"),
+        (["--methods", "grpo", "--set", "dapo.clip=0.1,0.2"], "sets dapo, which is not among"),
     ],
 )
 def test_cli_bad_options_exit_2_in_one_line(args, fragment):

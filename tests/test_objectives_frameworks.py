@@ -392,8 +392,8 @@ CORRECTIONS = [
         "geo",
     ),
     (
-        "k3_rs",
-        {"threshold": 0.01, "reduce": "mean"},
+        "k_rs",
+        {"divergence": "k3", "reduce": "mean", "threshold": 0.01},
         {"rollout_is": None, "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": 0.01},
         "k3",
     ),

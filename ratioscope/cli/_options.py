@@ -379,6 +379,9 @@ PARAMETER_OPTIONS = {
     "columns": "--columns",
     # compare
     "rel": "--rel",
+    # objectives
+    "methods": "--methods",
+    "settings": "--set",
     # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
     "ks": "--k",
     "k": "--k",
