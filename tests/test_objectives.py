@@ -198,3 +198,19 @@ def test_the_docs_show_the_real_table():
     assert printed[: len(table)] == table
     start = printed.index(schemes[0])
     assert printed[start : start + len(schemes)] == schemes
+
+
+def test_check_gates_an_objectives_report(tmp_path):
+    report = tmp_path / "objectives.json"
+    assert (
+        runner.invoke(
+            app, ["objectives", VERL, "--methods", "grpo,gspo", "--json", str(report), "-q"]
+        ).exit_code
+        == 0
+    )
+    zero = json.loads(report.read_text())["methods"]["gspo"]["zero_share"]
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f'[[rule]]\npath = "methods.gspo.zero_share"\nmax = {zero + 0.01}\n')
+    assert runner.invoke(app, ["check", str(report), "--rules", str(rules)]).exit_code == 0
+    rules.write_text(f'[[rule]]\npath = "methods.gspo.zero_share"\nmax = {zero - 0.01}\n')
+    assert runner.invoke(app, ["check", str(report), "--rules", str(rules)]).exit_code == 1
