@@ -12,7 +12,7 @@ lists them with their formulas.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -516,12 +516,15 @@ METHODS: dict[str, Method] = {
 }  # fmt: skip
 
 
-def method_names(text: str | None) -> tuple[str, ...]:
-    """The methods named in a comma-separated list (None or "all": every method),
-    in the table order."""
-    if text is None or text.strip() in ("", "all"):
+def method_names(methods: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The methods named by a comma-separated string or a list (None or "all": every
+    method), in the table order."""
+    if methods is None:
         return tuple(METHODS)
-    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    parts = methods.split(",") if isinstance(methods, str) else list(methods)
+    wanted = [part.strip() for part in parts if part.strip()]
+    if not wanted or wanted == ["all"]:
+        return tuple(METHODS)
     unknown = [name for name in wanted if name not in METHODS]
     if unknown:
         raise ParameterError(
@@ -529,6 +532,20 @@ def method_names(text: str | None) -> tuple[str, ...]:
             f"names unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}",
         )
     return tuple(name for name in METHODS if name in wanted)
+
+
+def chosen_settings(
+    names: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | None
+) -> dict[str, dict[str, Setting]]:
+    """Each named method's settings with ``overrides`` applied; an override of a method
+    that is not named is refused (it would silently do nothing)."""
+    overrides = overrides or {}
+    for name in overrides:
+        if name not in names:
+            raise ParameterError(
+                "settings", f"sets {name}, which is not among the methods ({', '.join(names)})"
+            )
+    return {name: METHODS[name].settings(overrides.get(name)) for name in names}
 
 
 def parse_settings(items: list[str] | None) -> dict[str, dict[str, str]]:

@@ -27,6 +27,7 @@ from ratioscope.objective_methods import (
     MethodInputs,
     MissingInput,
     Settings,
+    chosen_settings,
     method_names,
 )
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
@@ -413,21 +414,8 @@ def objectives(
     from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
     from ratioscope.report_io import tool_info
 
-    names = (
-        method_names(methods)
-        if methods is None or isinstance(methods, str)
-        else (method_names(",".join(methods)))
-    )
-    chosen = {name: METHODS[name].settings((settings or {}).get(name)) for name in names}
-    for name in settings or {}:
-        if name not in chosen:
-            chosen_list = ", ".join(names)
-            from ratioscope.errors import ParameterError
-
-            raise ParameterError(
-                "settings",
-                f"sets {name}, which is not among the methods ({chosen_list})",
-            )
+    names = method_names(methods)
+    chosen = chosen_settings(names, settings)
     options = load_options or LoadOptions()
     notes_run: list[str] = []
     if isinstance(paths, TokenBatch):
