@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from ratioscope.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
-    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.io.loaders import LoadOptions, RunFiles
 
 #: ``schema_version`` of the objectives JSON
 OBJECTIVES_SCHEMA_VERSION = 1
@@ -393,14 +393,18 @@ def objectives(
     methods: Sequence[str] | str | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
     load_options: LoadOptions | None = None,
+    batch_rows: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> ObjectivesReport:
     """The per-token policy-gradient coefficient of each method on the dumped batches,
     compared side by side.
 
     Args:
-        paths: dump files, directories or globs (one file = one batch), or a
-            :class:`~ratioscope.batch.TokenBatch`.
+        paths: dump files, directories or globs (one file = one batch, unless
+            ``batch_rows``), or a :class:`~ratioscope.batch.TokenBatch`.
+        batch_rows: cut each file into batches of this many sequences, read one at a
+            time (a large file is streamed, so memory is bounded by one batch), as a
+            trainer computes its loss per mini-batch; None: one file is one batch.
         methods: names (or a comma-separated string) from
             :data:`~ratioscope.objective_methods.METHODS`; default all.
         settings: ``{method: {key: value}}`` overriding the defaults.
@@ -431,26 +435,28 @@ def objectives(
     advantage_sums = _AdvantageSums()
     rollout = _RolloutRatioSums()
     run = RunFiles(len(sources), options, notes_run)
+    if batch_rows is not None and batch_rows < 1:
+        from ratioscope.errors import ParameterError
+
+        raise ParameterError("batch_rows", f"must be >= 1 sequence, got {batch_rows}")
     for index, source in enumerate(sources):
         label = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), Path(label).name))
-        loaded = source if isinstance(source, TokenBatch) else run.load(source)
-        if loaded is None:  # a file of another kind, or a rank copy, that a walk found
-            continue
-        batch = loaded
-        warnings.extend(batch.warnings)
-        inputs.append(
-            {
-                "path": str(label),
-                "format": batch.profile,
-                "sequences": batch.num_sequences,
-                "tokens": int(batch.mask.sum()),
-            }
-        )
-        coefficients = batch_coefficients(batch, names, chosen, skipped, notes)
-        totals.add(coefficients, batch.mask)
-        advantage_sums.add(batch)
-        rollout.add(batch)
+        sequences = tokens = 0
+        profile = None
+        for batch in _batches(source, run, options, batch_rows):
+            warnings.extend(batch.warnings)
+            profile = batch.profile
+            sequences += batch.num_sequences
+            tokens += int(batch.mask.sum())
+            coefficients = batch_coefficients(batch, names, chosen, skipped, notes)
+            totals.add(coefficients, batch.mask)
+            advantage_sums.add(batch)
+            rollout.add(batch)
+        if profile is not None:
+            inputs.append(
+                {"path": str(label), "format": profile, "sequences": sequences, "tokens": tokens}
+            )
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     run.check_any(bool(inputs))
     warnings.extend(notes_run)
@@ -471,6 +477,7 @@ def objectives(
             "top_fraction": TOP_FRACTION,
             "curve_fractions": list(CURVE_FRACTIONS),
             "settings": {name: dict(value) for name, value in chosen.items()},
+            "batch_rows": batch_rows,
         },
         methods=summaries,
         correlation=_correlation(totals),
@@ -479,6 +486,34 @@ def objectives(
         skipped={name: skipped[name] for name in names if name in skipped},
         warnings=warnings,
     )
+
+
+def _batches(
+    source: TokenBatch | Path, run: RunFiles, options: LoadOptions, batch_rows: int | None
+) -> Iterator[TokenBatch]:
+    """The batches of one input: the whole file, or its rows ``batch_rows`` at a time
+    (streamed from the file when its type allows, else cut from the file read whole)."""
+    from dataclasses import replace
+
+    from ratioscope.batch import TokenBatch
+    from ratioscope.errors import NotADumpError
+    from ratioscope.io.streaming import open_stream
+
+    if isinstance(source, TokenBatch):
+        yield from [source] if batch_rows is None else source.iter_chunks(batch_rows)
+        return
+    if batch_rows is not None:
+        try:
+            stream = open_stream(source, replace(options, stream_bytes=0))
+        except NotADumpError:
+            stream = None  # RunFiles says what the file is, or skips it in a walk
+        if stream is not None:
+            yield from stream.chunks(batch_rows * stream.padded_width())
+            return
+    batch = run.load(source)
+    if batch is None:  # a file of another kind, or a rank copy, that a walk found
+        return
+    yield from [batch] if batch_rows is None else batch.iter_chunks(batch_rows)
 
 
 # ------------------------------------------------------------- advantage schemes

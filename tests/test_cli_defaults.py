@@ -51,6 +51,7 @@ CLI_ONLY = {
     "--methods",
     "--set",
     "--list",
+    "--batch-rows",
 }
 
 

@@ -214,3 +214,34 @@ def test_check_gates_an_objectives_report(tmp_path):
     assert runner.invoke(app, ["check", str(report), "--rules", str(rules)]).exit_code == 0
     rules.write_text(f'[[rule]]\npath = "methods.gspo.zero_share"\nmax = {zero - 0.01}\n')
     assert runner.invoke(app, ["check", str(report), "--rules", str(rules)]).exit_code == 1
+
+
+def test_batch_rows_cut_files_into_batches_streamed_or_not():
+    from ratioscope.io.loaders import LoadOptions
+
+    path = expand_paths([VERL])[0]
+    methods = "grpo,dapo,dr_grpo,quatro,m2po"
+    whole = load_file(path)
+    # batches of 32 rows (4 whole groups of 8), read from the file streamed, equal the
+    # sums of the four batches analysed one by one
+    streamed = library.objectives(
+        [path], methods=methods, batch_rows=32, load_options=LoadOptions(stream_bytes=0)
+    )
+    parts = [library.objectives(chunk, methods=methods) for chunk in whole.iter_chunks(32)]
+    for name in ("grpo", "dapo", "dr_grpo", "quatro", "m2po"):
+        zeros = sum(p.methods[name].zero_share * p.methods[name].tokens for p in parts)
+        assert streamed.methods[name].zero_share * streamed.methods[name].tokens == (
+            pytest.approx(zeros)
+        )
+    # the same cut from the file read whole gives the same report
+    in_memory = library.objectives([path], methods=methods, batch_rows=32)
+    assert in_memory.to_dict()["methods"] == streamed.to_dict()["methods"]
+    assert streamed.inputs[0]["sequences"] == whole.num_sequences
+    # one batch of all rows is the file
+    everything = library.objectives([path], methods=methods, batch_rows=whole.num_sequences)
+    assert (
+        everything.to_dict()["methods"]
+        == library.objectives([path], methods=methods).to_dict()["methods"]
+    )
+    bad = runner.invoke(app, ["objectives", VERL, "--batch-rows", "0"])
+    assert bad.exit_code == 2

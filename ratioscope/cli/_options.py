@@ -382,6 +382,7 @@ PARAMETER_OPTIONS = {
     # objectives
     "methods": "--methods",
     "settings": "--set",
+    "batch_rows": "--batch-rows",
     # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
     "ks": "--k",
     "k": "--k",

@@ -53,6 +53,18 @@ ListMethods = Annotated[
         rich_help_panel="Methods",
     ),
 ]
+BatchRows = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-rows",
+        help="Cut each file into batches of this many sequences (a multiple of the group "
+        "size keeps groups whole), as a trainer computes its loss per mini-batch; a large "
+        "file is then streamed one batch at a time (default: one file is one batch).",
+        min=1,
+        rich_help_panel="Methods",
+        show_default=False,
+    ),
+]
 ObjectivesJson = Annotated[
     Path | None,
     typer.Option(
@@ -66,6 +78,7 @@ def objectives(
     methods: Methods = None,
     settings: SetOption = None,
     list_methods: ListMethods = False,
+    batch_rows: BatchRows = None,
     json_out: ObjectivesJson = None,
     format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
@@ -110,6 +123,7 @@ def objectives(
             methods=methods,
             settings=overrides,
             load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
+            batch_rows=batch_rows,
             progress=progress,
         )
     show_objectives(result, stdout_console())
