@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 MaskPolicy = Literal["zero", "skip"]
+#: how :func:`kalman_filter` runs the recurrence: numba kernel, torch scan, or the first
+#: that applies
+Backend = Literal["auto", "compiled", "torch"]
 
 #: Tokens per chunk of the scan. Tuned on a 2-core CPU (benchmarks/bench_kalman.py): the
 #: in-chunk work is a pass over the data whatever C is; C sets the size of the (float64)
@@ -251,6 +254,7 @@ def kalman_filter(
     mask_policy: MaskPolicy = "zero",
     *,
     chunk: int = DEFAULT_CHUNK,
+    backend: Backend = "auto",
 ) -> Tensor:
     """Causal Kalman-filtered log-ratios rho_t|t (KPO Algorithm 1, Eqs. 6-9).
 
@@ -278,6 +282,10 @@ def kalman_filter(
             before the first valid token).
             Either way, values of z at masked positions are never used (NaN is fine).
         chunk: tokens per scan chunk (a speed knob; results agree to rounding).
+        backend: ``"compiled"``: a numba kernel runs the recurrence token by token per
+            row with a float64 state (CPU only; ``chunk`` is unused); ``"torch"``: the
+            chunked scan (any device); ``"auto"`` (default): the kernel where numba is
+            installed and z is on the CPU. They agree to a few float32 roundings.
 
     Returns:
         [B, T] rho, same dtype and device as ``z`` (float32 for non-float input).
@@ -307,6 +315,8 @@ def kalman_filter(
     out_dtype = z.dtype if z.is_floating_point() else dtype
     if rows == 0 or length == 0:
         return torch.empty(z.shape, dtype=out_dtype, device=z.device)
+    if _compiled(z, backend):
+        return _filter_compiled(z.to(dtype), mask, q, v, p0, rho0, mask_policy).to(out_dtype)
     gains, log_keep = _gain_terms(length, q, v, p0, z.device)
     zc = z.to(dtype)
     if mask_policy == "skip":
@@ -320,6 +330,51 @@ def kalman_filter(
             observed = torch.where(mask, zc, torch.zeros((), dtype=dtype, device=z.device))
             out = _chunked_recurrence(observed, gains, log_keep, rho0, chunk)
     return out.to(out_dtype)
+
+
+def _compiled(z: Tensor, backend: Backend) -> bool:
+    """Whether :func:`kalman_filter` runs the numba kernel (see its ``backend``)."""
+    from ratioscope.functional import _kernels
+
+    if backend not in ("auto", "compiled", "torch"):
+        raise ParameterError(
+            "backend",
+            f"must be 'auto', 'compiled' or 'torch', got '{backend}'",
+            subject="the Kalman filter backend",
+        )
+    if backend == "torch":
+        return False
+    usable = z.device.type == "cpu" and _kernels.available()
+    if backend == "compiled" and not usable:
+        raise ParameterError(
+            "backend",
+            "'compiled' needs numba installed and a CPU tensor",
+            subject="the Kalman filter backend",
+        )
+    return usable
+
+
+def _filter_compiled(
+    z: Tensor, mask: Tensor, q: float, v: float, p0: float, rho0: float, policy: MaskPolicy
+) -> Tensor:
+    """The recurrence token by token in a compiled loop: [B, T] of z's dtype.
+
+    rho_t = (1 - K_t) rho_{t-1} + K_t z_t with the state kept in float64 and rounded once
+    per stored value; 1 - K_t = V / (P_pred + V) exactly, as in the scan's log terms.
+    """
+    import torch
+
+    from ratioscope.functional import _kernels
+
+    p_pred = _predicted_variances(z.shape[1], q, v, p0).numpy()
+    keep = v / (p_pred + v)
+    gains = p_pred / (p_pred + v)
+    out = torch.empty(z.shape, dtype=z.dtype)
+    values = z.detach().contiguous().numpy()
+    _kernels.kalman(
+        values, mask.contiguous().numpy(), keep, gains, rho0, policy == "skip", out.numpy()
+    )
+    return out
 
 
 def _filter_skip(

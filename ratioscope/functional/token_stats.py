@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 Space = Literal["log", "ratio"]
+#: how :func:`signal_statistics` counts token states (compiled kernel or tensor code)
+Backend = Literal["auto", "compiled", "torch"]
 
 #: Labels of the per-state columns (column j is state j - 1).
 STATE_LABELS = ("down", "on", "up")
@@ -159,16 +161,29 @@ def _threshold(value: float, dtype, above: bool) -> float:
     return float(rounded)
 
 
-def _states(z: Tensor, valid: Tensor, on_band: tuple[float, float] | float) -> Tensor:
+def _comparable(z: Tensor) -> Tensor:
+    """z in a dtype the state thresholds are rounded for (bfloat16 and others: float32)."""
     import torch
 
+    return z if z.dtype in (torch.float64, torch.float32, torch.float16) else z.to(torch.float32)
+
+
+def _band_thresholds(on_band: tuple[float, float] | float, dtype) -> tuple[float, float]:
+    """(lower, upper): down iff z < lower, up iff z > upper, exact for z of ``dtype``."""
     eps_lo, eps_hi = (on_band, on_band) if isinstance(on_band, (int, float)) else on_band
     if not (0.0 <= eps_lo < 1.0 and eps_hi >= 0.0):
         raise ParameterError("on_band", f"needs 0 <= eps_lo < 1 and eps_hi >= 0, got {on_band}")
-    if z.dtype not in (torch.float64, torch.float32, torch.float16):
-        z = z.to(torch.float32)
-    up = z > _threshold(math.log1p(eps_hi), z.dtype, above=True)
-    down = z < _threshold(math.log1p(-eps_lo), z.dtype, above=False)
+    lower = _threshold(math.log1p(-eps_lo), dtype, above=False)
+    return lower, _threshold(math.log1p(eps_hi), dtype, above=True)
+
+
+def _states(z: Tensor, valid: Tensor, on_band: tuple[float, float] | float) -> Tensor:
+    import torch
+
+    z = _comparable(z)
+    lower, upper = _band_thresholds(on_band, z.dtype)
+    up = z > upper
+    down = z < lower
     return (up & valid).to(torch.int8) - (down & valid).to(torch.int8)
 
 
@@ -317,14 +332,26 @@ def run_lengths(states: Tensor, mask: Tensor | None) -> RunLengths:
 
 
 def _switch_frequency(packed: _Packed, window: int) -> Tensor:
+    return _switch_rates(_window_changes(packed, window), packed.lengths, window)
+
+
+def _window_changes(packed: _Packed, window: int) -> Tensor:
+    """[B, ceil(T / window)] int64 adjacent state changes inside each window."""
     import torch
 
     states, prefix = packed.values, packed.prefix
     changes = torch.zeros_like(prefix)
     changes[:, 1:] = (states[:, 1:] != states[:, :-1]) & prefix[:, 1:]
     # A pair that straddles two windows (its second token opens a window) is in neither.
-    counts = _window_sums(changes, window, skip_first=True).double()
-    sizes = _window_lengths(packed.lengths, counts.shape[1], window)
+    return _window_sums(changes, window, skip_first=True)
+
+
+def _switch_rates(changes: Tensor, lengths: Tensor, window: int) -> Tensor:
+    """[B] mean over windows of changes / (window length - 1), from integer counts."""
+    import torch
+
+    counts = changes.double()
+    sizes = _window_lengths(lengths, counts.shape[1], window)
     used = sizes >= 2
     rates = torch.where(used, counts / (sizes - 1).clamp(min=1), 0.0)
     n_used = used.sum(1)
@@ -360,14 +387,21 @@ def switch_frequency(states: Tensor, mask: Tensor | None, window: int = DEFAULT_
 
 
 def _window_frequency(packed: _Packed, window: int) -> Tensor:
-    import torch
-
     rows, length = packed.values.shape
     n_windows = length // window
     off = packed.values[:, : n_windows * window] != 0
-    freq = off.reshape(rows, n_windows, window).sum(-1).double() / window
-    ends = torch.arange(1, n_windows + 1, device=off.device) * window
-    return freq.masked_fill(ends > packed.lengths.unsqueeze(1), math.nan)
+    counts = off.reshape(rows, n_windows, window).sum(-1)
+    return _window_rates(counts, packed.lengths, window)
+
+
+def _window_rates(off_counts: Tensor, lengths: Tensor, window: int) -> Tensor:
+    """[B, W] off-policy share per full window from integer counts; NaN where a
+    sequence does not reach the window's end."""
+    import torch
+
+    freq = off_counts.double() / window
+    ends = torch.arange(1, off_counts.shape[1] + 1, device=off_counts.device) * window
+    return freq.masked_fill(ends > lengths.unsqueeze(1), math.nan)
 
 
 def window_offpolicy_frequency(
@@ -752,6 +786,65 @@ class SignalStatistics:
     local_variance: Tensor
 
 
+@dataclass(frozen=True)
+class _StateStatistics:
+    """The token-state part of :class:`SignalStatistics` (all but the signal values)."""
+
+    runs: RunLengths
+    switch_frequency: Tensor
+    window_frequency: Tensor
+
+
+def _compiled(signal: Tensor, backend: Backend) -> bool:
+    """Whether to count states with the compiled kernel (see :func:`signal_statistics`)."""
+    from ratioscope.functional import _kernels
+
+    if backend not in ("auto", "compiled", "torch"):
+        raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
+    if backend == "torch":
+        return False
+    usable = signal.device.type == "cpu" and _kernels.available()
+    if backend == "compiled" and not usable:
+        raise ParameterError("backend", "'compiled' needs numba installed and a CPU tensor")
+    return usable
+
+
+def _state_statistics_torch(
+    packed: _Packed, on_band: tuple[float, float] | float, window: int
+) -> _StateStatistics:
+    """States of the packed rows as an int8 tensor, then runs, switches and windows."""
+    states = _Packed(_states(packed.values, packed.prefix, on_band), packed.lengths, packed.prefix)
+    return _StateStatistics(
+        runs=_run_lengths(states),
+        switch_frequency=_switch_frequency(states, window),
+        window_frequency=_window_frequency(states, window),
+    )
+
+
+def _state_statistics_compiled(
+    signal: Tensor, valid: Tensor, on_band: tuple[float, float] | float, window: int
+) -> _StateStatistics:
+    """:func:`_state_statistics_torch` from one pass per row over the unpacked signal
+    (masked positions skipped there); the integer counts are equal, and the same
+    tensor code turns them into rates."""
+    import torch
+
+    from ratioscope.functional import _kernels
+
+    z = _comparable(signal)
+    lower, upper = _band_thresholds(on_band, z.dtype)
+    # float16 -> float32 is exact and the thresholds are float16 values: the same states
+    values = (z.float() if z.dtype == torch.float16 else z).detach().contiguous().numpy()
+    counted = _kernels.state_runs(values, valid.contiguous().numpy(), lower, upper, window)
+    lengths, counts, run_count, histogram, changes, off = (torch.from_numpy(a) for a in counted)
+    mean = (counts.double() / run_count.double()).masked_fill(run_count == 0, math.nan)
+    return _StateStatistics(
+        runs=RunLengths(run_count, counts, mean, histogram),
+        switch_frequency=_switch_rates(changes, lengths, window),
+        window_frequency=_window_rates(off, lengths, window),
+    )
+
+
 def signal_statistics(
     signal: Tensor,
     mask: Tensor | None,
@@ -761,6 +854,7 @@ def signal_statistics(
     cutoff: float = DEFAULT_LFR_CUTOFF,
     n_freqs: int = DEFAULT_N_FREQS,
     space: Space = "log",
+    backend: Backend = "auto",
 ) -> SignalStatistics:
     """All KPO Table 2 statistics of one log-space signal, sharing the work.
 
@@ -770,22 +864,32 @@ def signal_statistics(
 
     Args:
         signal: [B, T] float log-space signal; mask: [B, T] bool or None.
+        backend: how the states and their runs, switches and windows are counted:
+            ``"compiled"`` one pass per row of a numba kernel, without materialising
+            the states (CPU only); ``"torch"`` tensor operations on the packed states
+            (any device); ``"auto"`` (default) the first where numba is installed and
+            the signal is on the CPU. Both give identical numbers.
     """
     _check_window(window)
     _check_cutoff(cutoff)
     _check_space(space)
     grid = frequency_grid(n_freqs)
-    packed = _pack(signal, _check_pair(signal, mask, "signal"))
-    states = _Packed(_states(packed.values, packed.prefix, on_band), packed.lengths, packed.prefix)
+    valid = _check_pair(signal, mask, "signal")
+    if _compiled(signal, backend):
+        states = _state_statistics_compiled(signal, valid, on_band, window)
+    else:
+        states = None
+    packed = _pack(signal, valid)
+    if states is None:
+        states = _state_statistics_torch(packed, on_band, window)
     centred = _centre(packed, space)
     spectrum = _spectrum(centred)
-    runs = _run_lengths(states)
     return SignalStatistics(
         lengths=packed.lengths,
-        state_counts=runs.token_count,
-        runs=runs,
-        switch_frequency=_switch_frequency(states, window),
-        window_frequency=_window_frequency(states, window),
+        state_counts=states.runs.token_count,
+        runs=states.runs,
+        switch_frequency=states.switch_frequency,
+        window_frequency=states.window_frequency,
         low_frequency_ratio=_low_frequency_ratio(
             centred, _autocorrelation(centred, spectrum), cutoff
         ),

@@ -1,0 +1,204 @@
+"""Compiled per-row kernels (numba) for the sequential parts of the KPO statistics.
+
+Two computations are a recurrence along each row and cost several full passes when they
+are written with tensor operations: the Kalman filter (a chunked scan: weights,
+cumulative sum, carries, rescale) and the run/switch/window counting of token states
+(pack, states, run starts, ``nonzero``, ``bincount``, window sums). Here each is one
+pass over a row's values, the mask read in the same loop, with no [B, T] temporary.
+
+The torch implementations stay: they run on CUDA, where numba is not installed, and
+as the references the tests compare these kernels with. :func:`available` says whether
+the compiled path can be used; ``RATIOSCOPE_DISABLE_NUMBA=1`` turns it off.
+
+Kernels are compiled on first use (``cache=True`` keeps the machine code on disk, so a
+later process loads it instead of compiling again) and take numpy views of CPU tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+#: set to a non-empty value other than "0" to use the torch path everywhere
+DISABLE_ENV = "RATIOSCOPE_DISABLE_NUMBA"
+
+
+@functools.cache
+def available() -> bool:
+    """True when numba imports and the environment does not disable it."""
+    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        return False
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _kalman_zero(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any) -> None:
+    """Mask policy "zero": rho_t = keep_t rho_{t-1} + K_t x_t, x_t = z_t or 0 if masked.
+
+    z, mask, out: [B, T]; keep = 1 - K (exactly V / (P_pred + V)), gains: [T] float64.
+    The state is float64 and rounded once when stored. The product K_t x_t does not
+    depend on the state, so each step's dependency chain is one multiply-add.
+    """
+    rows, length = z.shape
+    for r in range(rows):
+        rho = rho0
+        for t in range(length):
+            x = z[r, t] if mask[r, t] else 0.0
+            rho = keep[t] * rho + gains[t] * x
+            out[r, t] = rho
+
+
+def _kalman_skip(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any) -> None:
+    """Mask policy "skip": the n-th valid token uses gain n; a masked position holds the
+    state after the last valid token before it (rho0 before the first)."""
+    rows, length = z.shape
+    for r in range(rows):
+        rho = rho0
+        n = 0
+        for t in range(length):
+            if mask[r, t]:
+                rho = keep[n] * rho + gains[n] * z[r, t]
+                n += 1
+            out[r, t] = rho
+
+
+def _state_runs(
+    values: Any,
+    mask: Any,
+    lower: float,
+    upper: float,
+    window: int,
+    lengths: Any,
+    state_counts: Any,
+    run_counts: Any,
+    histogram: Any,
+    changes: Any,
+    off: Any,
+) -> None:
+    """Token states and their runs, switches and windows, one pass per row.
+
+    A valid token is up (column 2) if its value > ``upper``, down (column 0) if
+    < ``lower``, on (column 1) otherwise; masked positions are skipped, so holes are
+    compacted away. Outputs (zero-initialised, int64):
+    lengths [B]; state_counts, run_counts [B, 3]; histogram [3, T + 1] (pooled, by run
+    length); changes [B, ceil(T / window)]: adjacent state changes inside each window of
+    valid tokens (a pair whose second token opens a window is in neither);
+    off [B, T // window]: up or down tokens per full-size window slot.
+    """
+    rows, length = values.shape
+    n_full = off.shape[1]
+    for r in range(rows):
+        n = 0
+        prev = 1
+        run = 0
+        # Counts live in locals and are stored once per window or row: a read-modify-
+        # write of an array element per token would chain on store forwarding.
+        up = 0
+        down = 0
+        starts = np.zeros(3, dtype=np.int64)  # runs per state, by their first token
+        slot = 0  # window index of the next valid token
+        pos = 0  # its position inside that window
+        window_changes = 0
+        window_off = 0
+        for t in range(length):
+            if not mask[r, t]:
+                continue
+            x = values[r, t]
+            # Branch-free: raw token states change every few tokens, unpredictably.
+            is_up = np.int64(x > upper)
+            is_down = np.int64(x < lower)
+            column = 1 + is_up - is_down
+            up += is_up
+            down += is_down
+            changed = np.int64(column != prev)
+            start = changed | np.int64(n == 0)
+            starts[column] += start
+            # the run of state prev ends here when the state changes (not at token 0)
+            ended = changed & np.int64(n > 0)
+            histogram[prev, run] += ended
+            window_changes += ended & np.int64(pos != 0)
+            window_off += is_up + is_down
+            run = run * (1 - start) + 1
+            prev = column
+            n += 1
+            pos += 1
+            if pos == window:
+                changes[r, slot] = window_changes
+                if slot < n_full:
+                    off[r, slot] = window_off
+                window_changes = 0
+                window_off = 0
+                pos = 0
+                slot += 1
+        if pos > 0:
+            changes[r, slot] = window_changes
+            if slot < n_full:
+                off[r, slot] = window_off
+        if n > 0:
+            histogram[prev, run] += 1
+        lengths[r] = n
+        state_counts[r, 0] = down
+        state_counts[r, 1] = n - up - down
+        state_counts[r, 2] = up
+        run_counts[r, 0] = starts[0]
+        run_counts[r, 1] = starts[1]
+        run_counts[r, 2] = starts[2]
+
+
+@functools.cache
+def _compiled() -> SimpleNamespace:
+    import numba
+
+    def jit(fn: Any) -> Any:
+        return numba.njit(cache=True, nogil=True)(fn)
+
+    return SimpleNamespace(
+        kalman_zero=jit(_kalman_zero),
+        kalman_skip=jit(_kalman_skip),
+        state_runs=jit(_state_runs),
+    )
+
+
+def kalman(
+    z: np.ndarray,
+    mask: np.ndarray,
+    keep: np.ndarray,
+    gains: np.ndarray,
+    rho0: float,
+    skip: bool,
+    out: np.ndarray,
+) -> None:
+    """Fill ``out`` [B, T] with the filtered states (see :func:`_kalman_zero`)."""
+    kernels = _compiled()
+    kernel = kernels.kalman_skip if skip else kernels.kalman_zero
+    kernel(z, mask, keep, gains, float(rho0), out)
+
+
+def state_runs(
+    values: np.ndarray, mask: np.ndarray, lower: float, upper: float, window: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Counts of :func:`_state_runs` for ``values``, ``mask`` [B, T].
+
+    Returns:
+        (lengths [B], state_counts [B, 3], run_counts [B, 3], histogram [3, T + 1],
+        changes [B, ceil(T / window)], off [B, T // window]), all int64.
+    """
+    rows, length = values.shape
+    lengths = np.zeros(rows, dtype=np.int64)
+    state_counts = np.zeros((rows, 3), dtype=np.int64)
+    run_counts = np.zeros((rows, 3), dtype=np.int64)
+    histogram = np.zeros((3, length + 1), dtype=np.int64)
+    changes = np.zeros((rows, -(-length // window)), dtype=np.int64)
+    off = np.zeros((rows, length // window), dtype=np.int64)
+    _compiled().state_runs(
+        values, mask, float(lower), float(upper), int(window),
+        lengths, state_counts, run_counts, histogram, changes, off,
+    )  # fmt: skip
+    return lengths, state_counts, run_counts, histogram, changes, off

@@ -1,0 +1,194 @@
+"""The compiled (numba) kernels against the torch implementations they replace on the CPU.
+
+Token-state counts must be identical (integers and the rates made from them); the Kalman
+kernel must agree with the float64 loop within the tolerance the scan is held to. Inputs
+include masked tokens (NaN there), holes, left padding, empty and length-1 rows, and
+lengths that are not a multiple of the window or of the scan chunk.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ratioscope.errors import UsageError
+from ratioscope.functional import _kernels
+from ratioscope.functional.kalman import DEFAULT_CHUNK, kalman_filter, kalman_filter_loop
+from ratioscope.functional.token_stats import (
+    DEFAULT_ON_BAND,
+    EXACT_ON_BAND,
+    signal_statistics,
+)
+
+pytest.importorskip("numba")
+
+ATOL = 1e-6  # docs/performance.md: <= 1e-6 abs vs a float64 loop (float32 input)
+
+
+def masks(rows: int, length: int, seed: int) -> dict[str, torch.Tensor]:
+    """Right-padded, left-padded and holed masks with an empty, a full and a length-1 row."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
+    lengths[0], lengths[1], lengths[2] = 0, length, 1
+    positions = torch.arange(length).unsqueeze(0)
+    right = positions < lengths.unsqueeze(1)
+    left = positions >= (length - lengths).unsqueeze(1)
+    holes = right & (torch.rand(rows, length, generator=gen) >= 0.2)
+    return {"right": right, "left": left, "holes": holes}
+
+
+def signal(rows: int, length: int, seed: int, kind: str) -> torch.Tensor:
+    """Raw-like (frequent exact zeros, sign changes every few tokens) or smooth values."""
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "raw":
+        z = 1e-3 * torch.randn(rows, length, generator=gen, dtype=torch.float64)
+        return torch.where(torch.rand(rows, length, generator=gen) < 0.3, 0.0, z)
+    steps = 2e-4 * torch.randn(rows, length, generator=gen, dtype=torch.float64)
+    return steps.cumsum(1)
+
+
+def assert_identical(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+# --------------------------------------------------------------------------- token states
+
+
+@pytest.mark.parametrize("layout", ["right", "left", "holes"])
+@pytest.mark.parametrize("kind", ["raw", "smooth"])
+@pytest.mark.parametrize("window", [1, 2, 7, 50, 200])
+def test_state_statistics_equal_torch(layout, kind, window):
+    rows, length = 24, 131  # 131: not a multiple of any window here
+    z = signal(rows, length, 3, kind).float()
+    mask = masks(rows, length, 4)[layout]
+    z = z.masked_fill(~mask, math.nan)  # masked values must never be read
+    for band in (EXACT_ON_BAND, DEFAULT_ON_BAND, 0.0):
+        got = signal_statistics(z, mask, on_band=band, window=window, backend="compiled")
+        ref = signal_statistics(z, mask, on_band=band, window=window, backend="torch")
+        for name in ("lengths", "state_counts", "switch_frequency", "window_frequency"):
+            assert_identical(getattr(got, name), getattr(ref, name))
+        for name in ("run_count", "token_count", "mean_per_sequence", "histogram"):
+            assert_identical(getattr(got.runs, name), getattr(ref.runs, name))
+        # the signal part is shared code; it must not be disturbed either
+        for name in ("low_frequency_ratio", "periodogram", "global_variance", "local_variance"):
+            assert_identical(getattr(got, name), getattr(ref, name))
+
+
+def test_state_statistics_hand_case():
+    # states + + 0 - - | 0 (window 5): runs 2, 1, 2, 1; 2 changes over the 4 pairs of the
+    # first window; the pair across the window edge counts in neither, and the trailing
+    # one-token window has no pair and is left out
+    z = torch.tensor([[0.1, 0.2, 0.0, -0.1, -0.3, 0.0, math.nan]])
+    mask = torch.tensor([[True] * 6 + [False]])
+    stats = signal_statistics(z, mask, on_band=0.0, window=5, backend="compiled")
+    assert stats.lengths.tolist() == [6]
+    assert stats.state_counts.tolist() == [[2, 2, 2]]
+    assert stats.runs.run_count.tolist() == [[1, 2, 1]]
+    assert stats.runs.histogram[:, 1:3].tolist() == [[0, 1], [2, 0], [0, 1]]
+    assert stats.switch_frequency.tolist() == [0.5]
+    assert stats.window_frequency.tolist() == [[pytest.approx(4 / 5)]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_state_statistics_low_precision_and_float64(dtype):
+    # values next to the thresholds: the kernel must round the band as the tensor code does
+    edge = math.log1p(4e-4)
+    values = torch.tensor([edge * f for f in (0.999, 1.0, 1.001, -0.999, -1.0, -1.3, 0.0)])
+    z = values.repeat(5, 3).to(dtype)
+    mask = torch.ones_like(z, dtype=torch.bool)
+    mask[1, 4:] = False
+    got = signal_statistics(z, mask, on_band=(4e-4, 4e-4), window=3, backend="compiled")
+    ref = signal_statistics(z, mask, on_band=(4e-4, 4e-4), window=3, backend="torch")
+    assert_identical(got.runs.token_count, ref.runs.token_count)
+    assert_identical(got.runs.histogram, ref.runs.histogram)
+    assert_identical(got.switch_frequency, ref.switch_frequency)
+    assert_identical(got.window_frequency, ref.window_frequency)
+
+
+def test_state_statistics_zero_width_and_no_rows():
+    z = torch.zeros(3, 0)
+    got = signal_statistics(z, None, backend="compiled")
+    ref = signal_statistics(z, None, backend="torch")
+    assert_identical(got.runs.histogram, ref.runs.histogram)
+    assert_identical(got.switch_frequency, ref.switch_frequency)
+    assert_identical(got.window_frequency, ref.window_frequency)
+    # no rows: the FFT of signal_statistics refuses an empty batch, the kernel does not
+    counted = _kernels.state_runs(torch.zeros(0, 5).numpy(), torch.ones(0, 5).bool().numpy(),
+                                  -0.1, 0.1, 2)  # fmt: skip
+    assert [a.shape for a in counted] == [(0,), (0, 3), (0, 3), (3, 6), (0, 3), (0, 2)]
+
+
+# --------------------------------------------------------------------------- Kalman
+
+
+@pytest.mark.parametrize("policy", ["zero", "skip"])
+@pytest.mark.parametrize("ratio", [1e-6, 1e-4, 1e-2, 1e3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_kalman_compiled_matches_loop_and_scan(policy, ratio, dtype):
+    rows, length = 12, 3 * DEFAULT_CHUNK + 5  # a tail shorter than a scan chunk
+    z = (0.3 * torch.randn(rows, length, generator=torch.Generator().manual_seed(1))).to(dtype)
+    tol = ATOL if dtype == torch.float32 else 1e-12
+    for layout, mask in masks(rows, length, 2).items():
+        noisy = z.masked_fill(~mask, math.nan)
+        got = kalman_filter(noisy, mask, ratio, 1.0, 0.05, -0.02, policy, backend="compiled")
+        assert got.dtype == dtype and got.shape == z.shape, layout
+        loop = kalman_filter_loop(z, mask, ratio, 1.0, 0.05, -0.02, policy)
+        torch.testing.assert_close(got.double(), loop, atol=tol, rtol=0)
+        scan = kalman_filter(noisy, mask, ratio, 1.0, 0.05, -0.02, policy, backend="torch")
+        torch.testing.assert_close(got.double(), scan.double(), atol=2 * tol, rtol=0)
+
+
+def test_kalman_compiled_skip_left_and_right_padding_agree():
+    rows, length = 9, 77
+    z = torch.randn(rows, length, generator=torch.Generator().manual_seed(7))
+    all_masks = masks(rows, length, 8)
+    right, left = all_masks["right"], all_masks["left"]
+    z_left = torch.zeros_like(z)
+    for i in range(rows):
+        n = int(right[i].sum())
+        z_left[i, length - n :] = z[i, :n]
+    out_right = kalman_filter(z, right, 1e-2, 1.0, mask_policy="skip", backend="compiled")
+    out_left = kalman_filter(z_left, left, 1e-2, 1.0, mask_policy="skip", backend="compiled")
+    assert torch.equal(out_left[left], out_right[right])
+
+
+def test_kalman_compiled_dtypes_and_empty():
+    z = torch.randn(3, 10, generator=torch.Generator().manual_seed(3))
+    for dtype in (torch.float16, torch.bfloat16):
+        got = kalman_filter(z.to(dtype), None, 1e-2, backend="compiled")
+        ref = kalman_filter(z.to(dtype), None, 1e-2, backend="torch")
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), ref.float(), atol=0, rtol=0)
+    for shape in ((0, 4), (2, 0)):
+        assert kalman_filter(torch.zeros(shape), None, backend="compiled").shape == shape
+
+
+# --------------------------------------------------------------------------- fallback
+
+
+def test_without_numba_auto_is_the_torch_path(monkeypatch):
+    z = signal(6, 40, 5, "raw").float()
+    mask = masks(6, 40, 6)["holes"]
+    monkeypatch.setenv(_kernels.DISABLE_ENV, "1")
+    _kernels.available.cache_clear()
+    try:
+        assert not _kernels.available()
+        with pytest.raises(UsageError):
+            kalman_filter(z, mask, backend="compiled")
+        assert torch.equal(kalman_filter(z, mask), kalman_filter(z, mask, backend="torch"))
+        got = signal_statistics(z, mask, on_band=EXACT_ON_BAND, window=7)
+        ref = signal_statistics(z, mask, on_band=EXACT_ON_BAND, window=7, backend="torch")
+        assert_identical(got.switch_frequency, ref.switch_frequency)
+    finally:
+        monkeypatch.delenv(_kernels.DISABLE_ENV)
+        _kernels.available.cache_clear()
+
+
+def test_bad_backend_is_a_usage_error():
+    with pytest.raises(UsageError):
+        kalman_filter(torch.zeros(1, 3), None, backend="fast")  # type: ignore[arg-type]
+    with pytest.raises(UsageError):
+        signal_statistics(torch.zeros(1, 3), None, backend="fast")  # type: ignore[arg-type]
