@@ -405,22 +405,75 @@ def _analyse_file(
     active = [acc for acc in accumulators if acc.begin_file(batch)]
     columns: dict[str, list[Tensor]] = {}
     per_chunk = [a for a in active if not a.per_file]
-    per_file = [a for a in active if a.per_file]
+    passing = [a for a in active if a.per_file and a.passes]
+    per_file = [a for a in active if a.per_file and not a.passes]
+    file_columns: dict[str, dict[str, list[Tensor]]] = {a.name: {} for a in active if a.per_file}
     rows = max(1, chunk_elements // max(1, batch.max_length))
     chunks = max(1, -(-batch.num_sequences // rows))
+    name = Path(batch.source).name
     for index, chunk in enumerate(batch.iter_chunks(rows)):
-        report(progress, ProgressUpdate("chunks", index, chunks, Path(batch.source).name))
+        report(progress, ProgressUpdate("chunks", index, chunks, name))
         ctx = Context(_to_device(chunk, device), params)
         for acc in per_chunk:
-            for key, value in acc.update(ctx).items():
-                columns.setdefault(key, []).append(value.detach().cpu())
-    report(progress, ProgressUpdate("chunks", chunks, chunks, Path(batch.source).name))
+            _collect(columns, acc.update(ctx))
+        _feed_pass(passing, 0, ctx, file_columns)
+    report(progress, ProgressUpdate("chunks", chunks, chunks, name))
+    # the sections that make passes get the chunks the others got, so that a file read
+    # whole and the same file streamed give the same numbers, bit for bit
+    _later_passes(
+        passing, lambda: batch.iter_chunks(rows), params, device, (name, chunks), progress,
+        file_columns,
+    )  # fmt: skip
     if per_file:
         ctx = Context(_to_device(batch, device), params)
         for acc in per_file:
-            for key, value in acc.update(ctx).items():
-                columns.setdefault(key, []).append(value.detach().cpu())
+            _collect(file_columns[acc.name], acc.update(ctx))
+    for acc_columns in file_columns.values():
+        columns.update(acc_columns)
     return columns
+
+
+def _collect(columns: dict[str, list[Tensor]], values: dict[str, Tensor]) -> None:
+    for key, value in values.items():
+        columns.setdefault(key, []).append(value.detach().cpu())
+
+
+def _feed_pass(
+    passing: list[Accumulator],
+    index: int,
+    ctx: Context,
+    file_columns: dict[str, dict[str, list[Tensor]]],
+) -> None:
+    """A chunk through pass ``index`` of the sections that make that many passes; the
+    per-sequence columns of a section's last pass are kept."""
+    for acc in passing:
+        if index < acc.passes:
+            _collect(file_columns[acc.name], acc.update_pass(index, ctx))
+
+
+def _later_passes(
+    passing: list[Accumulator],
+    chunks: Callable[[], Iterable[TokenBatch]],
+    params: AnalysisParams,
+    device: torch.device,
+    where: tuple[str, int],
+    progress: ProgressCallback | None,
+    file_columns: dict[str, dict[str, list[Tensor]]],
+) -> None:
+    """Pass 0 is done (with the other sections' chunks); passes 1.. over ``chunks()``."""
+    name, total = where
+    for acc in passing:
+        acc.end_pass(0)
+    passes = max((acc.passes for acc in passing), default=0)
+    for index in range(1, passes):
+        label = f"{name}, pass {index + 1} of {passes}"
+        current = [acc for acc in passing if index < acc.passes]
+        for number, chunk in enumerate(chunks()):
+            report(progress, ProgressUpdate("chunks", number, total, label))
+            _feed_pass(current, index, Context(_to_device(chunk, device), params), file_columns)
+        report(progress, ProgressUpdate("chunks", total, total, label))
+        for acc in current:
+            acc.end_pass(index)
 
 
 def _open_file(path: Path, options: LoadOptions) -> TokenBatch | StreamedFile:
@@ -431,9 +484,8 @@ def _open_file(path: Path, options: LoadOptions) -> TokenBatch | StreamedFile:
 
 
 #: the tensors each section fed whole files reads, kept over a streamed file's chunks;
-#: a section not listed keeps every tensor
+#: a section not listed keeps every tensor (sections that make passes keep none)
 _PER_FILE_INPUTS = {
-    "covariance": ("mask", "log_ratio", "log_probs", "advantages", "group"),
     # per sequence only: its mask and log-ratio are [B, 1] stand-ins it never reads
     "trust_region": ("rewards", "correct", "group"),
 }
@@ -448,41 +500,45 @@ def _analyse_stream(
     progress: ProgressCallback | None,
 ) -> tuple[_FileRows, dict[str, list[Tensor]]]:
     """:func:`_analyse_file` of a file read chunk by chunk: the same chunks, so the same
-    numbers. Sections fed whole files get the file's tensors they read, gathered from the
+    numbers. Sections that make passes read the file again for each pass after the
+    first; sections fed whole files get the file's tensors they read, gathered from the
     chunks (only those: their memory grows with the file, the others' does not)."""
     name = stream.path.name
     columns: dict[str, list[Tensor]] = {}
     per_chunk: list[Accumulator] = []
+    passing: list[Accumulator] = []
     per_file: list[Accumulator] = []
+    file_columns: dict[str, dict[str, list[Tensor]]] = {}
     kept: dict[str, list[Tensor]] = {}
     sequences: dict[str, list[Tensor]] = {}
     first: TokenBatch | None = None
     rows = max(1, chunk_elements // max(1, stream.padded_width()))
     chunks = max(1, -(-stream.rows // rows))
-    for index, chunk in enumerate(stream.chunks(chunk_elements)):
-        if first is None:
-            first = chunk
-            active = [acc for acc in accumulators if acc.begin_file(chunk)]
-            per_chunk = [a for a in active if not a.per_file]
-            per_file = [a for a in active if a.per_file]
-            wanted = _kept_names(per_file)
-        report(progress, ProgressUpdate("chunks", index, chunks, name))
-        ctx = Context(_to_device(chunk, device), params)
-        for acc in per_chunk:
-            for key, value in acc.update(ctx).items():
-                columns.setdefault(key, []).append(value.detach().cpu())
-        for key in ("rewards", "correct", "group"):
-            value = getattr(chunk, key)
-            if value is not None:
-                sequences.setdefault(key, []).append(value)
-        sequences.setdefault("lengths", []).append(chunk.lengths)
-        for key in wanted:
-            value = getattr(chunk, key)
-            if value is not None:
-                kept.setdefault(key, []).append(value)
-        if per_file and "mask" not in wanted:
-            kept.setdefault("lengths", []).append(chunk.lengths)
-    report(progress, ProgressUpdate("chunks", chunks, chunks, name))
+    try:
+        # the file stays open for the passes of the sections that make them
+        for index, chunk in enumerate(stream.chunks(chunk_elements, close=False)):
+            if first is None:
+                first = chunk
+                active = [acc for acc in accumulators if acc.begin_file(chunk)]
+                per_chunk = [a for a in active if not a.per_file]
+                passing = [a for a in active if a.per_file and a.passes]
+                per_file = [a for a in active if a.per_file and not a.passes]
+                file_columns = {a.name: {} for a in active if a.per_file}
+                wanted = _kept_names(per_file)
+            report(progress, ProgressUpdate("chunks", index, chunks, name))
+            ctx = Context(_to_device(chunk, device), params)
+            for acc in per_chunk:
+                _collect(columns, acc.update(ctx))
+            _feed_pass(passing, 0, ctx, file_columns)
+            _keep(chunk, sequences, kept, wanted, bool(per_file))
+        report(progress, ProgressUpdate("chunks", chunks, chunks, name))
+        only = _pass_inputs(passing)
+        _later_passes(
+            passing, lambda: stream.chunks(chunk_elements, again=True, close=False, only=only),
+            params, device, (name, chunks), progress, file_columns,
+        )  # fmt: skip
+    finally:
+        stream.close()
     assert first is not None  # a streamed file has rows
     labels = stream.group_labels
     if per_file:
@@ -490,8 +546,9 @@ def _analyse_stream(
         kept.clear()
         ctx = Context(_to_device(whole, device), params)
         for acc in per_file:
-            for key, value in acc.update(ctx).items():
-                columns.setdefault(key, []).append(value.detach().cpu())
+            _collect(file_columns[acc.name], acc.update(ctx))
+    for acc_columns in file_columns.values():
+        columns.update(acc_columns)
     totals = stream.totals
     parts = {key: torch.cat(values) for key, values in sequences.items()}
     file_rows = _FileRows(
@@ -509,6 +566,38 @@ def _analyse_stream(
         group_labels=labels,
     )
     return file_rows, columns
+
+
+def _pass_inputs(passing: list[Accumulator]) -> set[str] | None:
+    """What the passes after the first read of a file: None for every tensor."""
+    names: set[str] = set()
+    for acc in passing:
+        if acc.pass_inputs is None:
+            return None
+        names.update(acc.pass_inputs)
+    return names
+
+
+def _keep(
+    chunk: TokenBatch,
+    sequences: dict[str, list[Tensor]],
+    kept: dict[str, list[Tensor]],
+    wanted: list[str],
+    per_file: bool,
+) -> None:
+    """What a streamed file keeps of a chunk: its per-sequence facts, and the tensors
+    (``wanted``) of the sections fed the whole file."""
+    for key in ("rewards", "correct", "group"):
+        value = getattr(chunk, key)
+        if value is not None:
+            sequences.setdefault(key, []).append(value)
+    sequences.setdefault("lengths", []).append(chunk.lengths)
+    for key in wanted:
+        value = getattr(chunk, key)
+        if value is not None:
+            kept.setdefault(key, []).append(value)
+    if per_file and "mask" not in wanted:
+        kept.setdefault("lengths", []).append(chunk.lengths)
 
 
 def _kept_names(per_file: list[Accumulator]) -> list[str]:

@@ -43,18 +43,209 @@ def _check_same_shape(name: str, tensor: Tensor, other_name: str, other: Tensor)
         raise ShapeMismatchError(None, name, tensor.shape, other_name, other.shape, "the same")
 
 
-def _scope_ids(group: Tensor | None, batch: int, device: torch.device) -> tuple[Tensor, int]:
-    """Map group ids to 0..G-1 (any integers are accepted); None is one scope."""
-    if group is None:
-        return torch.zeros(batch, dtype=torch.long, device=device), 1
-    if group.ndim != 1 or group.shape[0] != batch:
-        raise ShapeMismatchError(None, "group", group.shape, "mask rows", (batch,), "[B]")
-    if group.dtype.is_floating_point or group.dtype == torch.bool:
-        raise ParameterError(
-            "group", f"must be integers, got dtype {group.dtype}", subject="group ids"
+class ScopeIndex:
+    """Group ids -> scope indices 0..G-1 in order of first appearance, kept over the
+    chunks of one batch (any integers are ids; ``None`` is one scope, the batch)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rows(self, group: Tensor | None, batch: int, device: torch.device, new: bool) -> Tensor:
+        """[batch] int64 scope index of each row.
+
+        Args:
+            group: [batch] int ids or None; batch: the rows; device: where the result goes.
+            new: whether ids not seen yet may be numbered (the first pass over a batch).
+
+        Raises:
+            ShapeMismatchError, ParameterError: ``group`` is not [batch] integers.
+            ValueError: an unseen id with ``new=False`` (chunks of another batch).
+        """
+        if group is None:
+            self.ids.setdefault(0, 0)
+            return torch.zeros(batch, dtype=torch.long, device=device)
+        if group.ndim != 1 or group.shape[0] != batch:
+            raise ShapeMismatchError(None, "group", group.shape, "mask rows", (batch,), "[B]")
+        if group.dtype.is_floating_point or group.dtype == torch.bool:
+            raise ParameterError(
+                "group", f"must be integers, got dtype {group.dtype}", subject="group ids"
+            )
+        ids, inverse = torch.unique(group.cpu(), return_inverse=True)
+        if new:
+            lookup = [self.ids.setdefault(i, len(self.ids)) for i in ids.tolist()]
+        else:
+            try:
+                lookup = [self.ids[i] for i in ids.tolist()]
+            except KeyError:
+                raise ValueError("a group id the first pass over the batch did not see") from None
+        return torch.tensor(lookup, dtype=torch.long)[inverse].to(device)
+
+
+#: passes of :class:`KernelPasses` over the chunks of a batch
+KERNEL_PASSES = 5
+
+
+class KernelPasses:
+    """The c, w and w~ of :func:`covariance_weights` for a batch fed in chunks of rows,
+    pass after pass, with memory for one chunk and a few float64 sums per scope.
+
+    Every chunk of the batch goes, in order, through :meth:`add` for passes 0 to
+    ``KERNEL_PASSES - 2``, then through :meth:`weights` (the last pass), which gives the
+    chunk's ``(c, w, w_norm)``. The passes gather, per scope: 0) N, sum log pi, sum A;
+    1) sum c and sum c^2; 2) sum (c - mean c)^2, so sigma; 3) sum w. Each sum is added
+    token by token in the order of the batch into a running float64 total (``index_add_``,
+    sequential on the CPU), so the values are those of the batch in one chunk, bit for bit,
+    however the batch is cut. Groups may span chunks. :meth:`covariance` gives a chunk's c
+    in any pass after the first.
+    """
+
+    def __init__(self) -> None:
+        self.scopes = ScopeIndex()
+        self.pass_index = 0
+        self.sums: dict[str, Tensor] = {}
+        self.dtype: torch.dtype | None = None
+
+    # ------------------------------------------------------------------ feeding
+    def add(
+        self, index: int, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None
+    ) -> None:
+        """Feed a chunk to pass ``index`` (0 <= index < KERNEL_PASSES - 1).
+
+        Args:
+            logp, adv: [B, T] float log pi and broadcast advantages; mask: [B, T] bool;
+            group: [B] int ids, or None for one scope (see :func:`covariance_weights`).
+        """
+        tokens = self._enter(index, logp, adv, mask, group)
+        if index == 0:
+            self._grow(len(self.scopes), tokens.lp.device)
+            self._add("count", tokens, torch.ones_like(tokens.lp))
+            self._add("logp", tokens, tokens.lp)
+            self._add("adv", tokens, tokens.a)
+            return
+        c = self._c(tokens)
+        if index == 1:
+            self._add("c", tokens, c)
+            self._add("c_square", tokens, c**2)
+        elif index == 2:
+            self._add("spread", tokens, (c - self.sums["c_mean"][tokens.scope]) ** 2)
+        else:
+            self._add("w", tokens, self._w(tokens, c))
+
+    def weights(
+        self, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The last pass: the chunk's ``(c, w, w_norm)``, each [B, T] as
+        :func:`covariance_weights` returns them (0 at masked positions)."""
+        tokens = self._enter(KERNEL_PASSES - 1, logp, adv, mask, group)
+        c = self._c(tokens)
+        w = self._w(tokens, c)
+        w_norm = w * self.sums["w_factor"][tokens.scope]
+        return tuple(self._scatter(tokens, mask, v) for v in (c, w, w_norm))  # type: ignore[return-value]
+
+    def covariance(self, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None) -> Tensor:
+        """The chunk's c, [B, T] (0 at masked positions), once pass 0 went through the
+        whole batch; it does not count as a pass."""
+        if self.pass_index == 0:
+            self._finish(0)
+            self.pass_index = 1
+        tokens = self._tokens(logp, adv, mask, group, new=False)
+        return self._scatter(tokens, mask, self._c(tokens))
+
+    # ---------------------------------------------------------------- internals
+    def _enter(
+        self, index: int, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None
+    ) -> _Tokens:
+        if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
+            raise ValueError(f"pass {index} after pass {self.pass_index}")
+        while self.pass_index < index:
+            self._finish(self.pass_index)
+            self.pass_index += 1
+        return self._tokens(logp, adv, mask, group, new=index == 0)
+
+    def _tokens(
+        self, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None, new: bool
+    ) -> _Tokens:
+        _check_same_shape("logp", logp, "mask", mask)
+        _check_same_shape("adv", adv, "mask", mask)
+        device = logp.device
+        mask = mask.to(device=device, dtype=torch.bool)
+        scope = self.scopes.rows(group, mask.shape[0], device, new)
+        self.dtype = _result_dtype(logp.dtype)
+        # boolean indexing packs row-major, so each row's scope repeats for its tokens
+        return _Tokens(
+            scope=scope.repeat_interleave(mask.sum(dim=1)),
+            lp=logp[mask].to(torch.float64),
+            a=adv.to(device)[mask].to(torch.float64),
         )
-    ids, inverse = torch.unique(group.to(device), return_inverse=True)
-    return inverse, int(ids.numel())
+
+    def _grow(self, scopes: int, device: torch.device) -> None:
+        for name in ("count", "logp", "adv"):
+            have = self.sums.get(name)
+            if have is None:
+                have = torch.zeros(0, dtype=torch.float64, device=device)
+            if have.numel() < scopes:
+                extra = torch.zeros(scopes - have.numel(), dtype=torch.float64, device=device)
+                self.sums[name] = torch.cat([have, extra])
+
+    def _add(self, name: str, tokens: _Tokens, values: Tensor) -> None:
+        if name not in self.sums:
+            self.sums[name] = torch.zeros(
+                len(self.scopes), dtype=torch.float64, device=values.device
+            )
+        self.sums[name].index_add_(0, tokens.scope, values)
+
+    def _finish(self, index: int) -> None:
+        """What pass ``index`` makes of its sums once every chunk went through it."""
+        sums = self.sums
+        if index == 0:
+            if "count" not in sums:
+                self._grow(len(self.scopes), torch.device("cpu"))
+            sums["safe_count"] = sums["count"].clamp_min(1.0)
+            sums["logp_mean"] = sums["logp"] / sums["safe_count"]
+            sums["adv_mean"] = sums["adv"] / sums["safe_count"]
+            for name in ("c", "c_square", "spread", "w"):
+                sums[name] = torch.zeros_like(sums["count"])
+        elif index == 1:
+            sums["c_mean"] = sums["c"] / sums["safe_count"]
+        elif index == 2:
+            variance = sums["spread"] / sums["safe_count"]
+            mean_square = sums["c_square"] / sums["safe_count"]
+            # equal c computed along different paths can differ in the last bit, which
+            # would give a spurious sigma ~ 1e-17 and weights exp(-1e30) = 0; such a
+            # spread counts as none
+            sums["flat"] = variance <= _RELATIVE_SPREAD_FLOOR**2 * mean_square
+            sums["variance"] = variance
+        elif index == 3:
+            sums["w_factor"] = sums["count"] / sums["w"]
+
+    def _c(self, tokens: _Tokens) -> Tensor:
+        lp_centred = tokens.lp - self.sums["logp_mean"][tokens.scope]
+        a_centred = tokens.a - self.sums["adv_mean"][tokens.scope]
+        return lp_centred * a_centred
+
+    def _w(self, tokens: _Tokens, c: Tensor) -> Tensor:
+        flat = self.sums["flat"][tokens.scope]
+        variance = self.sums["variance"][tokens.scope]
+        return torch.where(flat, 1.0, torch.exp(-(c**2) / (2.0 * variance)))
+
+    def _scatter(self, tokens: _Tokens, mask: Tensor, values: Tensor) -> Tensor:
+        assert self.dtype is not None
+        full = torch.zeros(mask.shape, dtype=self.dtype, device=values.device)
+        full[mask.to(device=values.device, dtype=torch.bool)] = values.to(self.dtype)
+        return full
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    """The valid tokens of a chunk, row-major: scope index [N] int64, log pi and A [N]
+    float64."""
+
+    scope: Tensor
+    lp: Tensor
+    a: Tensor
 
 
 def covariance_weights(
@@ -66,6 +257,7 @@ def covariance_weights(
     valid tokens of the scope; ``sigma`` = population std of ``c`` over the scope;
     ``w = exp(-c^2 / (2 sigma^2))``; ``w_norm = w N / sum w`` with N the number of valid
     tokens of the scope, so ``w_norm`` averages 1 over the scope. Computed in float64.
+    :class:`KernelPasses` gives the same values for a batch fed in chunks.
 
     When ``sigma == 0`` (all ``c`` of the scope equal, e.g. a group whose advantages are
     all equal, where ``c`` is 0 everywhere, or a scope of one or two tokens) no token
@@ -92,53 +284,10 @@ def covariance_weights(
     >>> round(float(w_norm.sum()), 6)
     4.0
     """
-    _check_same_shape("logp", logp, "mask", mask)
-    _check_same_shape("adv", adv, "mask", mask)
-    device = logp.device
-    mask = mask.to(device=device, dtype=torch.bool)
-    out_dtype = _result_dtype(logp.dtype)
-    batch = mask.shape[0]
-    scope, n_scopes = _scope_ids(group, batch, device)
-
-    token_scope, c, scope_sum, count, safe_count = _packed_covariance(
-        logp, adv, mask, scope, n_scopes
-    )
-    c_mean = scope_sum(c) / safe_count
-    variance = scope_sum((c - c_mean[token_scope]) ** 2) / safe_count
-    mean_square = scope_sum(c**2) / safe_count
-    # equal c computed along different paths can differ in the last bit, which would give
-    # a spurious sigma ~ 1e-17 and weights exp(-1e30) = 0; such a spread counts as none
-    flat = (variance <= _RELATIVE_SPREAD_FLOOR**2 * mean_square)[token_scope]
-    w = torch.where(flat, 1.0, torch.exp(-(c**2) / (2.0 * variance[token_scope])))
-    w_total = scope_sum(w)
-    w_norm = w * (count / w_total)[token_scope]
-
-    def scatter_back(values: Tensor) -> Tensor:
-        full = torch.zeros(mask.shape, dtype=out_dtype, device=device)
-        full[mask] = values.to(out_dtype)
-        return full
-
-    return scatter_back(c), scatter_back(w), scatter_back(w_norm)
-
-
-def _packed_covariance(logp: Tensor, adv: Tensor, mask: Tensor, scope: Tensor, n_scopes: int):
-    """c on the valid tokens (packed, float64) with the helpers its callers reuse."""
-    device = logp.device
-    rows = torch.arange(mask.shape[0], device=device).unsqueeze(1).expand_as(mask)[mask]
-    token_scope = scope[rows]
-    lp = logp[mask].to(torch.float64)
-    a = adv.to(device)[mask].to(torch.float64)
-
-    def scope_sum(values: Tensor) -> Tensor:
-        return torch.zeros(n_scopes, dtype=torch.float64, device=device).index_add_(
-            0, token_scope, values
-        )
-
-    count = scope_sum(torch.ones_like(lp))
-    safe_count = count.clamp_min(1.0)
-    lp_centred = lp - (scope_sum(lp) / safe_count)[token_scope]
-    a_centred = a - (scope_sum(a) / safe_count)[token_scope]
-    return token_scope, lp_centred * a_centred, scope_sum, count, safe_count
+    passes = KernelPasses()
+    for index in range(KERNEL_PASSES - 1):
+        passes.add(index, logp, adv, mask, group)
+    return passes.weights(logp, adv, mask, group)
 
 
 def token_covariance(
@@ -152,14 +301,9 @@ def token_covariance(
     Returns:
         [B, T] like ``covariance_weights(...)[0]``, 0 at masked positions.
     """
-    _check_same_shape("logp", logp, "mask", mask)
-    _check_same_shape("adv", adv, "mask", mask)
-    mask = mask.to(device=logp.device, dtype=torch.bool)
-    scope, n_scopes = _scope_ids(group, mask.shape[0], logp.device)
-    _, c, _, _, _ = _packed_covariance(logp, adv, mask, scope, n_scopes)
-    full = torch.zeros(mask.shape, dtype=_result_dtype(logp.dtype), device=logp.device)
-    full[mask] = c.to(full.dtype)
-    return full
+    passes = KernelPasses()
+    passes.add(0, logp, adv, mask, group)
+    return passes.covariance(logp, adv, mask, group)
 
 
 def _valid_values(values: Tensor, mask: Tensor | None) -> Tensor:
@@ -480,9 +624,30 @@ def clip_cov_touched(
         valid = valid & ~exclude.to(torch.bool)
     total = int((torch.ones_like(c, dtype=torch.bool) if mask is None else mask).sum())
     eligible = int((valid & (c > low) & (c < high)).sum())
-    budget = max(1, math.floor(ratio * total)) if total else 0
-    count = min(eligible, budget)
+    count = clip_cov_count(eligible, total, ratio)
     return TouchedTokens(count, eligible, total, count / total if total else math.nan)
+
+
+def clip_cov_count(eligible: int, total: int, ratio: float = CLIP_COV_RATIO) -> int:
+    """Clip-Cov's count from its exact parts: ``min(eligible, max(1, floor(ratio total)))``
+    (0 without a token), for a batch whose eligible tokens were counted chunk by chunk.
+
+    >>> clip_cov_count(3, 10_000), clip_cov_count(0, 10), clip_cov_count(9, 0)
+    (2, 0, 0)
+    """
+    budget = max(1, math.floor(ratio * total)) if total else 0
+    return min(eligible, budget)
+
+
+def kl_cov_count(total: int, ratio: float = KL_COV_RATIO) -> int:
+    """KL-Cov's count for a batch of ``total`` valid tokens: ``min(total, max(1,
+    floor(ratio total)))`` (0 without a token); which tokens needs the ranking, how many
+    does not.
+
+    >>> kl_cov_count(10_000), kl_cov_count(3), kl_cov_count(0)
+    (20, 1, 0)
+    """
+    return min(total, max(1, math.floor(ratio * total))) if total else 0
 
 
 def kl_cov_touched(
@@ -503,7 +668,7 @@ def kl_cov_touched(
     total = int(values.numel())
     if total == 0:
         return TouchedTokens(0, 0, 0, math.nan)
-    count = min(total, max(1, math.floor(ratio * total)))
+    count = kl_cov_count(total, ratio)
     threshold = float(torch.topk(values, count).values[-1])
     return TouchedTokens(count, total, total, count / total, threshold)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -189,6 +189,8 @@ class StreamedFile:
         ragged_width = source.width()
         self.width = max(ragged_width, 1) if ragged_width is not None else None
         self.totals = FileTotals()
+        #: the keys the source reads now (a later pass may read fewer)
+        self.read_map = key_map
         used = set(key_map.values())
         self.file_keys = list(source.header.columns)
         self.ignored = sorted(k for k in self.file_keys if k not in used)
@@ -197,25 +199,66 @@ class StreamedFile:
     def file_format(self) -> str:
         return self.source.header.file_format
 
-    def chunks(self, chunk_elements: int) -> Iterator[TokenBatch]:
+    def chunks(
+        self,
+        chunk_elements: int,
+        *,
+        again: bool = False,
+        close: bool = True,
+        only: Collection[str] | None = None,
+    ) -> Iterator[TokenBatch]:
         """The file's chunks in order: ``max(1, chunk_elements // T)`` rows each, T the
         padded length of the whole file (as for a file read whole).
+
+        Args:
+            chunk_elements: rows x T per chunk.
+            again: a later pass over a file whose chunks were all read once: the same
+                batches (group ids numbered as the first pass numbered them), read and
+                validated again, with nothing added to :attr:`totals`.
+            close: release the file after the last chunk (or an error); without it the
+                file stays open for another pass, until :meth:`close`.
+            only: with ``again``, the canonical tensors the pass reads; the others are
+                not read (the mask, the ratio's log-probs and the group always are). It
+                applies with ``nonfinite="error"``, where no other tensor can change the
+                mask (the first pass would have stopped); with ``"mask"`` every tensor
+                is read again.
 
         Raises:
             InputError: a chunk is invalid (rows named as in the file), or no row of the
                 file holds a valid token.
         """
         rows = max(1, chunk_elements // max(1, self.padded_width()))
+        self._read_only(only if again and self.options.nonfinite == "error" else None)
         try:
             for start in range(0, self.rows, rows):
                 stop = min(start + rows, self.rows)
-                batch = self._chunk(start, stop)
+                batch = self._chunk(start, stop, again)
                 yield batch
                 self.source.done(start, stop)
-        finally:
-            self.source.close()
+        except BaseException:
+            self.close()
+            raise
+        if close:
+            self.close()
         if self.totals.tokens == 0:
             raise EmptyDumpError(self.path, "the mask marks no valid token")
+
+    def close(self) -> None:
+        """Release the file (no further pass)."""
+        self.source.close()
+
+    def _read_only(self, only: Collection[str] | None) -> None:
+        """Bind the source to the keys of ``only`` (and those every chunk needs), or to
+        every key for None."""
+        if only is None:
+            read = self.key_map
+        else:
+            wanted = set(only) | _ALWAYS_READ
+            read = {c: k for c, k in self.key_map.items() if c in wanted}
+        if read != self.read_map:
+            if not self.source.bind(read):
+                raise AssertionError("a subset of the bound keys could not be bound")
+            self.read_map = read
 
     def padded_width(self) -> int:
         """T: the longest row of a ragged file, the mask's second dimension otherwise."""
@@ -275,17 +318,17 @@ class StreamedFile:
             file_format=self.file_format,
             ragged={k for k in raw_columns if k in self.source.header.ragged},
         )
-        canonical = _canonical_columns(self.path, raw, self.profile, self.key_map, self.width)
+        canonical = _canonical_columns(self.path, raw, self.profile, self.read_map, self.width)
         if self.groups is not None:
             canonical["group"] = self.groups[start:stop]
         return canonical
 
-    def _chunk(self, start: int, stop: int) -> TokenBatch:
+    def _chunk(self, start: int, stop: int, again: bool = False) -> TokenBatch:
         try:
             batch = self._validated(self._columns(start, stop))
         except InputError as error:
             raise _in_file_rows(error, start) from None
-        return self._take(batch, start)
+        return self._take(batch, start, again)
 
     def _validated(self, canonical: dict[str, Any]) -> TokenBatch:
         """``TokenBatch.from_tensors`` of the chunk; a chunk without a valid token is
@@ -315,15 +358,17 @@ class StreamedFile:
             file_keys=self.file_keys,
         )
 
-    def _take(self, batch: TokenBatch, start: int) -> TokenBatch:
-        """File-wide facts from a chunk; its group ids renumbered over the whole file."""
+    def _take(self, batch: TokenBatch, start: int, again: bool = False) -> TokenBatch:
+        """File-wide facts from a chunk (not ``again``: a later pass adds nothing); its
+        group ids renumbered over the whole file."""
         totals = self.totals
-        totals.tokens += batch.num_tokens
-        totals.ratio_pair = batch.ratio_pair
-        if batch.padding == "left":
-            totals.padding = "left"
-        for text in batch.warnings:
-            self._note(text, start)
+        if not again:
+            totals.tokens += batch.num_tokens
+            totals.ratio_pair = batch.ratio_pair
+            if batch.padding == "left":
+                totals.padding = "left"
+            for text in batch.warnings:
+                self._note(text, start)
         group = batch.group
         if group is not None and batch.group_labels is not None:
             index = totals.group_index
@@ -357,6 +402,12 @@ class StreamedFile:
         else:
             self.totals.masked[key] = [count, *first]
 
+
+#: what a chunk needs whatever a pass reads: its mask, the log-probs its ratio compares
+#: (which also decide the ratio pair) and its groups
+_ALWAYS_READ = frozenset(
+    {"mask", "log_ratio", "log_probs", "old_log_probs", "rollout_log_probs", "group"}
+)
 
 #: the warnings of ``nonfinite="mask"`` (ratioscope/batch.py), added up over chunks
 _MASKED_TOKENS = re.compile(

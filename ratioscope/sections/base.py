@@ -2,13 +2,14 @@
 
 An accumulator is told of each file once (:meth:`Accumulator.begin_file`, where it
 declines files that lack its inputs and notes per-file facts), then fed
-:class:`~ratioscope.sections.context.Context` objects (the file's chunks of rows, or the
-whole file for sections that need complete groups), and finally produces its typed
-section. Its mergeable state (:mod:`ratioscope.stats` values, counts, file lists) is
-declared once with :func:`~ratioscope.sections.state.mergeable`, from which ``merge``,
-``state()`` and ``from_state`` (for ``ratioscope merge``) follow. A section whose
-inputs are missing in every file is ``None`` in the report with a warning naming the
-missing tensor.
+:class:`~ratioscope.sections.context.Context` objects (the file's chunks of rows; the
+whole file for sections that need complete groups; or, for such a section that declares
+``passes``, the file's chunks several times over, :meth:`Accumulator.update_pass`), and
+finally produces its typed section. Its mergeable state (:mod:`ratioscope.stats` values,
+counts, file lists) is declared once with :func:`~ratioscope.sections.state.mergeable`,
+from which ``merge``, ``state()`` and ``from_state`` (for ``ratioscope merge``) follow.
+A section whose inputs are missing in every file is ``None`` in the report with a
+warning naming the missing tensor.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ class Accumulator(Declared, ABC):
     per_file: ClassVar[bool] = False
     #: canonical tensors the section cannot do without
     requires: ClassVar[tuple[str, ...]] = ()
+    #: for a ``per_file`` section: the passes it makes over a file's chunks instead of
+    #: one :meth:`update` with the whole file (0: it needs the whole file at once), so
+    #: that its memory is bounded by a chunk, not by the file
+    passes: ClassVar[int] = 0
+    #: canonical tensors the passes after the first read (None: every tensor); a file
+    #: read again for them may skip the others
+    pass_inputs: ClassVar[tuple[str, ...] | None] = None
 
     fed = mergeable(int, "sum", optional=True)  # files that fed this section
     #: files that lacked an input, with the reason
@@ -97,6 +105,17 @@ class Accumulator(Declared, ABC):
     def update(self, ctx: Context) -> dict[str, Tensor]:
         """Consume a chunk of a file given to :meth:`begin_file`; return per-sequence
         columns ([rows] tensors) for Parquet."""
+
+    def update_pass(self, index: int, ctx: Context) -> dict[str, Tensor]:
+        """Consume a chunk in pass ``index`` (0 <= index < ``passes``) over a file given
+        to :meth:`begin_file`: every chunk of the file goes through pass 0 in order, then
+        :meth:`end_pass` (0), then every chunk through pass 1, and so on. Per-sequence
+        columns ([rows] tensors) come from the last pass; earlier passes return ``{}``.
+        """
+        raise NotImplementedError(f"{self.name} makes no passes over chunks")
+
+    def end_pass(self, index: int) -> None:
+        """Every chunk of the file went through pass ``index``."""
 
     def merge(self, other: Accumulator) -> None:
         """Fold another accumulator of the same class and parameters into this one."""

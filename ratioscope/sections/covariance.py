@@ -2,8 +2,11 @@
 (docs/metrics-objectives.md).
 
 Per file (one training batch, so that groups are complete) the exact
-:func:`~ratioscope.functional.covariance.covariance_weights` gives the token covariance
-``c``, the kernel weight ``w`` and its normalised form ``w~``; what is kept across files
+:class:`~ratioscope.functional.covariance.KernelPasses` gives the token covariance
+``c``, the kernel weight ``w`` and its normalised form ``w~``, in passes over the file's
+chunks (means, sigma and sum w per scope are file-wide sums; the values are those of
+:func:`~ratioscope.functional.covariance.covariance_weights` on the whole file, bit for
+bit), so that memory holds one chunk however large the file; what is kept across files
 is mergeable: exact counts and sums (advantage mass, tokens below a weight, Clip-Cov and
 KL-Cov counts, linear weight-histogram counts) and fixed log-magnitude histograms with
 per-bin sums (:mod:`ratioscope.functional.histogram`), from which the Table 1
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -29,15 +32,15 @@ from ratioscope.functional import histogram as bins
 from ratioscope.functional.covariance import (
     CLIP_COV_BOUNDS,
     CLIP_COV_RATIO,
+    KERNEL_PASSES,
     KL_COV_RATIO,
     PERCENTILE_FRACTIONS,
-    advantage_mass_removed,
+    KernelPasses,
+    clip_cov_count,
     clip_cov_touched,
     covariance_percentiles_from_bins,
-    covariance_weights,
     cumulative_covariance_share_from_bins,
-    kl_cov_touched,
-    token_covariance,
+    kl_cov_count,
 )
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
 from ratioscope.sections.base import Accumulator, required
@@ -149,12 +152,28 @@ class CovarianceSection:
     histogram_relative_error: float
 
 
+@dataclass
+class _FileKernel:
+    """One file's passes: the kernel over its scopes, c over the whole batch for
+    Clip-Cov (the kernel itself when its scope is the batch), and Clip-Cov's counts."""
+
+    scope: str
+    kernel: KernelPasses = field(default_factory=KernelPasses)
+    batch: KernelPasses | None = None
+    eligible: int = 0
+    tokens: int = 0
+
+
 class CovarianceAccumulator(Accumulator):
-    """CW-GRPO kernel statistics, one file (training batch) at a time."""
+    """CW-GRPO kernel statistics, one file (training batch) at a time, in passes over its
+    chunks."""
 
     name = "covariance"
     per_file = True
+    passes = KERNEL_PASSES
     requires = ("log_probs", "advantages")
+    #: Clip-Cov's PPO clip mask needs the log-ratio; the rest the kernel's inputs
+    pass_inputs = ("log_probs", "advantages", "group", "log_ratio")
 
     c = mergeable(Histogram.with_sums, "merge")
     #: w and w~ live near 1: their quantiles are read in log w (reports written before
@@ -172,6 +191,8 @@ class CovarianceAccumulator(Accumulator):
     clip_cov = mergeable(lambda: torch.zeros(3, dtype=torch.long), "sum")  # count, eligible, total
     kl_cov = mergeable(lambda: torch.zeros(2, dtype=torch.long), "sum")  # count, total
 
+    _file: _FileKernel | None = None
+
     # ------------------------------------------------------------------ feeding
     def scope_of(self, batch: TokenBatch) -> str:
         """The scope of the means and sigma for this file (``params.cov_scope``)."""
@@ -185,51 +206,87 @@ class CovarianceAccumulator(Accumulator):
             names.append("group")
         return names
 
+    def begin_file(self, batch: TokenBatch) -> bool:
+        accepted = super().begin_file(batch)
+        if accepted:
+            self._start(batch)
+        return accepted
+
+    def _start(self, batch: TokenBatch) -> None:
+        scope = self.scope_of(batch)
+        self._file = _FileKernel(scope, batch=KernelPasses() if scope == "group" else None)
+
     def update(self, ctx: Context) -> dict[str, Tensor]:
+        """The whole file at once: every pass over this one context."""
+        self._start(ctx.batch)
+        columns: dict[str, Tensor] = {}
+        for index in range(self.passes):
+            columns = self.update_pass(index, ctx)
+            self.end_pass(index)
+        return columns
+
+    def update_pass(self, index: int, ctx: Context) -> dict[str, Tensor]:
+        file = self._file
+        assert file is not None, "update_pass of a file not given to begin_file"
         batch, mask = ctx.batch, ctx.mask
         log_probs = required(batch, "log_probs")
         advantages = required(batch, "advantages")
-        scope = self.scope_of(batch)
-        group = required(batch, "group") if scope == "group" else None
-        c, w, w_norm = covariance_weights(log_probs, advantages, mask, group)
-        self.scope_files.add_tensor(torch.tensor([SCOPE_NAMES.index(scope)]))
-        self.scopes += int(torch.unique(group).numel()) if group is not None else 1
-
+        group = required(batch, "group") if file.scope == "group" else None
+        inputs = (log_probs, advantages, mask)
+        if index < KERNEL_PASSES - 1:
+            file.kernel.add(index, *inputs, group)
+            if index == 0:
+                file.tokens += int(mask.sum())
+                if file.batch is not None:
+                    file.batch.add(0, *inputs, None)
+            elif index == 1:
+                self._count_clip_cov(file, ctx, advantages)
+            return {}
+        c, w, w_norm = file.kernel.weights(*inputs, group)
         self.c.add(c[mask])
         valid_w = w[mask]
         self.weights.add(valid_w)
         self.normalised.add(w_norm[mask])
-        for index, threshold in enumerate(WEIGHT_THRESHOLDS):
-            self.below[index] += int((valid_w < threshold).sum())
+        for position, threshold in enumerate(WEIGHT_THRESHOLDS):
+            self.below[position] += int((valid_w < threshold).sum())
         counts = torch.histc(valid_w.double().cpu(), bins=WEIGHT_BINS, min=0.0, max=1.0)
         self.weight_counts += counts.long()
-
-        mass = advantage_mass_removed(w, w_norm, advantages, mask)
-        if mass.total > 0:
-            kept = (1.0 - mass.removed) * mass.total
-            kept_normalised = (1.0 - mass.removed_normalised) * mass.total
-            self.mass += torch.tensor([mass.total, kept, kept_normalised], dtype=torch.float64)
-
-        self._touched(ctx, log_probs, advantages, c if group is None else None)
+        magnitude = advantages[mask].double().abs()
+        self.mass += torch.stack(
+            [
+                magnitude.sum(),
+                (valid_w.double() * magnitude).sum(),
+                (w_norm[mask].double() * magnitude).sum(),
+            ]
+        ).cpu()
         return {
             "cov_c_mean": sequence_means(c.double(), mask),
             "cov_weight_mean": sequence_means(w.double(), mask),
             "cov_weight_norm_mean": sequence_means(w_norm.double(), mask),
         }
 
-    def _touched(
-        self, ctx: Context, log_probs: Tensor, advantages: Tensor, batch_c: Tensor | None
-    ) -> None:
-        """Clip-Cov and KL-Cov counts: both compute c over the whole batch (this file)."""
+    def _count_clip_cov(self, file: _FileKernel, ctx: Context, advantages: Tensor) -> None:
+        """Clip-Cov's eligible tokens of a chunk; it computes c over the whole batch (this
+        file), known once pass 0 went through it."""
         mask = ctx.mask
-        if batch_c is None:
-            batch_c = token_covariance(log_probs, advantages, mask, None)
+        kernel = file.batch if file.batch is not None else file.kernel
+        batch_c = kernel.covariance(required(ctx.batch, "log_probs"), advantages, mask, None)
         # Clip-Cov's reference implementation never picks tokens PPO clipping already zeroed
         clipped = ppo_clip_mask(ctx.z, advantages, mask, self.params.clip)
-        clip = clip_cov_touched(batch_c, mask, CLIP_COV_RATIO, CLIP_COV_BOUNDS, clipped)
-        kl = kl_cov_touched(batch_c, mask, KL_COV_RATIO)
-        self.clip_cov += torch.tensor([clip.count, clip.eligible, clip.total])
-        self.kl_cov += torch.tensor([kl.count, kl.total])
+        touched = clip_cov_touched(batch_c, mask, CLIP_COV_RATIO, CLIP_COV_BOUNDS, clipped)
+        file.eligible += touched.eligible
+
+    def end_pass(self, index: int) -> None:
+        file = self._file
+        if index < KERNEL_PASSES - 1 or file is None:
+            return
+        self.scope_files.add_tensor(torch.tensor([SCOPE_NAMES.index(file.scope)]))
+        self.scopes += len(file.kernel.scopes)
+        eligible, total = file.eligible, file.tokens
+        count = clip_cov_count(eligible, total, CLIP_COV_RATIO)
+        self.clip_cov += torch.tensor([count, eligible, total])
+        self.kl_cov += torch.tensor([kl_cov_count(total, KL_COV_RATIO), total])
+        self._file = None
 
     # ------------------------------------------------------------------- result
     def result(self) -> CovarianceSection | None:
