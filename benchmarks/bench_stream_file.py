@@ -9,14 +9,15 @@ own peak resident memory (VmHWM). The peer, printed beside it with the ratio:
   its size), whose report must equal the streamed one (timestamps aside);
 * above it, the same rows split into files of about `--split-mib` MiB, analysed together
   (the many-file path that was already bounded; its covariance and trust-region numbers
-  differ, since each file is one training batch).
+  differ, since each file is one training batch); `--split-mib 0`: no peer there.
 
 Every section is computed (the default); with `--without-covariance` each size is also
-run with every section but `covariance`, the one section that keeps whole-file tensors
-(docs/scale.md). The big files are deleted at the end unless `--keep`.
+run with every section but `covariance`, the one section that reads the file more than
+once (five passes, docs/scale.md). The big files are deleted at the end unless `--keep`.
 
     python benchmarks/bench_stream_file.py                       # 0.1,0.5,1,2,4 GiB + 1 GiB JSONL
     python benchmarks/bench_stream_file.py --sizes 0.1 --jsonl 0.05 --whole-max 0.1
+    python benchmarks/bench_stream_file.py --whole-max 0.1 --split-mib 0 --jsonl 0.5
 """
 
 from __future__ import annotations
@@ -175,11 +176,13 @@ def run_one(
         other = analyze(paths, work / f"{tag}_whole.json", work, env, sections)
         equal = same_report(work / f"{tag}_stream.json", work / f"{tag}_whole.json")
         name = "whole file"
-    else:
-        assert peer is not None
+    elif peer is not None:
         other = analyze(peer, work / f"{tag}_split.json", work, {}, sections)
         equal = None
         name = f"{len(peer)} files"
+    else:
+        print(flush=True)
+        return
     print(
         f" | {name} {other.seconds:7.1f} s {other.peak / GIB:5.2f} GiB"
         f" | peer/streamed RSS {other.peak / streamed.peak:5.2f}x"
@@ -216,9 +219,9 @@ def main() -> None:
             rows = max(BLOCK, round(size * GIB / per_row / BLOCK) * BLOCK)
             path = work / f"synthetic_{size:g}gib.safetensors"
             whole = size <= args.whole_max
-            split = None if whole else work / f"split_{size:g}"
+            split = None if whole or args.split_mib <= 0 else work / f"split_{size:g}"
             started = time.perf_counter()
-            split_rows = max(BLOCK, args.split_mib * (1 << 20) // per_row)
+            split_rows = max(BLOCK, max(args.split_mib, 1) * (1 << 20) // per_row)
             write_safetensors(path, rows, args.tokens, 0, split, split_rows)
             print(f"# wrote {path.name} ({rows} rows) in {time.perf_counter() - started:.0f} s")
             peer = sorted(split.iterdir()) if split is not None else None
@@ -238,7 +241,10 @@ def main() -> None:
             rows = max(BLOCK, round(args.jsonl * GIB / per_line / BLOCK) * BLOCK)
             write_jsonl(path, rows, args.tokens, 0)
             print(f"# wrote {path.name} ({rows} lines) in {time.perf_counter() - started:.0f} s")
-            run_one(f"jsonl {args.jsonl:g} GiB", [path], None, True, work, None)
+            whole = args.jsonl <= args.whole_max
+            run_one(f"jsonl {args.jsonl:g} GiB", [path], None, whole, work, None)
+            if not args.keep:
+                path.unlink()
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

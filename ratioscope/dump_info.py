@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
@@ -14,6 +16,9 @@ from ratioscope.io.loaders import FoundPath, LoadOptions, batch_from_raw, expand
 from ratioscope.io.profiles import get_profile
 from ratioscope.io.readers import read_raw
 from ratioscope.sections.registry import FEATURES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ratioscope.io.streaming import StreamedFile
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,14 @@ def inspect_paths(
 
 
 def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
+    """What ``info`` says of one dump; a file that :func:`ratioscope.io.streaming.open_stream`
+    streams (a large one) is read chunk by chunk, with the same result as the whole read."""
+    from ratioscope.io.streaming import open_stream
+
     refuse_json(path)
+    stream = open_stream(path, options)
+    if stream is not None:
+        return _inspect_stream(stream, options)
     raw = read_raw(path, unsafe_pickle=options.unsafe_pickle)
     batch = batch_from_raw(path, raw, options)
     theirs_to_canonical = {theirs: canonical for canonical, theirs in batch.key_map.items()}
@@ -146,6 +158,114 @@ def inspect_file(path: Path, options: LoadOptions) -> DumpInfo:
         features=features,
         warnings=batch.warnings + [f"{path}: {text}" for text in raw.texts("ignored")],
     )
+
+
+#: rows x padded tokens per chunk when ``info`` reads a file chunk by chunk
+INFO_CHUNK_ELEMENTS = 1 << 20
+
+
+def _inspect_stream(stream: StreamedFile, options: LoadOptions) -> DumpInfo:
+    """:func:`inspect_file` of a file read chunk by chunk: lengths, tokens, padding and
+    group sizes added up over the chunks, the keys from the file's header (or one pass
+    over its rows for the types whose header does not give their shapes)."""
+    lengths: list[Tensor] = []
+    group_rows = torch.zeros(0, dtype=torch.long)
+    first: TokenBatch | None = None
+    try:
+        keys = _stream_keys(stream)
+        for chunk in stream.chunks(INFO_CHUNK_ELEMENTS, close=False):
+            first = first or chunk
+            lengths.append(chunk.lengths)
+            if chunk.group is not None:
+                # ids are numbered over the whole file: the rows of each group add up
+                counts = chunk.group.bincount()
+                if counts.numel() > group_rows.numel():
+                    grown = torch.zeros(counts.numel(), dtype=torch.long)
+                    grown[: group_rows.numel()] = group_rows
+                    group_rows = grown
+                group_rows[: counts.numel()] += counts
+    finally:
+        stream.close()
+    assert first is not None  # a streamed file has rows
+    all_lengths = torch.cat(lengths).double()
+    nonempty = all_lengths[all_lengths > 0]
+    groups = group_sizes = None
+    if first.group is not None:
+        groups = int(group_rows.numel())
+        values, counts = group_rows.unique(return_counts=True)
+        group_sizes = dict(zip(values.tolist(), counts.tolist(), strict=True))
+    features = [
+        Feature(section, what, not missing, tuple(missing))
+        for section, what, needs in FEATURES
+        for missing in [[n for n in needs if not first.has(n)]]
+    ]
+    theirs_to_canonical = {theirs: canonical for canonical, theirs in stream.key_map.items()}
+    ignored = [f"{stream.path}: {text}" for text in stream.source.header.texts("ignored")]
+    return DumpInfo(
+        group_note=_group_note(first, options),
+        ratio_pair=stream.totals.ratio_pair,
+        path=str(stream.path),
+        file_format=stream.file_format,
+        profile=first.profile,
+        keys=[
+            KeyInfo(key=key, canonical=theirs_to_canonical.get(key), shape=shape, dtype=dtype)
+            for key, (shape, dtype) in keys.items()
+        ],
+        padding=stream.totals.padding,
+        sequences=stream.rows,
+        tokens=stream.totals.tokens,
+        max_length=first.max_length,
+        length_min=int(nonempty.min()) if nonempty.numel() else 0,
+        length_mean=float(nonempty.mean()) if nonempty.numel() else 0.0,
+        length_max=int(nonempty.max()) if nonempty.numel() else 0,
+        groups=groups,
+        group_sizes=group_sizes,
+        features=_needs_a_method(features),
+        warnings=stream.warnings() + ignored,
+    )
+
+
+def _stream_keys(stream: StreamedFile) -> dict[str, tuple[str, str]]:
+    """Every key of a streamed file -> (shape, dtype) as :class:`KeyInfo` writes them."""
+    from ratioscope.io.chunks import NpzSource, RawDumpSource, SafetensorsSource
+
+    source = stream.source
+    if isinstance(source, SafetensorsSource):
+        return {
+            key: ("x".join(str(d) for d in shape) or "scalar", _dtype_name(dtype))
+            for key, (dtype, shape, _) in sorted(source.entries.items())
+        }
+    if isinstance(source, RawDumpSource):
+        raw = source.raw
+        return {k: (_shape(v, k in raw.ragged), _dtype(v)) for k, v in raw.columns.items()}
+    if isinstance(source, NpzSource):
+        keys = {}
+        for key in source.header.columns:
+            shape, _, dtype = source.layouts[key]
+            if dtype.kind in "US":
+                keys[key] = (f"{shape[0]} labels", "str")
+            else:
+                numeric = torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
+                keys[key] = ("x".join(str(d) for d in shape) or "scalar", _dtype_name(numeric))
+        return keys
+    # Parquet, JSON lines: one pass over the rows of every column
+    parts: dict[str, list[Any]] = {}
+    for columns in source.columns_by_rows(max(1, INFO_CHUNK_ELEMENTS // stream.padded_width())):
+        for key, value in columns.items():
+            parts.setdefault(key, []).append(value)
+    ragged = source.header.ragged
+    keys = {}
+    for key, values in parts.items():
+        if all(isinstance(v, Tensor) for v in values):
+            keys[key] = (_shape(torch.cat(values), False), _dtype(values[0]))
+        else:
+            rows = [row for value in values for row in value]
+            keys[key] = (_shape(rows, key in ragged), _dtype(rows))
+    return keys
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 #: group columns that ratioscope.io.frameworks derive rather than read

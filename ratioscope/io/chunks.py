@@ -31,7 +31,7 @@ import struct
 import zipfile
 from abc import ABC, abstractmethod
 from array import array
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,6 +71,8 @@ class ChunkSource(ABC):
         self.path = path
         self.header = header
         self.rows = 0
+        #: canonical name -> key of the file, of the keys :meth:`read` returns
+        self.keys: dict[str, str] = {}
 
     @abstractmethod
     def bind(self, keys: Mapping[str, str]) -> bool:
@@ -87,6 +89,17 @@ class ChunkSource(ABC):
 
     def done(self, start: int, stop: int) -> None:  # noqa: B027 - optional hook
         """Rows ``[start, stop)`` are processed: a source may hand their memory back."""
+
+    def columns_by_rows(self, rows: int) -> Iterator[dict[str, Any]]:
+        """Every key of :attr:`header` (bound or not), ``rows`` rows at a time, as
+        :meth:`read` gives them; for ``ratioscope info``, which lists every key."""
+        bound = self.keys
+        self.keys = {key: key for key in self.header.columns}
+        try:
+            for start in range(0, self.rows, max(1, rows)):
+                yield self.read(start, min(start + rows, self.rows))
+        finally:
+            self.keys = bound
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the file."""
