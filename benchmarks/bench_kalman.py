@@ -1,9 +1,10 @@
 """Speed and accuracy of the KPO Kalman filter (docs/performance.md).
 
-On the same tensors it times the chunked scan (``kalman_filter``), the per-token loop
-vectorised over rows (``kalman_filter_loop``, float64), the authors' closed form
-(``kalman_filter_closed_form``) and one elementwise pass ``z * mask``, and prints the
-ratios and the max abs error of scan and closed form against the float64 loop.
+On the same tensors it times the compiled per-row recurrence (``kalman_filter`` with
+``backend="compiled"``, numba; skipped without it), the chunked scan (``backend="torch"``),
+the per-token loop vectorised over rows (``kalman_filter_loop``, float64), the authors'
+closed form (``kalman_filter_closed_form``) and one elementwise pass ``z * mask``, and
+prints the ratios and the max abs error of each against the float64 loop.
 On CUDA (when present) it also reports the scan's achieved memory bandwidth.
 
 Usage:
@@ -21,6 +22,7 @@ from collections.abc import Callable
 
 import torch
 
+from ratioscope.functional import _kernels
 from ratioscope.functional.kalman import (
     DEFAULT_CHUNK,
     kalman_filter,
@@ -57,12 +59,16 @@ def make_batch(rows: int, length: int, device: torch.device, seed: int = 0):
 
 def bench_size(rows, length, ratios, args, device) -> list[str]:
     z, mask = make_batch(rows, length, device)
+    compiled_ok = device.type == "cpu" and _kernels.available()
     lines = []
     for ratio in ratios:
         q, v = ratio, 1.0
 
         def scan(q=q, v=v):
-            return kalman_filter(z, mask, q, v, chunk=args.chunk)
+            return kalman_filter(z, mask, q, v, chunk=args.chunk, backend="torch")
+
+        def compiled(q=q, v=v):
+            return kalman_filter(z, mask, q, v, backend="compiled")
 
         def closed(q=q, v=v):
             return kalman_filter_closed_form(z, mask, q, v)
@@ -70,13 +76,15 @@ def bench_size(rows, length, ratios, args, device) -> list[str]:
         def elementwise():
             return z * mask
 
-        for fn in (scan, closed, elementwise):  # warm-up
+        candidates = {"scan": scan, "closed": closed, "z*mask": elementwise}
+        if compiled_ok:
+            candidates["compiled"] = compiled
+        for fn in candidates.values():  # warm-up (and the kernel's compilation)
             fn()
-        scan_t, closed_t, elem_t = [], [], []
+        times: dict[str, list[float]] = {name: [] for name in candidates}
         for _ in range(args.repeats):  # interleaved, so load changes hit all alike
-            scan_t.append(timed(scan, device))
-            closed_t.append(timed(closed, device))
-            elem_t.append(timed(elementwise, device))
+            for name, fn in candidates.items():
+                times[name].append(timed(fn, device))
         loop_t, reference = [], None
         if not args.skip_loop:
             for _ in range(args.loop_repeats):
@@ -84,19 +92,28 @@ def bench_size(rows, length, ratios, args, device) -> list[str]:
                 reference = kalman_filter_loop(z, mask, q, v)
                 sync(device)
                 loop_t.append(time.perf_counter() - start)
-        scan_s, closed_s, elem_s = (statistics.median(t) for t in (scan_t, closed_t, elem_t))
+        median = {name: statistics.median(t) for name, t in times.items()}
+        scan_s, elem_s = median["scan"], median["z*mask"]
         loop_s = statistics.median(loop_t) if loop_t else float("nan")
         if reference is None:
             reference = kalman_filter_loop(z.cpu(), mask.cpu(), q, v).to(device)
-        scan_err = (scan().double() - reference).abs().max().item()
-        closed_err = (closed().double() - reference).abs().max().item()
+
+        def error(fn, reference=reference) -> float:
+            return (fn().double() - reference).abs().max().item()
+
         line = (
             f"{device.type:4s} B={rows:<5d} T={length:<6d} Q/V={ratio:<6.0e} "
             f"scan {scan_s * 1e3:8.2f} ms | loop {loop_s * 1e3:9.1f} ms | "
-            f"closed {closed_s * 1e3:7.2f} ms | z*mask {elem_s * 1e3:6.2f} ms || "
+            f"closed {median['closed'] * 1e3:7.2f} ms | z*mask {elem_s * 1e3:6.2f} ms || "
             f"loop/scan {loop_s / scan_s:6.1f}x | scan/z*mask {scan_s / elem_s:5.2f}x || "
-            f"max|err| scan {scan_err:.1e} closed {closed_err:.1e}"
+            f"max|err| scan {error(scan):.1e} closed {error(closed):.1e}"
         )
+        if compiled_ok:
+            compiled_s = median["compiled"]
+            line += (
+                f" || compiled {compiled_s * 1e3:7.2f} ms, /z*mask {compiled_s / elem_s:5.2f}x, "
+                f"scan/compiled {scan_s / compiled_s:5.2f}x, max|err| {error(compiled):.1e}"
+            )
         if device.type == "cuda":
             # z read (4 B) + mask read (1 B) + rho written (4 B) per element.
             moved = rows * length * 9
@@ -125,7 +142,8 @@ def main() -> None:
     print(
         f"torch {torch.__version__} | threads {torch.get_num_threads()} | "
         f"{platform.processor() or platform.machine()} | chunk {args.chunk} | "
-        f"median of {args.repeats} (loop: {args.loop_repeats})"
+        f"median of {args.repeats} (loop: {args.loop_repeats}) | compiled kernel: "
+        f"{'yes' if _kernels.available() else 'no (numba missing or disabled)'}"
     )
     if args.device in ("cpu", "all"):
         for rows, length in parse_sizes(args.sizes):
