@@ -7,6 +7,7 @@ means); the context computes each on first use and shares it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import torch
@@ -17,6 +18,17 @@ from ratioscope.params import AnalysisParams
 
 VARIANTS = ("token", "sequence", "kalman")
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AdvantageSums:
+    """[B] float64 sums of the positive and of the negative advantages of each row's
+    valid tokens, and [B] int64 how many there are."""
+
+    positive: Tensor
+    negative: Tensor
+    n_positive: Tensor
+    n_negative: Tensor
 
 
 class Context:
@@ -43,7 +55,36 @@ class Context:
 
     @property
     def lengths(self) -> Tensor:
-        return self.cached("lengths", lambda: self.mask.sum(dim=1))
+        """[B] int64 valid tokens per row (the mask's bytes summed: ~5x a bool sum)."""
+        mask = self.mask
+        if mask.dtype == torch.bool:
+            return self.cached("lengths", lambda: mask.view(torch.uint8).sum(dim=1))
+        return self.cached("lengths", lambda: mask.sum(dim=1))
+
+    @property
+    def z64(self) -> Tensor:
+        """[B, T] the log-ratio in float64 (sequence means, mismatch columns)."""
+        return self.cached("z64", lambda: self.z.double())
+
+    @property
+    def advantage_sums(self) -> AdvantageSums:
+        """Per-row sums and counts of the positive and negative advantages on valid
+        tokens (the PPO sums of a ratio that is constant within each row)."""
+
+        def compute() -> AdvantageSums:
+            advantages = self.batch.advantages
+            if advantages is None:
+                raise ValueError("the batch has no advantages")
+            adv = torch.where(self.mask, advantages.double(), 0.0)
+            above, below = adv > 0, adv < 0
+            return AdvantageSums(
+                positive=adv.clamp(min=0.0).sum(dim=1),
+                negative=adv.clamp(max=0.0).sum(dim=1),
+                n_positive=above.view(torch.uint8).sum(dim=1),
+                n_negative=below.view(torch.uint8).sum(dim=1),
+            )
+
+        return self.cached("advantage_sums", compute)
 
     @property
     def nonempty(self) -> Tensor:
@@ -55,7 +96,7 @@ class Context:
         """[B] mean log-ratio over each sequence's valid tokens (0 for empty rows)."""
 
         def compute() -> Tensor:
-            total = self.z.double().sum(dim=1)
+            total = self.z64.sum(dim=1)
             return (total / self.lengths.clamp_min(1)).to(self.z.dtype)
 
         return self.cached("sequence_mean_z", compute)

@@ -88,7 +88,7 @@ class MismatchAccumulator(Accumulator):
             z_rollout: Tensor | None = ctx.z
         else:
             self.policy.merge(mismatch_partials(ctx.z, ctx.mask, c))
-            columns["policy_log_ratio_mean"] = sequence_means(ctx.z.double(), ctx.mask)
+            columns["policy_log_ratio_mean"] = sequence_means(ctx.z64, ctx.mask)
             z_rollout = None
             if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
                 z_rollout = batch.old_log_probs - batch.rollout_log_probs

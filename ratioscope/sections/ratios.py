@@ -41,10 +41,10 @@ from ratioscope.functional.token_stats import (
 )
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
-from ratioscope.sections.context import VARIANTS, Context
+from ratioscope.sections.context import VARIANTS, AdvantageSums, Context
 from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
-from ratioscope.stats import Counter, Histogram, Vector
+from ratioscope.stats import Counter, Histogram, Moments, Vector
 
 #: kalman_impl='reference' is flagged where it is this far from the exact filter
 REFERENCE_TOLERANCE = 1e-4  # column j of the [.., 3] state tensors is state j - 1
@@ -286,14 +286,25 @@ class RatiosAccumulator(Accumulator):
             # the train/inference ratio is no PPO ratio: no update clips it
             advantages = None
         for variant, state in self.variants.items():
-            signal = ctx.signal(variant, self.params)
-            state.histogram.add(signal[ctx.mask])
+            constant = variant == "sequence"
+            # The sequence variant is constant within each row: its histogram and PPO
+            # sums follow from one value per row, without building its [B, T] signal.
+            signal = None if constant else ctx.signal(variant, self.params)
+            if signal is None:
+                _add_constant_rows(state.histogram, ctx.sequence_mean_z, ctx.lengths)
+            else:
+                state.histogram.add(signal[ctx.mask])
             columns.update(self._token_states(ctx, variant, signal, state))
             if advantages is None:
                 continue
-            clipped, clipped_sums, plain_sums = ppo_row_sums(
-                signal, advantages, ctx.mask, self.band(variant)
-            )
+            if signal is None:
+                clipped, clipped_sums, plain_sums = _constant_ppo_row_sums(
+                    ctx.sequence_mean_z, ctx.advantage_sums, self.band(variant)
+                )
+            else:
+                clipped, clipped_sums, plain_sums = ppo_row_sums(
+                    signal, advantages, ctx.mask, self.band(variant)
+                )
             state.clipped_tokens += int(clipped.sum())
             state.advantage_tokens += int(ctx.lengths.sum())
             state.clipped_loss = state.clipped_loss.merge(
@@ -323,7 +334,7 @@ class RatiosAccumulator(Accumulator):
         self.deviation.merge(found)
 
     def _token_states(
-        self, ctx: Context, variant: str, signal: Tensor, state: _VariantState
+        self, ctx: Context, variant: str, signal: Tensor | None, state: _VariantState
     ) -> dict[str, Tensor]:
         p = self.params
         # AnalysisParams admits only the values of SPACES
@@ -335,6 +346,7 @@ class RatiosAccumulator(Accumulator):
                 ctx.sequence_mean_z, ctx.lengths, on_band=band, window=p.window
             )
         else:
+            assert signal is not None  # only the sequence variant goes without
             stats = signal_statistics(
                 signal,
                 ctx.mask,
@@ -420,6 +432,51 @@ class RatiosAccumulator(Accumulator):
                 "kalman_impl='scan', is exact"
             )
         return messages
+
+
+def _add_constant_rows(histogram: Histogram, values: Tensor, lengths: Tensor) -> None:
+    """Add a signal that is ``values[i]`` on each of the ``lengths[i]`` valid tokens of
+    row i: the histogram's counts and moments of those tokens, from [B] values.
+
+    Equal to ``histogram.add(values[:, None].expand(B, T)[mask])`` up to the rounding of
+    the moments (weighted sums instead of sums over repeated values); counts are exact.
+    """
+    from ratioscope.functional.histogram import NUM_BINS, bin_index
+
+    present = lengths > 0
+    if not bool(present.any()):
+        return
+    row_values = values[present].double()
+    weights = lengths[present].double()
+    counts = torch.bincount(bin_index(row_values), weights=weights, minlength=NUM_BINS)
+    histogram.counts += counts.round().long().cpu()
+    tokens = float(weights.sum())
+    mean = float((weights * row_values).sum()) / tokens
+    m2 = float((weights * (row_values - mean).square()).sum())
+    low, high = float(row_values.min()), float(row_values.max())
+    histogram.moments.merge(Moments(int(tokens), mean, m2, low, high))
+
+
+def _constant_ppo_row_sums(
+    values: Tensor, advantage_sums: AdvantageSums, clip: tuple[float, float]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`ppo_row_sums` of a log-ratio that is ``values[i]`` on every token of row i.
+
+    With r the row's ratio and c(r) its clipped value, a token's clipped term is
+    min(r, c(r)) A for A > 0 and max(r, c(r)) A for A < 0, so the row sums need only the
+    sums and counts of its positive and negative advantages. Counts are exact; the sums
+    equal the per-token ones up to rounding (float64 throughout).
+    """
+    eps_low, eps_high = clip
+    ratio = torch.exp(values.double())
+    bounded = ratio.clamp(1 - eps_low, 1 + eps_high)
+    positive, negative = advantage_sums.positive, advantage_sums.negative
+    clipped_terms = torch.minimum(ratio, bounded) * positive
+    clipped_terms += torch.maximum(ratio, bounded) * negative
+    plain = ratio * (positive + negative)
+    clipped = torch.where(ratio > 1 + eps_high, advantage_sums.n_positive, 0)
+    clipped += torch.where(ratio < 1 - eps_low, advantage_sums.n_negative, 0)
+    return clipped, clipped_terms, plain
 
 
 def _frequency_grid() -> list[float]:
