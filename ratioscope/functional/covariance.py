@@ -130,7 +130,7 @@ class KernelPasses:
             self._add("c", tokens, c)
             self._add("c_square", tokens, c**2)
         elif index == 2:
-            self._add("spread", tokens, (c - self.sums["c_mean"][tokens.scope]) ** 2)
+            self._add("spread", tokens, (c - self._per_token("c_mean", tokens)) ** 2)
         else:
             self._add("w", tokens, self._w(tokens, c))
 
@@ -142,7 +142,7 @@ class KernelPasses:
         tokens = self._enter(KERNEL_PASSES - 1, logp, adv, mask, group)
         c = self._c(tokens)
         w = self._w(tokens, c)
-        w_norm = w * self.sums["w_factor"][tokens.scope]
+        w_norm = w * self._per_token("w_factor", tokens)
         return tuple(self._scatter(tokens, mask, v) for v in (c, w, w_norm))  # type: ignore[return-value]
 
     def covariance(self, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None) -> Tensor:
@@ -174,11 +174,14 @@ class KernelPasses:
         mask = mask.to(device=device, dtype=torch.bool)
         scope = self.scopes.rows(group, mask.shape[0], device, new)
         self.dtype = _result_dtype(logp.dtype)
-        # boolean indexing packs row-major, so each row's scope repeats for its tokens
+        # the flat positions of the valid tokens, found once and gathered from (cheaper
+        # than a boolean index per tensor); row-major, so each row's scope repeats
+        where = mask.reshape(-1).nonzero().squeeze(1)
         return _Tokens(
+            where=where,
             scope=scope.repeat_interleave(mask.sum(dim=1)),
-            lp=logp[mask].to(torch.float64),
-            a=adv.to(device)[mask].to(torch.float64),
+            lp=logp.reshape(-1).index_select(0, where).to(torch.float64),
+            a=adv.to(device).reshape(-1).index_select(0, where).to(torch.float64),
         )
 
     def _grow(self, scopes: int, device: torch.device) -> None:
@@ -221,28 +224,33 @@ class KernelPasses:
         elif index == 3:
             sums["w_factor"] = sums["count"] / sums["w"]
 
+    def _per_token(self, name: str, tokens: _Tokens) -> Tensor:
+        """[N] the per-scope value ``name`` at each token."""
+        return self.sums[name].index_select(0, tokens.scope)
+
     def _c(self, tokens: _Tokens) -> Tensor:
-        lp_centred = tokens.lp - self.sums["logp_mean"][tokens.scope]
-        a_centred = tokens.a - self.sums["adv_mean"][tokens.scope]
+        lp_centred = tokens.lp - self._per_token("logp_mean", tokens)
+        a_centred = tokens.a - self._per_token("adv_mean", tokens)
         return lp_centred * a_centred
 
     def _w(self, tokens: _Tokens, c: Tensor) -> Tensor:
-        flat = self.sums["flat"][tokens.scope]
-        variance = self.sums["variance"][tokens.scope]
+        flat = self._per_token("flat", tokens)
+        variance = self._per_token("variance", tokens)
         return torch.where(flat, 1.0, torch.exp(-(c**2) / (2.0 * variance)))
 
     def _scatter(self, tokens: _Tokens, mask: Tensor, values: Tensor) -> Tensor:
         assert self.dtype is not None
-        full = torch.zeros(mask.shape, dtype=self.dtype, device=values.device)
-        full[mask.to(device=values.device, dtype=torch.bool)] = values.to(self.dtype)
-        return full
+        full = torch.zeros(mask.numel(), dtype=self.dtype, device=values.device)
+        full.index_copy_(0, tokens.where, values.to(self.dtype))
+        return full.view(mask.shape)
 
 
 @dataclass(frozen=True)
 class _Tokens:
-    """The valid tokens of a chunk, row-major: scope index [N] int64, log pi and A [N]
-    float64."""
+    """The valid tokens of a chunk, row-major: their flat positions in the chunk and
+    scope index [N] int64, log pi and A [N] float64."""
 
+    where: Tensor
     scope: Tensor
     lp: Tensor
     a: Tensor
