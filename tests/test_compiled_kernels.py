@@ -23,6 +23,8 @@ from ratioscope.functional.token_stats import (
 )
 
 pytest.importorskip("numba")
+#: with numba installed but switched off (RATIOSCOPE_DISABLE_NUMBA) there is nothing to compare
+pytestmark = pytest.mark.skipif(not _kernels.available(), reason="compiled kernels disabled")
 
 ATOL = 1e-6  # docs/performance.md: <= 1e-6 abs vs a float64 loop (float32 input)
 
