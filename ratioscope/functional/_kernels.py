@@ -6,8 +6,8 @@ cumulative sum, carries, rescale) and the run/switch/window counting of token st
 (pack, states, run starts, ``nonzero``, ``bincount``, window sums). Here each is one
 pass over a row's values, the mask read in the same loop, with no [B, T] temporary.
 
-The torch implementations stay: they run on CUDA, where numba is not installed, and
-as the references the tests compare these kernels with. :func:`available` says whether
+The torch implementations stay: they run on CUDA tensors and wherever numba is not
+installed, and they are the references the tests compare these kernels with. :func:`available` says whether
 the compiled path can be used; ``RATIOSCOPE_DISABLE_NUMBA=1`` turns it off.
 
 Kernels are compiled on first use (``cache=True`` keeps the machine code on disk, so a
@@ -184,7 +184,10 @@ def _compiled() -> SimpleNamespace:
     import numba
 
     def jit(fn: Any) -> Any:
-        return numba.njit(cache=True, nogil=True)(fn)
+        try:
+            return numba.njit(cache=True, nogil=True)(fn)
+        except RuntimeError:  # no writable cache directory: compile in every process
+            return numba.njit(cache=False, nogil=True)(fn)
 
     return SimpleNamespace(
         kalman_zero=jit(_kalman_zero),
