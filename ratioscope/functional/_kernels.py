@@ -7,8 +7,9 @@ cumulative sum, carries, rescale) and the run/switch/window counting of token st
 pass over a row's values, the mask read in the same loop, with no [B, T] temporary.
 
 The torch implementations stay: they run on CUDA tensors and wherever numba is not
-installed, and they are the references the tests compare these kernels with. :func:`available` says whether
-the compiled path can be used; ``RATIOSCOPE_DISABLE_NUMBA=1`` turns it off.
+installed, and they are the references the tests compare these kernels with.
+:func:`available` says whether the compiled path can be used;
+``RATIOSCOPE_DISABLE_NUMBA=1`` turns it off.
 
 Kernels are compiled on first use (``cache=True`` keeps the machine code on disk, so a
 later process loads it instead of compiling again) and take numpy views of CPU tensors.
