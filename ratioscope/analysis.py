@@ -408,6 +408,8 @@ def _analyse_file(
     passing = [a for a in active if a.per_file and a.passes]
     per_file = [a for a in active if a.per_file and not a.passes]
     file_columns: dict[str, dict[str, list[Tensor]]] = {a.name: {} for a in active if a.per_file}
+    for acc in passing:
+        acc.begin_passes(in_memory=True)
     rows = max(1, chunk_elements // max(1, batch.max_length))
     chunks = max(1, -(-batch.num_sequences // rows))
     name = Path(batch.source).name
@@ -524,6 +526,8 @@ def _analyse_stream(
                 passing = [a for a in active if a.per_file and a.passes]
                 per_file = [a for a in active if a.per_file and not a.passes]
                 file_columns = {a.name: {} for a in active if a.per_file}
+                for acc in passing:
+                    acc.begin_passes(in_memory=False)
                 wanted = _kept_names(per_file)
             report(progress, ProgressUpdate("chunks", index, chunks, name))
             ctx = Context(_to_device(chunk, device), params)

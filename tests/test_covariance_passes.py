@@ -154,8 +154,9 @@ def test_any_chunking_gives_the_report_of_the_file_read_whole(tmp_path, chunk_el
     )
 
 
+@pytest.mark.parametrize("keep", [False, True])
 @pytest.mark.parametrize("scoped", [True, False])
-def test_kernel_passes_over_chunks_equal_the_whole_batch_bit_for_bit(scoped):
+def test_kernel_passes_over_chunks_equal_the_whole_batch_bit_for_bit(scoped, keep):
     arrays = _arrays(2)
     logp = torch.from_numpy(arrays["log_probs"]).float()
     adv = torch.from_numpy(arrays["advantages"]).float()
@@ -173,7 +174,7 @@ def test_kernel_passes_over_chunks_equal_the_whole_batch_bit_for_bit(scoped):
             None if group is None else group[start:stop],
         )
 
-    passes = KernelPasses()
+    passes = KernelPasses(keep=keep)
     for index in range(KERNEL_PASSES - 1):
         for start, stop in parts:
             passes.add(index, *chunk(start, stop))

@@ -102,21 +102,31 @@ class KernelPasses:
     in any pass after the first.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
+        """``keep``: keep each chunk's valid tokens and c from pass to pass (about 40
+        bytes a token) instead of gathering them again, for a batch whose chunks are in
+        memory anyway; the chunks must then come in the same order in every pass."""
         self.scopes = ScopeIndex()
         self.pass_index = 0
         self.sums: dict[str, Tensor] = {}
         self.dtype: torch.dtype | None = None
+        self.keep = keep
+        self.kept: list[_Tokens] = []
+        self.kept_c: list[Tensor] = []
+        self.position = 0  # the chunk of the current pass
 
     # ------------------------------------------------------------------ feeding
     def add(
         self, index: int, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None
-    ) -> None:
+    ) -> Tensor | None:
         """Feed a chunk to pass ``index`` (0 <= index < KERNEL_PASSES - 1).
 
         Args:
             logp, adv: [B, T] float log pi and broadcast advantages; mask: [B, T] bool;
             group: [B] int ids, or None for one scope (see :func:`covariance_weights`).
+
+        Returns:
+            in pass 1, the chunk's c ([B, T], 0 at masked positions); else None.
         """
         tokens = self._enter(index, logp, adv, mask, group)
         if index == 0:
@@ -124,15 +134,17 @@ class KernelPasses:
             self._add("count", tokens, torch.ones_like(tokens.lp))
             self._add("logp", tokens, tokens.lp)
             self._add("adv", tokens, tokens.a)
-            return
-        c = self._c(tokens)
+            return None
+        c = self._kept_c(tokens)
         if index == 1:
             self._add("c", tokens, c)
             self._add("c_square", tokens, c**2)
-        elif index == 2:
+            return self._scatter(tokens, mask, c)
+        if index == 2:
             self._add("spread", tokens, (c - self._per_token("c_mean", tokens)) ** 2)
         else:
             self._add("w", tokens, self._w(tokens, c))
+        return None
 
     def weights(
         self, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None
@@ -140,7 +152,7 @@ class KernelPasses:
         """The last pass: the chunk's ``(c, w, w_norm)``, each [B, T] as
         :func:`covariance_weights` returns them (0 at masked positions)."""
         tokens = self._enter(KERNEL_PASSES - 1, logp, adv, mask, group)
-        c = self._c(tokens)
+        c = self._kept_c(tokens)
         w = self._w(tokens, c)
         w_norm = w * self._per_token("w_factor", tokens)
         return tuple(self._scatter(tokens, mask, v) for v in (c, w, w_norm))  # type: ignore[return-value]
@@ -150,9 +162,9 @@ class KernelPasses:
         whole batch; it does not count as a pass."""
         if self.pass_index == 0:
             self._finish(0)
-            self.pass_index = 1
+            self.pass_index, self.position = 1, 0
         tokens = self._tokens(logp, adv, mask, group, new=False)
-        return self._scatter(tokens, mask, self._c(tokens))
+        return self._scatter(tokens, mask, self._kept_c(tokens))
 
     # ---------------------------------------------------------------- internals
     def _enter(
@@ -163,11 +175,16 @@ class KernelPasses:
         while self.pass_index < index:
             self._finish(self.pass_index)
             self.pass_index += 1
+            self.position = 0
         return self._tokens(logp, adv, mask, group, new=index == 0)
 
     def _tokens(
         self, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None, new: bool
     ) -> _Tokens:
+        position = self.position
+        self.position += 1
+        if self.keep and not new:
+            return self.kept[position]
         _check_same_shape("logp", logp, "mask", mask)
         _check_same_shape("adv", adv, "mask", mask)
         device = logp.device
@@ -177,12 +194,26 @@ class KernelPasses:
         # the flat positions of the valid tokens, found once and gathered from (cheaper
         # than a boolean index per tensor); row-major, so each row's scope repeats
         where = mask.reshape(-1).nonzero().squeeze(1)
-        return _Tokens(
+        tokens = _Tokens(
             where=where,
             scope=scope.repeat_interleave(mask.sum(dim=1)),
             lp=logp.reshape(-1).index_select(0, where).to(torch.float64),
             a=adv.to(device).reshape(-1).index_select(0, where).to(torch.float64),
         )
+        if self.keep:
+            self.kept.append(tokens)
+        return tokens
+
+    def _kept_c(self, tokens: _Tokens) -> Tensor:
+        """The chunk's c: computed (the same bits every time), or kept from pass 1."""
+        if not self.keep:
+            return self._c(tokens)
+        position = self.position - 1
+        if position < len(self.kept_c):
+            return self.kept_c[position]
+        c = self._c(tokens)
+        self.kept_c.append(c)
+        return c
 
     def _grow(self, scopes: int, device: torch.device) -> None:
         for name in ("count", "logp", "adv"):

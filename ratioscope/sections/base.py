@@ -106,6 +106,11 @@ class Accumulator(Declared, ABC):
         """Consume a chunk of a file given to :meth:`begin_file`; return per-sequence
         columns ([rows] tensors) for Parquet."""
 
+    def begin_passes(self, in_memory: bool) -> None:
+        """Before the first pass over a file given to :meth:`begin_file`: ``in_memory``
+        says its chunks are in memory already (a file read whole), so that keeping what
+        a pass computed for the next costs no more than the file itself."""
+
     def update_pass(self, index: int, ctx: Context) -> dict[str, Tensor]:
         """Consume a chunk in pass ``index`` (0 <= index < ``passes``) over a file given
         to :meth:`begin_file`: every chunk of the file goes through pass 0 in order, then

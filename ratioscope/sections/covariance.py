@@ -216,9 +216,18 @@ class CovarianceAccumulator(Accumulator):
         scope = self.scope_of(batch)
         self._file = _FileKernel(scope, batch=KernelPasses() if scope == "group" else None)
 
+    def begin_passes(self, in_memory: bool) -> None:
+        file = self._file
+        if in_memory and file is not None:
+            # the kernels keep each chunk's tokens and c instead of gathering them again
+            file.kernel.keep = True
+            if file.batch is not None:
+                file.batch.keep = True
+
     def update(self, ctx: Context) -> dict[str, Tensor]:
         """The whole file at once: every pass over this one context."""
         self._start(ctx.batch)
+        self.begin_passes(True)
         columns: dict[str, Tensor] = {}
         for index in range(self.passes):
             columns = self.update_pass(index, ctx)
@@ -234,13 +243,16 @@ class CovarianceAccumulator(Accumulator):
         group = required(batch, "group") if file.scope == "group" else None
         inputs = (log_probs, advantages, mask)
         if index < KERNEL_PASSES - 1:
-            file.kernel.add(index, *inputs, group)
+            c = file.kernel.add(index, *inputs, group)
             if index == 0:
                 file.tokens += int(mask.sum())
                 if file.batch is not None:
                     file.batch.add(0, *inputs, None)
             elif index == 1:
-                self._count_clip_cov(file, ctx, advantages)
+                assert c is not None
+                if file.batch is not None:  # c over the batch, not the groups
+                    c = file.batch.covariance(*inputs, None)
+                self._count_clip_cov(file, ctx, advantages, c)
             return {}
         c, w, w_norm = file.kernel.weights(*inputs, group)
         self.c.add(c[mask])
@@ -265,12 +277,12 @@ class CovarianceAccumulator(Accumulator):
             "cov_weight_norm_mean": sequence_means(w_norm.double(), mask),
         }
 
-    def _count_clip_cov(self, file: _FileKernel, ctx: Context, advantages: Tensor) -> None:
+    def _count_clip_cov(
+        self, file: _FileKernel, ctx: Context, advantages: Tensor, batch_c: Tensor
+    ) -> None:
         """Clip-Cov's eligible tokens of a chunk; it computes c over the whole batch (this
-        file), known once pass 0 went through it."""
+        file, ``batch_c``: [B, T]), known once pass 0 went through it."""
         mask = ctx.mask
-        kernel = file.batch if file.batch is not None else file.kernel
-        batch_c = kernel.covariance(required(ctx.batch, "log_probs"), advantages, mask, None)
         # Clip-Cov's reference implementation never picks tokens PPO clipping already zeroed
         clipped = ppo_clip_mask(ctx.z, advantages, mask, self.params.clip)
         touched = clip_cov_touched(batch_c, mask, CLIP_COV_RATIO, CLIP_COV_BOUNDS, clipped)
