@@ -255,8 +255,13 @@ def merge_reports(
             totals = {key: _restore(classes[key], first.params, shard, name) for key in present}
         else:
             _check_same_run(name, shard, first, list(totals))
-            for key, total in totals.items():
-                _fold(total, _restore(classes[key], first.params, shard, name), name)
+            for key in classes:
+                if key not in shard.state:
+                    continue  # an optional section this shard has no data for
+                if key in totals:
+                    _fold(totals[key], _restore(classes[key], first.params, shard, name), name)
+                else:  # an optional section that earlier shards had no data for
+                    totals[key] = _restore(classes[key], first.params, shard, name)
         for entry in shard.inputs:
             if entry.sha256 and any(
                 (entry.path, entry.sha256) == (seen.path, seen.sha256) for seen in inputs
@@ -341,14 +346,20 @@ def _check_same_run(name: str, report: Report, first: _FirstReport, sections: li
             f"made with different parameters than {first_name} ({', '.join(differing)}); "
             "only reports of the same analysis settings can be merged",
         )
+    from ratioscope.report import OPTIONAL_SECTION_KEYS
+
     for key in sections:
-        if key not in report.state:
+        if key not in report.state and key not in OPTIONAL_SECTION_KEYS:
             raise MergeError(
                 name, f"has no '{key}' section while {first_name} has; analyse every shard "
                 "with the same sections"
             )  # fmt: skip
     for cls in section_classes():
-        if cls.name in report.state and cls.name not in sections:
+        if (
+            cls.name in report.state
+            and cls.name not in sections
+            and cls.name not in OPTIONAL_SECTION_KEYS
+        ):
             raise MergeError(
                 name, f"has a '{cls.name}' section that {first_name} lacks; analyse every "
                 "shard with the same sections"

@@ -437,3 +437,24 @@ def test_the_command_line_names_the_option_given_a_value():
     # a missing path that is not a flag's value gets no hint
     plain = runner.invoke(app, ["analyze", "true"])
     assert plain.exit_code == 2 and "takes no value" not in plain.stderr
+
+
+def test_a_report_without_the_section_merges_with_one_that_has_it():
+    """A shard report written before the section existed merges: the section comes from
+    the shards that have it, every other section from all of them."""
+    import json
+
+    import ratioscope
+    from ratioscope.analysis import merge_reports
+    from ratioscope.io.loaders import expand_paths
+
+    first, second = expand_paths([str(VERL)])[:2]
+    old = json.loads(json.dumps(ratioscope.analyze([first]).to_dict()))
+    old["state"].pop("staleness")
+    old.pop("staleness", None)
+    new = ratioscope.analyze([second]).to_dict()
+    both = ratioscope.analyze([first, second]).to_dict()
+    for order in ([old, new], [new, old]):
+        merged = merge_reports(order).to_dict()
+        assert merged["staleness"] == new["staleness"]
+        assert merged["mismatch"] == both["mismatch"]
