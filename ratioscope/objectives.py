@@ -303,10 +303,11 @@ class _Totals:
     advantage_rows: list[dict[str, Any]] = field(default_factory=list)
     rollout: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, coefficients: dict[str, Coefficients], mask: Tensor) -> None:
+    def add(self, coefficients: dict[str, Coefficients], mask: Tensor, longer: Tensor) -> None:
+        """Fold one batch in; ``longer`` [B] bool is :func:`long_rows` of ``mask``."""
         import torch
 
-        long_tokens = long_rows(mask).unsqueeze(1).expand(mask.shape)[mask].double()
+        long_tokens = longer.unsqueeze(1).expand(mask.shape)[mask].double()
         valid = {name: coef.values[mask] for name, coef in coefficients.items()}
         reference = valid.get(REFERENCE)
         reference_sign = None if reference is None else torch.sign(reference)
@@ -450,8 +451,9 @@ def objectives(
             sequences += batch.num_sequences
             tokens += int(batch.mask.sum())
             coefficients = batch_coefficients(batch, names, chosen, skipped, notes)
-            totals.add(coefficients, batch.mask)
-            advantage_sums.add(batch)
+            longer = long_rows(batch.mask)
+            totals.add(coefficients, batch.mask, longer)
+            advantage_sums.add(batch, longer)
             rollout.add(batch)
         if profile is not None:
             inputs.append(
@@ -554,7 +556,8 @@ class _AdvantageSums:
     sequences: int = 0
     schemes: dict[str, _SchemeSums] = field(default_factory=dict)
 
-    def add(self, batch: TokenBatch) -> None:
+    def add(self, batch: TokenBatch, longer: Tensor) -> None:
+        """Fold one batch in; ``longer`` [B] bool is :func:`long_rows` of its mask."""
         from ratioscope.functional.objectives import dr_grpo_advantages, zero_variance_groups
         from ratioscope.functional.quatro import grpo_advantages, quatro_duals
 
@@ -562,7 +565,6 @@ class _AdvantageSums:
             return
         mask = batch.mask
         present = mask.any(dim=1)
-        longer = long_rows(mask)
         rewards = batch.rewards.double()
         zero, groups = zero_variance_groups(rewards, batch.group)
         self.groups += groups

@@ -495,16 +495,23 @@ def dr_grpo_advantages(rewards: Tensor, group: Tensor) -> Tensor:
 
 def zero_variance_groups(rewards: Tensor, group: Tensor) -> tuple[int, int]:
     """``(groups whose rewards are all equal, groups)``: their advantages are 0 under
-    GRPO, Dr. GRPO and QUATRO alike (DAPO's dynamic sampling drops them)."""
-    group = group.to(dtype=torch.long)
-    n_groups = int(group.max()) + 1 if group.numel() else 0
+    GRPO, Dr. GRPO and QUATRO alike (DAPO's dynamic sampling drops them). Group ids
+    without a member count in neither.
+
+    Args:
+        rewards: [B] float, finite; group: [B] int ids (any device).
+
+    >>> zero_variance_groups(torch.tensor([1.0, 1.0, 0.0, 2.0]), torch.tensor([0, 0, 1, 1]))
+    (1, 2)
+    """
     values = rewards.to(torch.float64)
-    high = torch.full((n_groups,), -math.inf, dtype=torch.float64).scatter_reduce(
-        0, group, values, "amax"
-    )
-    low = torch.full((n_groups,), math.inf, dtype=torch.float64).scatter_reduce(
-        0, group, values, "amin"
-    )
-    present = torch.zeros(n_groups, dtype=torch.bool)
-    present[group] = True
-    return int(((high == low) & present).sum()), int(present.sum())
+    group = group.to(device=values.device, dtype=torch.long)
+    n_groups = int(group.max()) + 1 if group.numel() else 0
+
+    def reduce(how: str, fill: float) -> Tensor:
+        out = torch.full((n_groups,), fill, dtype=torch.float64, device=values.device)
+        return out.scatter_reduce(0, group, values, how)
+
+    present = torch.bincount(group, minlength=n_groups) > 0
+    equal = (reduce("amax", -math.inf) == reduce("amin", math.inf)) & present
+    return int(equal.sum()), int(present.sum())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ratioscope.functional.objectives import zero_variance_groups
 from ratioscope.functional.quatro import grpo_advantages, quatro_delta_sweep
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, required
@@ -173,9 +174,7 @@ class TrustRegionAccumulator(Accumulator):
         self.grpo.add(grpo)
         sizes = torch.bincount(group, minlength=n_groups)
         self.group_sizes.add_tensor(sizes)
-        low = _group_reduce(rewards, group, n_groups, "amin")
-        high = _group_reduce(rewards, group, n_groups, "amax")
-        self.all_equal += int((low == high).sum())
+        self.all_equal += zero_variance_groups(rewards, group)[0]
         self._add_cells(lam, adv, grpo, degenerate, group, correct, rewards, sizes)
         quatro_column[keep], grpo_column[keep] = adv, grpo
         return {"quatro_advantage": quatro_column, "grpo_advantage": grpo_column}
