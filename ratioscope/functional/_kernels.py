@@ -180,16 +180,18 @@ def _state_runs(
         run_counts[r, 2] = starts[2]
 
 
-@functools.cache
-def _compiled() -> SimpleNamespace:
+def jit(fn: Any) -> Any:
+    """``fn`` compiled by numba (machine code cached on disk where that is writable)."""
     import numba
 
-    def jit(fn: Any) -> Any:
-        try:
-            return numba.njit(cache=True, nogil=True)(fn)
-        except RuntimeError:  # no writable cache directory: compile in every process
-            return numba.njit(cache=False, nogil=True)(fn)
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # no writable cache directory: compile in every process
+        return numba.njit(cache=False, nogil=True)(fn)
 
+
+@functools.cache
+def _compiled() -> SimpleNamespace:
     return SimpleNamespace(
         kalman_zero=jit(_kalman_zero),
         kalman_skip=jit(_kalman_skip),

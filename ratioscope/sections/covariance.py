@@ -42,12 +42,13 @@ from ratioscope.functional.covariance import (
     cumulative_covariance_share_from_bins,
     kl_cov_count,
 )
+from ratioscope.functional.covariance_fused import FusedKernelPasses, usable
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
 from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
 from ratioscope.sections.state import mergeable
-from ratioscope.stats import Counter, Histogram, LogHistogram
+from ratioscope.stats import Counter, Histogram, LogHistogram, Moments
 
 #: raw kernel weights below these are counted (docs/metrics-objectives.md)
 WEIGHT_THRESHOLDS: tuple[float, ...] = (0.5, 0.1)
@@ -155,13 +156,17 @@ class CovarianceSection:
 @dataclass
 class _FileKernel:
     """One file's passes: the kernel over its scopes, c over the whole batch for
-    Clip-Cov (the kernel itself when its scope is the batch), and Clip-Cov's counts."""
+    Clip-Cov (the kernel itself when its scope is the batch), and Clip-Cov's counts;
+    or, where the compiled passes can run (``fused``), all of it in those."""
 
     scope: str
     kernel: KernelPasses = field(default_factory=KernelPasses)
     batch: KernelPasses | None = None
     eligible: int = 0
     tokens: int = 0
+    fused: FusedKernelPasses | None = None
+    #: whether the first chunk decided the path (the compiled one needs CPU floats)
+    decided: bool = False
 
 
 class CovarianceAccumulator(Accumulator):
@@ -241,6 +246,14 @@ class CovarianceAccumulator(Accumulator):
         log_probs = required(batch, "log_probs")
         advantages = required(batch, "advantages")
         group = required(batch, "group") if file.scope == "group" else None
+        if not file.decided:
+            file.decided = True
+            if usable(log_probs, advantages, ctx.z):
+                file.fused = FusedKernelPasses(
+                    self.params.clip, CLIP_COV_BOUNDS, WEIGHT_THRESHOLDS, WEIGHT_BINS
+                )
+        if file.fused is not None:
+            return self._fused_pass(file.fused, index, ctx, log_probs, advantages, group)
         inputs = (log_probs, advantages, mask)
         if index < KERNEL_PASSES - 1:
             c = file.kernel.add(index, *inputs, group)
@@ -277,6 +290,44 @@ class CovarianceAccumulator(Accumulator):
             "cov_weight_norm_mean": sequence_means(w_norm.double(), mask),
         }
 
+    def _fused_pass(
+        self,
+        fused: FusedKernelPasses,
+        index: int,
+        ctx: Context,
+        log_probs: Tensor,
+        advantages: Tensor,
+        group: Tensor | None,
+    ) -> dict[str, Tensor]:
+        """A pass of the compiled path; its totals reach the section in end_pass."""
+        row_sums = fused.add(index, log_probs, advantages, ctx.mask, group, ctx.z)
+        if row_sums is None:
+            return {}
+        means = row_sums / ctx.lengths[:, None]  # 0 / 0: NaN for empty rows
+        return {
+            "cov_c_mean": means[:, 0],
+            "cov_weight_mean": means[:, 1],
+            "cov_weight_norm_mean": means[:, 2],
+        }
+
+    def _fold(self, fused: FusedKernelPasses) -> None:
+        """A file's compiled totals into the section's mergeable state."""
+        totals, tokens = fused.totals, fused.tokens
+        self.c.counts += torch.from_numpy(totals.c_counts)
+        assert self.c.sums is not None
+        self.c.sums += torch.from_numpy(totals.c_sums)
+        for q, histogram, counts in (
+            (0, self.c, None),
+            (1, self.weights, totals.w_counts),
+            (2, self.normalised, totals.normalised_counts),
+        ):
+            if counts is not None:
+                histogram.counts += torch.from_numpy(counts)
+            histogram.moments.merge(Moments(*totals.moment(q, tokens)))
+        self.below += torch.from_numpy(totals.below)
+        self.weight_counts += torch.from_numpy(totals.weight_counts)
+        self.mass += torch.from_numpy(totals.mass)
+
     def _count_clip_cov(
         self, file: _FileKernel, ctx: Context, advantages: Tensor, batch_c: Tensor
     ) -> None:
@@ -293,8 +344,13 @@ class CovarianceAccumulator(Accumulator):
         if index < KERNEL_PASSES - 1 or file is None:
             return
         self.scope_files.add_tensor(torch.tensor([SCOPE_NAMES.index(file.scope)]))
-        self.scopes += len(file.kernel.scopes)
-        eligible, total = file.eligible, file.tokens
+        if file.fused is not None:
+            self._fold(file.fused)
+            self.scopes += len(file.fused.scopes)
+            eligible, total = file.fused.eligible, file.fused.tokens
+        else:
+            self.scopes += len(file.kernel.scopes)
+            eligible, total = file.eligible, file.tokens
         count = clip_cov_count(eligible, total, CLIP_COV_RATIO)
         self.clip_cov += torch.tensor([count, eligible, total])
         self.kl_cov += torch.tensor([kl_cov_count(total, KL_COV_RATIO), total])

@@ -1,0 +1,261 @@
+"""Compiled passes (numba) of CW-GRPO's token covariance and kernel weights, with the
+``covariance`` section's statistics folded into the last pass.
+
+The torch path (:class:`~ratioscope.functional.covariance.KernelPasses`, then the
+section's histograms) gathers the valid tokens of a chunk, computes c in float64, and
+builds each statistic with its own tensor operation: about forty passes over a chunk.
+Here each pass is one loop over the chunk's [B, T] tensors that reads the mask in the
+same loop: pass 0 sums N, log pi and A per scope (and over the whole batch, for
+Clip-Cov), pass 1 c and c^2 (and counts Clip-Cov's eligible tokens), pass 2 the spread
+of c, pass 3 the kernel weights, pass 4 everything the section reports.
+
+The sums of passes 0-2 are added token by token, in the batch's row-major order, to
+running float64 totals, exactly as ``index_add_`` adds them in the torch path, so they
+are the same bits; the weights go through ``exp`` and the bins through ``log``, whose
+last bit may differ from torch's vectorised functions (tests compare to 1e-12).
+
+This module imports numba; it is imported only where :func:`_kernels.available` says the
+compiled path can run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ratioscope.functional import histogram as bins
+from ratioscope.functional._kernels import jit
+
+_CENTER = bins.CENTER
+_MIN_EXP = float(bins.MIN_EXP)
+_PER_DECADE = float(bins.PER_DECADE)
+_MAGNITUDE_BINS = float(bins.MAGNITUDE_BINS)
+
+
+def _bin_index(x: float) -> int:
+    """:func:`ratioscope.functional.histogram.bin_index` of one finite value (or +-inf,
+    which lands in an over-flow bin)."""
+    if x == 0.0:
+        return _CENTER
+    magnitude = max(abs(x), 1e-300)
+    k = np.floor((math.log10(magnitude) - _MIN_EXP) * _PER_DECADE)  # a float, unlike math.floor
+    # clamp before converting: an infinite magnitude has no integer
+    k = min(max(k, -1.0), _MAGNITUDE_BINS)
+    offset = int(k) + 2
+    return _CENTER + offset if x > 0.0 else _CENTER - offset
+
+
+_bin = jit(_bin_index)
+
+
+def _sums(lp: Any, adv: Any, mask: Any, scope: Any, sums: Any, batch: Any) -> None:
+    """Pass 0. sums [S, 3] float64: valid tokens, sum log pi, sum A per scope; batch [3]:
+    the same over every row. lp, adv: [B, T] float; mask [B, T] bool; scope [B] int64."""
+    rows, length = mask.shape
+    for r in range(rows):
+        s = scope[r]
+        # a scope's totals live in locals for the row; the order of the additions is
+        # the batch's, so the totals are those of adding token by token
+        n, total_lp, total_a = sums[s, 0], sums[s, 1], sums[s, 2]
+        bn, b_lp, b_a = batch[0], batch[1], batch[2]
+        for t in range(length):
+            if mask[r, t]:
+                x = np.float64(lp[r, t])
+                y = np.float64(adv[r, t])
+                n += 1.0
+                total_lp += x
+                total_a += y
+                bn += 1.0
+                b_lp += x
+                b_a += y
+        sums[s, 0], sums[s, 1], sums[s, 2] = n, total_lp, total_a
+        batch[0], batch[1], batch[2] = bn, b_lp, b_a
+
+
+def _covariance_sums(
+    lp: Any,
+    adv: Any,
+    mask: Any,
+    z: Any,
+    scope: Any,
+    means: Any,
+    batch_means: Any,
+    sums: Any,
+    narrow: bool,
+    bounds: Any,
+) -> int:
+    """Pass 1. sums [S, 2]: sum c and sum c^2 per scope, c = (log pi - mean log pi)
+    (A - mean A) with the scope's means [S, 2]. Returns Clip-Cov's eligible tokens: c
+    over the batch (``batch_means`` [2]), stored in the input's precision (``narrow``:
+    float32), inside (bounds[0], bounds[1]), and not zeroed by PPO clipping: not A > 0
+    with exp(z) > bounds[2], nor A < 0 with exp(z) < bounds[3] (bounds in z's dtype)."""
+    rows, length = mask.shape
+    eligible = 0
+    m_lp, m_a = batch_means[0], batch_means[1]
+    for r in range(rows):
+        s = scope[r]
+        mean_lp, mean_a = means[s, 0], means[s, 1]
+        total, square = sums[s, 0], sums[s, 1]
+        for t in range(length):
+            if not mask[r, t]:
+                continue
+            x = np.float64(lp[r, t])
+            y = np.float64(adv[r, t])
+            c = (x - mean_lp) * (y - mean_a)
+            total += c
+            square += c * c
+            c_batch = (x - m_lp) * (y - m_a)
+            if narrow:
+                c_batch = np.float64(np.float32(c_batch))
+            if bounds[0] < c_batch < bounds[1]:
+                a = adv[r, t]
+                ratio = math.exp(z[r, t])
+                clipped = (a > 0 and ratio > bounds[2]) or (a < 0 and ratio < bounds[3])
+                eligible += not clipped
+        sums[s, 0], sums[s, 1] = total, square
+    return eligible
+
+
+def _spread(lp: Any, adv: Any, mask: Any, scope: Any, means: Any, spread: Any) -> None:
+    """Pass 2. spread [S]: sum (c - mean c)^2 per scope; means [S, 3]: log pi, A, c."""
+    rows, length = mask.shape
+    for r in range(rows):
+        s = scope[r]
+        mean_lp, mean_a, mean_c = means[s, 0], means[s, 1], means[s, 2]
+        total = spread[s]
+        for t in range(length):
+            if mask[r, t]:
+                c = (np.float64(lp[r, t]) - mean_lp) * (np.float64(adv[r, t]) - mean_a)
+                d = c - mean_c
+                total += d * d
+        spread[s] = total
+
+
+def _weight_sums(
+    lp: Any, adv: Any, mask: Any, scope: Any, means: Any, kernel: Any, flat: Any, sums: Any
+) -> None:
+    """Pass 3. sums [S]: sum w per scope, w = exp(-c^2 / (2 sigma^2)), or 1 where the
+    scope is flat; kernel [S]: 2 sigma^2."""
+    rows, length = mask.shape
+    for r in range(rows):
+        s = scope[r]
+        mean_lp, mean_a = means[s, 0], means[s, 1]
+        two_variance, is_flat = kernel[s], flat[s]
+        total = sums[s]
+        for t in range(length):
+            if mask[r, t]:
+                c = (np.float64(lp[r, t]) - mean_lp) * (np.float64(adv[r, t]) - mean_a)
+                total += 1.0 if is_flat else math.exp(-(c * c) / two_variance)
+        sums[s] = total
+
+
+def _statistics(
+    lp: Any,
+    adv: Any,
+    mask: Any,
+    scope: Any,
+    means: Any,
+    kernel: Any,
+    flat: Any,
+    factor: Any,
+    narrow: bool,
+    below: Any,
+    thresholds: Any,
+    c_counts: Any,
+    c_sums: Any,
+    w_counts: Any,
+    normalised_counts: Any,
+    moments: Any,
+    weight_counts: Any,
+    mass: Any,
+    rows_out: Any,
+) -> None:
+    """Pass 4: c, w and w~ = w N / sum w (``factor`` [S]) of each valid token, stored in
+    the input's precision (``narrow``: float32) and added to the section's totals:
+
+    c_counts, c_sums [NUM_BINS]: c's bins and per-bin sums; w_counts,
+    normalised_counts [NUM_BINS]: the bins of log w and log w~; moments [3, 5] for c, w,
+    w~: (shift, sum of value - shift, its squares, min, max), the shift set by the
+    caller; below [2]: w < thresholds [2]; weight_counts [W]: w in W equal bins of
+    [0, 1] (``torch.histc``); mass [3]: sum |A|, sum w |A|, sum w~ |A|; rows_out [B, 3]:
+    each row's sums of c, w, w~.
+
+    Sums other than the per-bin ones are taken per row and the row's total added to the
+    batch's, so they do not depend on how the rows are cut into chunks.
+    """
+    rows, length = mask.shape
+    bins_w = weight_counts.shape[0]
+    shift_c, shift_w, shift_n = moments[0, 0], moments[1, 0], moments[2, 0]
+    low_w, lower_w = thresholds[0], thresholds[1]
+    for r in range(rows):
+        s = scope[r]
+        mean_lp, mean_a = means[s, 0], means[s, 1]
+        two_variance, is_flat, to_normalised = kernel[s], flat[s], factor[s]
+        row_c = row_w = row_n = 0.0
+        d_c = d_w = d_n = sq_c = sq_w = sq_n = 0.0
+        min_c = min_w = min_n = math.inf
+        max_c = max_w = max_n = -math.inf
+        mass_a = mass_w = mass_n = 0.0
+        n_low = n_lower = 0
+        for t in range(length):
+            if not mask[r, t]:
+                continue
+            a = np.float64(adv[r, t])
+            c = (np.float64(lp[r, t]) - mean_lp) * (a - mean_a)
+            w = 1.0 if is_flat else math.exp(-(c * c) / two_variance)
+            normalised = w * to_normalised
+            if narrow:
+                c = np.float64(np.float32(c))
+                w = np.float64(np.float32(w))
+                normalised = np.float64(np.float32(normalised))
+            k = _bin(c)
+            c_counts[k] += 1
+            c_sums[k] += c
+            w_counts[_bin(math.log(w))] += 1
+            normalised_counts[_bin(math.log(normalised))] += 1
+            weight_counts[min(int(w * bins_w), bins_w - 1)] += 1
+            n_low += w < low_w
+            n_lower += w < lower_w
+            row_c += c
+            row_w += w
+            row_n += normalised
+            e = c - shift_c
+            d_c += e
+            sq_c += e * e
+            e = w - shift_w
+            d_w += e
+            sq_w += e * e
+            e = normalised - shift_n
+            d_n += e
+            sq_n += e * e
+            min_c, max_c = min(min_c, c), max(max_c, c)
+            min_w, max_w = min(min_w, w), max(max_w, w)
+            min_n, max_n = min(min_n, normalised), max(max_n, normalised)
+            magnitude = abs(a)
+            mass_a += magnitude
+            mass_w += w * magnitude
+            mass_n += normalised * magnitude
+        rows_out[r, 0], rows_out[r, 1], rows_out[r, 2] = row_c, row_w, row_n
+        for q, d, sq, lo, hi in (
+            (0, d_c, sq_c, min_c, max_c),
+            (1, d_w, sq_w, min_w, max_w),
+            (2, d_n, sq_n, min_n, max_n),
+        ):
+            moments[q, 1] += d
+            moments[q, 2] += sq
+            moments[q, 3] = min(moments[q, 3], lo)
+            moments[q, 4] = max(moments[q, 4], hi)
+        mass[0] += mass_a
+        mass[1] += mass_w
+        mass[2] += mass_n
+        below[0] += n_low
+        below[1] += n_lower
+
+
+sums = jit(_sums)
+covariance_sums = jit(_covariance_sums)
+spread = jit(_spread)
+weight_sums = jit(_weight_sums)
+statistics = jit(_statistics)

@@ -1,0 +1,255 @@
+"""The ``covariance`` section's statistics of a batch in five compiled passes.
+
+:class:`FusedKernelPasses` computes what :class:`~ratioscope.functional.covariance.
+KernelPasses` computes (c, w, w~ with per-scope means and sigma over the whole batch) on
+CPU tensors with the loops of :mod:`ratioscope.functional._covariance_kernels`, and
+instead of returning [B, T] tensors from its last pass it adds the section's
+statistics (histograms of c, log w and log w~ with their moments, Clip-Cov's eligible
+tokens, the weight histogram and advantage mass) to per-batch totals. The torch path
+stays the reference: the tests compare the two on the same chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ratioscope.functional import _kernels
+from ratioscope.functional import histogram as bins
+from ratioscope.functional.covariance import (
+    _RELATIVE_SPREAD_FLOOR,
+    KERNEL_PASSES,
+    ScopeIndex,
+)
+
+_FLOAT_TYPES = (torch.float32, torch.float64)
+
+
+def usable(*tensors: Tensor) -> bool:
+    """Whether the compiled passes can take these tensors: numba available, CPU, float32
+    or float64 (the mask and group ids aside)."""
+    if not _kernels.available():
+        return False
+    return all(t.device.type == "cpu" and t.dtype in _FLOAT_TYPES for t in tensors)
+
+
+@dataclass
+class CovarianceTotals:
+    """A batch's statistics from the last pass (numpy, on the CPU).
+
+    c_counts, c_sums: [NUM_BINS] c's bins and per-bin sums; w_counts,
+    normalised_counts: [NUM_BINS] bins of log w and log w~; moments: [3, 5] for c, w,
+    w~ as (shift, sum of x - shift, sum of (x - shift)^2, min, max); below: [K] tokens
+    with w under each threshold; weight_counts: [W] w in W equal bins of [0, 1];
+    mass: [3] sum |A|, sum w |A|, sum w~ |A|.
+    """
+
+    thresholds: tuple[float, ...]
+    weight_bins: int
+    c_counts: np.ndarray = field(init=False)
+    c_sums: np.ndarray = field(init=False)
+    w_counts: np.ndarray = field(init=False)
+    normalised_counts: np.ndarray = field(init=False)
+    moments: np.ndarray = field(init=False)
+    below: np.ndarray = field(init=False)
+    weight_counts: np.ndarray = field(init=False)
+    mass: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.c_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+        self.c_sums = np.zeros(bins.NUM_BINS, dtype=np.float64)
+        self.w_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+        self.normalised_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+        self.moments = np.zeros((3, 5), dtype=np.float64)
+        self.moments[:, 3] = np.inf
+        self.moments[:, 4] = -np.inf
+        self.below = np.zeros(len(self.thresholds), dtype=np.int64)
+        self.weight_counts = np.zeros(self.weight_bins, dtype=np.int64)
+        self.mass = np.zeros(3, dtype=np.float64)
+
+    def moment(self, q: int, count: int) -> tuple[int, float, float, float, float]:
+        """(count, mean, sum of squared deviations, min, max) of quantity ``q`` (0: c,
+        1: w, 2: w~) over ``count`` tokens."""
+        shift, total, square, low, high = self.moments[q].tolist()
+        if count == 0:
+            return 0, 0.0, 0.0, low, high
+        mean_offset = total / count
+        return count, shift + mean_offset, max(square - total * mean_offset, 0.0), low, high
+
+
+class FusedKernelPasses:
+    """CW-GRPO kernel statistics of a batch fed in chunks of rows, pass after pass.
+
+    Every chunk goes, in order, through :meth:`add` with index 0 to ``KERNEL_PASSES -
+    1``; the last pass returns each row's sums of c, w and w~ and fills :attr:`totals`.
+    Pass 1 also counts Clip-Cov's eligible tokens (:attr:`eligible`): c over the whole
+    batch inside ``clip_cov_bounds``, not zeroed by PPO clipping with ``clip``.
+    """
+
+    def __init__(
+        self,
+        clip: tuple[float, float],
+        clip_cov_bounds: tuple[float, float],
+        thresholds: tuple[float, ...],
+        weight_bins: int,
+    ) -> None:
+        self.clip = clip
+        self.clip_cov_bounds = clip_cov_bounds
+        self.scopes = ScopeIndex()
+        self.pass_index = 0
+        self.sums = np.zeros((0, 3), dtype=np.float64)  # count, log pi, A per scope
+        self.batch = np.zeros(3, dtype=np.float64)
+        self.means = np.zeros((0, 3), dtype=np.float64)  # log pi, A, c per scope
+        self.batch_means = np.zeros(2, dtype=np.float64)
+        self.c_sums = np.zeros((0, 2), dtype=np.float64)  # c, c^2
+        self.spread = np.zeros(0, dtype=np.float64)
+        self.kernel = np.zeros(0, dtype=np.float64)  # 2 sigma^2
+        self.flat = np.zeros(0, dtype=np.bool_)
+        self.w_sums = np.zeros(0, dtype=np.float64)
+        self.factor = np.zeros(0, dtype=np.float64)  # N / sum w
+        self.eligible = 0
+        self.totals = CovarianceTotals(thresholds, weight_bins)
+
+    @property
+    def tokens(self) -> int:
+        """Valid tokens of the batch (after pass 0)."""
+        return int(self.batch[0])
+
+    def add(
+        self,
+        index: int,
+        logp: Tensor,
+        adv: Tensor,
+        mask: Tensor,
+        group: Tensor | None,
+        log_ratio: Tensor,
+    ) -> Tensor | None:
+        """Feed a chunk to pass ``index``.
+
+        Args:
+            logp, adv: [B, T] float32/float64 CPU tensors, log pi and broadcast
+                advantages; mask: [B, T] bool; group: [B] int ids or None (one scope);
+            log_ratio: [B, T] log r, for Clip-Cov's PPO clip mask (pass 1).
+
+        Returns:
+            in the last pass, [B, 3] float64 each row's sums of c, w and w~ over its
+            valid tokens (in the input's precision); else None.
+        """
+        self._enter(index)
+        lp, a, valid = logp.numpy(), adv.numpy(), mask.numpy()
+        scope = self.scopes.rows(group, mask.shape[0], torch.device("cpu"), new=index == 0)
+        rows = scope.numpy()
+        if index == 0:
+            self._grow(len(self.scopes))
+            kernels().sums(lp, a, valid, rows, self.sums, self.batch)
+            return None
+        if index == 1:
+            self.eligible += kernels().covariance_sums(
+                lp, a, valid, log_ratio.numpy(), rows, self.means, self.batch_means,
+                self.c_sums, _narrow(logp), self._clip_bounds(logp, log_ratio),
+            )  # fmt: skip
+            return None
+        if index == 2:
+            kernels().spread(lp, a, valid, rows, self.means, self.spread)
+            return None
+        if index == 3:
+            kernels().weight_sums(
+                lp, a, valid, rows, self.means, self.kernel, self.flat, self.w_sums
+            )
+            return None
+        totals = self.totals
+        row_sums = np.zeros((mask.shape[0], 3), dtype=np.float64)
+        kernels().statistics(
+            lp, a, valid, rows, self.means, self.kernel, self.flat, self.factor,
+            _narrow(logp), totals.below, self._thresholds(logp), totals.c_counts,
+            totals.c_sums, totals.w_counts, totals.normalised_counts, totals.moments,
+            totals.weight_counts, totals.mass, row_sums,
+        )  # fmt: skip
+        return torch.from_numpy(row_sums)
+
+    # ---------------------------------------------------------------- internals
+    def _enter(self, index: int) -> None:
+        if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
+            raise ValueError(f"pass {index} after pass {self.pass_index}")
+        while self.pass_index < index:
+            self._finish(self.pass_index)
+            self.pass_index += 1
+
+    def _grow(self, scopes: int) -> None:
+        have = self.sums.shape[0]
+        if have < scopes:
+            extra = max(scopes, 2 * have) - have
+            self.sums = np.concatenate([self.sums, np.zeros((extra, 3))])
+
+    def _finish(self, index: int) -> None:
+        """What pass ``index`` makes of its sums once every chunk went through it (the
+        formulas of KernelPasses._finish, in the same float64 operations)."""
+        scopes = len(self.scopes)
+        if index == 0:
+            self.sums = self.sums[:scopes]
+            safe = np.maximum(self.sums[:, 0], 1.0)
+            self.means = np.zeros((scopes, 3), dtype=np.float64)
+            self.means[:, 0] = self.sums[:, 1] / safe
+            self.means[:, 1] = self.sums[:, 2] / safe
+            batch_safe = max(self.batch[0], 1.0)
+            self.batch_means = np.array([self.batch[1] / batch_safe, self.batch[2] / batch_safe])
+            self.c_sums = np.zeros((scopes, 2), dtype=np.float64)
+            self.spread = np.zeros(scopes, dtype=np.float64)
+            self.w_sums = np.zeros(scopes, dtype=np.float64)
+        elif index == 1:
+            safe = np.maximum(self.sums[:, 0], 1.0)
+            self.means[:, 2] = self.c_sums[:, 0] / safe
+            self.totals.moments[0, 0] = self._mean(self.c_sums[:, 0])
+        elif index == 2:
+            safe = np.maximum(self.sums[:, 0], 1.0)
+            variance = self.spread / safe
+            mean_square = self.c_sums[:, 1] / safe
+            # as in KernelPasses: a spread at the rounding level of c counts as none
+            self.flat = variance <= _RELATIVE_SPREAD_FLOOR**2 * mean_square
+            self.kernel = 2.0 * variance
+        elif index == 3:
+            with np.errstate(divide="ignore", invalid="ignore"):  # scopes of empty rows
+                self.factor = self.sums[:, 0] / self.w_sums
+            self.totals.moments[1, 0] = self._mean(self.w_sums)
+            self.totals.moments[2, 0] = 1.0  # w~ averages 1 over every scope
+
+    def _mean(self, per_scope: np.ndarray) -> float:
+        """A per-scope sum over all tokens, as a mean (the moments' shift)."""
+        return float(per_scope.sum() / self.batch[0]) if self.batch[0] else 0.0
+
+    def _clip_bounds(self, logp: Tensor, log_ratio: Tensor) -> np.ndarray:
+        """Clip-Cov's c bounds in c's stored precision, the PPO ratio bounds in z's:
+        torch compares a float32 tensor with a Python float in float32."""
+        eps_low, eps_high = self.clip
+        low, high = self.clip_cov_bounds
+        return np.array(
+            [
+                _rounded(low, logp.dtype),
+                _rounded(high, logp.dtype),
+                _rounded(1 + eps_high, log_ratio.dtype),
+                _rounded(1 - eps_low, log_ratio.dtype),
+            ]
+        )
+
+    def _thresholds(self, logp: Tensor) -> np.ndarray:
+        return np.array([_rounded(t, logp.dtype) for t in self.totals.thresholds])
+
+
+def _narrow(logp: Tensor) -> bool:
+    """c, w and w~ are stored in float32 unless log pi is float64 (covariance_weights)."""
+    return logp.dtype != torch.float64
+
+
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    return float(np.float32(value)) if dtype == torch.float32 else float(value)
+
+
+def kernels() -> ModuleType:
+    """:mod:`ratioscope.functional._covariance_kernels` (imports numba)."""
+    from ratioscope.functional import _covariance_kernels
+
+    return _covariance_kernels

@@ -1,0 +1,175 @@
+"""The covariance section's compiled passes against its torch path (the reference).
+
+Both paths run on the same dumps and chunks: random batches with interleaved groups
+spanning chunks, empty rows, a masked token inside a row, a group whose advantages are
+all equal (flat weights), float32 and float64 inputs, and log-ratios packed around the
+PPO clip bounds (Clip-Cov leaves out clipped tokens). The histogram counts and the
+integer counts must be equal; sums and moments equal to rounding (the compiled path
+adds per row where torch sums per chunk, and ``exp``/``log`` may differ in the last bit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import ratioscope
+import ratioscope.sections.covariance as covariance_section
+from ratioscope.functional import _kernels
+from ratioscope.functional.covariance_fused import FusedKernelPasses
+
+pytestmark = pytest.mark.skipif(not _kernels.available(), reason="numba is not available")
+
+CLIP = (0.2, 0.28)
+
+
+def _arrays(seed: int, rows: int = 40, width: int = 33, dtype=np.float32) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, width + 1, size=rows)
+    lengths[3] = 0  # an empty row
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    mask[5, 0] = False  # a masked token inside a row
+    group = rng.permutation(np.arange(rows) % 7)  # groups spread over every chunk
+    adv = rng.normal(size=rows)
+    adv[group == 2] = 0.5  # equal advantages: sigma counts as 0, flat weights
+    old = -rng.gamma(1.0, 0.8, size=(rows, width))
+    # log-ratios on both sides of the clip bounds, some exactly at their float32 value
+    z = rng.normal(0.0, 0.25, size=(rows, width))
+    edges = np.log(np.array([1 + CLIP[1], 1 - CLIP[0]], dtype=np.float32).astype(np.float64))
+    z[::4, ::3] = rng.choice(edges, size=z[::4, ::3].shape)
+    new = old + z
+    new[0, :4] -= 5.0  # covariances inside Clip-Cov's band (1, 5)
+    return {
+        "mask": mask,
+        "old_log_probs": old.astype(dtype),
+        "log_probs": new.astype(dtype),
+        "advantages": (np.repeat(adv[:, None], width, axis=1) * mask).astype(dtype),
+        "group": group,
+    }
+
+
+def _write(arrays: dict[str, np.ndarray], path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}, str(path))
+
+
+def _covariance(path, chunk_elements: int, compiled: bool, monkeypatch, **options) -> dict:
+    with monkeypatch.context() as patch:
+        if not compiled:
+            patch.setattr(covariance_section, "usable", lambda *tensors: False)
+        calls: list[int] = []
+        original = FusedKernelPasses.add
+
+        def counted(self, index, *args):
+            calls.append(index)
+            return original(self, index, *args)
+
+        patch.setattr(FusedKernelPasses, "add", counted)
+        report = ratioscope.analyze(
+            path, sections=["covariance"], chunk_elements=chunk_elements, clip=CLIP, **options
+        )
+    # the path under test is the one that ran
+    assert bool(calls) == compiled
+    return report.to_dict()["covariance"]
+
+
+def _assert_close(fused, reference, where: str = "covariance") -> None:
+    if isinstance(reference, dict):
+        assert fused.keys() == reference.keys(), where
+        for key in reference:
+            _assert_close(fused[key], reference[key], f"{where}.{key}")
+    elif isinstance(reference, list):
+        assert len(fused) == len(reference), where
+        for index, (f, r) in enumerate(zip(fused, reference, strict=True)):
+            _assert_close(f, r, f"{where}[{index}]")
+    elif isinstance(reference, float):
+        if math.isnan(reference):
+            assert math.isnan(fused), where
+        else:
+            assert fused == pytest.approx(reference, rel=1e-12, abs=1e-15), where
+    else:
+        assert fused == reference, where  # counts, names: exactly
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("chunk_elements", [33 * 3, 33 * 40])
+def test_compiled_section_equals_the_torch_path(tmp_path, monkeypatch, dtype, chunk_elements):
+    path = tmp_path / "dump.safetensors"
+    _write(_arrays(0, dtype=dtype), path)
+    fused = _covariance(path, chunk_elements, True, monkeypatch)
+    reference = _covariance(path, chunk_elements, False, monkeypatch)
+    assert fused["clip_cov"]["eligible"] > 0  # the band is populated
+    _assert_close(fused, reference)
+
+
+@pytest.mark.parametrize("scope", ["batch", "group"])
+def test_compiled_section_equals_the_torch_path_in_each_scope(tmp_path, monkeypatch, scope):
+    path = tmp_path / "dump.safetensors"
+    _write(_arrays(1, rows=64, width=20), path)
+    fused = _covariance(path, 20 * 5, True, monkeypatch, cov_scope=scope)
+    reference = _covariance(path, 20 * 5, False, monkeypatch, cov_scope=scope)
+    assert fused["scope"] == scope
+    _assert_close(fused, reference)
+
+
+def test_compiled_report_does_not_depend_on_the_chunking(tmp_path, monkeypatch):
+    path = tmp_path / "dump.safetensors"
+    _write(_arrays(2), path)
+    reports = [_covariance(path, n, True, monkeypatch) for n in (33, 33 * 7, 33 * 40)]
+    assert reports[0] == reports[1] == reports[2]  # bit for bit
+
+
+def test_clip_cov_eligible_counts_by_hand():
+    """Two rows, one scope: c over the batch, in the band or not, clipped or not."""
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    log_probs = torch.tensor([[-4.0, 0.0], [0.0, 0.0]])
+    advantages = torch.tensor([[-2.0, -2.0], [2.0, 2.0]])
+    # batch means: log pi -1, A 0; c = (lp + 1) A: [[6, -2], [2, 2]]; band (1, 5): the
+    # row-1 tokens; the second one's ratio 1.5 > 1.28 with A > 0 is clipped
+    log_ratio = torch.log(torch.tensor([[1.0, 1.0], [1.0, 1.5]]))
+    fused = FusedKernelPasses(CLIP, (1.0, 5.0), (0.5, 0.1), 50)
+    for index in range(2):
+        fused.add(index, log_probs, advantages, mask, None, log_ratio)
+    assert fused.eligible == 1
+    assert fused.tokens == 4
+
+
+def test_passes_come_in_order():
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    values = torch.zeros(1, 2)
+    fused = FusedKernelPasses(CLIP, (1.0, 5.0), (0.5, 0.1), 50)
+    fused.add(0, values, values, mask, None, values)
+    with pytest.raises(ValueError, match="pass 2 after pass 0"):
+        fused.add(2, values, values, mask, None, values)
+
+
+def test_ratio_bounds_compare_in_the_log_ratio_precision():
+    """torch compares a float32 ratio with ``1 + eps`` in float32: a ratio equal to
+    float32(1.2) (> 1.2 in float64) is not clipped by eps_high = 0.2."""
+    from ratioscope.functional.covariance import clip_cov_touched, token_covariance
+    from ratioscope.functional.surrogate import ppo_clip_mask
+
+    clip = (0.25, 0.2)
+    candidates = torch.log(torch.tensor([1.2], dtype=torch.float32)) + torch.arange(
+        -8, 9, dtype=torch.float32
+    ) * torch.finfo(torch.float32).eps
+    at_edge = candidates[torch.exp(candidates) == torch.tensor(1.2, dtype=torch.float32)]
+    assert at_edge.numel() > 0
+    rows = at_edge.numel()
+    log_ratio = at_edge[:, None].expand(rows, 2).contiguous()
+    mask = torch.ones(rows, 2, dtype=torch.bool)
+    # batch means -2 and 2: c = 2 on every token, inside Clip-Cov's band, A > 0
+    log_probs = torch.tensor([[0.0, -4.0]]).expand(rows, 2).contiguous()
+    advantages = torch.tensor([[3.0, 1.0]]).expand(rows, 2).contiguous()
+    fused = FusedKernelPasses(clip, (1.0, 5.0), (0.5, 0.1), 50)
+    for index in range(2):
+        fused.add(index, log_probs, advantages, mask, None, log_ratio)
+    c = token_covariance(log_probs, advantages, mask)
+    clipped = ppo_clip_mask(log_ratio, advantages, mask, clip)
+    reference = clip_cov_touched(c, mask, bounds=(1.0, 5.0), exclude=clipped)
+    assert not bool(clipped.any())
+    assert fused.eligible == reference.eligible > 0
