@@ -154,9 +154,10 @@ def test_ratio_bounds_compare_in_the_log_ratio_precision():
     from ratioscope.functional.surrogate import ppo_clip_mask
 
     clip = (0.25, 0.2)
-    candidates = torch.log(torch.tensor([1.2], dtype=torch.float32)) + torch.arange(
-        -8, 9, dtype=torch.float32
-    ) * torch.finfo(torch.float32).eps
+    candidates = (
+        torch.log(torch.tensor([1.2], dtype=torch.float32))
+        + torch.arange(-8, 9, dtype=torch.float32) * torch.finfo(torch.float32).eps
+    )
     at_edge = candidates[torch.exp(candidates) == torch.tensor(1.2, dtype=torch.float32)]
     assert at_edge.numel() > 0
     rows = at_edge.numel()
