@@ -183,7 +183,7 @@ def test_compiled_bin_index_equals_the_histogram_module():
     import numba
 
     from ratioscope.functional import histogram as bins
-    from ratioscope.functional._covariance_kernels import _bin
+    from ratioscope.functional._binning import bin_value as _bin
 
     @numba.njit
     def all_bins(values, out):

@@ -573,7 +573,12 @@ def _autocorrelation(signal: _Centred, spectrum: _Spectrum) -> Tensor:
     return auto[:, : signal.values.shape[1]].mul_(signal.weights)
 
 
-def _low_frequency_ratio(signal: _Centred, auto: Tensor, cutoff: float) -> Tensor:
+def _low_frequency_ratio(
+    signal: _Centred, auto: Tensor, cutoff: float, compiled: bool = False
+) -> Tensor:
+    """LFR of each packed row from its linear autocorrelation ``auto`` [B, T]; the band
+    by the compiled loop of :mod:`ratioscope.functional._ratio_kernels` when
+    ``compiled`` (CPU), else by tensor code over every lag."""
     import torch
 
     rows, length = auto.shape
@@ -581,18 +586,44 @@ def _low_frequency_ratio(signal: _Centred, auto: Tensor, cutoff: float) -> Tenso
         return torch.full((rows,), math.nan, dtype=torch.float64, device=auto.device)
     size = signal.lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
     width = 2 * torch.floor(cutoff * size / 2) + 1  # 2 k_c + 1 bins
-    lag = torch.arange(length, dtype=torch.float64, device=auto.device).unsqueeze(0)
-    angle = (math.pi / size) * lag
-    # Dirichlet kernel of the band, sin(angle (2k_c+1)) / sin(angle); at lag 0 it is
-    # 2k_c + 1. c_L(m) pairs lag m with lag L - m and D is symmetric, so each lag m >= 1
-    # counts twice; lags >= L carry a(m) = 0.
-    kernel = torch.sin(angle * width).div_(torch.sin(angle).clamp_(min=1e-300)).mul_(2.0)
-    band = (auto[:, 1:] * kernel[:, 1:]).sum(1) + auto[:, 0] * width.squeeze(1)
+    if compiled:
+        band = _band_compiled(auto, signal.lengths, width.squeeze(1))
+    else:
+        band = _band_torch(auto, size, width)
     total = signal.lengths.to(torch.float64) * auto[:, 0]
     ratio = (band / total.clamp(min=1e-300)).clamp_(0.0, 1.0)
     # When 2 k_c + 1 >= L the two halves of the band cover every bin.
     ratio = torch.where(width.squeeze(1) >= signal.lengths, 1.0, ratio)
     return torch.where(signal.energetic, ratio, math.nan)
+
+
+def _band_torch(auto: Tensor, size: Tensor, width: Tensor) -> Tensor:
+    """[B] band energy: auto [B, T], size and width [B, 1] float64 (L and 2 k_c + 1)."""
+    import torch
+
+    lag = torch.arange(auto.shape[1], dtype=torch.float64, device=auto.device).unsqueeze(0)
+    angle = (math.pi / size) * lag
+    # Dirichlet kernel of the band, sin(angle (2k_c+1)) / sin(angle); at lag 0 it is
+    # 2k_c + 1. c_L(m) pairs lag m with lag L - m and D is symmetric, so each lag m >= 1
+    # counts twice; lags >= L carry a(m) = 0.
+    kernel = torch.sin(angle * width).div_(torch.sin(angle).clamp_(min=1e-300)).mul_(2.0)
+    return (auto[:, 1:] * kernel[:, 1:]).sum(1) + auto[:, 0] * width.squeeze(1)
+
+
+def _band_compiled(auto: Tensor, lengths: Tensor, width: Tensor) -> Tensor:
+    """:func:`_band_torch` over each row's L lags only, its sines from one table per row
+    (:func:`ratioscope.functional._ratio_kernels.lfr_band`)."""
+    import numpy as np
+    import torch
+
+    from ratioscope.functional import _ratio_kernels
+
+    band = np.zeros(auto.shape[0], dtype=np.float64)
+    table = np.empty(max(auto.shape[1], 1), dtype=np.float64)
+    _ratio_kernels.lfr_band(
+        auto.numpy(), lengths.numpy(), width.to(torch.int64).numpy(), table, band
+    )
+    return torch.from_numpy(band)
 
 
 def low_frequency_ratio(
@@ -864,21 +895,21 @@ def signal_statistics(
 
     Args:
         signal: [B, T] float log-space signal; mask: [B, T] bool or None.
-        backend: how the states and their runs, switches and windows are counted:
-            ``"compiled"`` one pass per row of a numba kernel, without materialising
-            the states (CPU only); ``"torch"`` tensor operations on the packed states
-            (any device); ``"auto"`` (default) the first where numba is installed and
-            the signal is on the CPU. Both give identical numbers.
+        backend: how the states and their runs, switches and windows are counted, and
+            the LFR's band summed: ``"compiled"`` one pass per row of numba kernels,
+            without materialising the states (CPU only); ``"torch"`` tensor operations
+            on the packed states and every lag (any device); ``"auto"`` (default) the
+            first where numba is installed and the signal is on the CPU. The counts are
+            identical; the LFR agrees to about 1e-12 (the compiled band reduces each
+            sine's angle exactly, in integers).
     """
     _check_window(window)
     _check_cutoff(cutoff)
     _check_space(space)
     grid = frequency_grid(n_freqs)
     valid = _check_pair(signal, mask, "signal")
-    if _compiled(signal, backend):
-        states = _state_statistics_compiled(signal, valid, on_band, window)
-    else:
-        states = None
+    compiled = _compiled(signal, backend)
+    states = _state_statistics_compiled(signal, valid, on_band, window) if compiled else None
     packed = _pack(signal, valid)
     if states is None:
         states = _state_statistics_torch(packed, on_band, window)
@@ -891,7 +922,7 @@ def signal_statistics(
         switch_frequency=states.switch_frequency,
         window_frequency=states.window_frequency,
         low_frequency_ratio=_low_frequency_ratio(
-            centred, _autocorrelation(centred, spectrum), cutoff
+            centred, _autocorrelation(centred, spectrum), cutoff, compiled
         ),
         frequencies=grid,
         periodogram=_periodogram(centred, spectrum, grid.to(signal.device)),

@@ -23,6 +23,8 @@ from torch import Tensor
 
 from ratioscope.batch import TokenBatch
 from ratioscope.functional.kalman import ClosedFormDeviation
+from ratioscope.functional.ratio_rows import ratio_rows
+from ratioscope.functional.ratio_rows import usable as ratio_rows_usable
 from ratioscope.functional.surrogate import (
     Aggregates,
     AggregationSums,
@@ -290,8 +292,14 @@ class RatiosAccumulator(Accumulator):
             # The sequence variant is constant within each row: its histogram and PPO
             # sums follow from one value per row, without building its [B, T] signal.
             signal = None if constant else ctx.signal(variant, self.params)
+            rows = None
             if signal is None:
                 _add_constant_rows(state.histogram, ctx.sequence_mean_z, ctx.lengths)
+            elif ratio_rows_usable(signal, advantages):
+                # histogram, moments and PPO sums in one compiled pass over the rows
+                rows = ratio_rows(signal, advantages, ctx.mask, self.band(variant))
+                state.histogram.counts += rows.counts
+                state.histogram.moments.merge(Moments(*rows.moments))
             else:
                 state.histogram.add(signal[ctx.mask])
             columns.update(self._token_states(ctx, variant, signal, state))
@@ -301,6 +309,8 @@ class RatiosAccumulator(Accumulator):
                 clipped, clipped_sums, plain_sums = _constant_ppo_row_sums(
                     ctx.sequence_mean_z, ctx.advantage_sums, self.band(variant)
                 )
+            elif rows is not None and rows.ppo is not None:
+                clipped, clipped_sums, plain_sums = rows.ppo
             else:
                 clipped, clipped_sums, plain_sums = ppo_row_sums(
                     signal, advantages, ctx.mask, self.band(variant)

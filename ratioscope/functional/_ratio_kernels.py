@@ -1,0 +1,107 @@
+"""Compiled loops (numba) of the ``ratios`` section: one pass per row for a signal's
+histogram, moments and PPO sums, and the low-frequency band of each row's spectrum.
+
+Imports numba; imported only where :func:`ratioscope.functional._kernels.available`
+allows. The torch code these replace stays the reference (tests compare them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ratioscope.functional._binning import bin_value
+from ratioscope.functional._kernels import jit
+
+
+def _histogram_ppo_rows(
+    signal: Any,
+    adv: Any,
+    mask: Any,
+    has_adv: bool,
+    low: float,
+    high: float,
+    counts: Any,
+    summary: Any,
+    row_sums: Any,
+    clipped: Any,
+) -> None:
+    """The valid values of ``signal`` (a log-ratio, [B, T]) into the fixed bins, their
+    moments, and each row's PPO sums with ratio bounds ``low`` = 1 - eps_low and
+    ``high`` = 1 + eps_high.
+
+    counts [NUM_BINS] int64 (added to); summary [5] float64: count, mean, sum of squared
+    deviations (about the mean, a second loop), min, max; when ``has_adv``, per row:
+    row_sums [B, 2] float64 the clipped terms min(r A, clip(r) A) and the plain terms
+    r A, clipped [B] int64 the tokens PPO clipping zeroes (A > 0 with r > high, A < 0
+    with r < low). Ratios and terms in float64, as :func:`ppo_row_sums`.
+    """
+    rows, length = mask.shape
+    n = 0
+    total = 0.0
+    smallest, largest = math.inf, -math.inf
+    for r in range(rows):
+        zeroed = 0
+        clipped_terms = 0.0
+        plain_terms = 0.0
+        for t in range(length):
+            if not mask[r, t]:
+                continue
+            x = np.float64(signal[r, t])
+            counts[bin_value(x)] += 1
+            n += 1
+            total += x
+            smallest = min(smallest, x)
+            largest = max(largest, x)
+            if has_adv:
+                a = np.float64(adv[r, t])
+                ratio = math.exp(x)
+                plain = ratio * a
+                clipped_terms += min(plain, min(max(ratio, low), high) * a)
+                plain_terms += plain
+                zeroed += (a > 0.0 and ratio > high) or (a < 0.0 and ratio < low)
+        if has_adv:
+            row_sums[r, 0] = clipped_terms
+            row_sums[r, 1] = plain_terms
+            clipped[r] = zeroed
+    mean = total / n if n else 0.0
+    spread = 0.0
+    for r in range(rows):
+        for t in range(length):
+            if mask[r, t]:
+                d = np.float64(signal[r, t]) - mean
+                spread += d * d
+    summary[0], summary[1], summary[2] = n, mean, spread
+    summary[3], summary[4] = smallest, largest
+
+
+def _lfr_band(auto: Any, lengths: Any, widths: Any, table: Any, band: Any) -> None:
+    """band [B] float64: each row's low-frequency energy from its linear
+    autocorrelation ``auto`` [B, >= L] (float64; lag m of a row of L tokens),
+    band = w a(0) + sum_{m=1}^{L-1} a(m) 2 sin(pi m w / L) / sin(pi m / L), with
+    w = ``widths`` [B] (odd, 2 k_c + 1) and L = ``lengths`` [B].
+
+    The sines come from one table of sin(pi j / L), j < L, per row (``table``: scratch of
+    at least max L entries): pi m w / L is reduced modulo 2 pi exactly, in integers,
+    instead of multiplying a rounded angle by m w.
+    """
+    rows = auto.shape[0]
+    for r in range(rows):
+        size = max(lengths[r], 1)
+        width = widths[r]
+        step = math.pi / size
+        for j in range(size):
+            table[j] = math.sin(step * j)
+        total = auto[r, 0] * width
+        period = 2 * size
+        for m in range(1, lengths[r]):
+            j = (m * width) % period
+            numerator = table[j] if j < size else -table[j - size]
+            total += auto[r, m] * (2.0 * numerator / table[m])
+        band[r] = total
+
+
+histogram_ppo_rows = jit(_histogram_ppo_rows)
+lfr_band = jit(_lfr_band)

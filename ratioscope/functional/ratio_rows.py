@@ -1,0 +1,78 @@
+"""A log-ratio signal's histogram, moments and PPO row sums in one compiled pass.
+
+The ``ratios`` section bins every valid value of a signal
+(:func:`ratioscope.functional.histogram.bin_index`), takes their moments, and sums the
+PPO terms of each row (:func:`ratioscope.functional.surrogate.ppo_row_sums`); in tensor
+code that is a gather, a log10, a bincount, two reductions for the moments and about
+ten [B, T] float64 temporaries for the PPO sums. :func:`ratio_rows` does all of it in
+one loop over each row (and one more for the moments' squared deviations) on CPU
+tensors; the tensor code stays the reference and the path for other devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ratioscope.functional import _kernels
+from ratioscope.functional import histogram as bins
+
+
+@dataclass(frozen=True)
+class RatioRows:
+    """What one pass over a signal gives.
+
+    Attributes:
+        counts: [NUM_BINS] int64 counts of the valid values in the fixed bins.
+        moments: (count, mean, sum of squared deviations, min, max) of the valid values.
+        ppo: :func:`~ratioscope.functional.surrogate.ppo_row_sums`'s ``(clipped [B]
+            int64, clipped_terms [B] float64, plain_terms [B] float64)``, or None without
+            advantages.
+    """
+
+    counts: Tensor
+    moments: tuple[int, float, float, float, float]
+    ppo: tuple[Tensor, Tensor, Tensor] | None
+
+
+def usable(signal: Tensor, advantages: Tensor | None) -> bool:
+    """Whether :func:`ratio_rows` can take these: numba available, CPU float32/float64."""
+    tensors = [signal] if advantages is None else [signal, advantages]
+    return _kernels.available() and all(
+        t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) for t in tensors
+    )
+
+
+def ratio_rows(
+    signal: Tensor, advantages: Tensor | None, mask: Tensor, clip: tuple[float, float]
+) -> RatioRows:
+    """Histogram, moments and PPO row sums of a log-ratio signal (see :class:`RatioRows`).
+
+    Args:
+        signal: [B, T] float log-ratio; advantages: [B, T] float or None; mask: [B, T]
+            bool; clip: (eps_low, eps_high).
+    """
+    from ratioscope.functional import _ratio_kernels
+
+    rows = mask.shape[0]
+    counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+    summary = np.zeros(5, dtype=np.float64)
+    row_sums = np.zeros((rows, 2), dtype=np.float64)
+    clipped = np.zeros(rows, dtype=np.int64)
+    values = signal.detach().numpy()
+    eps_low, eps_high = clip
+    _ratio_kernels.histogram_ppo_rows(
+        values, values if advantages is None else advantages.detach().numpy(),
+        mask.numpy(), advantages is not None, 1 - eps_low, 1 + eps_high,
+        counts, summary, row_sums, clipped,
+    )  # fmt: skip
+    count, mean, spread, low, high = summary.tolist()
+    moments = (int(count), mean, spread, low, high)
+    ppo = None
+    if advantages is not None:
+        sums = torch.from_numpy(row_sums)
+        ppo = (torch.from_numpy(clipped), sums[:, 0], sums[:, 1])
+    return RatioRows(torch.from_numpy(counts), moments, ppo)
