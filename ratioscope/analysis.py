@@ -10,7 +10,9 @@ together and merging their separate reports give the same numbers.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -115,28 +117,39 @@ def run_accumulators(
     if per_sequence:
         run.sequences = SequenceTable()
     files = RunFiles(len(sources), load_options, notes=run.warnings)
-    for index, source in enumerate(sources):
-        name = source.source if isinstance(source, TokenBatch) else str(source)
-        report(progress, ProgressUpdate("files", index, len(sources), name))
-        opened = files.open(source, _open_file) if isinstance(source, Path) else source
-        if opened is None:  # a side table or a rank copy, noted in run.warnings
-            continue
-        accumulators = make()
-        if isinstance(opened, StreamedFile):
-            rows, columns = _analyse_stream(
-                opened, accumulators, params, target, chunk_elements, progress
-            )
-            warnings = opened.warnings()
-        else:
-            rows = _rows_of(opened)
-            warnings = opened.warnings
-            columns = _analyse_file(opened, accumulators, params, target, chunk_elements, progress)
-        run.inputs.append(_input_info(rows, source))
-        run.warnings.extend(warnings)
-        for total, acc in zip(totals, accumulators, strict=True):
-            total.merge(acc)
-        if run.sequences is not None:
-            run.sequences.append(_sequence_frame(rows, columns))
+    # each file's SHA-256 is read on a second thread while the file is analysed
+    # (hashlib and file reads release the GIL): the hash no longer adds to the time
+    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ratioscope-sha256")
+    stop = threading.Event()
+    try:
+        for index, source in enumerate(sources):
+            name = source.source if isinstance(source, TokenBatch) else str(source)
+            report(progress, ProgressUpdate("files", index, len(sources), name))
+            opened = files.open(source, _open_file) if isinstance(source, Path) else source
+            if opened is None:  # a side table or a rank copy, noted in run.warnings
+                continue
+            digest = hasher.submit(_sha256, source, stop) if isinstance(source, Path) else None
+            accumulators = make()
+            if isinstance(opened, StreamedFile):
+                rows, columns = _analyse_stream(
+                    opened, accumulators, params, target, chunk_elements, progress
+                )
+                warnings = opened.warnings()
+            else:
+                rows = _rows_of(opened)
+                warnings = opened.warnings
+                columns = _analyse_file(
+                    opened, accumulators, params, target, chunk_elements, progress
+                )
+            run.inputs.append(_input_info(rows, digest))
+            run.warnings.extend(warnings)
+            for total, acc in zip(totals, accumulators, strict=True):
+                total.merge(acc)
+            if run.sequences is not None:
+                run.sequences.append(_sequence_frame(rows, columns))
+    finally:
+        stop.set()  # an error: the hash being read stops at its next block
+        hasher.shutdown(wait=True, cancel_futures=True)
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     files.check_any(bool(run.inputs))
     return run
@@ -711,16 +724,21 @@ def _sequence_frame(rows: _FileRows, columns: dict[str, list[Tensor]]) -> Any:
     return pl.DataFrame(data)
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, stop: threading.Event | None = None) -> str:
+    """Hex SHA-256 of a file, read in 4 MiB blocks; "" once ``stop`` is set."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
+            if stop is not None and stop.is_set():
+                return ""
             digest.update(block)
     return digest.hexdigest()
 
 
-def _input_info(rows: _FileRows, source: TokenBatch | Path) -> InputInfo:
-    sha = _sha256(source) if isinstance(source, Path) else ""
+def _input_info(rows: _FileRows, digest: Future[str] | None) -> InputInfo:
+    """The report's entry of a file; ``digest``: its SHA-256 being read (None for a
+    batch given in memory)."""
+    sha = digest.result() if digest is not None else ""
     return InputInfo(
         path=rows.source,
         format=rows.file_format,

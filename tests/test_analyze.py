@@ -179,6 +179,35 @@ def test_report_keys_follow_the_design(verl_dump):
             assert any(w.startswith(key) for w in document["warnings"]), key
 
 
+def test_each_input_records_the_sha256_of_its_file(tmp_path):
+    """The digest read on a second thread while the file is analysed is hashlib's."""
+    import hashlib
+    from pathlib import Path
+
+    paths = []
+    for seed in (3, 4):
+        directory = tmp_path / f"run{seed}"
+        directory.mkdir()
+        paths.append(write_layout(make_reference(seed=seed), "verl", directory))
+    document = ratioscope.analyze(paths).to_dict()
+    for entry in document["inputs"]:
+        expected = hashlib.sha256(Path(entry["path"]).read_bytes()).hexdigest()
+        assert entry["sha256"] == expected
+
+
+def test_a_stopped_hash_reads_no_further(tmp_path):
+    import threading
+
+    from ratioscope.analysis import _sha256
+
+    path = tmp_path / "blob.bin"
+    path.write_bytes(b"x" * (1 << 23))
+    stop = threading.Event()
+    stop.set()
+    assert _sha256(path, stop) == ""
+    assert len(_sha256(path)) == 64
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cli_info_and_analyze_on_each_layout(tmp_path, layout):
     ref = make_reference(seed=21)

@@ -92,12 +92,19 @@ def _lfr_band(auto: Any, lengths: Any, widths: Any, table: Any, band: Any) -> No
         size = max(lengths[r], 1)
         width = widths[r]
         step = math.pi / size
-        for j in range(size):
+        # sin(pi j / L) = sin(pi (L - j) / L): half of the table is computed
+        half = size // 2
+        for j in range(half + 1):
             table[j] = math.sin(step * j)
+        for j in range(half + 1, size):
+            table[j] = table[size - j]
         total = auto[r, 0] * width
         period = 2 * size
+        j = 0  # m w modulo 2 L, advanced by w each lag (w < 2 L: one wrap at most)
         for m in range(1, lengths[r]):
-            j = (m * width) % period
+            j += width
+            if j >= period:
+                j -= period
             numerator = table[j] if j < size else -table[j - size]
             total += auto[r, m] * (2.0 * numerator / table[m])
         band[r] = total

@@ -547,19 +547,39 @@ def _signal_pack(x: Tensor, mask: Tensor | None, space: Space) -> _Centred:
 
 @dataclass(frozen=True)
 class _Spectrum:
-    """|DTFT|^2 of the zero-padded packed rows at f = j / n_fft, j = 0..n_fft/2."""
+    """|DTFT|^2 of the zero-padded packed rows, in buckets of rows that share an FFT
+    size: ``buckets`` holds (rows [b] int64, n_fft, power [b, n_fft/2 + 1] at
+    f = j / n_fft)."""
 
-    power: Tensor
-    n_fft: int
+    buckets: list[tuple[Tensor, int, Tensor]]
 
 
-def _spectrum(signal: _Centred) -> _Spectrum:
+def _fft_size(lengths: Tensor, minimum: int) -> Tensor:
+    """[B] int64 the FFT size of each row: the power of two >= max(2 L - 1, minimum)
+    (at least 2), so that its linear autocorrelation does not wrap around."""
     import torch
 
-    # A power of two >= 2T - 1, so that the autocorrelation does not wrap around.
-    n_fft = 1 << max(1, (2 * signal.values.shape[1] - 1).bit_length())
-    spectrum = torch.fft.rfft(signal.values, n=n_fft, dim=1)
-    return _Spectrum(spectrum.real.square_().add_(spectrum.imag.square_()), n_fft)
+    need = (2 * lengths.clamp(min=1) - 1).clamp(min=max(minimum, 2)).to(torch.float64)
+    return torch.exp2(torch.ceil(torch.log2(need))).to(torch.int64)
+
+
+def _spectrum(signal: _Centred, minimum: int = 2) -> _Spectrum:
+    """One rfft per bucket of rows of equal FFT size: a row of L tokens needs 2 L - 1
+    points, so short rows do not pay for the longest one (on ragged lengths about a
+    third of the FFT time). ``minimum``: the smallest size (the periodogram reads its
+    grid off sizes that are multiples of 4 n_freqs)."""
+    import torch
+
+    length = signal.values.shape[1]
+    sizes = _fft_size(signal.lengths, minimum)
+    buckets = []
+    for n_fft in torch.unique(sizes).tolist():
+        rows = (sizes == n_fft).nonzero().squeeze(1)
+        values = signal.values.index_select(0, rows)[:, : min(length, n_fft)]
+        spectrum = torch.fft.rfft(values, n=n_fft, dim=1)
+        power = spectrum.real.square_().add_(spectrum.imag.square_())
+        buckets.append((rows, int(n_fft), power))
+    return _Spectrum(buckets)
 
 
 def _autocorrelation(signal: _Centred, spectrum: _Spectrum) -> Tensor:
@@ -569,8 +589,12 @@ def _autocorrelation(signal: _Centred, spectrum: _Spectrum) -> Tensor:
     """
     import torch
 
-    auto = torch.fft.irfft(spectrum.power, n=spectrum.n_fft, dim=1)
-    return auto[:, : signal.values.shape[1]].mul_(signal.weights)
+    auto = torch.zeros_like(signal.values)
+    length = auto.shape[1]
+    for rows, n_fft, power in spectrum.buckets:
+        lags = min(length, n_fft)
+        auto[rows, :lags] = torch.fft.irfft(power, n=n_fft, dim=1)[:, :lags]
+    return auto.mul_(signal.weights)
 
 
 def _low_frequency_ratio(
@@ -675,19 +699,26 @@ def frequency_grid(n_freqs: int = DEFAULT_N_FREQS) -> Tensor:
 
 
 def _periodogram(signal: _Centred, spectrum: _Spectrum, grid: Tensor) -> Tensor:
-    """P(f) = |X(f)|^2 / L on the grid: read off the padded FFT when the grid points are
-    FFT frequencies (n_fft a multiple of 4 n_freqs), else one small DTFT matmul."""
+    """P(f) = |X(f)|^2 / L on the grid: read off a bucket's padded FFT when the grid
+    points are its FFT frequencies (n_fft a multiple of 4 n_freqs), else one small DTFT
+    matmul over the bucket's rows."""
     import torch
 
     n_freqs = grid.shape[0]
-    if spectrum.n_fft % (4 * n_freqs) == 0:
-        step = spectrum.n_fft // (4 * n_freqs)
-        power = spectrum.power[:, step :: 2 * step][:, :n_freqs].clone()
-    else:
-        steps = torch.arange(signal.values.shape[1], dtype=torch.float64, device=grid.device)
-        phase = (2 * math.pi) * torch.outer(steps, grid)
-        values = signal.values
-        power = (values @ torch.cos(phase)).square_() + (values @ torch.sin(phase)).square_()
+    power = torch.empty(
+        (signal.values.shape[0], n_freqs), dtype=torch.float64, device=signal.values.device
+    )
+    for rows, n_fft, bucket in spectrum.buckets:
+        if n_fft % (4 * n_freqs) == 0:
+            step = n_fft // (4 * n_freqs)
+            power[rows] = bucket[:, step :: 2 * step][:, :n_freqs]
+        else:
+            values = signal.values.index_select(0, rows)
+            steps = torch.arange(values.shape[1], dtype=torch.float64, device=grid.device)
+            phase = (2 * math.pi) * torch.outer(steps, grid)
+            power[rows] = (values @ torch.cos(phase)).square_() + (
+                values @ torch.sin(phase)
+            ).square_()
     power /= signal.lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
     return power.masked_fill_(~signal.energetic.unsqueeze(1), math.nan)
 
@@ -715,7 +746,8 @@ def periodogram(
     """
     grid = frequency_grid(n_freqs)
     signal = _signal_pack(x, mask, space)
-    return grid, _periodogram(signal, _spectrum(signal), grid.to(x.device))
+    spectrum = _spectrum(signal, minimum=4 * n_freqs)
+    return grid, _periodogram(signal, spectrum, grid.to(x.device))
 
 
 # --------------------------------------------------------------------------- variance
@@ -914,7 +946,7 @@ def signal_statistics(
     if states is None:
         states = _state_statistics_torch(packed, on_band, window)
     centred = _centre(packed, space)
-    spectrum = _spectrum(centred)
+    spectrum = _spectrum(centred, minimum=4 * n_freqs)
     return SignalStatistics(
         lengths=packed.lengths,
         state_counts=states.runs.token_count,
