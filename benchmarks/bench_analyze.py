@@ -11,8 +11,9 @@ memory (VmHWM):
 * floors       measured in the same process, between the runs they are compared with:
                for each section one elementwise pass over the per-token tensors it reads
                (recorded by watching which [B, T] fields of the batch it touches), plus,
-               for ``ratios``, the rfft/irfft pair of each spectral variant at the size
-               the LFR needs; for the whole command one pass over every per-token tensor;
+               for ``ratios``, the rfft/irfft pair of each spectral variant, each row
+               at the size its own LFR needs; for the whole command one pass over
+               every per-token tensor;
 * load         the imports and ``ratioscope.load(path)`` alone;
 * peer         a straightforward per-sequence numpy implementation of the KPO token
                statistics (states, runs, switching, windows, LFR by FFT, variances) for
@@ -134,20 +135,26 @@ def _one_pass(tensors: list) -> Callable[[], object]:
 
 
 def _fft_pairs(batch, chunk_elements: int, pairs: int) -> Callable[[], object]:
-    """The LFR's FFT work: per chunk of rows, rfft and irfft of the float64 rows
-    zero-padded to the power of two >= 2T - 1, ``pairs`` times."""
+    """The LFR's FFT work: per chunk of rows, rfft and irfft of each float64 row
+    zero-padded to the power of two >= 2 L - 1 of its own length L (rows of one size in
+    one call), ``pairs`` times."""
     import torch
 
     rows, length = batch.mask.shape
-    n_fft = 1 << max(1, (2 * length - 1).bit_length())
     per_chunk = max(1, chunk_elements // max(1, length))
     signal = batch.log_ratio.double()
+    lengths = batch.mask.sum(dim=1).clamp(min=1)
+    sizes = torch.exp2(torch.ceil(torch.log2((2 * lengths - 1).clamp(min=2).double()))).long()
 
     def run() -> object:
         for _ in range(pairs):
             for start in range(0, rows, per_chunk):
-                spectrum = torch.fft.rfft(signal[start : start + per_chunk], n=n_fft, dim=1)
-                torch.fft.irfft(spectrum, n=n_fft, dim=1)
+                chunk = slice(start, start + per_chunk)
+                for n_fft in torch.unique(sizes[chunk]).tolist():
+                    same = (sizes[chunk] == n_fft).nonzero().squeeze(1) + start
+                    values = signal.index_select(0, same)[:, : min(length, n_fft)]
+                    spectrum = torch.fft.rfft(values, n=n_fft, dim=1)
+                    torch.fft.irfft(spectrum, n=n_fft, dim=1)
         return None
 
     return run

@@ -117,3 +117,36 @@ def test_tiny_weights_everywhere_neither_crash_nor_lose_their_digits():
     assert stats.ess == pytest.approx(
         sum(tokens) ** 2 / (4 * sum(x * x for x in tokens)), rel=1e-12
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1e-9, 0.3, 30.0, 400.0])
+def test_compiled_partials_equal_the_torch_path(dtype, scale):
+    """The compiled loop against the tensor code: counts equal, sums to rounding (other
+    order), including overflowing weights (scale 400: exp(2 z) is inf) and empty rows."""
+    from dataclasses import fields
+
+    from ratioscope.functional import _kernels
+
+    if not _kernels.available():
+        pytest.skip("compiled kernels disabled")
+    gen = torch.Generator().manual_seed(5)
+    z = (scale * torch.randn(40, 57, generator=gen, dtype=torch.float64)).to(dtype)
+    mask = torch.rand(40, 57, generator=gen) > 0.3
+    mask[7] = False
+    got = mismatch_partials(z, mask, 1.5, backend="compiled")
+    want = mismatch_partials(z, mask, 1.5, backend="torch")
+    for field in fields(want):
+        mine, theirs = getattr(got, field.name), getattr(want, field.name)
+        if isinstance(theirs, int):
+            assert mine == theirs, field.name
+        else:
+            assert mine == pytest.approx(theirs, rel=1e-12, abs=1e-300), field.name
+    nothing = mismatch_partials(z, torch.zeros_like(mask), backend="compiled")
+    assert nothing == MismatchPartials()
+
+
+def test_backend_is_checked():
+    z = torch.zeros(2, 3)
+    with pytest.raises(Exception, match="backend"):
+        mismatch_partials(z, torch.ones(2, 3, dtype=torch.bool), backend="fast")

@@ -112,3 +112,55 @@ def _lfr_band(auto: Any, lengths: Any, widths: Any, table: Any, band: Any) -> No
 
 histogram_ppo_rows = jit(_histogram_ppo_rows)
 lfr_band = jit(_lfr_band)
+
+
+def _mismatch_sums(z: Any, mask: Any, log_c: float, tokens: Any, rows_out: Any) -> None:
+    """The per-token sums of :func:`ratioscope.functional.mismatch.mismatch_partials`
+    and the per-row sums its sequence terms need, in two passes over the valid z.
+
+    tokens [12] float64: n, sum -z, sum z^2 / 2, sum expm1(z) - z, tokens with
+    |z| > log_c, sum expm1(z), sum expm1(2z), max z, sum exp(z - max z),
+    sum exp(2 (z - max z)), sum |z|, max |z|; rows_out [B, 3] float64: each row's
+    valid tokens, sum z and sum |z|. expm1(2z) is expm1(z) (expm1(z) + 2), exp(2 (z - m))
+    the square of exp(z - m): one exponential each instead of two.
+    """
+    rows, length = mask.shape
+    n = 0
+    top = -math.inf
+    for r in range(rows):
+        count = 0
+        total = 0.0
+        magnitude = 0.0
+        for t in range(length):
+            if mask[r, t]:
+                x = np.float64(z[r, t])
+                count += 1
+                total += x
+                magnitude += abs(x)
+                top = max(top, x)
+        rows_out[r, 0], rows_out[r, 1], rows_out[r, 2] = count, total, magnitude
+        n += count
+    k1 = k2 = k3 = outside = first = second = lse = lse2 = size = largest = 0.0
+    for r in range(rows):
+        for t in range(length):
+            if not mask[r, t]:
+                continue
+            x = np.float64(z[r, t])
+            e = math.expm1(x)
+            q = math.exp(x - top)
+            k1 -= x
+            k2 += 0.5 * x * x
+            k3 += e - x
+            outside += abs(x) > log_c
+            first += e
+            second += e * (e + 2.0)
+            lse += q
+            lse2 += q * q
+            size += abs(x)
+            largest = max(largest, abs(x))
+    tokens[0], tokens[1], tokens[2], tokens[3], tokens[4] = n, k1, k2, k3, outside
+    tokens[5], tokens[6], tokens[7], tokens[8], tokens[9] = first, second, top, lse, lse2
+    tokens[10], tokens[11] = size, largest
+
+
+mismatch_sums = jit(_mismatch_sums)

@@ -121,25 +121,53 @@ def _logsumexp(values: Tensor) -> float:
     return float(torch.logsumexp(values, dim=0))
 
 
-def mismatch_partials(z: Tensor, mask: Tensor, is_threshold: float = 2.0) -> MismatchPartials:
+def mismatch_partials(
+    z: Tensor, mask: Tensor, is_threshold: float = 2.0, backend: str = "auto"
+) -> MismatchPartials:
     """Partial sums of the mismatch statistics of one chunk.
 
     Args:
         z: [B, T] float, log-ratio log p - log q (any value at masked positions).
         mask: [B, T] bool, valid tokens.
         is_threshold: c > 1; tokens with r outside [1/c, c] are counted.
+        backend: ``"compiled"`` two passes of a numba loop over the valid tokens (CPU
+            float32/float64), ``"torch"`` tensor operations (any device; the
+            reference), ``"auto"`` (default) the first where it can run. The two agree
+            to rounding (sums taken in another order).
 
     Returns:
         :class:`MismatchPartials`; pass merged partials to :func:`mismatch_statistics`.
     """
     if is_threshold <= 1:
         raise ParameterError("is_threshold", f"must be > 1, got {is_threshold}")
+    if backend not in ("auto", "compiled", "torch"):
+        raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
+    compiled = _compilable(z, mask)
+    if backend == "compiled" and not compiled:
+        raise ParameterError("backend", "'compiled' needs numba and a CPU float tensor")
+    if compiled and backend != "torch":
+        return _partials_compiled(z, mask, math.log(is_threshold))
+    return _partials_torch(z, mask, math.log(is_threshold))
+
+
+def _compilable(z: Tensor, mask: Tensor) -> bool:
+    from ratioscope.functional import _kernels
+
+    return (
+        _kernels.available()
+        and z.device.type == "cpu"
+        and mask.device.type == "cpu"
+        and z.dtype in (torch.float32, torch.float64)
+        and mask.dtype == torch.bool
+    )
+
+
+def _partials_torch(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:
     valid = z.double()[mask]
     present = mask.any(dim=1)
     sequence_sums = torch.where(mask, z.double(), 0.0).sum(dim=1)[present]
     lengths = mask.sum(dim=1)[present].double()
     seq_mean_abs = torch.where(mask, z.double().abs(), 0.0).sum(dim=1)[present] / lengths
-    log_c = math.log(is_threshold)
     return MismatchPartials(
         tokens=int(valid.numel()),
         sequences=int(sequence_sums.numel()),
@@ -150,17 +178,56 @@ def mismatch_partials(z: Tensor, mask: Tensor, is_threshold: float = 2.0) -> Mis
         outside=int((valid.abs() > log_c).sum()),
         sum_expm1_z=float(torch.expm1(valid).sum()),
         sum_expm1_2z=float(torch.expm1(2 * valid).sum()),
-        sum_expm1_s=float(torch.expm1(sequence_sums).sum()),
-        sum_expm1_2s=float(torch.expm1(2 * sequence_sums).sum()),
         log_sum_r=_logsumexp(valid),
         log_sum_r2=_logsumexp(2 * valid),
-        log_sum_seq_w=_logsumexp(sequence_sums),
-        log_sum_seq_w2=_logsumexp(2 * sequence_sums),
         sum_abs_z=float(valid.abs().sum()),
         max_abs_z=float(valid.abs().max()) if valid.numel() else 0.0,
-        sum_seq_mean_abs_z=float(seq_mean_abs.sum()),
-        sum_expm1_neg_seq_mean_z=float(torch.expm1(-sequence_sums / lengths).sum()),
+        **_sequence_terms(sequence_sums, lengths, seq_mean_abs),
     )
+
+
+def _partials_compiled(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:
+    """:func:`_partials_torch` from :func:`ratioscope.functional._ratio_kernels.
+    mismatch_sums`: the token sums in its loop, the sequence terms from its row sums."""
+    import numpy as np
+
+    from ratioscope.functional import _ratio_kernels
+
+    sums = np.zeros(12, dtype=np.float64)
+    rows = np.zeros((mask.shape[0], 3), dtype=np.float64)
+    _ratio_kernels.mismatch_sums(z.detach().numpy(), mask.numpy(), log_c, sums, rows)
+    n, k1, k2, k3, outside, first, second, top, lse, lse2, size, largest = sums.tolist()
+    per_row = torch.from_numpy(rows)
+    present = per_row[:, 0] > 0
+    lengths = per_row[present, 0]
+    return MismatchPartials(
+        tokens=int(n),
+        sequences=int(present.sum()),
+        sum_k1=k1,
+        sum_k2=k2,
+        sum_k3=k3,
+        outside=int(outside),
+        sum_expm1_z=first,
+        sum_expm1_2z=second,
+        log_sum_r=top + math.log(lse) if n else NEG_INF,
+        log_sum_r2=2 * top + math.log(lse2) if n else NEG_INF,
+        sum_abs_z=size,
+        max_abs_z=largest,
+        **_sequence_terms(per_row[present, 1], lengths, per_row[present, 2] / lengths),
+    )
+
+
+def _sequence_terms(sums: Tensor, lengths: Tensor, mean_abs: Tensor) -> dict[str, float]:
+    """The partials of the sequence weights exp(sum z) from [S] row sums of z, lengths
+    and mean |z| of the S rows with a valid token."""
+    return {
+        "sum_expm1_s": float(torch.expm1(sums).sum()),
+        "sum_expm1_2s": float(torch.expm1(2 * sums).sum()),
+        "log_sum_seq_w": _logsumexp(sums),
+        "log_sum_seq_w2": _logsumexp(2 * sums),
+        "sum_seq_mean_abs_z": float(mean_abs.sum()),
+        "sum_expm1_neg_seq_mean_z": float(torch.expm1(-sums / lengths).sum()),
+    }
 
 
 def mismatch_statistics(partials: MismatchPartials, is_threshold: float = 2.0) -> MismatchStats:
