@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ratioscope.functional.surrogate import ppo_row_sums
+from ratioscope.functional.surrogate import constant_ppo_row_sums, ppo_row_sums
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.context import Context
-from ratioscope.sections.ratios import _add_constant_rows, _constant_ppo_row_sums
+from ratioscope.sections.ratios import _add_constant_rows
 from ratioscope.stats import Histogram
 
 
@@ -67,7 +67,7 @@ def test_ppo_sums_of_constant_rows(seed, clip):
     values, mask, advantages = rows(seed)
     batch = SimpleNamespace(mask=mask, log_ratio=broadcast(values, mask), advantages=advantages)
     ctx = Context(batch, AnalysisParams())  # type: ignore[arg-type]
-    clipped, clipped_terms, plain = _constant_ppo_row_sums(values, ctx.advantage_sums, clip)
+    clipped, clipped_terms, plain = constant_ppo_row_sums(values, ctx.advantage_sums, clip)
     ref_clipped, ref_terms, ref_plain = ppo_row_sums(
         broadcast(values, mask), advantages, mask, clip
     )

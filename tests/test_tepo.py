@@ -164,3 +164,52 @@ def test_errors() -> None:
     with pytest.raises(ShapeMismatchError):
         kl_mask_quadrants(torch.ones(2), torch.zeros(2, 3), torch.zeros(2, 2), mask)
     assert math.isnan(sequence_clip_fraction(z, torch.ones(2), torch.zeros(2, 3, dtype=torch.bool)))
+
+
+def _row_inputs(seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    rows, width = 30, 23
+    mask = torch.rand(rows, width, generator=gen) > 0.25
+    mask[4] = False
+    adv = torch.randn(rows, 1, generator=gen).expand(rows, width).clone()
+    adv[::5] = 0.0  # zero advantages
+    adv[1, :3] = torch.tensor([1.0, -1.0, 0.0])  # token-level signs inside one row
+    adv = torch.where(mask, adv, 0.0)
+    # sequence weights on both sides of a narrow band, and exactly at 1
+    z = 2e-3 * torch.randn(rows, width, generator=gen)
+    z[2] = 0.0
+    entropy = torch.rand(rows, width, generator=gen)
+    old_entropy = entropy + 0.1 * torch.randn(rows, width, generator=gen)
+    old_entropy[3, :5] = entropy[3, :5]  # dH == 0
+    return z, adv, mask, entropy, old_entropy
+
+
+def test_row_clip_counts_equal_the_token_masks():
+    from ratioscope.functional.surrogate import advantage_sums
+    from ratioscope.functional.tepo import sequence_clip_counts
+
+    z, adv, mask, _, _ = _row_inputs(0)
+    clip = (3e-4, 4e-4)
+    weights = sequence_likelihood_weights(z, mask)
+    log_w = torch.where(mask.any(1), torch.log(weights.double()), 0.0)
+    ppo, literal = sequence_clip_counts(log_w, advantage_sums(adv, mask), clip)
+    assert ppo.sum() > 0 and literal.sum() > 0
+    assert torch.equal(ppo, sequence_clip_mask(z, adv, mask, clip, "ppo").sum(1))
+    assert torch.equal(literal, sequence_clip_mask(z, adv, mask, clip, "literal").sum(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_quadrants_by_row_compiled_equal_torch(dtype):
+    from ratioscope.functional import _kernels
+    from ratioscope.functional.tepo import kl_mask_quadrants_by_row
+
+    if not _kernels.available():
+        pytest.skip("compiled kernels disabled")
+    _, adv, mask, entropy, old_entropy = (
+        t.to(dtype) if t.is_floating_point() else t for t in _row_inputs(1)
+    )
+    got = kl_mask_quadrants_by_row(adv, entropy, old_entropy, mask, backend="compiled")
+    want = kl_mask_quadrants_by_row(adv, entropy, old_entropy, mask, backend="torch")
+    assert got[0] == want[0]
+    assert torch.equal(got[1], want[1])
+    assert got[0].zero_advantage > 0 and got[0].pos_decreasing > 0

@@ -164,3 +164,41 @@ def _mismatch_sums(z: Any, mask: Any, log_c: float, tokens: Any, rows_out: Any) 
 
 
 mismatch_sums = jit(_mismatch_sums)
+
+
+def _entropy_quadrants(
+    adv: Any, entropy: Any, old_entropy: Any, mask: Any, counts: Any, kl_rows: Any
+) -> None:
+    """TEPO's (sign A, sign dH) quadrants of the valid tokens, dH = entropy -
+    old_entropy in the inputs' precision. counts [6] int64: A > 0 with dH < 0 (the KL
+    mask), A > 0 with dH >= 0, A < 0 with dH > 0, A < 0 with dH <= 0, A == 0, all;
+    kl_rows [B] int64: each row's KL-mask tokens."""
+    rows, length = mask.shape
+    pos_dec = pos_rest = neg_inc = neg_rest = zero = total = 0
+    for r in range(rows):
+        in_mask = 0
+        for t in range(length):
+            if not mask[r, t]:
+                continue
+            a = adv[r, t]
+            dh = entropy[r, t] - old_entropy[r, t]
+            total += 1
+            if a > 0:
+                if dh < 0:
+                    in_mask += 1
+                else:
+                    pos_rest += 1
+            elif a < 0:
+                if dh > 0:
+                    neg_inc += 1
+                else:
+                    neg_rest += 1
+            elif a == 0:
+                zero += 1
+        kl_rows[r] = in_mask
+        pos_dec += in_mask
+    counts[0], counts[1], counts[2], counts[3] = pos_dec, pos_rest, neg_inc, neg_rest
+    counts[4], counts[5] = zero, total
+
+
+entropy_quadrants = jit(_entropy_quadrants)

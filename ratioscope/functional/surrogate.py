@@ -177,6 +177,52 @@ def seq_mean_token_mean(values: Tensor, mask: Tensor) -> float:
     return aggregation_sums(values, mask).aggregates().seq_mean_token_mean
 
 
+@dataclass(frozen=True)
+class AdvantageSums:
+    """[B] float64 sums of the positive and of the negative advantages of each row's
+    valid tokens, and [B] int64 how many there are."""
+
+    positive: Tensor
+    negative: Tensor
+    n_positive: Tensor
+    n_negative: Tensor
+
+
+def advantage_sums(advantages: Tensor, mask: Tensor) -> AdvantageSums:
+    """:class:`AdvantageSums` of [B, T] advantages over the valid tokens of ``mask``."""
+    adv = torch.where(mask, advantages.double(), 0.0)
+    above, below = adv > 0, adv < 0
+    return AdvantageSums(
+        positive=adv.clamp(min=0.0).sum(dim=1),
+        negative=adv.clamp(max=0.0).sum(dim=1),
+        n_positive=above.view(torch.uint8).sum(dim=1),
+        n_negative=below.view(torch.uint8).sum(dim=1),
+    )
+
+
+def constant_ppo_row_sums(
+    values: Tensor, sums: AdvantageSums, clip: tuple[float, float]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`ppo_row_sums` of a log-ratio that is ``values[i]`` on every token of row i
+    (GSPO's, TEPO's sequence ratio): [B] in, the same three [B] results out.
+
+    With r the row's ratio and c(r) its clipped value, a token's clipped term is
+    min(r, c(r)) A for A > 0 and max(r, c(r)) A for A < 0, so the row sums need only the
+    sums and counts of its positive and negative advantages. Counts are exact; the sums
+    equal the per-token ones up to rounding (float64 throughout).
+    """
+    eps_low, eps_high = clip
+    ratio = torch.exp(values.double())
+    bounded = ratio.clamp(1 - eps_low, 1 + eps_high)
+    positive, negative = sums.positive, sums.negative
+    clipped_terms = torch.minimum(ratio, bounded) * positive
+    clipped_terms += torch.maximum(ratio, bounded) * negative
+    plain = ratio * (positive + negative)
+    clipped = torch.where(ratio > 1 + eps_high, sums.n_positive, 0)
+    clipped += torch.where(ratio < 1 - eps_low, sums.n_negative, 0)
+    return clipped, clipped_terms, plain
+
+
 def ppo_row_sums(
     log_ratio: Tensor, advantages: Tensor, mask: Tensor, clip: tuple[float, float]
 ) -> tuple[Tensor, Tensor, Tensor]:

@@ -20,8 +20,10 @@ from torch import Tensor
 from ratioscope.errors import ParameterError, ShapeMismatchError
 from ratioscope.functional.fpa import sequence_weights
 from ratioscope.functional.surrogate import (
+    AdvantageSums,
     Aggregates,
     aggregation_sums,
+    constant_ppo_row_sums,
     ppo_clip_mask,
     ppo_objective_terms,
 )
@@ -278,3 +280,64 @@ def kl_mask_quadrants(
         zero_advantage=int((valid & (a == 0)).sum()),
         total=int(valid.sum()),
     )
+
+
+def kl_mask_quadrants_by_row(
+    adv: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor, backend: str = "auto"
+) -> tuple[KLMaskQuadrants, Tensor]:
+    """:func:`kl_mask_quadrants` and each row's KL-mask tokens ([B] int64, the row sums
+    of :func:`kl_mask`).
+
+    ``backend``: ``"compiled"`` one numba loop over the tokens (CPU, [B, T]
+    advantages), ``"torch"`` the tensor functions (the reference), ``"auto"`` (default)
+    the first where it can run; the counts are identical.
+    """
+    if backend not in ("auto", "compiled", "torch"):
+        raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
+    compiled = _quadrants_compilable(adv, entropy, old_entropy, mask)
+    if backend == "compiled" and not compiled:
+        raise ParameterError("backend", "'compiled' needs numba and [B, T] CPU tensors")
+    if not compiled or backend == "torch":
+        quadrants = kl_mask_quadrants(adv, entropy, old_entropy, mask)
+        return quadrants, kl_mask(adv, entropy, old_entropy, mask).sum(dim=1)
+    import numpy as np
+
+    from ratioscope.functional import _ratio_kernels
+
+    counts = np.zeros(6, dtype=np.int64)
+    rows = np.zeros(mask.shape[0], dtype=np.int64)
+    _ratio_kernels.entropy_quadrants(
+        adv.detach().numpy(), entropy.detach().numpy(), old_entropy.detach().numpy(),
+        mask.numpy(), counts, rows,
+    )  # fmt: skip
+    return KLMaskQuadrants(*(int(n) for n in counts)), torch.from_numpy(rows)
+
+
+def _quadrants_compilable(*tensors: Tensor) -> bool:
+    from ratioscope.functional import _kernels
+
+    *values, mask = tensors
+    return (
+        _kernels.available()
+        and mask.dtype == torch.bool
+        and all(t.device.type == "cpu" and t.shape == mask.shape for t in tensors)
+        and all(t.dtype in (torch.float32, torch.float64) for t in values)
+    )
+
+
+def sequence_clip_counts(
+    log_w: Tensor, sums: AdvantageSums, clip: tuple[float, float] = SEQUENCE_CLIP
+) -> tuple[Tensor, Tensor]:
+    """Each row's clipped tokens under TEPO's sequence weight, from one value per row:
+    ``(ppo [B], literal [B])`` int64, the row sums of :func:`sequence_clip_mask` with
+    ``form="ppo"`` and ``form="literal"``.
+
+    Args:
+        log_w: [B] float64 log w_i (0 for rows without valid tokens); sums: the rows'
+            positive and negative advantage counts (:func:`~ratioscope.functional.
+            surrogate.advantage_sums`); clip: (eps_low, eps_high).
+    """
+    low, high = _check_clip(clip)
+    ppo, _, _ = constant_ppo_row_sums(log_w, sums, (low, high))
+    literal = torch.where(torch.exp(log_w) > 1.0 + high, sums.n_positive + sums.n_negative, 0)
+    return ppo, literal

@@ -7,28 +7,17 @@ means); the context computes each on first use and shares it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
+from ratioscope.functional.surrogate import AdvantageSums, advantage_sums
 from ratioscope.params import AnalysisParams
 
 VARIANTS = ("token", "sequence", "kalman")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class AdvantageSums:
-    """[B] float64 sums of the positive and of the negative advantages of each row's
-    valid tokens, and [B] int64 how many there are."""
-
-    positive: Tensor
-    negative: Tensor
-    n_positive: Tensor
-    n_negative: Tensor
 
 
 class Context:
@@ -75,14 +64,7 @@ class Context:
             advantages = self.batch.advantages
             if advantages is None:
                 raise ValueError("the batch has no advantages")
-            adv = torch.where(self.mask, advantages.double(), 0.0)
-            above, below = adv > 0, adv < 0
-            return AdvantageSums(
-                positive=adv.clamp(min=0.0).sum(dim=1),
-                negative=adv.clamp(max=0.0).sum(dim=1),
-                n_positive=above.view(torch.uint8).sum(dim=1),
-                n_negative=below.view(torch.uint8).sum(dim=1),
-            )
+            return advantage_sums(advantages, self.mask)
 
         return self.cached("advantage_sums", compute)
 

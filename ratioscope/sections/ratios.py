@@ -28,6 +28,7 @@ from ratioscope.functional.ratio_rows import usable as ratio_rows_usable
 from ratioscope.functional.surrogate import (
     Aggregates,
     AggregationSums,
+    constant_ppo_row_sums,
     ppo_row_sums,
     row_aggregation_sums,
 )
@@ -43,7 +44,7 @@ from ratioscope.functional.token_stats import (
 )
 from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
-from ratioscope.sections.context import VARIANTS, AdvantageSums, Context
+from ratioscope.sections.context import VARIANTS, Context
 from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
 from ratioscope.stats import Counter, Histogram, Moments, Vector
@@ -306,7 +307,7 @@ class RatiosAccumulator(Accumulator):
             if advantages is None:
                 continue
             if signal is None:
-                clipped, clipped_sums, plain_sums = _constant_ppo_row_sums(
+                clipped, clipped_sums, plain_sums = constant_ppo_row_sums(
                     ctx.sequence_mean_z, ctx.advantage_sums, self.band(variant)
                 )
             elif rows is not None and rows.ppo is not None:
@@ -465,28 +466,6 @@ def _add_constant_rows(histogram: Histogram, values: Tensor, lengths: Tensor) ->
     m2 = float((weights * (row_values - mean).square()).sum())
     low, high = float(row_values.min()), float(row_values.max())
     histogram.moments.merge(Moments(int(tokens), mean, m2, low, high))
-
-
-def _constant_ppo_row_sums(
-    values: Tensor, advantage_sums: AdvantageSums, clip: tuple[float, float]
-) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`ppo_row_sums` of a log-ratio that is ``values[i]`` on every token of row i.
-
-    With r the row's ratio and c(r) its clipped value, a token's clipped term is
-    min(r, c(r)) A for A > 0 and max(r, c(r)) A for A < 0, so the row sums need only the
-    sums and counts of its positive and negative advantages. Counts are exact; the sums
-    equal the per-token ones up to rounding (float64 throughout).
-    """
-    eps_low, eps_high = clip
-    ratio = torch.exp(values.double())
-    bounded = ratio.clamp(1 - eps_low, 1 + eps_high)
-    positive, negative = advantage_sums.positive, advantage_sums.negative
-    clipped_terms = torch.minimum(ratio, bounded) * positive
-    clipped_terms += torch.maximum(ratio, bounded) * negative
-    plain = ratio * (positive + negative)
-    clipped = torch.where(ratio > 1 + eps_high, advantage_sums.n_positive, 0)
-    clipped += torch.where(ratio < 1 - eps_low, advantage_sums.n_negative, 0)
-    return clipped, clipped_terms, plain
 
 
 def _frequency_grid() -> list[float]:

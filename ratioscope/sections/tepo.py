@@ -21,13 +21,16 @@ import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
-from ratioscope.functional.surrogate import Aggregates, AggregationSums, aggregation_sums
+from ratioscope.functional.surrogate import (
+    Aggregates,
+    AggregationSums,
+    constant_ppo_row_sums,
+    row_aggregation_sums,
+)
 from ratioscope.functional.tepo import (
-    kl_mask,
-    kl_mask_quadrants,
-    sequence_clip_mask,
+    kl_mask_quadrants_by_row,
+    sequence_clip_counts,
     sequence_likelihood_weights,
-    tepo_policy_terms,
 )
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
@@ -128,21 +131,23 @@ class TepoAccumulator(Accumulator):
         advantages = batch.advantages
         if advantages is None:
             return columns
-        self.advantage_tokens += int(mask.sum())
-        clipped = sequence_clip_mask(z, advantages, mask, band, form="ppo")
+        self.advantage_tokens += int(ctx.lengths.sum())
+        # the sequence weight is constant within each row: the clip counts and the
+        # surrogate follow from each row's sums of positive and negative advantages
+        log_w = torch.where(ctx.nonempty, torch.log(weights.double()), 0.0)
+        clipped, literal = sequence_clip_counts(log_w, ctx.advantage_sums, band)
         self.clipped += int(clipped.sum())
-        self.clipped_literal += int(sequence_clip_mask(z, advantages, mask, band, "literal").sum())
-        columns["tepo_clip_fraction"] = clipped.sum(dim=1) / ctx.lengths.clamp_min(1)
-        terms = tepo_policy_terms(z, advantages, mask, band, form="ppo")
-        self.surrogate = self.surrogate.merge(aggregation_sums(terms, mask))
+        self.clipped_literal += int(literal.sum())
+        columns["tepo_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
+        _, terms, _ = constant_ppo_row_sums(log_w, ctx.advantage_sums, band)
+        self.surrogate = self.surrogate.merge(row_aggregation_sums(terms, ctx.lengths))
         entropy, old_entropy = batch.entropy, batch.old_entropy
         if entropy is None or old_entropy is None:
             return columns
-        quadrants = kl_mask_quadrants(advantages, entropy, old_entropy, mask)
+        quadrants, in_mask = kl_mask_quadrants_by_row(advantages, entropy, old_entropy, mask)
         counts = [getattr(quadrants, name) for name in QUADRANTS] + [quadrants.total]
         self.quadrants += torch.tensor(counts, dtype=torch.long)
-        in_mask = kl_mask(advantages, entropy, old_entropy, mask)
-        columns["tepo_kl_mask_fraction"] = in_mask.sum(dim=1) / ctx.lengths.clamp_min(1)
+        columns["tepo_kl_mask_fraction"] = in_mask / ctx.lengths.clamp_min(1)
         return columns
 
     def result(self) -> TepoSection | None:
