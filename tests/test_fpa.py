@@ -222,3 +222,36 @@ def test_cuda_from_cpu_logits_matches_cpu() -> None:
     )
     expected = _unchunked(logits.half().float(), ref_logits.half().float(), token_ids, 1.0)
     torch.testing.assert_close(on_device.cpu()[mask], expected[mask].float(), rtol=1e-4, atol=1e-4)
+
+
+def test_approximate_sequence_terms_equal_the_per_lambda_functions():
+    """Every lambda from two row sums == the [B, T] approximation per lambda (float64
+    inputs, where both keep float64), and a plain loop over tokens; empty rows NaN."""
+    from ratioscope.functional.fpa import approximate_sequence_terms
+
+    generator = torch.Generator().manual_seed(3)
+    log_probs = -torch.rand(9, 13, generator=generator, dtype=torch.float64) * 3
+    reference = log_probs + 0.2 * torch.randn(9, 13, generator=generator, dtype=torch.float64)
+    mask = torch.rand(9, 13, generator=generator) > 0.3
+    mask[4] = False
+    lams = (0.0, 0.5, 1.0, 4.0)
+    terms = approximate_sequence_terms(log_probs, reference, mask, lams)
+    for index, lam in enumerate(lams):
+        future = future_log_probs_approx(log_probs, reference, lam)
+        torch.testing.assert_close(
+            terms.weights[index], sequence_weights(future, mask), equal_nan=True
+        )
+        torch.testing.assert_close(
+            terms.ratios[index], future_to_current_ratio(future, log_probs, mask), equal_nan=True
+        )
+    torch.testing.assert_close(terms.log_ratio, sequence_log_ratio(log_probs, reference, mask))
+    # a plain loop, lambda 1 and the per-token log-ratio
+    for row in range(9):
+        picked = [t for t in range(13) if mask[row, t]]
+        if not picked:
+            assert math.isnan(float(terms.weights[2, row]))
+            continue
+        mean = sum(2 * float(log_probs[row, t]) - float(reference[row, t]) for t in picked)
+        assert float(terms.weights[2, row]) == pytest.approx(math.exp(mean / len(picked)))
+        d = sum(float(log_probs[row, t] - reference[row, t]) for t in picked) / len(picked)
+        assert float(terms.log_ratio_per_token[row]) == pytest.approx(d)

@@ -393,6 +393,60 @@ def future_to_current_ratio(future_log_probs: Tensor, log_probs: Tensor, mask: T
 
 
 @dataclass(frozen=True)
+class ApproximateSequenceTerms:
+    """FPA's per-sequence quantities under the APPROXIMATION for several lambdas.
+
+    Attributes:
+        weights: [L, B] float64 ``exp(mean_t future_lam)`` (:func:`sequence_weights`).
+        ratios: [L, B] float64 ``exp(mean_t (future_lam - log pi))``
+            (:func:`future_to_current_ratio`).
+        log_ratio: [B] float64 ``sum_t (log pi - log pi_ref)`` (:func:`sequence_log_ratio`).
+        log_ratio_per_token: [B] float64 its mean over the valid tokens.
+    NaN means for rows without a valid token (their sum is 0).
+    """
+
+    weights: Tensor
+    ratios: Tensor
+    log_ratio: Tensor
+    log_ratio_per_token: Tensor
+
+
+def approximate_sequence_terms(
+    log_probs: Tensor, ref_log_probs: Tensor, mask: Tensor, lams: Sequence[float]
+) -> ApproximateSequenceTerms:
+    """:class:`ApproximateSequenceTerms` of :func:`future_log_probs_approx` for every
+    lambda in ``lams``, from two float64 row sums.
+
+    The approximation ``(1 + lam) log pi - lam log pi_ref = log pi + lam d``, with
+    ``d = log pi - log pi_ref``, is linear in the token log-probs, so each row's mean is
+    ``m + lam m_d`` with m and m_d the row means of log pi and d: two passes over [B, T]
+    whatever the number of lambdas, instead of a [B, T] tensor and two means per lambda.
+    The means are taken in float64 (the per-lambda functions keep the input's precision).
+
+    Args:
+        log_probs, ref_log_probs: [B, T] float; mask: [B, T] bool; lams: L values.
+    """
+    lams = _check_lambdas(lams)
+    if log_probs.shape != ref_log_probs.shape:
+        raise ShapeMismatchError(
+            None, "ref_log_probs", ref_log_probs.shape, "log_probs", log_probs.shape
+        )
+    valid = mask.to(device=log_probs.device, dtype=torch.bool)
+    current = log_probs.double()
+    lengths = valid.sum(dim=1).double()
+    mean = torch.where(valid, current, 0.0).sum(dim=1) / lengths
+    difference = torch.where(valid, current - ref_log_probs.double(), 0.0).sum(dim=1)
+    mean_difference = difference / lengths
+    scale = torch.tensor(lams, dtype=torch.float64, device=log_probs.device).unsqueeze(1)
+    return ApproximateSequenceTerms(
+        weights=torch.exp(mean + scale * mean_difference),
+        ratios=torch.exp(scale * mean_difference),
+        log_ratio=difference,
+        log_ratio_per_token=mean_difference,
+    )
+
+
+@dataclass(frozen=True)
 class BelowThreshold:
     """Sequences whose weight falls below a threshold (FPA Fig. 3 right).
 

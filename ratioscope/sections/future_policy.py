@@ -32,10 +32,11 @@ from torch import Tensor
 from ratioscope.batch import TokenBatch
 from ratioscope.errors import InputError
 from ratioscope.functional.fpa import (
+    ApproximateSequenceTerms,
     BelowThreshold,
     ByCorrectness,
+    approximate_sequence_terms,
     count_below,
-    future_log_probs_approx,
     future_log_probs_sweep,
     future_to_current_ratio,
     policy_log_probs_from_logits,
@@ -273,6 +274,20 @@ def _merge_methods(
 _METHODS_CODEC = Codec(dump=_dump_methods, load=_load_methods, flat=True)
 
 
+def _exact_terms(
+    future: Tensor, current: Tensor, reference: Tensor, mask: Tensor
+) -> ApproximateSequenceTerms:
+    """The per-sequence quantities of exact future log-probs ([L, B, T]), one lambda at a
+    time (the normaliser makes them non-linear in lambda); same fields as the
+    approximation's."""
+    return ApproximateSequenceTerms(
+        weights=torch.stack([sequence_weights(f, mask) for f in future]),
+        ratios=torch.stack([future_to_current_ratio(f, current, mask) for f in future]),
+        log_ratio=sequence_log_ratio(current, reference, mask),
+        log_ratio_per_token=sequence_log_ratio(current, reference, mask, normalise=True),
+    )
+
+
 class FuturePolicyAccumulator(Accumulator):
     """FPA weights for the lambda sweep, chunk by chunk, each method on its own."""
 
@@ -321,14 +336,13 @@ class FuturePolicyAccumulator(Accumulator):
         if _exact(batch):
             state = self.method("exact")
             future, reference = exact_log_probs(batch, self.lams, mask.device)
+            terms = _exact_terms(future, future[self.lams.index(0.0)], reference, mask)
         else:
             state = self.method("approximation")
-            log_probs = required(batch, "log_probs")
-            reference = required(batch, "ref_log_probs")
-            future = torch.stack(
-                [future_log_probs_approx(log_probs, reference, lam) for lam in self.lams]
+            # linear in the token log-probs: every lambda from two row sums
+            terms = approximate_sequence_terms(
+                required(batch, "log_probs"), required(batch, "ref_log_probs"), mask, self.lams
             )
-        current = future[self.lams.index(0.0)]
 
         # a row without valid tokens has no sequence weight or log-ratio: leave it out
         present = ctx.nonempty
@@ -340,20 +354,16 @@ class FuturePolicyAccumulator(Accumulator):
         threshold = self.params.fpa_threshold
         columns: dict[str, Tensor] = {}
         for index, lam in enumerate(self.lams):
-            weights = sequence_weights(future[index], mask)
+            weights = terms.weights[index]
             state.weights[index].add(weights, selections, threshold)
-            state.ratios[index].add(
-                future_to_current_ratio(future[index], current, mask), selections, None
-            )
+            state.ratios[index].add(terms.ratios[index], selections, None)
             if lam == 0.0:
                 columns["fpa_weight_current"] = weights
             if lam == self.params.fpa_lambda:
                 columns["fpa_weight_future"] = weights
-        log_ratio = sequence_log_ratio(current, reference, mask)
-        state.log_ratio_sequence.add(log_ratio, selections, None)
-        per_token = sequence_log_ratio(current, reference, mask, normalise=True)
-        state.log_ratio_token.add(per_token, selections, None)
-        columns["fpa_log_ratio_ref"] = log_ratio
+        state.log_ratio_sequence.add(terms.log_ratio, selections, None)
+        state.log_ratio_token.add(terms.log_ratio_per_token, selections, None)
+        columns["fpa_log_ratio_ref"] = terms.log_ratio
         return columns
 
     # ------------------------------------------------------------------- result
