@@ -166,3 +166,46 @@ def test_cluster_order_makes_clusters_contiguous_largest_first():
     assert labels[order].tolist() == [0, 0, 0, 2, 2, 1]
     # within a cluster the original order is kept
     assert order.tolist() == [1, 3, 5, 0, 4, 2]
+
+
+# ---- eval-ucc's fast paths against the plain formulas they replace --------------------
+
+
+def test_tfidf_cosine_is_bitwise_the_out_of_place_formula():
+    # the in-place scaling must give the very same floats as new arrays did
+    from ratioscope.functional.clustering import term_counts, tfidf_cosine, token_lists
+
+    texts = [*SOLUTIONS, "x = 2 and y = 3", "Let X be 2; y is 3", "", "x_1 ünï 2 2 2"]
+    terms = term_counts(token_lists([text.lower() for text in texts]))
+    counts = terms.counts.astype(np.float64)
+    m = counts.shape[0]
+    df = np.count_nonzero(terms.counts, axis=0)
+    weights = counts * (np.log((m + 1) / (df + 1)) + 1.0)
+    norms = np.sqrt(np.einsum("ij,ij->i", weights, weights))
+    unit = weights / np.where(norms > 0.0, norms, 1.0)[:, None]
+    want = np.clip(unit @ unit.T, 0.0, 1.0)
+    want[np.ix_([m - 2], [m - 2])] = 1.0  # the token-less text, alone
+    np.fill_diagonal(want, 1.0)
+    np.testing.assert_array_equal(tfidf_cosine(texts, terms=terms), want)
+
+
+def _same_partition(first: np.ndarray, second: np.ndarray) -> bool:
+    pairs = set(zip(first.tolist(), second.tolist(), strict=True))
+    return len(pairs) == len(set(first.tolist())) == len(set(second.tolist()))
+
+
+def test_connected_components_equal_scipys():
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components as scipy_components
+
+    from ratioscope.functional.clustering import connected_components
+
+    rng = np.random.default_rng(3)
+    graphs = [rng.random((m, m)) < p for m in (1, 2, 7, 60, 200) for p in (0.0, 0.01, 0.05, 0.5)]
+    chain = np.eye(300, k=1, dtype=bool)  # a path: needs more rounds, scipy finishes it
+    shuffled = rng.permutation(300)
+    graphs += [chain, chain[np.ix_(shuffled, shuffled)], np.zeros((0, 0), dtype=bool)]
+    for adjacent in graphs:  # not symmetric: an edge either way links the pair
+        got = connected_components(adjacent)
+        _, want = scipy_components(csr_matrix(adjacent), directed=False)
+        assert _same_partition(got, want)

@@ -224,3 +224,54 @@ def test_fast_tokens_equal_the_regular_expressions():
     assert token_lists(lowered) == [lexical_tokens(text) for text in lowered]
     every_code_point = "".join(map(chr, range(0x3000)))  # letters, digits, marks, spaces
     assert token_lists([every_code_point.lower()]) == [lexical_tokens(every_code_point)]
+
+
+def test_edit_similarity_pairs_equal_the_written_out_formula():
+    # exactly 1 - Levenshtein / longer length (1.0 for two empty strings), pair by pair
+    from rapidfuzz.distance import Levenshtein
+
+    from ratioscope.functional.diversity import edit_similarity_pairs
+
+    rng = random.Random(4)
+    texts = [*real_responses(), *EDGE_TEXTS, "\U0001f600 emoji ¹²", "ab" * 700]
+    first, second = [], []
+    for _ in range(300):
+        a = rng.choice(texts)
+        words = a.split(" ")
+        for _ in range(rng.randint(0, 6)):  # a near-duplicate, or an unrelated text
+            words[rng.randrange(len(words))] = rng.choice(["x_1", "√9", "", "\U0001f600"])
+        b = " ".join(words) if rng.random() < 0.6 else rng.choice(texts)
+        first.append(a[: rng.choice([0, 3, 100, 2000])])
+        second.append(b[: rng.choice([0, 3, 100, 2000])])
+    first += ["", "same", "ünï"]
+    second += ["", "same", "uni"]
+    got = edit_similarity_pairs(first, second).tolist()
+    for a, b, value in zip(first, second, got, strict=True):
+        longest = max(len(a), len(b))
+        assert value == (1.0 - Levenshtein.distance(a, b) / longest if longest else 1.0)
+        if longest <= 100:
+            assert value == (1.0 - dp_levenshtein(a, b) / longest if longest else 1.0)
+
+
+def test_rouge_ids_are_rouge_scores_tokens():
+    from ratioscope.functional.clustering import term_counts, token_lists
+    from ratioscope.functional.diversity import encode_ids, rouge_ids
+
+    every_code_point = "".join(map(chr, range(0x3000)))
+    problems = [
+        ["let x = 2", "so 2x = 4 and x = 2", ""],  # every term is one [a-z0-9] run
+        ["x_ = _y", "x and y_"],  # one run per term, not the term itself
+        [*EDGE_TEXTS, "x_1 ünï_2 __ a_b_c é1é2", every_code_point, *real_responses()[:10]],
+    ]
+    for texts in problems:
+        lowered = [text.lower() for text in texts]
+        ids, lengths = rouge_ids(term_counts(token_lists(lowered)))
+        want = [rouge_tokens(text) for text in texts]
+        assert lengths.tolist() == [len(tokens) for tokens in want]
+        # one id per distinct token and one token per id: a code LCS can run on
+        pairs = set(zip(ids.tolist(), [t for tokens in want for t in tokens], strict=True))
+        assert len(pairs) == len({i for i, _ in pairs}) == len({t for _, t in pairs})
+        encoded = encode_ids(ids, lengths)
+        assert [len(code) for code in encoded] == lengths.tolist()
+        for code in encoded:
+            code.encode("utf-8")  # no lone surrogates

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, count
 
 import numpy as np
 from rapidfuzz import process
@@ -107,6 +107,65 @@ def encode_tokens(token_lists: Sequence[Sequence[str]]) -> list[str]:
 
 def _code_point(token_id: int) -> int:
     return token_id if token_id < _SURROGATE_START else token_id + _SURROGATE_COUNT
+
+
+def encode_ids(ids: np.ndarray, lengths: np.ndarray) -> list[str]:
+    """:func:`encode_tokens` for token ids: one character per id, one string per text.
+
+    All texts are converted in one vectorised step (ids -> UTF-32 -> str) and then
+    sliced, instead of one dictionary look-up and join per token.
+
+    Args:
+        ids: [T] int, non-negative token ids of all texts, text after text.
+        lengths: [m] int, tokens per text.
+
+    >>> encode_ids(np.array([0, 1, 1, 2]), np.array([2, 0, 2])) == encode_tokens(
+    ...     [["a", "b"], [], ["b", "c"]]
+    ... )
+    True
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    codes = np.where(ids < _SURROGATE_START, ids, ids + _SURROGATE_COUNT).astype("<u4")
+    joined = codes.tobytes().decode("utf-32-le")
+    ends = np.cumsum(np.asarray(lengths, dtype=np.int64)).tolist()
+    return [joined[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def rouge_ids(terms: TermCounts) -> tuple[np.ndarray, np.ndarray]:
+    """rouge-score's tokens of texts as ids, from their default-pattern TF-IDF tokens.
+
+    Every rouge-score character ([a-z0-9]) is a word character, so each maximal
+    [a-z0-9] run of a text lies inside one maximal word-character run (a TF-IDF token
+    of the default pattern) and is maximal there too: a text's rouge-score tokens are
+    its TF-IDF tokens' rouge-score tokens, in order. So the tokens are mapped per
+    distinct term instead of tokenising every text a second time.
+
+    Args:
+        terms: :func:`term_counts` of the lower-cased texts' default-pattern tokens.
+
+    Returns:
+        ([T'] int64 ids, text after text; [m] int64 tokens per text). Equal ids mean
+        equal tokens (the ids are a one-to-one code, as :func:`encode_tokens` needs).
+    """
+    vocabulary = terms.vocabulary
+    joined = " ".join(vocabulary)
+    if joined.translate(_ROUGE_SEPARATORS) == joined:
+        return terms.ids, terms.lengths  # every term is one [a-z0-9] run: the same tokens
+    pieces = [term.translate(_ROUGE_SEPARATORS).split() for term in vocabulary]
+    per_term = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    tokens = list(chain.from_iterable(pieces))
+    index = dict(zip(dict.fromkeys(tokens), count()))
+    flat = np.fromiter(map(index.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+    if np.all(per_term == 1):  # e.g. "x_" -> "x": the same token count, other ids
+        return flat[terms.ids], terms.lengths
+    # expand each token into its term's pieces: piece k of a token is flat[start + k]
+    per_token = per_term[terms.ids]
+    pieces_before = np.concatenate(([0], np.cumsum(per_token)))
+    term_of_piece = np.repeat(terms.ids, per_token)
+    within = np.arange(pieces_before[-1]) - np.repeat(pieces_before[:-1], per_token)
+    start = np.cumsum(per_term) - per_term
+    text_bounds = np.concatenate(([0], np.cumsum(terms.lengths)))
+    return flat[start[term_of_piece] + within], np.diff(pieces_before[text_bounds])
 
 
 def rouge_l_from_lcs(lcs: np.ndarray, length_a: np.ndarray, length_b: np.ndarray) -> np.ndarray:
@@ -298,7 +357,8 @@ def problem_similarity(
     if len(texts) < 2:
         return ProblemSimilarity(similarity, None)
     pairs = sample_pairs(len(texts), max_pairs, seed)
-    return ProblemSimilarity(similarity, _pair_scores(texts, lowered, terms, similarity, pairs))
+    scores = _pair_scores(texts, lowered, terms, similarity, pairs, token_pattern)
+    return ProblemSimilarity(similarity, scores)
 
 
 def _pair_scores(
@@ -307,22 +367,26 @@ def _pair_scores(
     terms: TermCounts,
     similarity: np.ndarray,
     pairs: np.ndarray,
+    token_pattern: str,
 ) -> DiversityScores:
     """Mean similarities over ``pairs`` ([M, 2] indices) of one problem's texts."""
     nan = float("nan")
     if pairs.shape[0] == 0:
         return DiversityScores(mean_offdiagonal(similarity), nan, nan, nan, 0)
     first, second = pairs[:, 0], pairs[:, 1]
-    used = np.unique(pairs).tolist()
-    # only texts in a sampled pair are encoded; any one-to-one code gives the same LCS
-    codes = encode_tokens([lowered[i].translate(_ROUGE_SEPARATORS).split() for i in used])
-    encoded = dict(zip(used, codes, strict=True))
-    rouge = rouge_l_pairs(
-        [encoded[i] for i in first.tolist()], [encoded[j] for j in second.tolist()]
-    )
-    edit = edit_similarity_pairs(
-        [texts[i] for i in first.tolist()], [texts[j] for j in second.tolist()]
-    )
+    first_list, second_list = first.tolist(), second.tolist()
+    if token_pattern == DEFAULT_TOKEN_PATTERN:
+        # rouge-score's tokens follow from the TF-IDF tokens (see rouge_ids)
+        encoded = encode_ids(*rouge_ids(terms))
+    else:
+        used = np.unique(pairs).tolist()
+        # only texts in a sampled pair are encoded; any one-to-one code gives the same LCS
+        codes = encode_tokens([lowered[i].translate(_ROUGE_SEPARATORS).split() for i in used])
+        encoded = [""] * len(texts)
+        for i, code in zip(used, codes, strict=True):
+            encoded[i] = code
+    rouge = rouge_l_pairs([encoded[i] for i in first_list], [encoded[j] for j in second_list])
+    edit = edit_similarity_pairs([texts[i] for i in first_list], [texts[j] for j in second_list])
     return DiversityScores(
         tfidf_cosine=mean_offdiagonal(similarity),
         rouge_l=float(rouge.mean()),
