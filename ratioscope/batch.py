@@ -490,7 +490,10 @@ class _Builder:
         for key, tensor in values.items():
             if key == "token_ids":
                 continue
-            bad = ~torch.isfinite(tensor) & mask
+            finite = torch.isfinite(tensor)
+            if bool(finite.all()):  # the usual case: no count (a bool sum is slow)
+                continue
+            bad = ~finite & mask
             count = int(bad.sum())
             if count == 0:
                 continue
