@@ -198,3 +198,23 @@ def test_bad_backend_is_a_usage_error():
         kalman_filter(torch.zeros(1, 3), None, backend="fast")  # type: ignore[arg-type]
     with pytest.raises(UsageError):
         signal_statistics(torch.zeros(1, 3), None, backend="fast")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_masked_zero_and_row_counts_equal_torch(dtype):
+    import numpy as np
+
+    gen = torch.Generator().manual_seed(9)
+    mask = torch.rand(17, 29, generator=gen) > 0.4
+    mask[3] = False
+    values = (100 * torch.randn(17, 29, generator=gen)).to(dtype)
+    if dtype.is_floating_point:
+        values[~mask] = math.nan  # masked garbage must not leak
+    strided = values.t().contiguous().t()  # the same values, column-major
+    for tensor in (values, strided):
+        got = torch.from_numpy(_kernels.masked_zero(tensor.numpy(), mask.numpy()))
+        want = torch.where(mask, tensor, torch.zeros((), dtype=dtype))
+        assert_identical(got, want)
+    counts = torch.from_numpy(_kernels.row_counts(mask.numpy()))
+    assert torch.equal(counts, mask.sum(dim=1))
+    assert _kernels.row_counts(np.zeros((0, 4), dtype=bool)).shape == (0,)

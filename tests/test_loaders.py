@@ -141,6 +141,22 @@ def test_nonfinite_mask_policy_masks_the_token_and_warns():
     assert any("masked 2 token(s)" in w for w in batch.warnings)
 
 
+def test_finiteness_check_takes_the_full_path_when_the_sum_is_not_finite():
+    """The fast check (one sum) cannot decide on a sum that overflows or on a
+    non-finite value behind the mask; both take the element-wise check, which finds
+    nothing to mask there. Masked positions come out zeroed, NaN included."""
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    big = torch.tensor([[3e38, 3e38, 0.0], [3e38, 0.1, 0.2]])  # finite, sum overflows
+    z = torch.tensor([[0.1, 0.2, float("nan")], [0.0, 0.3, -0.1]])  # NaN only if masked
+    batch = ratioscope.TokenBatch.from_tensors(
+        {"mask": mask, "log_ratio": z, "advantages": big}, nonfinite="error"
+    )
+    assert batch.mask.tolist() == mask.tolist()
+    assert not any("masked" in w for w in batch.warnings)
+    assert batch.log_ratio[0, 2].item() == 0.0
+    assert torch.equal(batch.advantages[0], torch.tensor([3e38, 3e38, 0.0]))
+
+
 def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
     from ratioscope.errors import ParameterError
     from ratioscope.io.loaders import LoadOptions, load_file
