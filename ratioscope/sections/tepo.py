@@ -126,7 +126,7 @@ class TepoAccumulator(Accumulator):
         self.weight.add(weights[finite])
         outside = (weights > 1 + band[1]) | (weights < 1 - band[0])
         self.outside += int((outside & finite).sum())
-        self.tokens += int(mask.sum())
+        self.tokens += int(ctx.lengths.sum())
         columns: dict[str, Tensor] = {}
         advantages = batch.advantages
         if advantages is None:
