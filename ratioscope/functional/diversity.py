@@ -16,10 +16,14 @@ The last three are computed on at most ``max_pairs`` pairs per problem, drawn wi
 replacement by a generator with a fixed seed, so the same input gives the same numbers.
 
 :func:`problem_similarity` is what ``eval-ucc`` runs: it tokenises each text once, for
-the TF-IDF, the clustering and Jaccard, and scores the sampled pairs in batches. The
-per-pair :func:`diversity_scores` (on scikit-learn's TF-IDF) is kept as its reference:
-the two agree exactly on ROUGE-L, Jaccard and edit similarity and to 1e-15 on the
-TF-IDF cosine (tested).
+the TF-IDF, the clustering, Jaccard and (with the default token pattern, see
+:func:`rouge_ids`) ROUGE-L, and scores the sampled pairs in batches. The per-pair
+:func:`diversity_scores` (on scikit-learn's TF-IDF) is kept as its reference: the two
+agree exactly on ROUGE-L, Jaccard and edit similarity and to 1e-15 on the TF-IDF cosine
+(tested). Edit similarity, an exact character Levenshtein on every sampled pair, is most
+of the time of eval-ucc: rapidfuzz's banded mode (``score_cutoff``/``score_hint``)
+was tried and saves nothing here, because most pairs of different solutions are more
+than half their length apart and need the full matrix.
 """
 
 from __future__ import annotations
@@ -343,7 +347,8 @@ def problem_similarity(
     Same numbers as ``diversity_scores(texts, tfidf_similarity(texts), ...)``: the same
     pairs, the same ROUGE-L, Jaccard and edit similarity, and the TF-IDF cosine to
     1e-15 (summation order). Jaccard comes from the term counts' presence matrix
-    instead of Python sets.
+    instead of Python sets, and with the default token pattern ROUGE-L's tokens from
+    the TF-IDF tokens (:func:`rouge_ids`).
 
     Args:
         texts: m correct responses.
