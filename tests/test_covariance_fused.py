@@ -10,11 +10,10 @@ adds per row where torch sums per chunk, and ``exp``/``log`` may differ in the l
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
+from documents import assert_documents_close
 
 import ratioscope
 import ratioscope.sections.covariance as covariance_section
@@ -77,22 +76,9 @@ def _covariance(path, chunk_elements: int, compiled: bool, monkeypatch, **option
     return report.to_dict()["covariance"]
 
 
-def _assert_close(fused, reference, where: str = "covariance") -> None:
-    if isinstance(reference, dict):
-        assert fused.keys() == reference.keys(), where
-        for key in reference:
-            _assert_close(fused[key], reference[key], f"{where}.{key}")
-    elif isinstance(reference, list):
-        assert len(fused) == len(reference), where
-        for index, (f, r) in enumerate(zip(fused, reference, strict=True)):
-            _assert_close(f, r, f"{where}[{index}]")
-    elif isinstance(reference, float):
-        if math.isnan(reference):
-            assert math.isnan(fused), where
-        else:
-            assert fused == pytest.approx(reference, rel=1e-12, abs=1e-15), where
-    else:
-        assert fused == reference, where  # counts, names: exactly
+def _assert_close(fused, reference) -> None:
+    # counts and names exactly, floats to rounding
+    assert_documents_close(fused, reference, rel=1e-12, abs_tol=1e-15, where="covariance")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from documents import assert_documents_close
 from dumps import make_reference
 from typer.testing import CliRunner
 
@@ -37,19 +38,8 @@ def sections(report):
     return {k: document[k] for k in ("ratios", "mismatch", "future_policy", "tepo")}
 
 
-def close(a, b, path=""):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for key in a:
-            close(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
+def close(a, b):
+    assert_documents_close(a, b, rel=1e-6, abs_tol=1e-9)
 
 
 def test_an_all_masked_row_changes_no_number():

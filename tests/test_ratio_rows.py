@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from documents import assert_documents_close
 
 import ratioscope
 import ratioscope.sections.ratios as ratios_section
@@ -129,20 +130,4 @@ def test_ratios_section_compiled_equals_torch(tmp_path, monkeypatch):
 
     fused, reference = report(True), report(False)
 
-    def close(a, b, where="ratios"):
-        if isinstance(b, dict):
-            assert a.keys() == b.keys(), where
-            for key in b:
-                close(a[key], b[key], f"{where}.{key}")
-        elif isinstance(b, list):
-            assert len(a) == len(b), where
-            for i, (u, v) in enumerate(zip(a, b, strict=True)):
-                close(u, v, f"{where}[{i}]")
-        elif isinstance(b, float):
-            assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(
-                b, rel=1e-10, abs=1e-14
-            ), where
-        else:
-            assert a == b, where
-
-    close(fused, reference)
+    assert_documents_close(fused, reference, rel=1e-10, abs_tol=1e-14, where="ratios")
