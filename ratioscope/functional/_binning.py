@@ -2,6 +2,10 @@
 
 For the compiled loops that bin values as they compute them; imports numba, so it is
 imported only where :func:`ratioscope.functional._kernels.available` allows.
+
+numba's on-disk cache of a caller is keyed on the caller's own source file, not on
+this one: after editing this module, delete the ``*.nbi``/``*.nbc`` files under
+``ratioscope/functional/__pycache__`` (or touch the callers) so that they recompile.
 """
 
 from __future__ import annotations
