@@ -165,7 +165,44 @@ def test_masked_nonfinite_values_are_counted_over_the_whole_file(tmp_path, suffi
     assert any("masked" in w for w in streamed.warnings)
 
 
-def test_json_line_errors_name_the_line_of_the_file(tmp_path):
+def _same_columns(left: dict, right: dict) -> None:
+    """Columns equal value for value (NaN where NaN), dtypes included."""
+    assert list(left) == list(right)
+    for key, value in left.items():
+        other = right[key]
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(value, other, rtol=0, atol=0, equal_nan=True)
+        elif value and isinstance(value[0], torch.Tensor):
+            assert len(value) == len(other)
+            for row, row_other in zip(value, other, strict=True):
+                torch.testing.assert_close(row, row_other, rtol=0, atol=0, equal_nan=True)
+        else:
+            assert value == other, key
+
+
+def test_json_lines_converted_a_few_at_a_time_equal_the_range_at_once(tmp_path, monkeypatch):
+    from ratioscope.io import chunks
+
+    path = write(tmp_path, ".jsonl")  # a blank line, a missing reward, string labels
+    source = chunks.JsonLinesSource(path)
+    assert source.bind({k: k for k in source.header.columns})
+    for start, stop in [(0, ROWS), (4, 17), (9, 10)]:
+        monkeypatch.setattr(chunks, "JSON_LINES_AT_ONCE", ROWS)  # the range in one go
+        at_once = source.read(start, stop)
+        monkeypatch.setattr(chunks, "JSON_LINES_AT_ONCE", 2)
+        _same_columns(source.read(start, stop), at_once)
+    source.close()
+    # and a whole analysis over such reads
+    streamed, whole = both(path)
+    assert document(streamed) == document(whole)
+    assert streamed.sequences.frame().equals(whole.sequences.frame())
+
+
+@pytest.mark.parametrize("at_once", [16, 2])
+def test_json_line_errors_name_the_line_of_the_file(tmp_path, monkeypatch, at_once):
+    from ratioscope.io import chunks
+
+    monkeypatch.setattr(chunks, "JSON_LINES_AT_ONCE", at_once)
     path = write(tmp_path, ".jsonl")
     lines = path.read_text().splitlines()
     lines[17] = lines[17].replace('"log_probs": [', '"log_probs": [0.5, "x", ', 1)
