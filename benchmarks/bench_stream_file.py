@@ -11,13 +11,23 @@ own peak resident memory (VmHWM). The peer, printed beside it with the ratio:
   (the many-file path that was already bounded; its covariance and trust-region numbers
   differ, since each file is one training batch); `--split-mib 0`: no peer there.
 
+The streamed run sets `RATIOSCOPE_STREAM_BYTES=0`, so a file below the default 128 MiB
+threshold is streamed too (without it a 0.1 GiB file would be read whole twice). Beside
+the peak, the child reports glibc's heap at exit (`mallinfo2`: bytes the heap holds, and
+how many of them are in use): the CLI keeps freed memory for reuse
+(`ratioscope/allocator.py`), so a heap much larger than what is in use is memory freed
+into holes that later chunks could not reuse (fragmentation), not live data.
+
 Every section is computed (the default); with `--without-covariance` each size is also
 run with every section but `covariance`, the one section that reads the file more than
-once (five passes, docs/scale.md). The big files are deleted at the end unless `--keep`.
+once (five passes, docs/scale.md). The big files are deleted at the end unless `--keep`;
+with `--files DIR` they are written there once, reused by later runs and never deleted.
 
     python benchmarks/bench_stream_file.py                       # 0.1,0.5,1,2,4 GiB + 1 GiB JSONL
     python benchmarks/bench_stream_file.py --sizes 0.1 --jsonl 0.05 --whole-max 0.1
     python benchmarks/bench_stream_file.py --whole-max 0.1 --split-mib 0 --jsonl 0.5
+    python benchmarks/bench_stream_file.py --sizes 8 --jsonl 4 --whole-max 0 --split-mib 0 \
+        --files /tmp/ratioscope-rss/files
 """
 
 from __future__ import annotations
@@ -27,22 +37,92 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scale import measure
 from make_synthetic import LABEL, make_synthetic
 
 GIB = 1 << 30
 BLOCK = 256  # rows per make_synthetic call
 _DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.bool: "BOOL"}
 NO_COVARIANCE = "ratios,mismatch,future_policy,tepo,trust_region"
+STREAM_ALWAYS = {"RATIOSCOPE_STREAM_BYTES": "0"}
+READ_WHOLE = {"RATIOSCOPE_STREAM_BYTES": str(1 << 60)}
+
+
+@dataclass
+class Measured:
+    """One child process: wall seconds, peak resident memory (VmHWM) and glibc's heap at
+    exit (bytes held, bytes in use; -1 where mallinfo2 is missing), all in bytes."""
+
+    seconds: float
+    peak: int
+    heap: int
+    in_use: int
+
+
+# Runs ``python -m ratioscope ARGS`` (or only the imports) as bench_scale.py's child does,
+# and writes at exit its peak RSS (VmHWM, read in the child: ``ru_maxrss`` from wait4 keeps
+# the forking parent's high-water mark across exec) and glibc's mallinfo2: the heap never
+# shrinks under the CLI's malloc settings, so at exit it is the largest it has been.
+_CHILD = """
+import atexit, ctypes, json, os, runpy, sys
+
+def _at_exit():
+    with open("/proc/self/status") as status:
+        kib = next(line.split()[1] for line in status if line.startswith("VmHWM"))
+    heap = in_use = -1
+    try:
+        names = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                 "uordblks", "fordblks", "keepcost")
+        class Info(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in names]
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+        mallinfo2.restype = Info
+        info = mallinfo2()
+        heap, in_use = info.arena, info.uordblks
+    except (OSError, AttributeError):
+        pass
+    with open(os.environ["BENCH_STREAM_PEAK"], "w") as out:
+        json.dump({"peak": int(kib) * 1024, "heap": heap, "in_use": in_use}, out)
+
+atexit.register(_at_exit)
+if sys.argv[1:] == ["--imports-only"]:
+    import ratioscope.analysis
+else:
+    runpy.run_module("ratioscope", run_name="__main__", alter_sys=True)
+"""
+
+
+def measure(arguments: list[str], log: Path, env: dict[str, str] | None = None) -> Measured:
+    """Run ``python -m ratioscope *arguments`` in a fresh process with ``env`` added to
+    the environment (stdout discarded, stderr in ``log``); fail loudly on error."""
+    peak_file = log.with_suffix(".peak")
+    environment = {**os.environ, **(env or {}), "BENCH_STREAM_PEAK": str(peak_file)}
+    with log.open("wb") as stderr:
+        started = time.perf_counter()
+        returncode = subprocess.call(
+            [sys.executable, "-c", _CHILD, *arguments],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=environment,
+        )
+        seconds = time.perf_counter() - started
+    if returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"ratioscope {' '.join(arguments)} failed ({returncode}):\n{tail}")
+    numbers = json.loads(peak_file.read_text())
+    return Measured(seconds, numbers["peak"], numbers["heap"], numbers["in_use"])
 
 
 def blocks(rows: int, width: int, seed: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -117,31 +197,41 @@ def _save_split(directory: Path, index: int, pending, save_file) -> None:
 
 
 def write_jsonl(path: Path, rows: int, width: int, seed: int) -> None:
-    """A JSON-lines file, one sequence a line, its group a string label (verl's uid)."""
+    """A JSON-lines file, one sequence a line, its group a string label (verl's uid);
+    values rounded to 6 decimals (by numpy, a block at a time: rounding each Python
+    float took most of the time of writing a large file)."""
     with path.open("w", encoding="utf-8") as out:
         for batch in blocks(rows, width, seed):
             lengths = batch["mask"].sum(1).tolist()
             keys = [k for k in batch if batch[k].dim() == 2 and k != "mask"]
-            lists = {k: batch[k].tolist() for k in keys}
+            rounded = {k: np.round(batch[k].double().numpy(), 6) for k in keys}
             for row, length in enumerate(lengths):
-                record = {k: [round(x, 6) for x in lists[k][row][:length]] for k in keys}
+                record = {k: rounded[k][row, :length].tolist() for k in keys}
                 record["mask"] = [1] * length
                 record["rewards"] = float(batch["rewards"][row])
                 record["group"] = f"uid-{int(batch['group'][row])}"
                 out.write(json.dumps(record, separators=(",", ":")) + "\n")
 
 
-def analyze(paths: list[Path], out: Path, logs: Path, env: dict[str, str], sections: str | None):
+def ready(path: Path, write: Callable[[Path], None], reuse: bool) -> bool:
+    """``write(temporary)`` then renamed to ``path`` (an interrupted run leaves no file a
+    later one would reuse); with ``reuse``, an existing ``path`` is kept. True when
+    written now."""
+    if reuse and path.exists():
+        return False
+    temporary = path.with_name(f"{path.name}.writing")
+    write(temporary)
+    temporary.replace(path)
+    return True
+
+
+def analyze(
+    paths: list[Path], out: Path, logs: Path, env: dict[str, str], sections: str | None
+) -> Measured:
     arguments = ["analyze", *map(str, paths), "--json", str(out), "-q"]
     if sections:
         arguments += ["--sections", sections]
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        return measure(arguments, logs / f"{out.stem}.log")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    return measure(arguments, logs / f"{out.stem}.log", env)
 
 
 def same_report(left: Path, right: Path) -> bool:
@@ -150,6 +240,13 @@ def same_report(left: Path, right: Path) -> bool:
     a.pop("tool", None)
     b.pop("tool", None)
     return a == b
+
+
+def _heap(run: Measured) -> str:
+    """glibc's heap at exit: held / in use, GiB."""
+    if run.heap < 0:
+        return ""
+    return f" (heap {run.heap / GIB:4.2f}, in use {run.in_use / GIB:4.2f})"
 
 
 def run_one(
@@ -161,19 +258,18 @@ def run_one(
     sections: str | None,
 ) -> None:
     size = sum(p.stat().st_size for p in paths) / GIB
-    tag = f"{label}{'_nocov' if sections else ''}"
-    streamed = analyze(paths, work / f"{tag}_stream.json", work, {}, sections)
+    tag = f"{label}{'_nocov' if sections else ''}".replace(" ", "_")
+    streamed = analyze(paths, work / f"{tag}_stream.json", work, STREAM_ALWAYS, sections)
     tokens = json.loads((work / f"{tag}_stream.json").read_text())["inputs"][0]["tokens"]
     what = "all sections" if not sections else "all but covariance"
     print(
         f"{label:<22} {size:6.2f} GiB {tokens / 1e6:7.1f}M tokens  {what:<18} "
-        f"streamed {streamed.seconds:7.1f} s {streamed.peak / GIB:5.2f} GiB",
+        f"streamed {streamed.seconds:7.1f} s {streamed.peak / GIB:5.2f} GiB{_heap(streamed)}",
         end="",
         flush=True,
     )
     if whole:
-        env = {"RATIOSCOPE_STREAM_BYTES": str(1 << 60)}
-        other = analyze(paths, work / f"{tag}_whole.json", work, env, sections)
+        other = analyze(paths, work / f"{tag}_whole.json", work, READ_WHOLE, sections)
         equal = same_report(work / f"{tag}_stream.json", work / f"{tag}_whole.json")
         name = "whole file"
     elif peer is not None:
@@ -191,59 +287,76 @@ def run_one(
     )
 
 
+def _sizes(text: str) -> list[float]:
+    return [float(s) for s in text.split(",") if s.strip() and float(s) > 0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="0.1,0.5,1,2,4", help="safetensors sizes in GiB")
-    parser.add_argument("--jsonl", type=float, default=1.0, help="JSON-lines size in GiB (0: none)")
+    parser.add_argument("--jsonl", default="1", help="JSON-lines sizes in GiB (0: none)")
     parser.add_argument("--tokens", type=int, default=2048, help="padded length T")
     parser.add_argument("--whole-max", type=float, default=1.0, help="largest size read whole")
     parser.add_argument("--split-mib", type=int, default=128, help="file size of the split peer")
     parser.add_argument("--without-covariance", action="store_true")
     parser.add_argument("--dir", type=Path, default=None, help="where the files go (/tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
+    parser.add_argument(
+        "--files", type=Path, default=None, help="write the dumps here once and reuse them"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_stream_", dir=args.dir))
+    files = args.files or work
+    files.mkdir(parents=True, exist_ok=True)
+    reuse = args.files is not None
     per_row = row_bytes(args.tokens)
     print(
         f"# bench_stream_file: SYNTHETIC dumps of B x T={args.tokens} (all extras, "
-        f"{per_row} bytes a row) in {work}"
+        f"{per_row} bytes a row) in {files}"
     )
     print(
         f"# python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.2f}"
     )
     imports = measure(["--imports-only"], work / "imports.log")
-    print(f"imports only: {imports.peak / GIB:.2f} GiB")
+    print(f"imports only: {imports.peak / GIB:.2f} GiB{_heap(imports)}")
     try:
-        for size in [float(s) for s in args.sizes.split(",") if s]:
+        for size in _sizes(args.sizes):
             rows = max(BLOCK, round(size * GIB / per_row / BLOCK) * BLOCK)
-            path = work / f"synthetic_{size:g}gib.safetensors"
+            path = files / f"synthetic_{size:g}gib_t{args.tokens}.safetensors"
             whole = size <= args.whole_max
             split = None if whole or args.split_mib <= 0 else work / f"split_{size:g}"
-            started = time.perf_counter()
             split_rows = max(BLOCK, max(args.split_mib, 1) * (1 << 20) // per_row)
-            write_safetensors(path, rows, args.tokens, 0, split, split_rows)
-            print(f"# wrote {path.name} ({rows} rows) in {time.perf_counter() - started:.0f} s")
+            started = time.perf_counter()
+            write = partial(
+                write_safetensors, rows=rows, width=args.tokens, seed=0, split=split,
+                split_rows=split_rows,
+            )  # fmt: skip
+            wrote = ready(path, write, reuse and split is None)  # a split peer: written now
+            if wrote:
+                print(f"# wrote {path.name} ({rows} rows) in {time.perf_counter() - started:.0f} s")
             peer = sorted(split.iterdir()) if split is not None else None
             for sections in [None, NO_COVARIANCE] if args.without_covariance else [None]:
                 run_one(f"safetensors {size:g} GiB", [path], peer, whole, work, sections)
-            if not args.keep:
+            if not (args.keep or reuse):
                 path.unlink()
-                if split is not None:
-                    shutil.rmtree(split)
-        if args.jsonl > 0:
-            path = work / f"synthetic_{args.jsonl:g}gib.jsonl"
-            started = time.perf_counter()
+            if split is not None:
+                shutil.rmtree(split)
+        if _sizes(args.jsonl):
             probe = work / "probe.jsonl"
             write_jsonl(probe, BLOCK, args.tokens, 0)
             per_line = probe.stat().st_size / BLOCK
             probe.unlink()
-            rows = max(BLOCK, round(args.jsonl * GIB / per_line / BLOCK) * BLOCK)
-            write_jsonl(path, rows, args.tokens, 0)
-            print(f"# wrote {path.name} ({rows} lines) in {time.perf_counter() - started:.0f} s")
-            whole = args.jsonl <= args.whole_max
-            run_one(f"jsonl {args.jsonl:g} GiB", [path], None, whole, work, None)
-            if not args.keep:
+        for size in _sizes(args.jsonl):
+            path = files / f"synthetic_{size:g}gib_t{args.tokens}.jsonl"
+            rows = max(BLOCK, round(size * GIB / per_line / BLOCK) * BLOCK)
+            started = time.perf_counter()
+            write = partial(write_jsonl, rows=rows, width=args.tokens, seed=0)
+            if ready(path, write, reuse):
+                seconds = time.perf_counter() - started
+                print(f"# wrote {path.name} ({rows} lines) in {seconds:.0f} s")
+            run_one(f"jsonl {size:g} GiB", [path], None, size <= args.whole_max, work, None)
+            if not (args.keep or reuse):
                 path.unlink()
     finally:
         if not args.keep:
