@@ -27,7 +27,7 @@ with `--files DIR` they are written there once, reused by later runs and never d
     python benchmarks/bench_stream_file.py --sizes 0.1 --jsonl 0.05 --whole-max 0.1
     python benchmarks/bench_stream_file.py --whole-max 0.1 --split-mib 0 --jsonl 0.5
     python benchmarks/bench_stream_file.py --sizes 8 --jsonl 4 --whole-max 0 --split-mib 0 \
-        --files /tmp/ratioscope-rss/files
+        --files DUMPS   # a folder that keeps the written dumps for later runs
 """
 
 from __future__ import annotations
