@@ -425,13 +425,13 @@ def _analyse_file(
     device: torch.device,
     chunk_elements: int,
     progress: ProgressCallback | None,
-) -> dict[str, list[Tensor]]:
+) -> dict[str, Tensor]:
     active = [acc for acc in accumulators if acc.begin_file(batch)]
-    columns: dict[str, list[Tensor]] = {}
+    # a batch may be rows of a file (row_offset > 0): the columns are the batch's rows
+    columns = _RowColumns(batch.num_sequences, first_row=batch.row_offset)
     per_chunk = [a for a in active if not a.per_file]
     passing = [a for a in active if a.per_file and a.passes]
     per_file = [a for a in active if a.per_file and not a.passes]
-    file_columns: dict[str, dict[str, list[Tensor]]] = {a.name: {} for a in active if a.per_file}
     for acc in passing:
         acc.begin_passes(in_memory=True)
     rows = max(1, chunk_elements // max(1, batch.max_length))
@@ -441,40 +441,75 @@ def _analyse_file(
         report(progress, ProgressUpdate("chunks", index, chunks, name))
         ctx = Context(_to_device(chunk, device), params)
         for acc in per_chunk:
-            _collect(columns, acc.update(ctx))
-        _feed_pass(passing, 0, ctx, file_columns)
+            columns.add(acc.update(ctx), chunk.row_offset)
+        _feed_pass(passing, 0, ctx, columns)
     report(progress, ProgressUpdate("chunks", chunks, chunks, name))
     # the sections that make passes get the chunks the others got, so that a file read
     # whole and the same file streamed give the same numbers, bit for bit
     _later_passes(
         passing, lambda: batch.iter_chunks(rows), params, device, (name, chunks), progress,
-        file_columns,
+        columns,
     )  # fmt: skip
     if per_file:
         ctx = Context(_to_device(batch, device), params)
         for acc in per_file:
-            _collect(file_columns[acc.name], acc.update(ctx))
-    for acc_columns in file_columns.values():
-        columns.update(acc_columns)
-    return columns
+            columns.add(acc.update(ctx), batch.row_offset)
+    return columns.tensors()
 
 
-def _collect(columns: dict[str, list[Tensor]], values: dict[str, Tensor]) -> None:
-    for key, value in values.items():
-        columns.setdefault(key, []).append(value.detach().cpu())
+class _RowColumns:
+    """Per-sequence tensors of one file ([rows, ...] each), filled chunk by chunk.
+
+    Each is one buffer of the file's rows, allocated at its first chunk and written a
+    slice at a time. Gathering them as lists of chunk parts made a streamed file's peak
+    memory grow with the file: twenty small tensors kept a chunk, between the chunk's
+    large temporaries, left holes in the heap that the allocator could not give back
+    (docs/scale.md).
+    """
+
+    def __init__(self, rows: int, first_row: int = 0) -> None:
+        self.rows = rows
+        #: the file row of buffer row 0
+        self.first_row = first_row
+        self._buffers: dict[str, Tensor] = {}
+
+    def add(self, values: Mapping[str, Tensor | None], row_offset: int) -> None:
+        """Write ``values`` ([b, ...] each, None skipped) of file rows
+        ``row_offset:row_offset + b`` (a chunk's :attr:`TokenBatch.row_offset`)."""
+        offset = row_offset - self.first_row
+        for key, value in values.items():
+            if value is None:
+                continue
+            buffer = self._buffers.get(key)
+            if buffer is None:
+                shape = (self.rows, *value.shape[1:])
+                buffer = self._buffers[key] = torch.empty(shape, dtype=value.dtype)
+            stop = offset + int(value.shape[0])
+            if offset < 0 or stop > self.rows or buffer.shape[1:] != value.shape[1:]:
+                raise ValueError(
+                    f"column {key!r}: {tuple(value.shape)} at row {offset} does not fit "
+                    f"the file's {tuple(buffer.shape)}"
+                )
+            buffer[offset:stop] = value.detach()
+
+    def get(self, key: str) -> Tensor | None:
+        return self._buffers.get(key)
+
+    def tensors(self) -> dict[str, Tensor]:
+        return dict(self._buffers)
 
 
 def _feed_pass(
     passing: list[Accumulator],
     index: int,
     ctx: Context,
-    file_columns: dict[str, dict[str, list[Tensor]]],
+    columns: _RowColumns,
 ) -> None:
     """A chunk through pass ``index`` of the sections that make that many passes; the
     per-sequence columns of a section's last pass are kept."""
     for acc in passing:
         if index < acc.passes:
-            _collect(file_columns[acc.name], acc.update_pass(index, ctx))
+            columns.add(acc.update_pass(index, ctx), ctx.batch.row_offset)
 
 
 def _later_passes(
@@ -484,7 +519,7 @@ def _later_passes(
     device: torch.device,
     where: tuple[str, int],
     progress: ProgressCallback | None,
-    file_columns: dict[str, dict[str, list[Tensor]]],
+    columns: _RowColumns,
 ) -> None:
     """Pass 0 is done (with the other sections' chunks); passes 1.. over ``chunks()``."""
     name, total = where
@@ -496,7 +531,7 @@ def _later_passes(
         current = [acc for acc in passing if index < acc.passes]
         for number, chunk in enumerate(chunks()):
             report(progress, ProgressUpdate("chunks", number, total, label))
-            _feed_pass(current, index, Context(_to_device(chunk, device), params), file_columns)
+            _feed_pass(current, index, Context(_to_device(chunk, device), params), columns)
         report(progress, ProgressUpdate("chunks", total, total, label))
         for acc in current:
             acc.end_pass(index)
@@ -524,19 +559,19 @@ def _analyse_stream(
     device: torch.device,
     chunk_elements: int,
     progress: ProgressCallback | None,
-) -> tuple[_FileRows, dict[str, list[Tensor]]]:
+) -> tuple[_FileRows, dict[str, Tensor]]:
     """:func:`_analyse_file` of a file read chunk by chunk: the same chunks, so the same
     numbers. Sections that make passes read the file again for each pass after the
     first; sections fed whole files get the file's tensors they read, gathered from the
     chunks (only those: their memory grows with the file, the others' does not)."""
     name = stream.path.name
-    columns: dict[str, list[Tensor]] = {}
+    columns = _RowColumns(stream.rows)
+    # the file's per-sequence facts, and the tensors of the sections fed the whole file
+    sequences = _RowColumns(stream.rows)
+    kept = _RowColumns(stream.rows)
     per_chunk: list[Accumulator] = []
     passing: list[Accumulator] = []
     per_file: list[Accumulator] = []
-    file_columns: dict[str, dict[str, list[Tensor]]] = {}
-    kept: dict[str, list[Tensor]] = {}
-    sequences: dict[str, list[Tensor]] = {}
     first: TokenBatch | None = None
     rows = max(1, chunk_elements // max(1, stream.padded_width()))
     chunks = max(1, -(-stream.rows // rows))
@@ -544,41 +579,40 @@ def _analyse_stream(
         # the file stays open for the passes of the sections that make them
         for index, chunk in enumerate(stream.chunks(chunk_elements, close=False)):
             if first is None:
-                first = chunk
+                first = _metadata(chunk)
                 active = [acc for acc in accumulators if acc.begin_file(chunk)]
                 per_chunk = [a for a in active if not a.per_file]
                 passing = [a for a in active if a.per_file and a.passes]
                 per_file = [a for a in active if a.per_file and not a.passes]
-                file_columns = {a.name: {} for a in active if a.per_file}
                 for acc in passing:
                     acc.begin_passes(in_memory=False)
                 wanted = _kept_names(per_file)
             report(progress, ProgressUpdate("chunks", index, chunks, name))
             ctx = Context(_to_device(chunk, device), params)
             for acc in per_chunk:
-                _collect(columns, acc.update(ctx))
-            _feed_pass(passing, 0, ctx, file_columns)
+                columns.add(acc.update(ctx), chunk.row_offset)
+            _feed_pass(passing, 0, ctx, columns)
             _keep(chunk, sequences, kept, wanted, bool(per_file))
+            del ctx, chunk  # before the next chunk is read
         report(progress, ProgressUpdate("chunks", chunks, chunks, name))
         only = _pass_inputs(passing)
         _later_passes(
             passing, lambda: stream.chunks(chunk_elements, again=True, close=False, only=only),
-            params, device, (name, chunks), progress, file_columns,
+            params, device, (name, chunks), progress, columns,
         )  # fmt: skip
     finally:
         stream.close()
     assert first is not None  # a streamed file has rows
     labels = stream.group_labels
     if per_file:
-        whole = _gathered(first, kept, labels)
-        kept.clear()
+        whole = _gathered(first, kept.tensors(), labels)
+        del kept
         ctx = Context(_to_device(whole, device), params)
         for acc in per_file:
-            _collect(file_columns[acc.name], acc.update(ctx))
-    for acc_columns in file_columns.values():
-        columns.update(acc_columns)
+            columns.add(acc.update(ctx), 0)
     totals = stream.totals
-    parts = {key: torch.cat(values) for key, values in sequences.items()}
+    lengths = sequences.get("lengths")
+    assert lengths is not None
     file_rows = _FileRows(
         source=first.source,
         file_format=first.file_format,
@@ -587,13 +621,20 @@ def _analyse_stream(
         tokens=totals.tokens,
         padding=totals.padding,
         ratio_pair=totals.ratio_pair,
-        lengths=parts["lengths"],
-        rewards=parts.get("rewards"),
-        correct=parts.get("correct"),
-        group=parts.get("group"),
+        lengths=lengths,
+        rewards=sequences.get("rewards"),
+        correct=sequences.get("correct"),
+        group=sequences.get("group"),
         group_labels=labels,
     )
-    return file_rows, columns
+    return file_rows, columns.tensors()
+
+
+def _metadata(chunk: TokenBatch) -> TokenBatch:
+    """``chunk`` without its rows: what a streamed file keeps of its first chunk (the
+    chunk itself would hold a chunk of tensors for the whole file)."""
+    empty: dict[str, Any] = {key: getattr(chunk, key)[:0].clone() for key in chunk.available()}
+    return replace(chunk, **empty, warnings=[])
 
 
 def _pass_inputs(passing: list[Accumulator]) -> set[str] | None:
@@ -608,24 +649,20 @@ def _pass_inputs(passing: list[Accumulator]) -> set[str] | None:
 
 def _keep(
     chunk: TokenBatch,
-    sequences: dict[str, list[Tensor]],
-    kept: dict[str, list[Tensor]],
+    sequences: _RowColumns,
+    kept: _RowColumns,
     wanted: list[str],
     per_file: bool,
 ) -> None:
     """What a streamed file keeps of a chunk: its per-sequence facts, and the tensors
     (``wanted``) of the sections fed the whole file."""
-    for key in ("rewards", "correct", "group"):
-        value = getattr(chunk, key)
-        if value is not None:
-            sequences.setdefault(key, []).append(value)
-    sequences.setdefault("lengths", []).append(chunk.lengths)
-    for key in wanted:
-        value = getattr(chunk, key)
-        if value is not None:
-            kept.setdefault(key, []).append(value)
+    lengths = chunk.lengths
+    facts = {key: getattr(chunk, key) for key in ("rewards", "correct", "group")}
+    sequences.add({**facts, "lengths": lengths}, chunk.row_offset)
+    tensors = {key: getattr(chunk, key) for key in wanted}
     if per_file and "mask" not in wanted:
-        kept.setdefault("lengths", []).append(chunk.lengths)
+        tensors["lengths"] = lengths
+    kept.add(tensors, chunk.row_offset)
 
 
 def _kept_names(per_file: list[Accumulator]) -> list[str]:
@@ -637,16 +674,14 @@ def _kept_names(per_file: list[Accumulator]) -> list[str]:
     return list(names)
 
 
-def _gathered(
-    first: TokenBatch, kept: dict[str, list[Tensor]], labels: list[Any] | None
-) -> TokenBatch:
+def _gathered(first: TokenBatch, kept: dict[str, Tensor], labels: list[Any] | None) -> TokenBatch:
     """The whole file as a batch of the tensors in ``kept`` (the others None)."""
     from ratioscope.batch import CANONICAL_KEYS
 
     values: dict[str, Any] = dict.fromkeys(n for n in CANONICAL_KEYS if n not in kept)
-    values.update({key: torch.cat(parts) for key, parts in kept.items()})
+    values.update(kept)
     if values["mask"] is None:
-        lengths = torch.cat(kept["lengths"])
+        lengths = kept["lengths"]
         values["mask"] = (lengths > 0)[:, None]
         values["log_ratio"] = torch.zeros(lengths.shape[0], 1, dtype=first.log_ratio.dtype)
     values.pop("lengths", None)
@@ -702,7 +737,7 @@ def _rows_of(batch: TokenBatch) -> _FileRows:
     )
 
 
-def _sequence_frame(rows: _FileRows, columns: dict[str, list[Tensor]]) -> Any:
+def _sequence_frame(rows: _FileRows, columns: dict[str, Tensor]) -> Any:
     import polars as pl
 
     data: dict[str, Any] = {
@@ -717,10 +752,8 @@ def _sequence_frame(rows: _FileRows, columns: dict[str, list[Tensor]]) -> Any:
     if rows.group is not None:
         labels = rows.group_labels or []
         data["group"] = [str(labels[g]) if g < len(labels) else str(g) for g in rows.group.tolist()]
-    for key, parts in columns.items():
-        values = torch.cat(parts).double()
-        if values.shape[0] == rows.sequences:
-            data[key] = values.numpy()
+    for key, values in columns.items():
+        data[key] = values.double().numpy()
     return pl.DataFrame(data)
 
 

@@ -304,3 +304,39 @@ def test_sections_fed_whole_files_alone(tmp_path):
     streamed, whole = both(path, sections=["trust_region"])
     assert streamed.trust_region is not None
     assert document(streamed) == document(whole)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".jsonl"])
+def test_per_sequence_columns_of_chunks_equal_one_chunk(tmp_path, suffix):
+    """Each chunk's per-sequence columns land in the file's rows: a stream of small
+    chunks gives the table of a single chunk holding the whole file (no gathering)."""
+    path = write(tmp_path, suffix)
+    chunked = ratioscope.analyze(path, stream_bytes=0, chunk_elements=CHUNK, per_sequence=True)
+    single = ratioscope.analyze(path, stream_bytes=WHOLE, chunk_elements=1 << 40, per_sequence=True)
+    a, b = chunked.sequences.frame(), single.sequences.frame()
+    assert a.columns == b.columns and a.height == b.height
+    assert a.height > 6  # three rows a chunk: several chunks
+    for name in a.columns:
+        if a[name].dtype.is_numeric():
+            np.testing.assert_allclose(
+                a[name].to_numpy(), b[name].to_numpy(), rtol=1e-9, atol=1e-12
+            )
+        else:
+            assert a[name].to_list() == b[name].to_list(), name
+
+
+def test_row_columns_write_each_chunk_at_its_rows():
+    from ratioscope.analysis import _RowColumns
+
+    generator = torch.Generator().manual_seed(3)
+    whole = torch.randn(23, 2, generator=generator)
+    columns = _RowColumns(23, first_row=100)
+    for start in (10, 0, 17):  # any order: each chunk names its rows
+        stop = {0: 10, 10: 17, 17: 23}[start]
+        columns.add({"x": whole[start:stop], "none": None}, 100 + start)
+    assert set(columns.tensors()) == {"x"}
+    assert torch.equal(columns.tensors()["x"], whole)
+    with pytest.raises(ValueError, match="does not fit"):
+        columns.add({"x": whole[:5]}, 120)  # past the last row
+    with pytest.raises(ValueError, match="does not fit"):
+        columns.add({"x": whole[:5, :1]}, 100)  # another trailing shape
