@@ -543,15 +543,8 @@ def _masked_zero(tensor: Tensor, mask: Tensor) -> Tensor:
     CPU tensors of the common dtypes (``torch.where`` costs about 6 ns an element)."""
     from ratioscope.functional import _kernels
 
-    compiled = (
-        _kernels.available()
-        and tensor.device.type == "cpu"
-        and tensor.dtype in (torch.float32, torch.float64, torch.int64)
-        and tensor.shape == mask.shape
-        and mask.dtype == torch.bool
-        and mask.device.type == "cpu"
-    )
-    if not compiled:
+    dtypes = (*_kernels.FLOAT_DTYPES, torch.int64)
+    if not _kernels.can_take(tensor, mask=mask, dtypes=dtypes):
         return torch.where(mask, tensor, torch.zeros((), dtype=tensor.dtype))
     return torch.from_numpy(_kernels.masked_zero(tensor.numpy(), mask.numpy()))
 

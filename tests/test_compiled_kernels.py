@@ -218,3 +218,22 @@ def test_masked_zero_and_row_counts_equal_torch(dtype):
     counts = torch.from_numpy(_kernels.row_counts(mask.numpy()))
     assert torch.equal(counts, mask.sum(dim=1))
     assert _kernels.row_counts(np.zeros((0, 4), dtype=bool)).shape == (0,)
+
+
+def test_can_take_only_cpu_tensors_of_the_compiled_dtypes(monkeypatch):
+    z = torch.zeros(3, 4)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    assert _kernels.can_take(z, z.double(), mask=mask)
+    assert not _kernels.can_take(z.half(), mask=mask)  # no kernel for float16
+    assert not _kernels.can_take(z.long())
+    assert _kernels.can_take(z.long(), dtypes=(torch.int64,))
+    assert not _kernels.can_take(z, mask=mask[:, :3])  # another shape
+    assert not _kernels.can_take(z, mask=mask.float())  # not a bool mask
+    assert not _kernels.can_take(z.to("meta"), mask=mask)  # not on the CPU
+    monkeypatch.setenv(_kernels.DISABLE_ENV, "1")
+    _kernels.available.cache_clear()
+    try:
+        assert not _kernels.can_take(z, mask=mask)
+    finally:
+        monkeypatch.delenv(_kernels.DISABLE_ENV)
+        _kernels.available.cache_clear()

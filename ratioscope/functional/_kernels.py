@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Collection
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import torch
+from torch import Tensor
 
 #: set to a non-empty value other than "0" to use the torch path everywhere
 DISABLE_ENV = "RATIOSCOPE_DISABLE_NUMBA"
+
+
+#: the float dtypes the kernels are compiled for
+FLOAT_DTYPES = (torch.float32, torch.float64)
 
 
 @functools.cache
@@ -38,6 +45,25 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def can_take(
+    *values: Tensor, mask: Tensor | None = None, dtypes: Collection[torch.dtype] = FLOAT_DTYPES
+) -> bool:
+    """Whether a compiled kernel can take these tensors: numba :func:`available`, every
+    tensor on the CPU, ``values`` of ``dtypes``, and ``mask`` (when given) bool and of
+    each value's shape. Otherwise the caller runs its torch reference."""
+    if not available():
+        return False
+    if any(v.device.type != "cpu" or v.dtype not in dtypes for v in values):
+        return False
+    if mask is None:
+        return True
+    return (
+        mask.dtype == torch.bool
+        and mask.device.type == "cpu"
+        and all(v.shape == mask.shape for v in values)
+    )
 
 
 def _kalman_zero(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any) -> None:

@@ -26,15 +26,11 @@ from ratioscope.functional.covariance import (
     ScopeIndex,
 )
 
-_FLOAT_TYPES = (torch.float32, torch.float64)
-
 
 def usable(*tensors: Tensor) -> bool:
     """Whether the compiled passes can take these tensors: numba available, CPU, float32
     or float64 (the mask and group ids aside)."""
-    if not _kernels.available():
-        return False
-    return all(t.device.type == "cpu" and t.dtype in _FLOAT_TYPES for t in tensors)
+    return _kernels.can_take(*tensors)
 
 
 @dataclass

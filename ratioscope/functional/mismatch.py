@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import ParameterError
+from ratioscope.functional import _kernels
 
 NEG_INF = -math.inf
 
@@ -142,24 +143,12 @@ def mismatch_partials(
         raise ParameterError("is_threshold", f"must be > 1, got {is_threshold}")
     if backend not in ("auto", "compiled", "torch"):
         raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
-    compiled = _compilable(z, mask)
+    compiled = _kernels.can_take(z, mask=mask)
     if backend == "compiled" and not compiled:
         raise ParameterError("backend", "'compiled' needs numba and a CPU float tensor")
     if compiled and backend != "torch":
         return _partials_compiled(z, mask, math.log(is_threshold))
     return _partials_torch(z, mask, math.log(is_threshold))
-
-
-def _compilable(z: Tensor, mask: Tensor) -> bool:
-    from ratioscope.functional import _kernels
-
-    return (
-        _kernels.available()
-        and z.device.type == "cpu"
-        and mask.device.type == "cpu"
-        and z.dtype in (torch.float32, torch.float64)
-        and mask.dtype == torch.bool
-    )
 
 
 def _partials_torch(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:

@@ -40,10 +40,7 @@ class RatioRows:
 
 def usable(signal: Tensor, advantages: Tensor | None) -> bool:
     """Whether :func:`ratio_rows` can take these: numba available, CPU float32/float64."""
-    tensors = [signal] if advantages is None else [signal, advantages]
-    return _kernels.available() and all(
-        t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) for t in tensors
-    )
+    return _kernels.can_take(signal, *([] if advantages is None else [advantages]))
 
 
 def ratio_rows(

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import ParameterError, ShapeMismatchError
+from ratioscope.functional import _kernels
 from ratioscope.functional.fpa import sequence_weights
 from ratioscope.functional.surrogate import (
     AdvantageSums,
@@ -294,7 +295,7 @@ def kl_mask_quadrants_by_row(
     """
     if backend not in ("auto", "compiled", "torch"):
         raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
-    compiled = _quadrants_compilable(adv, entropy, old_entropy, mask)
+    compiled = _kernels.can_take(adv, entropy, old_entropy, mask=mask)
     if backend == "compiled" and not compiled:
         raise ParameterError("backend", "'compiled' needs numba and [B, T] CPU tensors")
     if not compiled or backend == "torch":
@@ -311,18 +312,6 @@ def kl_mask_quadrants_by_row(
         mask.numpy(), counts, rows,
     )  # fmt: skip
     return KLMaskQuadrants(*(int(n) for n in counts)), torch.from_numpy(rows)
-
-
-def _quadrants_compilable(*tensors: Tensor) -> bool:
-    from ratioscope.functional import _kernels
-
-    *values, mask = tensors
-    return (
-        _kernels.available()
-        and mask.dtype == torch.bool
-        and all(t.device.type == "cpu" and t.shape == mask.shape for t in tensors)
-        and all(t.dtype in (torch.float32, torch.float64) for t in values)
-    )
 
 
 def sequence_clip_counts(

@@ -24,7 +24,7 @@ def row_lengths(mask: Tensor) -> Tensor:
     """[B] int64 True entries per row of a [B, T] mask."""
     from ratioscope.functional import _kernels
 
-    if mask.dtype == torch.bool and mask.device.type == "cpu" and _kernels.available():
+    if _kernels.can_take(mask, dtypes=(torch.bool,)):
         return torch.from_numpy(_kernels.row_counts(mask.numpy()))
     if mask.dtype == torch.bool:
         return mask.view(torch.uint8).sum(dim=1)  # the bytes summed: ~5x a bool sum
