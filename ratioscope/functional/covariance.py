@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -32,6 +33,8 @@ CLIP_COV_BOUNDS = (1.0, 5.0)
 KL_COV_RATIO = 2e-3
 #: sigma below this fraction of the root-mean-square c is rounding noise, i.e. sigma = 0.
 _RELATIVE_SPREAD_FLOOR = 1e-12
+#: per-scope sums as tensors (KernelPasses) or numpy arrays (the compiled passes)
+ArrayT = TypeVar("ArrayT", Tensor, np.ndarray)
 
 
 def _result_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -86,6 +89,23 @@ class ScopeIndex:
 
 #: passes of :class:`KernelPasses` over the chunks of a batch
 KERNEL_PASSES = 5
+
+
+def kernel_variance(spread: ArrayT, c_square: ArrayT, safe_count: ArrayT) -> tuple[ArrayT, ArrayT]:
+    """Each scope's variance of c and whether it counts as flat (every weight 1).
+
+    Args:
+        spread: [S] sums of (c - mean c)^2; c_square: [S] sums of c^2; safe_count: [S]
+            tokens, at least 1 (tensors or numpy arrays, the result of the same kind).
+
+    Returns:
+        (variance [S], flat [S] bool): flat where the spread is at the rounding level of
+        c. Equal c computed along different paths can differ in the last bit, which
+        would give a spurious sigma ~ 1e-17 and weights exp(-1e30) = 0.
+    """
+    variance = spread / safe_count
+    flat = variance <= _RELATIVE_SPREAD_FLOOR**2 * (c_square / safe_count)
+    return variance, flat
 
 
 class KernelPasses:
@@ -245,13 +265,9 @@ class KernelPasses:
         elif index == 1:
             sums["c_mean"] = sums["c"] / sums["safe_count"]
         elif index == 2:
-            variance = sums["spread"] / sums["safe_count"]
-            mean_square = sums["c_square"] / sums["safe_count"]
-            # equal c computed along different paths can differ in the last bit, which
-            # would give a spurious sigma ~ 1e-17 and weights exp(-1e30) = 0; such a
-            # spread counts as none
-            sums["flat"] = variance <= _RELATIVE_SPREAD_FLOOR**2 * mean_square
-            sums["variance"] = variance
+            sums["variance"], sums["flat"] = kernel_variance(
+                sums["spread"], sums["c_square"], sums["safe_count"]
+            )
         elif index == 3:
             sums["w_factor"] = sums["count"] / sums["w"]
 

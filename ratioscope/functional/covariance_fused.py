@@ -21,9 +21,9 @@ from torch import Tensor
 from ratioscope.functional import _kernels
 from ratioscope.functional import histogram as bins
 from ratioscope.functional.covariance import (
-    _RELATIVE_SPREAD_FLOOR,
     KERNEL_PASSES,
     ScopeIndex,
+    kernel_variance,
 )
 
 
@@ -182,8 +182,8 @@ class FusedKernelPasses:
             self.sums = np.concatenate([self.sums, np.zeros((extra, 3))])
 
     def _finish(self, index: int) -> None:
-        """What pass ``index`` makes of its sums once every chunk went through it (the
-        formulas of KernelPasses._finish, in the same float64 operations)."""
+        """What pass ``index`` makes of its sums once every chunk went through it (as
+        KernelPasses._finish: the same float64 operations, on numpy arrays)."""
         scopes = len(self.scopes)
         if index == 0:
             self.sums = self.sums[:scopes]
@@ -202,10 +202,7 @@ class FusedKernelPasses:
             self.totals.moments[0, 0] = self._mean(self.c_sums[:, 0])
         elif index == 2:
             safe = np.maximum(self.sums[:, 0], 1.0)
-            variance = self.spread / safe
-            mean_square = self.c_sums[:, 1] / safe
-            # as in KernelPasses: a spread at the rounding level of c counts as none
-            self.flat = variance <= _RELATIVE_SPREAD_FLOOR**2 * mean_square
+            variance, self.flat = kernel_variance(self.spread, self.c_sums[:, 1], safe)
             self.kernel = 2.0 * variance
         elif index == 3:
             with np.errstate(divide="ignore", invalid="ignore"):  # scopes of empty rows
