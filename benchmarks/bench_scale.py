@@ -33,67 +33,20 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _child import Measured, measure
 
 MB = 1000**2
 
 
-@dataclass
-class Measured:
-    """One child process: wall seconds and peak resident memory in bytes."""
-
-    seconds: float
-    peak: int
-
-
-# Runs ``python -m ratioscope ARGS`` (or only the imports) and writes the process's peak
-# resident memory (VmHWM, in KiB) to the file named by BENCH_SCALE_PEAK on exit. Read in the
-# child because ``ru_maxrss`` from wait4 keeps the forking parent's high-water mark across
-# exec, which hides any child smaller than this (torch-importing) script.
-_CHILD = """
-import atexit, os, runpy, sys
-
-def _peak():
-    with open("/proc/self/status") as status:
-        kib = next(line.split()[1] for line in status if line.startswith("VmHWM"))
-    with open(os.environ["BENCH_SCALE_PEAK"], "w") as out:
-        out.write(kib)
-
-atexit.register(_peak)
-if sys.argv[1:] == ["--imports-only"]:
-    import ratioscope.analysis
-else:
-    runpy.run_module("ratioscope", run_name="__main__", alter_sys=True)
-"""
-
-
-def measure(arguments: list[str], log: Path) -> Measured:
-    """Run ``python -m ratioscope *arguments`` (stdout discarded, stderr in ``log``) in a
-    fresh process; fail loudly on error."""
-    peak_file = log.with_suffix(".peak")
-    environment = {**os.environ, "BENCH_SCALE_PEAK": str(peak_file)}
-    command = [sys.executable, "-c", _CHILD, *arguments]
-    with log.open("wb") as stderr:
-        started = time.perf_counter()
-        returncode = subprocess.call(
-            command, stdout=subprocess.DEVNULL, stderr=stderr, env=environment
-        )
-        seconds = time.perf_counter() - started
-    if returncode != 0:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise SystemExit(f"ratioscope {' '.join(arguments)} failed ({returncode}):\n{tail}")
-    return Measured(seconds, int(peak_file.read_text()) * 1024)
-
-
 def ensure_shards(directory: Path, count: int, rows: int, tokens: int, seed: int) -> list[Path]:
     """SYNTHETIC shard files ``synthetic_{rows}x{tokens}_{i}.safetensors``; reused if present."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from make_synthetic import make_synthetic, write_synthetic
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -37,12 +37,10 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -50,6 +48,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _child import Measured, measure
 from make_synthetic import LABEL, make_synthetic
 
 GIB = 1 << 30
@@ -58,71 +57,6 @@ _DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.bool: "BOOL"}
 NO_COVARIANCE = "ratios,mismatch,future_policy,tepo,trust_region"
 STREAM_ALWAYS = {"RATIOSCOPE_STREAM_BYTES": "0"}
 READ_WHOLE = {"RATIOSCOPE_STREAM_BYTES": str(1 << 60)}
-
-
-@dataclass
-class Measured:
-    """One child process: wall seconds, peak resident memory (VmHWM) and glibc's heap at
-    exit (bytes held, bytes in use; -1 where mallinfo2 is missing), all in bytes."""
-
-    seconds: float
-    peak: int
-    heap: int
-    in_use: int
-
-
-# Runs ``python -m ratioscope ARGS`` (or only the imports) as bench_scale.py's child does,
-# and writes at exit its peak RSS (VmHWM, read in the child: ``ru_maxrss`` from wait4 keeps
-# the forking parent's high-water mark across exec) and glibc's mallinfo2: the heap never
-# shrinks under the CLI's malloc settings, so at exit it is the largest it has been.
-_CHILD = """
-import atexit, ctypes, json, os, runpy, sys
-
-def _at_exit():
-    with open("/proc/self/status") as status:
-        kib = next(line.split()[1] for line in status if line.startswith("VmHWM"))
-    heap = in_use = -1
-    try:
-        names = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                 "uordblks", "fordblks", "keepcost")
-        class Info(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in names]
-        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
-        mallinfo2.restype = Info
-        info = mallinfo2()
-        heap, in_use = info.arena, info.uordblks
-    except (OSError, AttributeError):
-        pass
-    with open(os.environ["BENCH_STREAM_PEAK"], "w") as out:
-        json.dump({"peak": int(kib) * 1024, "heap": heap, "in_use": in_use}, out)
-
-atexit.register(_at_exit)
-if sys.argv[1:] == ["--imports-only"]:
-    import ratioscope.analysis
-else:
-    runpy.run_module("ratioscope", run_name="__main__", alter_sys=True)
-"""
-
-
-def measure(arguments: list[str], log: Path, env: dict[str, str] | None = None) -> Measured:
-    """Run ``python -m ratioscope *arguments`` in a fresh process with ``env`` added to
-    the environment (stdout discarded, stderr in ``log``); fail loudly on error."""
-    peak_file = log.with_suffix(".peak")
-    environment = {**os.environ, **(env or {}), "BENCH_STREAM_PEAK": str(peak_file)}
-    with log.open("wb") as stderr:
-        started = time.perf_counter()
-        returncode = subprocess.call(
-            [sys.executable, "-c", _CHILD, *arguments],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=environment,
-        )
-        seconds = time.perf_counter() - started
-    if returncode != 0:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise SystemExit(f"ratioscope {' '.join(arguments)} failed ({returncode}):\n{tail}")
-    numbers = json.loads(peak_file.read_text())
-    return Measured(seconds, numbers["peak"], numbers["heap"], numbers["in_use"])
 
 
 def blocks(rows: int, width: int, seed: int) -> Iterator[dict[str, torch.Tensor]]:
