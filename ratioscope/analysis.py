@@ -483,7 +483,8 @@ class _RowColumns:
             buffer = self._buffers.get(key)
             if buffer is None:
                 shape = (self.rows, *value.shape[1:])
-                buffer = self._buffers[key] = torch.empty(shape, dtype=value.dtype)
+                buffer = torch.empty(shape, dtype=value.dtype, device="cpu")
+                self._buffers[key] = buffer
             stop = offset + int(value.shape[0])
             if offset < 0 or stop > self.rows or buffer.shape[1:] != value.shape[1:]:
                 raise ValueError(
