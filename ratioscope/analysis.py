@@ -464,7 +464,9 @@ class _RowColumns:
     slice at a time. Gathering them as lists of chunk parts made a streamed file's peak
     memory grow with the file: twenty small tensors kept a chunk, between the chunk's
     large temporaries, left holes in the heap that the allocator could not give back
-    (docs/scale.md).
+    (docs/scale.md). A column that did not get every row (a section that returned it
+    for some chunks only) is left out, as a list of parts that fell short of the file's
+    rows was.
     """
 
     def __init__(self, rows: int, first_row: int = 0) -> None:
@@ -472,6 +474,7 @@ class _RowColumns:
         #: the file row of buffer row 0
         self.first_row = first_row
         self._buffers: dict[str, Tensor] = {}
+        self._filled: dict[str, int] = {}
 
     def add(self, values: Mapping[str, Tensor | None], row_offset: int) -> None:
         """Write ``values`` ([b, ...] each, None skipped) of file rows
@@ -485,6 +488,7 @@ class _RowColumns:
                 shape = (self.rows, *value.shape[1:])
                 buffer = torch.empty(shape, dtype=value.dtype, device="cpu")
                 self._buffers[key] = buffer
+                self._filled[key] = 0
             stop = offset + int(value.shape[0])
             if offset < 0 or stop > self.rows or buffer.shape[1:] != value.shape[1:]:
                 raise ValueError(
@@ -492,12 +496,15 @@ class _RowColumns:
                     f"the file's {tuple(buffer.shape)}"
                 )
             buffer[offset:stop] = value.detach()
+            self._filled[key] += stop - offset
 
     def get(self, key: str) -> Tensor | None:
-        return self._buffers.get(key)
+        """Column ``key`` if it got every row, else None."""
+        return self.tensors().get(key)
 
     def tensors(self) -> dict[str, Tensor]:
-        return dict(self._buffers)
+        """The columns that got every row (each row is written once)."""
+        return {key: v for key, v in self._buffers.items() if self._filled[key] == self.rows}
 
 
 def _feed_pass(

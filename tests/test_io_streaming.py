@@ -340,3 +340,13 @@ def test_row_columns_write_each_chunk_at_its_rows():
         columns.add({"x": whole[:5]}, 120)  # past the last row
     with pytest.raises(ValueError, match="does not fit"):
         columns.add({"x": whole[:5, :1]}, 100)  # another trailing shape
+
+
+def test_row_columns_leave_out_a_column_some_chunks_lacked():
+    from ratioscope.analysis import _RowColumns
+
+    columns = _RowColumns(6)
+    columns.add({"x": torch.zeros(3), "y": torch.ones(3)}, 0)
+    columns.add({"x": torch.ones(3)}, 3)  # "y" not returned for this chunk
+    assert set(columns.tensors()) == {"x"} and columns.get("y") is None
+    assert torch.equal(columns.get("x"), torch.tensor([0.0, 0, 0, 1, 1, 1]))
