@@ -8,10 +8,12 @@ lengths that are not a multiple of the window or of the scan chunk.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
+from documents import assert_documents_close
 
 from ratioscope.errors import UsageError
 from ratioscope.functional import _kernels
@@ -237,3 +239,51 @@ def test_can_take_only_cpu_tensors_of_the_compiled_dtypes(monkeypatch):
     finally:
         monkeypatch.delenv(_kernels.DISABLE_ENV)
         _kernels.available.cache_clear()
+
+
+# --------------------------------------------------------------------------- row parts
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5, 8, 9, 1000])
+def test_row_parts_cover_the_rows_in_order(rows):
+    parts = _kernels.row_parts(rows)
+    assert len(parts) == max(1, min(_kernels.ROW_PARTS, rows))
+    assert parts[0][0] == 0 and parts[-1][1] == rows
+    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(parts))
+    sizes = [stop - start for start, stop in parts]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_map_row_parts_keeps_the_order_on_threads():
+    torch_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        got = _kernels.map_row_parts(lambda start, stop: (start, stop), 100)
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert got == _kernels.row_parts(100)
+
+
+def test_report_is_the_same_on_one_thread_and_two():
+    """The compiled loops run a chunk's rows in parts on the threads torch may use;
+    the parts do not depend on the number of threads, so neither do the numbers."""
+    from pathlib import Path
+
+    import ratioscope
+
+    sample = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+    documents = []
+    torch_threads = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            report = ratioscope.analyze(sample, chunk_elements=2048, per_sequence=True)
+            document = report.to_dict()
+            document.pop("tool")
+            document["sequences"] = report.sequences.frame().to_dict(as_series=False)
+            documents.append(document)
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert documents[0]["covariance"] is not None
+    # bit for bit (NaN where NaN)
+    assert_documents_close(documents[1], documents[0], rel=0.0, abs_tol=0.0)

@@ -12,7 +12,11 @@ of c, pass 3 the kernel weights, pass 4 everything the section reports.
 The sums of passes 0-2 are added token by token, in the batch's row-major order, to
 running float64 totals, exactly as ``index_add_`` adds them in the torch path, so they
 are the same bits; the weights go through ``exp`` and the bins through ``log``, whose
-last bit may differ from torch's vectorised functions (tests compare to 1e-12).
+last bit may differ from torch's vectorised functions (tests compare to 1e-12). Pass 4,
+the costliest, runs on parts of a chunk's rows at the same time (threads); it counts in
+integers there and leaves its float sums per token and per row, which
+:func:`_fold_statistics` then adds in file order, so the totals are the bits of one
+loop whatever the number of threads, parts or chunks.
 
 This module imports numba; it is imported only where :func:`_kernels.available` says the
 compiled path can run.
@@ -130,6 +134,14 @@ def _weight_sums(
         sums[s] = total
 
 
+#: the columns of :func:`_statistics`'s per-row sums
+ROW_C, ROW_W, ROW_N = 0, 1, 2  # sums of c, w, w~ (the section's per-sequence columns)
+ROW_MOMENTS = 3  # 3..8: sum of x - shift and of its square, for c, w, w~
+ROW_MASS = 9  # 9..11: sum |A|, w |A|, w~ |A|
+ROW_BELOW = 12  # 12..13: tokens with w under each threshold
+ROW_FIELDS = 14
+
+
 def _statistics(
     lp: Any,
     adv: Any,
@@ -140,42 +152,40 @@ def _statistics(
     flat: Any,
     factor: Any,
     narrow: bool,
-    below: Any,
     thresholds: Any,
+    shifts: Any,
     c_counts: Any,
-    c_sums: Any,
     w_counts: Any,
     normalised_counts: Any,
-    moments: Any,
     weight_counts: Any,
-    mass: Any,
-    rows_out: Any,
-) -> None:
-    """Pass 4: c, w and w~ = w N / sum w (``factor`` [S]) of each valid token, stored in
-    the input's precision (``narrow``: float32) and added to the section's totals:
+    extremes: Any,
+    token_bins: Any,
+    token_c: Any,
+    row_stats: Any,
+) -> int:
+    """Pass 4 over some rows: c, w and w~ = w N / sum w (``factor`` [S]) of each valid
+    token, stored in the input's precision (``narrow``: float32), into what the section
+    reports. Rows apart can run at the same time (on threads); what is summed in floats
+    is left per token or per row for :func:`_fold_statistics` to add in file order.
 
-    c_counts, c_sums [NUM_BINS]: c's bins and per-bin sums; w_counts,
-    normalised_counts [NUM_BINS]: the bins of log w and log w~; moments [3, 5] for c, w,
-    w~: (shift, sum of value - shift, its squares, min, max), the shift set by the
-    caller; below [2]: w < thresholds [2]; weight_counts [W]: w in W equal bins of
-    [0, 1] (``torch.histc``); mass [3]: sum |A|, sum w |A|, sum w~ |A|; rows_out [B, 3]:
-    each row's sums of c, w, w~.
-
-    Sums other than the per-bin ones are taken per row and the row's total added to the
-    batch's, so they do not depend on how the rows are cut into chunks.
+    Integers, added here: c_counts, w_counts, normalised_counts [NUM_BINS] the bins of c,
+    log w and log w~; weight_counts [W] w in W equal bins of [0, 1] (``torch.histc``).
+    extremes [3, 2]: min and max of c, w, w~. Left per token (valid tokens in row-major
+    order; returns how many): token_bins, token_c, c's bin and value. Left per row:
+    row_stats [B, ROW_FIELDS] (see the ROW_ constants) with the moments' ``shifts`` [3]
+    and ``thresholds`` [2].
     """
     rows, length = mask.shape
     bins_w = weight_counts.shape[0]
-    shift_c, shift_w, shift_n = moments[0, 0], moments[1, 0], moments[2, 0]
+    shift_c, shift_w, shift_n = shifts[0], shifts[1], shifts[2]
     low_w, lower_w = thresholds[0], thresholds[1]
+    tokens = 0
     for r in range(rows):
         s = scope[r]
         mean_lp, mean_a = means[s, 0], means[s, 1]
         two_variance, is_flat, to_normalised = kernel[s], flat[s], factor[s]
         row_c = row_w = row_n = 0.0
         d_c = d_w = d_n = sq_c = sq_w = sq_n = 0.0
-        min_c = min_w = min_n = math.inf
-        max_c = max_w = max_n = -math.inf
         mass_a = mass_w = mass_n = 0.0
         n_low = n_lower = 0
         for t in range(length):
@@ -191,7 +201,9 @@ def _statistics(
                 normalised = np.float64(np.float32(normalised))
             k = _bin(c)
             c_counts[k] += 1
-            c_sums[k] += c
+            token_bins[tokens] = k
+            token_c[tokens] = c
+            tokens += 1
             w_counts[_bin(math.log(w))] += 1
             normalised_counts[_bin(math.log(normalised))] += 1
             weight_counts[min(int(w * bins_w), bins_w - 1)] += 1
@@ -209,28 +221,45 @@ def _statistics(
             e = normalised - shift_n
             d_n += e
             sq_n += e * e
-            min_c, max_c = min(min_c, c), max(max_c, c)
-            min_w, max_w = min(min_w, w), max(max_w, w)
-            min_n, max_n = min(min_n, normalised), max(max_n, normalised)
+            extremes[0, 0], extremes[0, 1] = min(extremes[0, 0], c), max(extremes[0, 1], c)
+            extremes[1, 0], extremes[1, 1] = min(extremes[1, 0], w), max(extremes[1, 1], w)
+            extremes[2, 0] = min(extremes[2, 0], normalised)
+            extremes[2, 1] = max(extremes[2, 1], normalised)
             magnitude = abs(a)
             mass_a += magnitude
             mass_w += w * magnitude
             mass_n += normalised * magnitude
-        rows_out[r, 0], rows_out[r, 1], rows_out[r, 2] = row_c, row_w, row_n
-        for q, d, sq, lo, hi in (
-            (0, d_c, sq_c, min_c, max_c),
-            (1, d_w, sq_w, min_w, max_w),
-            (2, d_n, sq_n, min_n, max_n),
-        ):
-            moments[q, 1] += d
-            moments[q, 2] += sq
-            moments[q, 3] = min(moments[q, 3], lo)
-            moments[q, 4] = max(moments[q, 4], hi)
-        mass[0] += mass_a
-        mass[1] += mass_w
-        mass[2] += mass_n
-        below[0] += n_low
-        below[1] += n_lower
+        out = row_stats[r]
+        out[0], out[1], out[2] = row_c, row_w, row_n
+        out[3], out[4], out[5], out[6], out[7], out[8] = d_c, sq_c, d_w, sq_w, d_n, sq_n
+        out[9], out[10], out[11] = mass_a, mass_w, mass_n
+        out[12], out[13] = n_low, n_lower
+    return tokens
+
+
+def _fold_statistics(
+    token_bins: Any,
+    token_c: Any,
+    tokens: int,
+    row_stats: Any,
+    c_sums: Any,
+    moments: Any,
+    mass: Any,
+    below: Any,
+) -> None:
+    """Add what :func:`_statistics` left per token and per row to the running totals,
+    one part after the other in file order: c_sums [NUM_BINS] c per bin, token by
+    token; moments [3, 5] (columns 1 and 2), mass [3] and below [2], row by row. The
+    sums are then the same bits however the rows were cut into parts and chunks."""
+    for i in range(tokens):
+        c_sums[token_bins[i]] += token_c[i]
+    for r in range(row_stats.shape[0]):
+        for q in range(3):
+            moments[q, 1] += row_stats[r, 3 + 2 * q]
+            moments[q, 2] += row_stats[r, 4 + 2 * q]
+            mass[q] += row_stats[r, 9 + q]
+        below[0] += np.int64(row_stats[r, 12])
+        below[1] += np.int64(row_stats[r, 13])
 
 
 sums = jit(_sums)
@@ -238,3 +267,4 @@ covariance_sums = jit(_covariance_sums)
 spread = jit(_spread)
 weight_sums = jit(_weight_sums)
 statistics = jit(_statistics)
+fold_statistics = jit(_fold_statistics)

@@ -18,10 +18,12 @@ later process loads it instead of compiling again) and take numpy views of CPU t
 from __future__ import annotations
 
 import functools
+import itertools
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -33,6 +35,7 @@ DISABLE_ENV = "RATIOSCOPE_DISABLE_NUMBA"
 
 #: the float dtypes the kernels are compiled for
 FLOAT_DTYPES = (torch.float32, torch.float64)
+Part = TypeVar("Part")
 
 
 @functools.cache
@@ -235,6 +238,40 @@ def jit(fn: Any) -> Any:
         return numba.njit(cache=False, nogil=True)(fn)
 
 
+#: the compiled loops that run on several threads cut a chunk's rows into this many
+#: parts (fewer for fewer rows) whatever the number of threads, so that the numbers,
+#: whose sums are added part by part, do not depend on it
+ROW_PARTS = 8
+
+
+def row_parts(rows: int) -> list[tuple[int, int]]:
+    """(start, stop) of the parts of ``rows`` rows: ``min(ROW_PARTS, rows)`` contiguous
+    ranges of sizes differing by at most one (one empty range for no rows)."""
+    parts = max(1, min(ROW_PARTS, rows))
+    edges = [rows * index // parts for index in range(parts + 1)]
+    return list(itertools.pairwise(edges))
+
+
+def map_row_parts(fn: Callable[[int, int], Part], rows: int) -> list[Part]:
+    """``fn(start, stop)`` of each of :func:`row_parts`, in order, on up to
+    ``torch.get_num_threads()`` threads: the kernels release the GIL (``nogil``), so
+    parts run at the same time. The parts are the same on any number of threads."""
+    parts = row_parts(rows)
+    workers = min(torch.get_num_threads(), len(parts))
+    if workers <= 1:
+        return [fn(start, stop) for start, stop in parts]
+    return list(_pool(workers).map(lambda part: fn(*part), parts))
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ratioscope-rows")
+
+
+# a forked child has none of the parent's threads: it makes its own pools
+os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
 @functools.cache
 def _compiled() -> SimpleNamespace:
     return SimpleNamespace(
@@ -259,7 +296,12 @@ def kalman(
     :func:`_kalman_skip` when ``skip``)."""
     kernels = _compiled()
     kernel = kernels.kalman_skip if skip else kernels.kalman_zero
-    kernel(z, mask, keep, gains, float(rho0), out)
+    rho0 = float(rho0)
+
+    def part(start: int, stop: int) -> None:  # rows are independent: the same bits
+        kernel(z[start:stop], mask[start:stop], keep, gains, rho0, out[start:stop])
+
+    map_row_parts(part, z.shape[0])
 
 
 def state_runs(
@@ -275,13 +317,19 @@ def state_runs(
     lengths = np.zeros(rows, dtype=np.int64)
     state_counts = np.zeros((rows, 3), dtype=np.int64)
     run_counts = np.zeros((rows, 3), dtype=np.int64)
-    histogram = np.zeros((3, length + 1), dtype=np.int64)
     changes = np.zeros((rows, -(-length // window)), dtype=np.int64)
     off = np.zeros((rows, length // window), dtype=np.int64)
-    _compiled().state_runs(
-        values, mask, float(lower), float(upper), int(window),
-        lengths, state_counts, run_counts, histogram, changes, off,
-    )  # fmt: skip
+
+    def part(start: int, stop: int) -> np.ndarray:
+        histogram = np.zeros((3, length + 1), dtype=np.int64)  # pooled: one a part
+        _compiled().state_runs(
+            values[start:stop], mask[start:stop], float(lower), float(upper), int(window),
+            lengths[start:stop], state_counts[start:stop], run_counts[start:stop],
+            histogram, changes[start:stop], off[start:stop],
+        )  # fmt: skip
+        return histogram
+
+    histogram = np.sum(map_row_parts(part, rows), axis=0)
     return lengths, state_counts, run_counts, histogram, changes, off
 
 

@@ -67,6 +67,15 @@ class CovarianceTotals:
         self.weight_counts = np.zeros(self.weight_bins, dtype=np.int64)
         self.mass = np.zeros(3, dtype=np.float64)
 
+    def add_counts(self, part: PartCounts) -> None:
+        """Add the integer counts and extremes of a part of a chunk's rows."""
+        self.c_counts += part.c_counts
+        self.w_counts += part.w_counts
+        self.normalised_counts += part.normalised_counts
+        self.weight_counts += part.weight_counts
+        np.minimum(self.moments[:, 3], part.extremes[:, 0], out=self.moments[:, 3])
+        np.maximum(self.moments[:, 4], part.extremes[:, 1], out=self.moments[:, 4])
+
     def moment(self, q: int, count: int) -> tuple[int, float, float, float, float]:
         """(count, mean, sum of squared deviations, min, max) of quantity ``q`` (0: c,
         1: w, 2: w~) over ``count`` tokens."""
@@ -75,6 +84,29 @@ class CovarianceTotals:
             return 0, 0.0, 0.0, low, high
         mean_offset = total / count
         return count, shift + mean_offset, max(square - total * mean_offset, 0.0), low, high
+
+
+@dataclass
+class PartCounts:
+    """What the last pass counts over a part of a chunk's rows (integers, and min and
+    max, which do not depend on the order they are taken in): the bins of c, log w and
+    log w~ [NUM_BINS], w's equal bins [W], and extremes [3, 2] min and max of c, w, w~."""
+
+    weight_bins: int
+    c_counts: np.ndarray = field(init=False)
+    w_counts: np.ndarray = field(init=False)
+    normalised_counts: np.ndarray = field(init=False)
+    weight_counts: np.ndarray = field(init=False)
+    extremes: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.c_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+        self.w_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+        self.normalised_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+        self.weight_counts = np.zeros(self.weight_bins, dtype=np.int64)
+        self.extremes = np.empty((3, 2), dtype=np.float64)
+        self.extremes[:, 0] = np.inf
+        self.extremes[:, 1] = -np.inf
 
 
 class FusedKernelPasses:
@@ -157,17 +189,51 @@ class FusedKernelPasses:
                 lp, a, valid, rows, self.means, self.kernel, self.flat, self.w_sums
             )
             return None
-        totals = self.totals
-        row_sums = np.zeros((mask.shape[0], 3), dtype=np.float64)
-        kernels().statistics(
-            lp, a, valid, rows, self.means, self.kernel, self.flat, self.factor,
-            _narrow(logp), totals.below, self._thresholds(logp), totals.c_counts,
-            totals.c_sums, totals.w_counts, totals.normalised_counts, totals.moments,
-            totals.weight_counts, totals.mass, row_sums,
-        )  # fmt: skip
-        return torch.from_numpy(row_sums)
+        return self._statistics(lp, a, valid, rows, _narrow(logp), self._thresholds(logp))
 
     # ---------------------------------------------------------------- internals
+    def _statistics(
+        self,
+        lp: np.ndarray,
+        a: np.ndarray,
+        valid: np.ndarray,
+        scope: np.ndarray,
+        narrow: bool,
+        thresholds: np.ndarray,
+    ) -> Tensor:
+        """The last pass over a chunk: its rows in parts on the threads torch may use
+        (:func:`_kernels.map_row_parts`), each part's counts then its float sums added
+        to the totals part after part, in file order (the same bits as one loop)."""
+        compiled = kernels()
+        count, length = valid.shape
+        totals = self.totals
+        shifts = totals.moments[:, 0].copy()
+        row_stats = np.empty((count, compiled.ROW_FIELDS), dtype=np.float64)
+        # c's bin and value of each valid token: at most all of a part's positions
+        token_bins = np.empty(count * length, dtype=np.int32)
+        token_c = np.empty(count * length, dtype=np.float64)
+
+        def part(start: int, stop: int) -> tuple[PartCounts, int]:
+            counts = PartCounts(totals.weight_bins)
+            tokens = compiled.statistics(
+                lp[start:stop], a[start:stop], valid[start:stop], scope[start:stop],
+                self.means, self.kernel, self.flat, self.factor, narrow, thresholds,
+                shifts, counts.c_counts, counts.w_counts, counts.normalised_counts,
+                counts.weight_counts, counts.extremes, token_bins[start * length :],
+                token_c[start * length :], row_stats[start:stop],
+            )  # fmt: skip
+            return counts, tokens
+
+        parts = _kernels.map_row_parts(part, count)
+        for (start, stop), (counts, tokens) in zip(_kernels.row_parts(count), parts, strict=True):
+            compiled.fold_statistics(
+                token_bins[start * length :], token_c[start * length :], tokens,
+                row_stats[start:stop], totals.c_sums, totals.moments, totals.mass,
+                totals.below,
+            )  # fmt: skip
+            totals.add_counts(counts)
+        return torch.from_numpy(row_stats[:, : compiled.ROW_N + 1].copy())
+
     def _enter(self, index: int) -> None:
         if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
             raise ValueError(f"pass {index} after pass {self.pass_index}")

@@ -6,7 +6,9 @@ PPO terms of each row (:func:`ratioscope.functional.surrogate.ppo_row_sums`); in
 code that is a gather, a log10, a bincount, two reductions for the moments and about
 ten [B, T] float64 temporaries for the PPO sums. :func:`ratio_rows` does all of it in
 one loop over each row (and one more for the moments' squared deviations) on CPU
-tensors; the tensor code stays the reference and the path for other devices.
+tensors, the rows in parts on the threads torch may use
+(:func:`ratioscope.functional._kernels.map_row_parts`); the tensor code stays the
+reference and the path for other devices.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import Tensor
 
 from ratioscope.functional import _kernels
 from ratioscope.functional import histogram as bins
+from ratioscope.stats import Moments
 
 
 @dataclass(frozen=True)
@@ -55,21 +58,33 @@ def ratio_rows(
     from ratioscope.functional import _ratio_kernels
 
     rows = mask.shape[0]
-    counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
-    summary = np.zeros(5, dtype=np.float64)
     row_sums = np.zeros((rows, 2), dtype=np.float64)
     clipped = np.zeros(rows, dtype=np.int64)
     values = signal.detach().numpy()
+    adv = values if advantages is None else advantages.detach().numpy()
+    valid = mask.numpy()
     eps_low, eps_high = clip
-    _ratio_kernels.histogram_ppo_rows(
-        values, values if advantages is None else advantages.detach().numpy(),
-        mask.numpy(), advantages is not None, 1 - eps_low, 1 + eps_high,
-        counts, summary, row_sums, clipped,
-    )  # fmt: skip
-    count, mean, spread, low, high = summary.tolist()
-    moments = (int(count), mean, spread, low, high)
+
+    def part(start: int, stop: int) -> tuple[np.ndarray, Moments]:
+        counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
+        summary = np.zeros(5, dtype=np.float64)
+        _ratio_kernels.histogram_ppo_rows(
+            values[start:stop], adv[start:stop], valid[start:stop], advantages is not None,
+            1 - eps_low, 1 + eps_high, counts, summary, row_sums[start:stop],
+            clipped[start:stop],
+        )  # fmt: skip
+        count, mean, spread, low, high = summary.tolist()
+        return counts, Moments(int(count), mean, spread, low, high)
+
+    # the rows in parts on the threads torch may use, merged in order
+    parts = _kernels.map_row_parts(part, rows)
+    counts = np.sum([counts for counts, _ in parts], axis=0)
+    moments = Moments()
+    for _, part_moments in parts:
+        moments.merge(part_moments)
     ppo = None
     if advantages is not None:
         sums = torch.from_numpy(row_sums)
         ppo = (torch.from_numpy(clipped), sums[:, 0], sums[:, 1])
-    return RatioRows(torch.from_numpy(counts), moments, ppo)
+    summary = (moments.count, moments.mean, moments.m2, moments.minimum, moments.maximum)
+    return RatioRows(torch.from_numpy(counts), summary, ppo)

@@ -640,13 +640,18 @@ def _band_compiled(auto: Tensor, lengths: Tensor, width: Tensor) -> Tensor:
     import numpy as np
     import torch
 
-    from ratioscope.functional import _ratio_kernels
+    from ratioscope.functional import _kernels, _ratio_kernels
 
     band = np.zeros(auto.shape[0], dtype=np.float64)
-    table = np.empty(max(auto.shape[1], 1), dtype=np.float64)
-    _ratio_kernels.lfr_band(
-        auto.numpy(), lengths.numpy(), width.to(torch.int64).numpy(), table, band
-    )
+    values, sizes, widths = auto.numpy(), lengths.numpy(), width.to(torch.int64).numpy()
+
+    def part(start: int, stop: int) -> None:  # rows are independent: the same bits
+        table = np.empty(max(auto.shape[1], 1), dtype=np.float64)  # a part's scratch
+        _ratio_kernels.lfr_band(
+            values[start:stop], sizes[start:stop], widths[start:stop], table, band[start:stop]
+        )
+
+    _kernels.map_row_parts(part, auto.shape[0])
     return torch.from_numpy(band)
 
 
