@@ -249,7 +249,7 @@ def _fold_statistics(
 ) -> None:
     """Add what :func:`_statistics` left per token and per row to the running totals,
     one part after the other in file order: c_sums [NUM_BINS] c per bin, token by
-    token; moments [3, 5] (columns 1 and 2), mass [3] and below [2], row by row. The
+    token; moments [3, 3] (columns 1 and 2), mass [3] and below [2], row by row. The
     sums are then the same bits however the rows were cut into parts and chunks."""
     for i in range(tokens):
         c_sums[token_bins[i]] += token_c[i]

@@ -34,63 +34,14 @@ def usable(*tensors: Tensor) -> bool:
 
 
 @dataclass
-class CovarianceTotals:
-    """A batch's statistics from the last pass (numpy, on the CPU).
-
-    c_counts, c_sums: [NUM_BINS] c's bins and per-bin sums; w_counts,
-    normalised_counts: [NUM_BINS] bins of log w and log w~; moments: [3, 5] for c, w,
-    w~ as (shift, sum of x - shift, sum of (x - shift)^2, min, max); below: [K] tokens
-    with w under each threshold; weight_counts: [W] w in W equal bins of [0, 1];
-    mass: [3] sum |A|, sum w |A|, sum w~ |A|.
-    """
-
-    thresholds: tuple[float, ...]
-    weight_bins: int
-    c_counts: np.ndarray = field(init=False)
-    c_sums: np.ndarray = field(init=False)
-    w_counts: np.ndarray = field(init=False)
-    normalised_counts: np.ndarray = field(init=False)
-    moments: np.ndarray = field(init=False)
-    below: np.ndarray = field(init=False)
-    weight_counts: np.ndarray = field(init=False)
-    mass: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.c_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
-        self.c_sums = np.zeros(bins.NUM_BINS, dtype=np.float64)
-        self.w_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
-        self.normalised_counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
-        self.moments = np.zeros((3, 5), dtype=np.float64)
-        self.moments[:, 3] = np.inf
-        self.moments[:, 4] = -np.inf
-        self.below = np.zeros(len(self.thresholds), dtype=np.int64)
-        self.weight_counts = np.zeros(self.weight_bins, dtype=np.int64)
-        self.mass = np.zeros(3, dtype=np.float64)
-
-    def add_counts(self, part: PartCounts) -> None:
-        """Add the integer counts and extremes of a part of a chunk's rows."""
-        self.c_counts += part.c_counts
-        self.w_counts += part.w_counts
-        self.normalised_counts += part.normalised_counts
-        self.weight_counts += part.weight_counts
-        np.minimum(self.moments[:, 3], part.extremes[:, 0], out=self.moments[:, 3])
-        np.maximum(self.moments[:, 4], part.extremes[:, 1], out=self.moments[:, 4])
-
-    def moment(self, q: int, count: int) -> tuple[int, float, float, float, float]:
-        """(count, mean, sum of squared deviations, min, max) of quantity ``q`` (0: c,
-        1: w, 2: w~) over ``count`` tokens."""
-        shift, total, square, low, high = self.moments[q].tolist()
-        if count == 0:
-            return 0, 0.0, 0.0, low, high
-        mean_offset = total / count
-        return count, shift + mean_offset, max(square - total * mean_offset, 0.0), low, high
-
-
-@dataclass
 class PartCounts:
-    """What the last pass counts over a part of a chunk's rows (integers, and min and
-    max, which do not depend on the order they are taken in): the bins of c, log w and
-    log w~ [NUM_BINS], w's equal bins [W], and extremes [3, 2] min and max of c, w, w~."""
+    """What the last pass counts over some rows (integers, and min and max, which do not
+    depend on the order they are taken in).
+
+    c_counts, w_counts, normalised_counts: [NUM_BINS] the bins of c, log w and log w~;
+    weight_counts: [W] w in W equal bins of [0, 1]; extremes: [3, 2] min and max of c,
+    w, w~.
+    """
 
     weight_bins: int
     c_counts: np.ndarray = field(init=False)
@@ -107,6 +58,48 @@ class PartCounts:
         self.extremes = np.empty((3, 2), dtype=np.float64)
         self.extremes[:, 0] = np.inf
         self.extremes[:, 1] = -np.inf
+
+    def add(self, part: PartCounts) -> None:
+        """Add the counts and extremes of other rows."""
+        self.c_counts += part.c_counts
+        self.w_counts += part.w_counts
+        self.normalised_counts += part.normalised_counts
+        self.weight_counts += part.weight_counts
+        np.minimum(self.extremes[:, 0], part.extremes[:, 0], out=self.extremes[:, 0])
+        np.maximum(self.extremes[:, 1], part.extremes[:, 1], out=self.extremes[:, 1])
+
+
+@dataclass
+class CovarianceTotals(PartCounts):
+    """A batch's statistics from the last pass (numpy, on the CPU): the counts of
+    :class:`PartCounts` over all its rows, and float sums: c_sums [NUM_BINS] c per bin;
+    moments [3, 3] for c, w, w~ as (shift, sum of x - shift, sum of (x - shift)^2);
+    below [K] tokens with w under each threshold; mass [3] sum |A|, sum w |A|,
+    sum w~ |A|.
+    """
+
+    thresholds: tuple[float, ...] = ()
+    c_sums: np.ndarray = field(init=False)
+    moments: np.ndarray = field(init=False)
+    below: np.ndarray = field(init=False)
+    mass: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.c_sums = np.zeros(bins.NUM_BINS, dtype=np.float64)
+        self.moments = np.zeros((3, 3), dtype=np.float64)
+        self.below = np.zeros(len(self.thresholds), dtype=np.int64)
+        self.mass = np.zeros(3, dtype=np.float64)
+
+    def moment(self, q: int, count: int) -> tuple[int, float, float, float, float]:
+        """(count, mean, sum of squared deviations, min, max) of quantity ``q`` (0: c,
+        1: w, 2: w~) over ``count`` tokens."""
+        shift, total, square = self.moments[q].tolist()
+        low, high = self.extremes[q].tolist()
+        if count == 0:
+            return 0, 0.0, 0.0, low, high
+        mean_offset = total / count
+        return count, shift + mean_offset, max(square - total * mean_offset, 0.0), low, high
 
 
 class FusedKernelPasses:
@@ -140,7 +133,7 @@ class FusedKernelPasses:
         self.w_sums = np.zeros(0, dtype=np.float64)
         self.factor = np.zeros(0, dtype=np.float64)  # N / sum w
         self.eligible = 0
-        self.totals = CovarianceTotals(thresholds, weight_bins)
+        self.totals = CovarianceTotals(weight_bins, thresholds=thresholds)
 
     @property
     def tokens(self) -> int:
@@ -231,7 +224,7 @@ class FusedKernelPasses:
                 row_stats[start:stop], totals.c_sums, totals.moments, totals.mass,
                 totals.below,
             )  # fmt: skip
-            totals.add_counts(counts)
+            totals.add(counts)
         return torch.from_numpy(row_stats[:, : compiled.ROW_N + 1].copy())
 
     def _enter(self, index: int) -> None:
