@@ -336,7 +336,12 @@ def state_runs(
 def masked_zero(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """A new [B, T] array: ``values`` where ``mask``, else 0 (:func:`_masked_zero`)."""
     out = np.empty_like(values)
-    _compiled().masked_zero(values, mask, values.dtype.type(0), out)
+    zero = values.dtype.type(0)
+
+    def part(start: int, stop: int) -> None:
+        _compiled().masked_zero(values[start:stop], mask[start:stop], zero, out[start:stop])
+
+    map_row_parts(part, values.shape[0])
     return out
 
 

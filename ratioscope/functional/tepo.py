@@ -305,12 +305,18 @@ def kl_mask_quadrants_by_row(
 
     from ratioscope.functional import _ratio_kernels
 
-    counts = np.zeros(6, dtype=np.int64)
     rows = np.zeros(mask.shape[0], dtype=np.int64)
-    _ratio_kernels.entropy_quadrants(
-        adv.detach().numpy(), entropy.detach().numpy(), old_entropy.detach().numpy(),
-        mask.numpy(), counts, rows,
-    )  # fmt: skip
+    a, h, h_old, valid = (t.detach().numpy() for t in (adv, entropy, old_entropy, mask))
+
+    def part(start: int, stop: int) -> np.ndarray:  # counts: the same on any parts
+        counts = np.zeros(6, dtype=np.int64)
+        _ratio_kernels.entropy_quadrants(
+            a[start:stop], h[start:stop], h_old[start:stop], valid[start:stop], counts,
+            rows[start:stop],
+        )  # fmt: skip
+        return counts
+
+    counts = np.sum(_kernels.map_row_parts(part, mask.shape[0]), axis=0)
     return KLMaskQuadrants(*(int(n) for n in counts)), torch.from_numpy(rows)
 
 
