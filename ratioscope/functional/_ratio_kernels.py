@@ -114,18 +114,10 @@ histogram_ppo_rows = jit(_histogram_ppo_rows)
 lfr_band = jit(_lfr_band)
 
 
-def _mismatch_sums(z: Any, mask: Any, log_c: float, tokens: Any, rows_out: Any) -> None:
-    """The per-token sums of :func:`ratioscope.functional.mismatch.mismatch_partials`
-    and the per-row sums its sequence terms need, in two passes over the valid z.
-
-    tokens [12] float64: n, sum -z, sum z^2 / 2, sum expm1(z) - z, tokens with
-    |z| > log_c, sum expm1(z), sum expm1(2z), max z, sum exp(z - max z),
-    sum exp(2 (z - max z)), sum |z|, max |z|; rows_out [B, 3] float64: each row's
-    valid tokens, sum z and sum |z|. expm1(2z) is expm1(z) (expm1(z) + 2), exp(2 (z - m))
-    the square of exp(z - m): one exponential each instead of two.
-    """
+def _mismatch_rows(z: Any, mask: Any, rows_out: Any) -> float:
+    """First pass of the mismatch sums over some rows: rows_out [B, 3] float64 each
+    row's valid tokens, sum z and sum |z|; returns the largest valid z (-inf if none)."""
     rows, length = mask.shape
-    n = 0
     top = -math.inf
     for r in range(rows):
         count = 0
@@ -139,7 +131,20 @@ def _mismatch_sums(z: Any, mask: Any, log_c: float, tokens: Any, rows_out: Any) 
                 magnitude += abs(x)
                 top = max(top, x)
         rows_out[r, 0], rows_out[r, 1], rows_out[r, 2] = count, total, magnitude
-        n += count
+    return top
+
+
+def _mismatch_terms(z: Any, mask: Any, log_c: float, top: float, tokens: Any) -> None:
+    """Second pass over some rows: the per-token sums of
+    :func:`ratioscope.functional.mismatch.mismatch_partials`, with ``top`` the largest
+    valid z of the whole batch.
+
+    tokens [10] float64 (added to): sum -z, sum z^2 / 2, sum expm1(z) - z, tokens with
+    |z| > log_c, sum expm1(z), sum expm1(2z), sum exp(z - top), sum exp(2 (z - top)),
+    sum |z|, max |z|. expm1(2z) is expm1(z) (expm1(z) + 2), exp(2 (z - m)) the square of
+    exp(z - m): one exponential each instead of two.
+    """
+    rows, length = mask.shape
     k1 = k2 = k3 = outside = first = second = lse = lse2 = size = largest = 0.0
     for r in range(rows):
         for t in range(length):
@@ -158,12 +163,12 @@ def _mismatch_sums(z: Any, mask: Any, log_c: float, tokens: Any, rows_out: Any) 
             lse2 += q * q
             size += abs(x)
             largest = max(largest, abs(x))
-    tokens[0], tokens[1], tokens[2], tokens[3], tokens[4] = n, k1, k2, k3, outside
-    tokens[5], tokens[6], tokens[7], tokens[8], tokens[9] = first, second, top, lse, lse2
-    tokens[10], tokens[11] = size, largest
+    tokens[0], tokens[1], tokens[2], tokens[3], tokens[4] = k1, k2, k3, outside, first
+    tokens[5], tokens[6], tokens[7], tokens[8], tokens[9] = second, lse, lse2, size, largest
 
 
-mismatch_sums = jit(_mismatch_sums)
+mismatch_rows = jit(_mismatch_rows)
+mismatch_terms = jit(_mismatch_terms)
 
 
 def _entropy_quadrants(

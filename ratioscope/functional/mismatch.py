@@ -176,16 +176,36 @@ def _partials_torch(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:
 
 
 def _partials_compiled(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:
-    """:func:`_partials_torch` from :func:`ratioscope.functional._ratio_kernels.
-    mismatch_sums`: the token sums in its loop, the sequence terms from its row sums."""
+    """:func:`_partials_torch` from two compiled passes
+    (:func:`ratioscope.functional._ratio_kernels.mismatch_rows` and ``mismatch_terms``)
+    over parts of the rows on the threads torch may use: the row sums and the largest z,
+    then the token sums, added part after part (the same parts on any number of
+    threads)."""
     import numpy as np
 
     from ratioscope.functional import _ratio_kernels
 
-    sums = np.zeros(12, dtype=np.float64)
+    values, valid = z.detach().numpy(), mask.numpy()
     rows = np.zeros((mask.shape[0], 3), dtype=np.float64)
-    _ratio_kernels.mismatch_sums(z.detach().numpy(), mask.numpy(), log_c, sums, rows)
-    n, k1, k2, k3, outside, first, second, top, lse, lse2, size, largest = sums.tolist()
+    tops = _kernels.map_row_parts(
+        lambda start, stop: _ratio_kernels.mismatch_rows(
+            values[start:stop], valid[start:stop], rows[start:stop]
+        ),
+        mask.shape[0],
+    )
+    top = max(tops)
+
+    def terms(start: int, stop: int) -> np.ndarray:
+        part = np.zeros(10, dtype=np.float64)
+        _ratio_kernels.mismatch_terms(values[start:stop], valid[start:stop], log_c, top, part)
+        return part
+
+    sums = np.zeros(10, dtype=np.float64)
+    for part in _kernels.map_row_parts(terms, mask.shape[0]):  # added in order
+        sums[:9] += part[:9]
+        sums[9] = max(sums[9], part[9])
+    k1, k2, k3, outside, first, second, lse, lse2, size, largest = sums.tolist()
+    n = float(rows[:, 0].sum())
     per_row = torch.from_numpy(rows)
     present = per_row[:, 0] > 0
     lengths = per_row[present, 0]
