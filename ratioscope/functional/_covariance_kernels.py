@@ -230,10 +230,12 @@ def _statistics(
             mass_w += w * magnitude
             mass_n += normalised * magnitude
         out = row_stats[r]
-        out[0], out[1], out[2] = row_c, row_w, row_n
-        out[3], out[4], out[5], out[6], out[7], out[8] = d_c, sq_c, d_w, sq_w, d_n, sq_n
-        out[9], out[10], out[11] = mass_a, mass_w, mass_n
-        out[12], out[13] = n_low, n_lower
+        out[ROW_C], out[ROW_W], out[ROW_N] = row_c, row_w, row_n
+        m = ROW_MOMENTS
+        out[m], out[m + 1], out[m + 2], out[m + 3] = d_c, sq_c, d_w, sq_w
+        out[m + 4], out[m + 5] = d_n, sq_n
+        out[ROW_MASS], out[ROW_MASS + 1], out[ROW_MASS + 2] = mass_a, mass_w, mass_n
+        out[ROW_BELOW], out[ROW_BELOW + 1] = n_low, n_lower
     return tokens
 
 
@@ -255,11 +257,11 @@ def _fold_statistics(
         c_sums[token_bins[i]] += token_c[i]
     for r in range(row_stats.shape[0]):
         for q in range(3):
-            moments[q, 1] += row_stats[r, 3 + 2 * q]
-            moments[q, 2] += row_stats[r, 4 + 2 * q]
-            mass[q] += row_stats[r, 9 + q]
-        below[0] += np.int64(row_stats[r, 12])
-        below[1] += np.int64(row_stats[r, 13])
+            moments[q, 1] += row_stats[r, ROW_MOMENTS + 2 * q]
+            moments[q, 2] += row_stats[r, ROW_MOMENTS + 2 * q + 1]
+            mass[q] += row_stats[r, ROW_MASS + q]
+        below[0] += np.int64(row_stats[r, ROW_BELOW])
+        below[1] += np.int64(row_stats[r, ROW_BELOW + 1])
 
 
 sums = jit(_sums)
