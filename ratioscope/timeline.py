@@ -566,9 +566,10 @@ def timeline_verdict(
                 threshold=None,
                 text=text,
                 source="ratioscope's change rule (docs/timeline.md)",
+                name=f"{item.label} changed",
             )
         )
-    return Verdict(judged.findings + tuple(changes), judged.overridden)
+    return Verdict(judged.findings + tuple(changes), judged.overridden, judged.notes)
 
 
 def _short(value: float | None) -> str:
