@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
+from ratioscope._callable_module import make_callable
 from ratioscope.errors import RulesError
 
 if TYPE_CHECKING:
@@ -548,3 +549,7 @@ def load_thresholds(path: str | Path) -> Thresholds:
     document = read_toml(path)
     table = document.get("thresholds")
     return Thresholds() if table is None else thresholds_from_table(table, path)
+
+
+# ``ratioscope.verdict(...)`` calls the function whatever was imported first
+make_callable(__name__)
