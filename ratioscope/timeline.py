@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -428,6 +428,7 @@ def timeline(
     thresholds: Thresholds | None = None,
     objectives: bool = False,
     progress: ProgressCallback | None = None,
+    fixed_params: Collection[str] = (),
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
 
@@ -446,6 +447,8 @@ def timeline(
         objectives: also follow :data:`OBJECTIVE_HEADLINES`, from
             :func:`ratioscope.objectives` of each step's files (dumps only).
         progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
+        fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
+            recorded settings leave alone.
 
     Returns:
         :class:`Timeline`.
@@ -490,7 +493,7 @@ def timeline(
             else:
                 step_report = _analyze_step(
                     group, params, load_options, device,
-                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress,
+                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress, fixed_params,
                 )  # fmt: skip
             document = step_report.to_dict()
             if objectives:
@@ -601,6 +604,7 @@ def _analyze_step(
     chunk_elements: int,
     sections: Sequence[str] | None,
     progress: ProgressCallback | None,
+    fixed_params: Collection[str] = (),
 ) -> Report:
     from ratioscope.analysis import analyze
 
@@ -612,6 +616,7 @@ def _analyze_step(
         chunk_elements=chunk_elements,
         sections=sections,
         progress=progress,
+        fixed_params=fixed_params,
     )
 
 

@@ -43,6 +43,7 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     VerdictJson,
     Window,
@@ -80,6 +81,7 @@ def analyze(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -118,7 +120,11 @@ def analyze(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.render.verdict import show_verdict
@@ -142,7 +148,9 @@ def analyze(
                 group_size,
                 correct_field,
                 correct_threshold,
+                trainer,
             ),
+            fixed_params=given_analysis_params(ctx),
             device=device,
             chunk_elements=chunk_elements,
             per_sequence=parquet_out is not None,
