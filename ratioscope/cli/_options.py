@@ -34,7 +34,7 @@ MAX_PAIRS_DEFAULT = defaults.MAX_PAIRS
 METHOD_FIELD_DEFAULT = defaults.METHOD_FIELD
 DATASET_FIELD_DEFAULT = defaults.DATASET_FIELD
 #: the CLI's own choice (the library runs on "cpu" unless told): CUDA when present
-DEVICE_DEFAULT = "auto"
+DEVICE_DEFAULT = defaults.DEVICE
 
 
 def option_text(values: tuple[float, ...]) -> str:

@@ -148,6 +148,7 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     if profile.native:
         raw = import_module(f"ratioscope.io.frameworks.{profile.native}").prepare(path, raw)
     key_map = resolve_keys(profile, raw.columns, options.mapping)
+    factors = apply_mask_factors(path, raw, profile, key_map)
     canonical = _canonical_columns(path, raw, profile, key_map)
     if options.group_size and not profile.consecutive_rows:
         raise ParameterError(
@@ -163,7 +164,7 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
         canonical["group"] = _consecutive_groups(
             path, canonical["mask"].shape[0], options.group_size
         )
-    used = set(key_map.values())
+    used = set(key_map.values()) | set(factors)
     ignored = sorted(k for k in raw.columns if k not in used)
     batch = TokenBatch.from_tensors(
         canonical,
@@ -398,6 +399,45 @@ def _refuse_text_log(path: Path, raw: RawDump) -> None:
         f"this is {what}: responses as text, no per-token log-probs; evaluate it with "
         "'ratioscope eval-passk' or 'ratioscope eval-ucc'",
     )
+
+
+def apply_mask_factors(
+    path: Path, raw: RawDump, profile: Profile, key_map: Mapping[str, str]
+) -> list[str]:
+    """Multiply the file's mask column by the profile's ``mask_factors`` it holds (TRL's
+    ``tool_mask``), in place; returns the keys applied.
+
+    Raises:
+        ShapeMismatchError: a factor is not shaped like the mask.
+    """
+    mask_key = key_map.get("mask")
+    if mask_key is None or mask_key not in raw.columns:
+        return []
+    applied = []
+    for key in profile.mask_factors:
+        if key not in raw.columns or key == mask_key:
+            continue
+        mask, factor = raw.columns[mask_key], raw.columns[key]
+        if isinstance(mask, Tensor) and isinstance(factor, Tensor):
+            if factor.shape != mask.shape:
+                raise ShapeMismatchError(
+                    path, key, factor.shape, mask_key, mask.shape, "the shape of the mask"
+                )
+            raw.columns[mask_key] = (mask != 0) & (factor != 0)
+        elif isinstance(mask, list) and isinstance(factor, list) and len(mask) == len(factor):
+            rows = []
+            for row, (m, f) in enumerate(zip(mask, factor, strict=True)):
+                if m.shape != f.shape:
+                    raise ShapeMismatchError(
+                        path, f"{key}[{row}]", f.shape, f"{mask_key}[{row}]", m.shape,
+                        "the shape of the mask",
+                    )  # fmt: skip
+                rows.append((m != 0) & (f != 0))
+            raw.columns[mask_key] = rows
+        else:
+            raise InputError(path, f"'{key}' must be stored like '{mask_key}' (per token)")
+        applied.append(key)
+    return applied
 
 
 def _canonical_columns(

@@ -120,8 +120,8 @@ def _bind(path: Path, source: ChunkSource, options: LoadOptions) -> StreamedFile
     )
     if options.format == "auto" and profile.name == "canonical":
         _refuse_text_log(path, header)
-    if profile.native:
-        return None  # a framework hook reads what the whole file means
+    if profile.native or any(key in header.columns for key in profile.mask_factors):
+        return None  # a framework hook (or a mask factor) reads the whole file
     key_map = resolve_keys(profile, header.columns, options.mapping)
     names = {c: names[0] for c, names in profile.keys.items()}
     if key_map.get("mask") not in header.columns:
