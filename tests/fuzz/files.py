@@ -85,3 +85,66 @@ def nested(depth: int, kind: str = "[") -> str:
     if kind == "[":
         return "[" * depth + "]" * depth
     return '{"a":' * depth + "1" + "}" * depth
+
+
+# ----------------------------------------------------------------------------- SkyRL
+SKYRL_MODULE = b"skyrl.backends.skyrl_train.training_batch"
+
+
+def skyrl_global(name: bytes) -> bytes:
+    return b"c" + SKYRL_MODULE + b"\n" + name + b"\n"
+
+
+def skyrl_bytes(state_opcodes: bytes) -> bytes:
+    """A SkyRL training-input pickle around the opcodes that push its state."""
+    return (
+        b"\x80\x03"
+        + skyrl_global(b"_rebuild_tensor_batch")
+        + skyrl_global(b"TrainingInputBatch")
+        + state_opcodes
+        + b"\x86R."
+    )
+
+
+def pickled(value: object) -> bytes:
+    """The opcodes that push ``value`` (a pickle without its header and STOP)."""
+    import pickle
+
+    return pickle.dumps(value, protocol=3)[2:-1]
+
+
+def encoded(array: np.ndarray) -> dict[str, object]:
+    return {
+        "format": "numpy",
+        "data": array.tobytes(),
+        "shape": list(array.shape),
+        "dtype": array.dtype.str,
+    }
+
+
+def skyrl_state(rows: int = 4, width: int = 6, pad_size: object = 0) -> dict[str, object]:
+    old, new = log_probs(rows, width)
+    return {
+        "batch_dict": {
+            "loss_mask": encoded(np.ones((rows, width), np.float32)),
+            "action_log_probs": encoded(old),
+            "rollout_logprobs": encoded(new),
+        },
+        "metadata": {"pad_size": pad_size, "policy_prompt_boundaries": [[0, 2], [2, rows]]},
+    }
+
+
+def deep_list_opcodes(depth: int) -> bytes:
+    """A list nested ``depth`` levels deep, pushed without recursion."""
+    return b"]" * depth + b"a" * (depth - 1)
+
+
+def doubling_list_opcodes(times: int) -> bytes:
+    """A list that refers to the previous one twice, ``times`` over (memo references):
+    a few bytes per level, 2**times items once followed."""
+    out = b"]K\x01aq\x00"  # [1], memo 0
+    for level in range(1, times + 1):
+        previous = (level - 1).to_bytes(1, "little")
+        # POP the previous list (it stays in the memo), push [previous, previous]
+        out += b"0](h" + previous + b"h" + previous + b"eq" + level.to_bytes(1, "little")
+    return out
