@@ -46,7 +46,7 @@ def analyze(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
@@ -102,7 +102,7 @@ def run_accumulators(
     *,
     params: AnalysisParams,
     load_options: LoadOptions,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
@@ -160,7 +160,7 @@ def report_or_analysis(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     progress: ProgressCallback | None = None,
     sections: Sequence[str] | None = None,
 ) -> tuple[Report, str]:
@@ -206,7 +206,7 @@ def section_or_analysis(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     progress: ProgressCallback | None = None,
 ) -> tuple[Report, str]:
     """A report whose ``section`` is computed, from report JSON files or from dumps (for
@@ -799,6 +799,12 @@ def load_params(options: LoadOptions) -> dict[str, Any]:
         "mapping": dict(options.mapping),
         "nonfinite": options.nonfinite,
         "group_size": options.group_size,
+        # only when set: reports made before these options merge with today's
+        **{
+            key: value
+            for key in ("correct_field", "correct_threshold")
+            if (value := getattr(options, key)) is not None
+        },
     }
 
 

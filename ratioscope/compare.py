@@ -17,12 +17,12 @@ quantity close to zero (a train/inference k3 of 1e-13 against 3e-13).
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from ratioscope._callable_module import make_callable
 
 if TYPE_CHECKING:
     from ratioscope.report import Report
@@ -294,12 +294,5 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
         ) from None
 
 
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`compare` (see ``ratioscope.timeline``: importing
-    the module would otherwise hide the function that ``ratioscope.compare(...)`` names)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Comparison:
-        return compare(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# ``ratioscope.compare(...)`` calls the function whatever was imported first
+make_callable(__name__)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
     from ratioscope.sections.vitals import VitalsSection
+    from ratioscope.verdict import Thresholds, Verdict
 
 #: the sections every report has, null when not computed
 SECTION_KEYS = ("ratios", "mismatch", "covariance", "future_policy", "tepo", "trust_region")
@@ -153,6 +154,13 @@ class Report:
         if self.sequences is None:
             raise ValueError("this report was made without the per-sequence table")
         self.sequences.write(path)
+
+    def verdict(self, thresholds: Thresholds | None = None) -> Verdict:
+        """The health verdict of this report (:func:`ratioscope.verdict.verdict`): its
+        headline numbers graded against ``thresholds`` (default: docs/health.md)."""
+        from ratioscope.verdict import verdict
+
+        return verdict(self, thresholds)
 
 
 def _report_hints() -> dict[str, Any]:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import math
 import shutil
-import sys
 import tempfile
-import types
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratioscope import defaults
+from ratioscope._callable_module import make_callable
 from ratioscope.functional.changepoint import ChangeRule, change_flags
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.steps import StepFiles, assign_steps
@@ -419,7 +419,7 @@ def timeline(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int | None = None,
     sections: Sequence[str] | None = None,
     step_from: str | None = None,
@@ -566,9 +566,10 @@ def timeline_verdict(
                 threshold=None,
                 text=text,
                 source="ratioscope's change rule (docs/timeline.md)",
+                name=f"{item.label} changed",
             )
         )
-    return Verdict(judged.findings + tuple(changes), judged.overridden)
+    return Verdict(judged.findings + tuple(changes), judged.overridden, judged.notes)
 
 
 def _short(value: float | None) -> str:
@@ -659,13 +660,5 @@ class _staged:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`timeline`: importing ``ratioscope.timeline`` sets
-    the package's attribute ``timeline`` to the module, which would otherwise hide the
-    function that ``ratioscope.timeline(...)`` names."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Timeline:
-        return timeline(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# ``ratioscope.timeline(...)`` calls the function whatever was imported first
+make_callable(__name__)

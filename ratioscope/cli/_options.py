@@ -34,7 +34,7 @@ MAX_PAIRS_DEFAULT = defaults.MAX_PAIRS
 METHOD_FIELD_DEFAULT = defaults.METHOD_FIELD
 DATASET_FIELD_DEFAULT = defaults.DATASET_FIELD
 #: the CLI's own choice (the library runs on "cpu" unless told): CUDA when present
-DEVICE_DEFAULT = "auto"
+DEVICE_DEFAULT = defaults.DEVICE
 
 
 def option_text(values: tuple[float, ...]) -> str:
@@ -317,6 +317,25 @@ CorrectThreshold = Annotated[
         "training logs; samples files then allow only true/false and 0/1).",
     ),
 ]
+DumpCorrectField = Annotated[
+    str | None,
+    typer.Option(
+        "--correct-field",
+        help="The key that decides which sequences are correct: a key of the file (one "
+        "reward function's column, an accuracy) or 'rewards' (default: the file's "
+        "'correct', else rewards > 0). E.g. --correct-field accuracy_reward.",
+        rich_help_panel="Input",
+    ),
+]
+DumpCorrectThreshold = Annotated[
+    float | None,
+    typer.Option(
+        "--correct-threshold",
+        help="A sequence is correct when that key's value is >= this (default 0.5 with "
+        "--correct-field; alone, it applies to the rewards). E.g. --correct-threshold 1.",
+        rich_help_panel="Input",
+    ),
+]
 MethodField = Annotated[
     str,
     typer.Option(
@@ -416,6 +435,8 @@ PARAMETER_OPTIONS = {
     "format": "--format",
     "mapping": "--map",
     "group_size": "--group-size",
+    "correct_field": "--correct-field",
+    "correct_threshold": "--correct-threshold",
     "device": "--device",
     "qvs": "--qv",
 }
@@ -427,22 +448,28 @@ def load_options(
     nonfinite: str,
     unsafe_pickle: bool,
     group_size: int | None = None,
+    correct_field: str | None = None,
+    correct_threshold: float | None = None,
 ):
     from ratioscope.errors import UsageError
-    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.io.loaders import LoadOptions, correct_rule
     from ratioscope.io.profiles import FORMAT_CHOICES
 
     if format not in FORMAT_CHOICES:
         raise UsageError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, got '{format}'")
     if nonfinite not in ("error", "mask"):
         raise UsageError(f"--nonfinite must be 'error' or 'mask', got '{nonfinite}'")
-    return LoadOptions(
+    options = LoadOptions(
         format=format,
         mapping=parse_mapping(mapping),
         nonfinite=nonfinite,
         unsafe_pickle=unsafe_pickle,
         group_size=group_size,
+        correct_field=correct_field,
+        correct_threshold=correct_threshold,
     )
+    correct_rule(correct_field, correct_threshold)  # a bad threshold fails before any read
+    return options
 
 
 def analysis_params(**options: Any):

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import CorruptFileError, JsonLineError
-from ratioscope.io.raw import RawDump
+from ratioscope.io.raw import RawDump, check_bool_bytes
 
 #: safetensors dtype names -> torch dtypes
 _SAFETENSORS_DTYPES = {
@@ -80,9 +80,16 @@ class ChunkSource(ABC):
         """Get ready to read the file keys ``keys`` (canonical -> key); False when they do
         not come in rows that can be read apart (the whole file must be read instead)."""
 
-    @abstractmethod
     def read(self, start: int, stop: int) -> dict[str, Any]:
-        """The bound keys' values for rows ``[start, stop)``, as :class:`RawDump` columns."""
+        """The bound keys' values for rows ``[start, stop)``, as :class:`RawDump` columns,
+        their bool tensors checked (:func:`ratioscope.io.raw.check_bool_bytes`)."""
+        columns = self.read_rows(start, stop)
+        check_bool_bytes(self.path, columns)
+        return columns
+
+    @abstractmethod
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
+        """The bound keys' values for rows ``[start, stop)``, as the file holds them."""
 
     def width(self) -> int | None:
         """The longest row of the bound ragged keys; None when no bound key is ragged."""
@@ -138,7 +145,7 @@ class SafetensorsSource(ChunkSource):
             self.mapped = _mapped_safetensors(self.path, big)
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         columns: dict[str, Any] = {}
         for key in self.keys.values():
             if key in self.mapped:
@@ -265,7 +272,7 @@ class RawDumpSource(ChunkSource):
         self._tensors = tensors
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         columns: dict[str, Any] = {}
         for key in self.keys.values():
             value = self.raw.columns[key]
@@ -369,7 +376,7 @@ class NpzSource(ChunkSource):
         self.keys = wanted
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         columns: dict[str, Any] = {}
         for key in self.keys.values():
             if key in self.labels:
@@ -465,7 +472,7 @@ class ParquetSource(ChunkSource):
         self.keys = wanted
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         import polars as pl
 
         from ratioscope.io.readers import _add_series
@@ -556,7 +563,7 @@ class JsonLinesSource(ChunkSource):
         self.keys = {c: k for c, k in keys.items() if k in self.header.columns}
         return "mask" in self.keys
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         """The rows' columns, parsed and converted ``JSON_LINES_AT_ONCE`` lines at a time:
         a parsed line holds a Python float (about 32 bytes) for each value, several times
         its tensors, so a whole range parsed at once held about 130 MB for 512 lines of

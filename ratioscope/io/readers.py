@@ -30,7 +30,7 @@ from ratioscope.errors import (
     UnreadablePathError,
     UnsafePickleError,
 )
-from ratioscope.io.raw import Note, NoteKind, RawDump
+from ratioscope.io.raw import Note, NoteKind, RawDump, check_bool_bytes
 
 __all__ = ["SUFFIXES", "Note", "NoteKind", "RawDump", "file_format_of", "read_raw"]
 
@@ -71,11 +71,13 @@ def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
         "jsonl": lambda p, _u: _read_jsonl(p),
     }
     try:
-        return readers[kind](path, unsafe_pickle)
+        dump = readers[kind](path, unsafe_pickle)
     except PermissionError:
         raise UnreadablePathError(path, "permission denied") from None
     except IsADirectoryError:
         raise UnreadablePathError(path, "is a directory") from None
+    check_bool_bytes(path, dump.columns)
+    return dump
 
 
 # ----------------------------------------------------------------------------- torch
