@@ -801,6 +801,12 @@ def load_params(options: LoadOptions) -> dict[str, Any]:
         "mapping": dict(options.mapping),
         "nonfinite": options.nonfinite,
         "group_size": options.group_size,
+        # only when set: reports made before these options merge with today's
+        **{
+            key: value
+            for key in ("correct_field", "correct_threshold")
+            if (value := getattr(options, key)) is not None
+        },
     }
 
 

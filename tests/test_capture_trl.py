@@ -395,3 +395,34 @@ def test_a_trainer_without_the_hooks_is_refused_with_a_clear_error():
     assert RatioscopeGRPOTrainer is with_capture()
     with pytest.raises(ValueError, match="granularity"):
         CaptureConfig("x", granularity="epoch")
+
+
+@pytest.fixture(scope="module")
+def report_run(tmp_path_factory):
+    """Mode "report": every optimizer step analysed in process and logged."""
+    root = tmp_path_factory.mktemp("trl_report")
+    return train(
+        root, with_capture(trl.GRPOTrainer), CaptureConfig(root / "reports", mode="report")
+    )
+
+
+@pytest.mark.slow
+def test_report_mode_logs_the_headlines_to_the_trainer_each_step(report_run):
+    logged = [
+        entry for entry in report_run.trainer.state.log_history
+        if any(key.startswith("ratioscope/") for key in entry)
+    ]  # fmt: skip
+    # TRL numbers an update one higher than the step it was captured under
+    assert [entry["step"] for entry in logged] == [step + 1 for step in range(STEPS)]
+    for step, entry in enumerate(logged):
+        report = json.loads(
+            (Path(report_run.dir) / f"step_{step:06d}" / "rank_00000.json").read_text()
+        )
+        assert entry["ratioscope/mismatch.policy.k3"] == report["mismatch"]["policy"]["k3"]
+        assert (
+            entry["ratioscope/ratios.token.clip_fraction"]
+            == (report["ratios"]["token"]["clip_fraction"])
+        )
+        assert "loss" not in entry  # apart from TRL's own entry of the step
+    # TRL's own metrics still come once per logging step, not merged into ratioscope's
+    assert sum("loss" in entry for entry in report_run.trainer.state.log_history) == STEPS

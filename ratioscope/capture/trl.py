@@ -307,7 +307,28 @@ class RatioscopeCaptureMixin:
             self._ratioscope_written_steps.add(step)
         written, self._ratioscope_written_steps = self._ratioscope_written_steps, set()
         for step in sorted(written):
-            self._ratioscope_active_writer().end_step(step)
+            writer = self._ratioscope_active_writer()
+            writer.end_step(step)
+            self._ratioscope_log(writer.step_metrics(step))
+
+    def _ratioscope_log(self, metrics: dict[str, float]) -> None:
+        """Mode "report": the step's headline quantities to the trainer's own logger.
+
+        ``transformers.Trainer.log`` rather than ``self.log``: TRL's ``log`` would add
+        (and reset) the metrics it averages over its own logging interval, every step.
+        The entry goes to ``state.log_history`` and every ``report_to`` integration
+        (W&B, TensorBoard, MLflow, ...) at the trainer's current ``global_step``.
+        Logging clears ``control.should_log``, which the trainer's own log of this step
+        still needs: it is restored.
+        """
+        if not metrics:
+            return
+        from transformers import Trainer
+
+        control = self.control  # type: ignore[attr-defined]
+        should_log = control.should_log
+        Trainer.log(self, dict(metrics))  # type: ignore[arg-type]
+        self.control.should_log = should_log  # type: ignore[attr-defined]
 
     def _ratioscope_close(self) -> None:
         self._ratioscope_end_steps()

@@ -138,6 +138,8 @@ class _Step:
     bytes: int = 0  # bytes of this step's part files
     document: dict[str, Any] | None = None  # mode "report": merged report of the calls
     ended: bool = False
+    #: mode "report": the ended step's headline quantities by tracker name
+    metrics: dict[str, float] | None = None
 
 
 class _OverBudget(Exception):
@@ -320,14 +322,23 @@ class CaptureWriter:
         if state.document is None:
             return None
         from ratioscope.report_io import write_json
+        from ratioscope.trackers import headline_metrics
 
         path = report_path(self.directory, step, self.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(state.document, path)
+        state.metrics = headline_metrics(state.document)
         state.document = None  # the step's memory is given back once it is on disk
         self._count("bytes_written", path.stat().st_size)
         self._count("reports_written")
         return path
+
+    def step_metrics(self, step: int) -> dict[str, float]:
+        """Mode "report": the headline quantities of ended ``step`` (this rank's rows), by
+        tracker name (``ratioscope/<key>``, docs/framework-metrics.md), for the trainer's
+        own logger; empty in mode "tensors" or before the step is ended."""
+        state = self._steps.get(_non_negative_int("step", step))
+        return dict(state.metrics) if state is not None and state.metrics else {}
 
     def close(self) -> None:
         """End every step not yet ended (mode "report": write their reports)."""

@@ -315,6 +315,25 @@ CorrectThreshold = Annotated[
         "training logs; samples files then allow only true/false and 0/1).",
     ),
 ]
+DumpCorrectField = Annotated[
+    str | None,
+    typer.Option(
+        "--correct-field",
+        help="The key that decides which sequences are correct: a key of the file (one "
+        "reward function's column, an accuracy) or 'rewards' (default: the file's "
+        "'correct', else rewards > 0). E.g. --correct-field accuracy_reward.",
+        rich_help_panel="Input",
+    ),
+]
+DumpCorrectThreshold = Annotated[
+    float | None,
+    typer.Option(
+        "--correct-threshold",
+        help="A sequence is correct when that key's value is >= this (default 0.5 with "
+        "--correct-field; alone, it applies to the rewards). E.g. --correct-threshold 1.",
+        rich_help_panel="Input",
+    ),
+]
 MethodField = Annotated[
     str,
     typer.Option(
@@ -413,6 +432,8 @@ PARAMETER_OPTIONS = {
     "format": "--format",
     "mapping": "--map",
     "group_size": "--group-size",
+    "correct_field": "--correct-field",
+    "correct_threshold": "--correct-threshold",
     "device": "--device",
     "qvs": "--qv",
 }
@@ -424,22 +445,28 @@ def load_options(
     nonfinite: str,
     unsafe_pickle: bool,
     group_size: int | None = None,
+    correct_field: str | None = None,
+    correct_threshold: float | None = None,
 ):
     from ratioscope.errors import UsageError
-    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.io.loaders import LoadOptions, correct_rule
     from ratioscope.io.profiles import FORMAT_CHOICES
 
     if format not in FORMAT_CHOICES:
         raise UsageError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, got '{format}'")
     if nonfinite not in ("error", "mask"):
         raise UsageError(f"--nonfinite must be 'error' or 'mask', got '{nonfinite}'")
-    return LoadOptions(
+    options = LoadOptions(
         format=format,
         mapping=parse_mapping(mapping),
         nonfinite=nonfinite,
         unsafe_pickle=unsafe_pickle,
         group_size=group_size,
+        correct_field=correct_field,
+        correct_threshold=correct_threshold,
     )
+    correct_rule(correct_field, correct_threshold)  # a bad threshold fails before any read
+    return options
 
 
 def analysis_params(**options: Any):

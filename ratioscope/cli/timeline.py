@@ -19,6 +19,8 @@ from ratioscope.cli._options import (
     Delta,
     DeltaSweep,
     Device,
+    DumpCorrectField,
+    DumpCorrectThreshold,
     FigureOut,
     Format,
     FpaLambda,
@@ -92,6 +94,35 @@ WithObjectives = Annotated[
         rich_help_panel="Run",
     ),
 ]
+TensorBoardDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--tensorboard",
+        help="Also write each step's headline quantities as TensorBoard scalars "
+        "(ratioscope/<key>) to this log directory. Needs ratioscope[trackers].",
+        rich_help_panel="Trackers",
+    ),
+]
+MlflowUri = Annotated[
+    str | None,
+    typer.Option(
+        "--mlflow",
+        help="Also log them to a new run of this MLflow tracking store: a directory "
+        "(file store), file:, sqlite:/// or http(s):// URI; experiment "
+        "$MLFLOW_EXPERIMENT_NAME or 'ratioscope'. Needs ratioscope[trackers].",
+        rich_help_panel="Trackers",
+    ),
+]
+WandbRun = Annotated[
+    bool,
+    typer.Option(
+        "--wandb",
+        help="Also log them to a W&B run, offline unless $WANDB_MODE says otherwise "
+        "(files under $WANDB_DIR or ./wandb; upload later with 'wandb sync'); project "
+        "$WANDB_PROJECT or 'ratioscope'. Needs ratioscope[trackers].",
+        rich_help_panel="Trackers",
+    ),
+]
 Columns = Annotated[
     str | None,
     typer.Option(
@@ -112,12 +143,17 @@ def timeline(
     columns: Columns = None,
     objectives: WithObjectives = False,
     thresholds: ThresholdsFile = None,
+    tensorboard: TensorBoardDir = None,
+    mlflow: MlflowUri = None,
+    wandb: WandbRun = False,
     device: Device = DEVICE_DEFAULT,
     format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
     nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
     group_size: GroupSize = None,
+    correct_field: DumpCorrectField = None,
+    correct_threshold: DumpCorrectThreshold = None,
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -147,6 +183,8 @@ def timeline(
     step are analysed together; analysis options apply to every step.
 
     Example: ratioscope timeline sample_data/verl/ --json timeline.json
+
+    Example: ratioscope timeline run/ --tensorboard runs/ratioscope --mlflow mlruns --wandb
     """
     import ratioscope
     from ratioscope.cli._common import (
@@ -161,8 +199,10 @@ def timeline(
     from ratioscope.render.timeline import show_timeline
     from ratioscope.render.verdict import show_verdict
     from ratioscope.steps import compile_step_from
+    from ratioscope.trackers import log_timeline, open_trackers, require_trackers
     from ratioscope.verdict import load_thresholds
 
+    require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
     check_output_paths(inputs, [json_out, parquet_out])
     check_suffix(json_out, ".json", "--json")
@@ -174,7 +214,15 @@ def timeline(
         result = ratioscope.timeline(
             paths,
             params=params,
-            load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
+            load_options=load_options(
+                format,
+                mapping,
+                nonfinite,
+                unsafe_pickle,
+                group_size,
+                correct_field,
+                correct_threshold,
+            ),
             device=device,
             chunk_elements=chunk_elements,
             step_from=step_from,
@@ -191,7 +239,8 @@ def timeline(
         result.write_json(json_out)
     if parquet_out is not None:
         result.write_parquet(parquet_out)
-    announce_written([json_out, parquet_out, reports_dir], quiet)
+    log_timeline(result, open_trackers(tensorboard=tensorboard, mlflow=mlflow, wandb=wandb))
+    announce_written([json_out, parquet_out, reports_dir, tensorboard], quiet)
 
 
 PlotInputs = Annotated[

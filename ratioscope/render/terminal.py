@@ -151,6 +151,15 @@ def show_inputs(report: Report | SweepReport, console: Console) -> None:
     )
     pairs = list(dict.fromkeys(i.ratio_pair for i in inputs))
     console.print("importance ratio z = log " + "; ".join(ratio_label(p) for p in pairs))
+    console.print(f"correct: {correct_text(report.params)}")
+
+
+def correct_text(params: Mapping[str, Any]) -> str:
+    """How ``correct`` was decided, from a report's ``params`` (its ``load`` block)."""
+    from ratioscope.io.loaders import correct_rule_text
+
+    load = params.get("load") or {}
+    return correct_rule_text(load.get("correct_field"), load.get("correct_threshold"))
 
 
 def ratio_label(pair: str) -> str:
