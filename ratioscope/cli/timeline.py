@@ -34,6 +34,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLength,
     NonFinite,
     OnBand,
     Quiet,
@@ -80,6 +81,7 @@ ReportsDir = Annotated[
     Path | None,
     typer.Option(
         "--reports-dir",
+        metavar="DIR",
         help="Write each step's analyze report there (step_NNNNNN.json, for merge).",
         rich_help_panel="Output",
     ),
@@ -174,6 +176,7 @@ def timeline(
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     quiet: Quiet = False,
 ) -> None:
