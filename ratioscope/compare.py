@@ -273,12 +273,11 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
     from ratioscope.timeline import Timeline
 
     if path.is_file() and is_report_path(path):
-        import json
-
+        from ratioscope.io.jsontext import loads
         from ratioscope.report_io import read_json_report
 
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
+            document = loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             document = None  # read_json_report says what is wrong with it
         if isinstance(document, dict) and document.get("kind") == "timeline":

@@ -22,6 +22,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from ratioscope.errors import ReportError
 from ratioscope.io.atomic import atomic_write_text
+from ratioscope.io.jsontext import loads
 
 #: the version this ratioscope writes; 2 added the typed reader (Report.from_dict), the
 #: JSON layout is that of version 1, which is still read
@@ -84,7 +85,7 @@ def read_json_report(path: str | Path) -> dict[str, Any]:
     except OSError as error:
         raise ReportError(path, f"cannot read the report ({error.strerror or error})") from None
     try:
-        document = json.loads(text)
+        document = loads(text)
     except json.JSONDecodeError as error:
         raise ReportError(
             path, f"not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"

@@ -378,12 +378,11 @@ class Timeline:
     @classmethod
     def read_json(cls, path: str | Path) -> Timeline:
         """Read a timeline JSON file."""
-        import json
-
         from ratioscope.errors import ReportError
+        from ratioscope.io.jsontext import loads
 
         try:
-            document = json.loads(Path(path).read_text())
+            document = loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise ReportError(path, f"not a readable JSON file ({error})") from None
         if not isinstance(document, dict):

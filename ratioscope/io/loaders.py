@@ -8,7 +8,6 @@ with memory bounded by the largest file.
 from __future__ import annotations
 
 import glob
-import json
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from ratioscope.errors import (
     SkippedFileError,
     UnreadablePathError,
 )
+from ratioscope.io.jsontext import loads
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
 
@@ -414,7 +414,7 @@ def refuse_json(path: Path) -> None:
         return
     try:
         with path.open(encoding="utf-8") as handle:
-            document = json.load(handle)
+            document = loads(handle.read())
     except (OSError, UnicodeDecodeError, ValueError):
         document = None
     keys = set(document) if isinstance(document, dict) else set()

@@ -30,6 +30,14 @@ from ratioscope.errors import (
     UnreadablePathError,
     UnsafePickleError,
 )
+from ratioscope.io.jsontext import loads
+from ratioscope.io.limits import (
+    check_budget,
+    check_safetensors,
+    check_torch_zip,
+    check_view,
+    npz_layouts_of,
+)
 from ratioscope.io.raw import Note, NoteKind, RawDump, check_bool_bytes
 
 __all__ = ["SUFFIXES", "Note", "NoteKind", "RawDump", "file_format_of", "read_raw"]
@@ -82,6 +90,7 @@ def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
 
 # ----------------------------------------------------------------------------- torch
 def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
+    check_torch_zip(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -141,6 +150,7 @@ def _from_object(path: Path, obj: Any, kind: str) -> RawDump:
 
 def _add_column(path: Path, dump: RawDump, key: str, value: Any) -> None:
     if isinstance(value, Tensor):
+        check_view(path, key, value)
         dump.columns[key] = value
     elif isinstance(value, np.ndarray):
         _add_numpy(path, dump, key, value)
@@ -152,6 +162,8 @@ def _add_column(path: Path, dump: RawDump, key: str, value: Any) -> None:
 
 def _add_numpy(path: Path, dump: RawDump, key: str, value: np.ndarray) -> None:
     if value.dtype.kind in "biuf":
+        if not value.dtype.isnative:  # big-endian: the machine's order, same numbers
+            value = value.astype(value.dtype.newbyteorder("="))
         dump.columns[key] = torch.from_numpy(np.ascontiguousarray(value))
     elif value.dtype.kind in "US" and value.ndim == 1:
         dump.columns[key] = [str(v) for v in value.tolist()]
@@ -168,6 +180,13 @@ def _add_list(path: Path, dump: RawDump, key: str, items: list[Any]) -> None:
         rows = []
         for v in items:
             if isinstance(v, Tensor):
+                check_view(path, key, v)
+                if v.dim() > 1:
+                    raise InputError(
+                        path,
+                        f"'{key}' is a list of {v.dim()}-D tensors; a list holds one 1-D "
+                        "tensor per sequence",
+                    )
                 rows.append(v.reshape(-1))
             else:
                 rows.append(_numeric_row(path, key, v))
@@ -198,6 +217,7 @@ def _read_safetensors(path: Path) -> RawDump:
     from safetensors import SafetensorError
     from safetensors.torch import safe_open
 
+    check_safetensors(path)
     columns: dict[str, Any] = {}
     try:
         # safe_open maps the file: only the tensors that are touched are read.
@@ -214,6 +234,12 @@ def _read_safetensors(path: Path) -> RawDump:
 # ------------------------------------------------------------------------------- npz
 def _read_npz(path: Path, unsafe_pickle: bool) -> RawDump:
     dump = RawDump(columns={}, file_format="npz")
+    layouts = npz_layouts_of(path)
+    check_budget(
+        path,
+        "its arrays",
+        sum(math.prod(shape) * dtype.itemsize for shape, _, dtype in layouts.values()),
+    )
     try:
         with np.load(path, allow_pickle=unsafe_pickle) as archive:
             for key in archive.files:
@@ -302,7 +328,7 @@ def _read_jsonl(path: Path) -> RawDump:
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = loads(line)
                 except json.JSONDecodeError as error:
                     raise JsonLineError(path, number, f"not valid JSON ({error.msg})") from None
                 if not isinstance(record, dict):
