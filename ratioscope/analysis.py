@@ -29,7 +29,7 @@ from ratioscope.io.streaming import StreamedFile, open_stream
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.report import SECTION_KEYS, InputInfo, Report, SequenceTable
-from ratioscope.report_io import check_schema_version, tool_info
+from ratioscope.report_io import check_schema_version, document_kind, tool_info
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
@@ -182,7 +182,7 @@ def report_or_analysis(
         documents = [read_json_report(path) for path in reports]
         for path, document in zip(reports, documents, strict=True):
             if "ratios" not in document:
-                raise MergeError(path, "not an analyze report (no 'ratios' section)")
+                raise MergeError(path, f"{document_kind(document)}, not an analyze report")
         if len(documents) == 1:
             return Report.from_dict(documents[0], source=reports[0]), reports[0].name
         merged = merge_reports(documents, names=[str(p) for p in reports])
@@ -299,6 +299,8 @@ def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
         shard = item
     else:
         check_schema_version(item, name)
+        if document_kind(item) != "an analyze report":
+            raise MergeError(name, f"{document_kind(item)}, not an analyze report")
         if "state" not in item or "analysis" not in (item.get("params") or {}):
             raise MergeError(name, "not an analyze report (no 'state' block to merge)")
         try:

@@ -29,6 +29,7 @@ from ratioscope.report_io import (
     SCHEMA_VERSION,
     JSONShapeError,
     check_schema_version,
+    document_kind,
     from_jsonable,
     read_json_report,
     to_jsonable,
@@ -120,6 +121,9 @@ class Report:
                 not have the layout of an analyze report (naming ``source`` and where).
         """
         check_schema_version(document, source)
+        kind = document_kind(document)
+        if kind != "an analyze report" and kind != document_kind(None):
+            raise ReportError(source, f"{kind}, not an analyze report")
         document = upgrade_pooled_proportion(document)
         values: dict[str, Any] = {}
         hints = _report_hints()

@@ -125,14 +125,23 @@ Quiet = Annotated[
 ]
 
 _A = "Analysis"
+#: every eps_low,eps_high option takes one value for both, as PPO's single epsilon
+_ONE_VALUE = "one value sets both"
 Clip = Annotated[
-    str, typer.Option("--clip", help="Token PPO clip eps_low,eps_high.", rich_help_panel=_A)
+    str,
+    typer.Option(
+        "--clip",
+        help="Token PPO clip eps_low,eps_high: ratios clipped to [1 - eps_low, 1 + eps_high]; "
+        f"{_ONE_VALUE} (PPO's single epsilon: 0.2 is [0.8, 1.2]).",
+        rich_help_panel=_A,
+    ),
 ]
 SeqClip = Annotated[
     str,
     typer.Option(
         "--seq-clip",
-        help="Clip eps_low,eps_high for the sequence and Kalman variants (GSPO/KPO).",
+        help="Clip eps_low,eps_high for the sequence and Kalman variants (GSPO/KPO); "
+        f"{_ONE_VALUE}.",
         rich_help_panel=_A,
     ),
 ]
@@ -145,13 +154,13 @@ OnBand = Annotated[
     typer.Option(
         "--on-band",
         help="On-policy band eps_low,eps_high around r = 1 of the Kalman-filtered ratio "
-        "(KPO App. C.1).",
+        f"(KPO App. C.1); {_ONE_VALUE}.",
         rich_help_panel=_A,
     ),
 ]
 _RAW_BAND = (
     "'exact' = r = 1 up to float32 rounding (2^-24 each side; KPO App. C.1), "
-    "0 = z == 0 bitwise, or eps_low,eps_high."
+    f"0 = z == 0 bitwise, or eps_low,eps_high ({_ONE_VALUE})."
 )
 TokenOnBand = Annotated[
     str,

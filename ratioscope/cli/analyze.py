@@ -136,6 +136,8 @@ def analyze(
     # read before the analysis: a malformed thresholds file fails in a second, not after it
     limits = Thresholds() if thresholds is None else load_thresholds(thresholds)
     check_suffix(parquet_out, ".parquet", "--parquet")
+    check_suffix(json_out, ".json", "--json")
+    check_suffix(verdict_json, ".json", "--verdict-json")
     params = command_analysis_params(ctx)
     runner = runner_of(workers, ray)
     if runner.parallel and parquet_out is not None:

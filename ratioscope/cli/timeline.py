@@ -80,6 +80,7 @@ ReportsDir = Annotated[
     Path | None,
     typer.Option(
         "--reports-dir",
+        metavar="DIR",
         help="Write each step's analyze report there (step_NNNNNN.json, for merge).",
         rich_help_panel="Output",
     ),
