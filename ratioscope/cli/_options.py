@@ -247,6 +247,17 @@ DeltaSweep = Annotated[
         "--delta-sweep", help="QUATRO radii to compare (comma-separated).", rich_help_panel=_O
     ),
 ]
+MaxLength = Annotated[
+    int | None,
+    typer.Option(
+        "--max-length",
+        min=1,
+        help="The trainer's response length limit in tokens, for the share of responses "
+        "at the limit (vitals). Default: each file's padded width, with a note.",
+        rich_help_panel=_A,
+        show_default=False,
+    ),
+]
 ChunkElements = Annotated[
     int,
     typer.Option(
@@ -400,6 +411,7 @@ PARAMETER_OPTIONS = {
     "fpa_threshold": "--fpa-threshold",
     "delta": "--delta",
     "deltas": "--delta-sweep",
+    "max_length": "--max-length",
     # plot ratios
     "sequence": "--sequence",
     # timeline

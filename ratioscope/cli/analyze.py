@@ -34,6 +34,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLength,
     NonFinite,
     OnBand,
     Paths,
@@ -56,7 +57,7 @@ Sections = Annotated[
     typer.Option(
         "--sections",
         help="Only these sections, comma-separated: ratios, mismatch, covariance, "
-        "future_policy, tepo, trust_region, staleness (default: all).",
+        "future_policy, tepo, trust_region, staleness, vitals (default: all).",
         rich_help_panel="Run",
     ),
 ]
@@ -100,6 +101,7 @@ def analyze(
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     sections: Sections = None,
     thresholds: ThresholdsFile = None,

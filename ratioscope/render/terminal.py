@@ -113,7 +113,16 @@ def show_report(report: Report, console: Console) -> None:
 
 def report_renderers() -> list[Renderer]:
     """The section printers of :func:`show_report`, in the order they print."""
-    return [show_inputs, show_ratios, show_mismatch, show_staleness, *sections.RENDERERS]
+    from ratioscope.render.vitals import show_vitals
+
+    return [
+        show_inputs,
+        show_vitals,
+        show_ratios,
+        show_mismatch,
+        show_staleness,
+        *sections.RENDERERS,
+    ]
 
 
 def show_warnings(report: Report | SweepReport | Mapping[str, Any], console: Console) -> None:
