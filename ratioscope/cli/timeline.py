@@ -49,6 +49,7 @@ from ratioscope.cli._options import (
     band_text,
     option_text,
 )
+from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 
 TimelinePaths = Annotated[
     list[str],
@@ -148,6 +149,8 @@ def timeline(
     tensorboard: TensorBoardDir = None,
     mlflow: MlflowUri = None,
     wandb: WandbRun = False,
+    workers: Workers = 1,
+    ray: RayAddress = None,
     device: Device = DEVICE_DEFAULT,
     format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
@@ -189,6 +192,8 @@ def timeline(
     Example: ratioscope timeline sample_data/verl/ --json timeline.json
 
     Example: ratioscope timeline run/ --tensorboard runs/ratioscope --mlflow mlruns --wandb
+
+    Example: ratioscope timeline 'dump/step_*' --ray auto --json timeline.json
     """
     import ratioscope
     from ratioscope.cli._common import (
@@ -211,6 +216,7 @@ def timeline(
     from ratioscope.verdict import load_thresholds
 
     require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
+    runner = runner_of(workers, ray)
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
     check_output_paths(inputs, [json_out, parquet_out])
     check_suffix(json_out, ".json", "--json")
@@ -240,6 +246,7 @@ def timeline(
             thresholds=limits,
             objectives=objectives,
             progress=progress,
+            runner=runner,
         )
     console = stdout_console()
     if result.verdict is not None:
