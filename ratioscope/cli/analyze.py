@@ -127,16 +127,12 @@ def analyze(
         stderr_console,
         stdout_console,
     )
-<<<<<<< HEAD
     from ratioscope.cli._options import (
         command_analysis_params,
         given_analysis_params,
         load_options,
     )
-=======
-    from ratioscope.cli._options import command_analysis_params, load_options
     from ratioscope.errors import UsageError
->>>>>>> main
     from ratioscope.io.loaders import expand_paths
     from ratioscope.parallel import analyze_in_tasks
     from ratioscope.render.terminal import show_report, show_warnings
@@ -151,44 +147,24 @@ def analyze(
     check_suffix(json_out, ".json", "--json")
     check_suffix(verdict_json, ".json", "--verdict-json")
     params = command_analysis_params(ctx)
-<<<<<<< HEAD
-    with progress_bar(not quiet) as progress:
-        report = ratioscope.analyze(
-            paths,
-            params=params,
-            load_options=load_options(
-                format,
-                mapping,
-                nonfinite,
-                unsafe_pickle,
-                group_size,
-                correct_field,
-                correct_threshold,
-                trainer,
-            ),
-            fixed_params=given_analysis_params(ctx),
-            device=device,
-            chunk_elements=chunk_elements,
-            per_sequence=parquet_out is not None,
-            progress=progress,
-            sections=sections.split(",") if sections else None,
-=======
     runner = runner_of(workers, ray)
     if runner.parallel and parquet_out is not None:
         raise UsageError(
             "--parquet needs every sequence's row, which --workers/--ray do not bring back; "
             "write it without them"
->>>>>>> main
         )
     options = load_options(
-        format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold
-    )
+        format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold,
+        trainer,
+    )  # fmt: skip
+    fixed = given_analysis_params(ctx)
     chosen = sections.split(",") if sections else None
     with progress_bar(not quiet) as progress:
         if runner.parallel:
             report = analyze_in_tasks(
                 paths, runner, params=params, load_options=options, device=device,
                 chunk_elements=chunk_elements, sections=chosen, progress=progress,
+                fixed_params=fixed,
             )  # fmt: skip
         else:
             report = ratioscope.analyze(
@@ -200,6 +176,7 @@ def analyze(
                 per_sequence=parquet_out is not None,
                 progress=progress,
                 sections=chosen,
+                fixed_params=fixed,
             )
     health = verdict(report, limits)
     show_verdict(stdout_console(), health)
