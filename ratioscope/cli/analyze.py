@@ -57,6 +57,16 @@ Sections = Annotated[
         rich_help_panel="Run",
     ),
 ]
+VerdictBaseline = Annotated[
+    Path | None,
+    typer.Option(
+        "--baseline",
+        help="A healthy run's report JSON (analyze --json): the verdict adds findings "
+        "relative to it, e.g. 'policy drift k3 = 1.5e-2, 97x the baseline's 1.5e-4' "
+        "(docs/health.md).",
+        rich_help_panel="Output",
+    ),
+]
 ParquetOut = Annotated[
     Path | None,
     typer.Option(
@@ -99,6 +109,7 @@ def analyze(
     sections: Sections = None,
     thresholds: ThresholdsFile = None,
     verdict_json: VerdictJson = None,
+    baseline: VerdictBaseline = None,
     quiet: Quiet = False,
 ) -> None:
     """Diagnose importance ratios in one or more dumps (files are streamed one by one).
@@ -118,12 +129,13 @@ def analyze(
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.render.verdict import show_verdict
-    from ratioscope.verdict import Thresholds, load_thresholds, verdict
+    from ratioscope.verdict import Thresholds, load_thresholds, read_baseline, verdict
 
-    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    inputs = [*expand_paths(paths), *(p for p in (thresholds, baseline) if p is not None)]
     check_output_paths(inputs, [json_out, parquet_out, verdict_json])
     # read before the analysis: a malformed thresholds file fails in a second, not after it
     limits = Thresholds() if thresholds is None else load_thresholds(thresholds)
+    reference = None if baseline is None else read_baseline(baseline)
     check_suffix(parquet_out, ".parquet", "--parquet")
     params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
@@ -137,7 +149,7 @@ def analyze(
             progress=progress,
             sections=sections.split(",") if sections else None,
         )
-    health = verdict(report, limits)
+    health = verdict(report, limits, reference)
     show_verdict(stdout_console(), health)
     show_report(report, stdout_console())
     show_warnings(report, stderr_console())
