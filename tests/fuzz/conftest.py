@@ -10,7 +10,9 @@ project's other property tests keep their own.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 #: examples per generator: the fast profile of the default run, or the long one
@@ -26,3 +28,14 @@ FUZZ = settings(
     ],
     database=None,
 )
+
+
+@pytest.fixture(scope="session")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An analyze report of a bundled sample dump (the report JSON of a real run)."""
+    from ratioscope.analysis import analyze
+
+    path = tmp_path_factory.mktemp("report") / "run.json"
+    root = Path(__file__).resolve().parents[2]
+    analyze([root / "sample_data" / "verl" / "step_0008.pt"]).write_json(path)
+    return path

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: the address space a case may add to what the fork server had mapped
 CASE_MEMORY = 3 << 30
@@ -27,6 +28,25 @@ CASE_MEMORY = 3 << 30
 CASE_SECONDS = 60.0
 
 _CONTEXT: multiprocessing.context.BaseContext | None = None
+#: imported once by the fork server (none of them starts a thread on import)
+_PRELOAD = [
+    "fuzz.harness",
+    "torch",
+    "numpy",
+    "polars",
+    "safetensors.torch",
+    "ratioscope.cli",
+    "ratioscope.analysis",
+    "ratioscope.io.streaming",
+    "ratioscope.dump_info",
+    "ratioscope.report_io",
+    "ratioscope.check",
+    "ratioscope.render.terminal",
+    "ratioscope.render.sections",
+    "ratioscope.io.frameworks.skyrl",
+    "ratioscope.evaluation.evaluate",
+    "fuzz.warm",
+]
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -34,7 +54,7 @@ def _context() -> multiprocessing.context.BaseContext:
     if _CONTEXT is None:
         context = multiprocessing.get_context("forkserver")
         # imported once in the server; never used there, so no thread pool is forked
-        context.set_forkserver_preload(["fuzz.harness", "torch", "numpy", "ratioscope.cli"])
+        context.set_forkserver_preload(_PRELOAD)
         _CONTEXT = context
     return _CONTEXT
 
@@ -48,6 +68,21 @@ class Outcome:
     stdout: str
     stderr: str
     directory: Path
+
+
+def _command() -> Any:
+    """The command line's click command, built once (in the fork server, by import)."""
+    global _COMMAND
+    if _COMMAND is None:
+        import typer
+
+        from ratioscope.cli import app
+
+        _COMMAND = typer.main.get_command(app)
+    return _COMMAND
+
+
+_COMMAND: Any = None
 
 
 def _mapped_bytes() -> int:
@@ -87,9 +122,7 @@ def _child(
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     code: int = 0
     try:
-        from ratioscope.cli import app
-
-        app(args, prog_name="ratioscope")
+        _command().main(args, prog_name="ratioscope")
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:  # the interpreter would print it and exit 1
