@@ -429,8 +429,8 @@ def timeline(
     thresholds: Thresholds | None = None,
     objectives: bool = False,
     progress: ProgressCallback | None = None,
-    fixed_params: Collection[str] = (),
     runner: Runner | None = None,
+    fixed_params: Collection[str] = (),
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
 
@@ -449,11 +449,11 @@ def timeline(
         objectives: also follow :data:`OBJECTIVE_HEADLINES`, from
             :func:`ratioscope.objectives` of each step's files (dumps only).
         progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
-        fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
-            recorded settings leave alone.
         runner: where the steps are analysed (:class:`ratioscope.parallel.Runner`: local
             processes or Ray, one task per step; default this process). The steps are
             folded in step order, so the result is the sequential one.
+        fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
+            recorded settings leave alone.
 
     Returns:
         :class:`Timeline`.
@@ -493,7 +493,7 @@ def timeline(
     work = functools.partial(
         _step_result, params=params, load_options=load_options, device=device,
         chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections=sections,
-        objectives=objectives,
+        objectives=objectives, fixed_params=tuple(fixed_params),
     )  # fmt: skip
     tasks = runner if runner is not None and runner.parallel and not all(reports) else None
 
@@ -572,10 +572,11 @@ def _step_result(
     chunk_elements: int,
     sections: Sequence[str] | None,
     objectives: bool,
+    fixed_params: Collection[str] = (),
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """One step as a task: its report document and, on request, its objective summaries."""
     document = _analyze_step(
-        group, params, load_options, device, chunk_elements, sections, None
+        group, params, load_options, device, chunk_elements, sections, None, fixed_params
     ).to_dict()
     return document, (_step_objectives(group, load_options) if objectives else None)
 

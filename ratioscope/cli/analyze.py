@@ -169,24 +169,26 @@ def analyze(
         format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold,
         trainer,
     )  # fmt: skip
+    fixed = given_analysis_params(ctx)
     chosen = sections.split(",") if sections else None
     with progress_bar(not quiet) as progress:
         if runner.parallel:
             report = analyze_in_tasks(
                 paths, runner, params=params, load_options=options, device=device,
                 chunk_elements=chunk_elements, sections=chosen, progress=progress,
+                fixed_params=fixed,
             )  # fmt: skip
         else:
             report = ratioscope.analyze(
                 paths,
                 params=params,
                 load_options=options,
-                fixed_params=given_analysis_params(ctx),
                 device=device,
                 chunk_elements=chunk_elements,
                 per_sequence=parquet_out is not None,
                 progress=progress,
                 sections=chosen,
+                fixed_params=fixed,
             )
     health = verdict(report, limits, reference)
     show_verdict(stdout_console(), health)
