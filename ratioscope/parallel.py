@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -339,6 +339,7 @@ def analyze_in_tasks(
     chunk_elements: int | None = None,
     sections: Sequence[str] | None = None,
     progress: ProgressCallback | None = None,
+    fixed_params: Collection[str] = (),
 ) -> Report:
     """:func:`ratioscope.analyze` of ``paths`` as tasks of :func:`file_shards`, their
     reports merged in file order as ``ratioscope merge`` merges (equal to one
@@ -360,6 +361,7 @@ def analyze_in_tasks(
         device=device,
         chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS,
         sections=sections,
+        fixed_params=tuple(fixed_params),
     )
 
     def documents() -> Iterator[dict[str, Any]]:
@@ -381,6 +383,7 @@ def _analyze_shard(
     device: str,
     chunk_elements: int,
     sections: Sequence[str] | None,
+    fixed_params: Collection[str] = (),
 ) -> dict[str, Any]:
     from ratioscope.analysis import analyze
 
@@ -391,6 +394,7 @@ def _analyze_shard(
         device=device,
         chunk_elements=chunk_elements,
         sections=sections,
+        fixed_params=fixed_params,
     ).to_dict()
 
 

@@ -19,7 +19,7 @@ import functools
 import math
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -430,6 +430,7 @@ def timeline(
     objectives: bool = False,
     progress: ProgressCallback | None = None,
     runner: Runner | None = None,
+    fixed_params: Collection[str] = (),
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
 
@@ -451,6 +452,8 @@ def timeline(
         runner: where the steps are analysed (:class:`ratioscope.parallel.Runner`: local
             processes or Ray, one task per step; default this process). The steps are
             folded in step order, so the result is the sequential one.
+        fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
+            recorded settings leave alone.
 
     Returns:
         :class:`Timeline`.
@@ -488,7 +491,7 @@ def timeline(
     work = functools.partial(
         _step_result, params=params, load_options=load_options, device=device,
         chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections=sections,
-        objectives=objectives,
+        objectives=objectives, fixed_params=tuple(fixed_params),
     )  # fmt: skip
     tasks = runner if runner is not None and runner.parallel and not all(reports) else None
 
@@ -513,7 +516,7 @@ def timeline(
             else:
                 step_report = _analyze_step(
                     group, params, load_options, device,
-                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress,
+                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress, fixed_params,
                 )  # fmt: skip
                 yield step_report, (_step_objectives(group, load_options) if objectives else None)
 
@@ -566,10 +569,11 @@ def _step_result(
     chunk_elements: int,
     sections: Sequence[str] | None,
     objectives: bool,
+    fixed_params: Collection[str] = (),
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """One step as a task: its report document and, on request, its objective summaries."""
     document = _analyze_step(
-        group, params, load_options, device, chunk_elements, sections, None
+        group, params, load_options, device, chunk_elements, sections, None, fixed_params
     ).to_dict()
     return document, (_step_objectives(group, load_options) if objectives else None)
 
@@ -658,6 +662,7 @@ def _analyze_step(
     chunk_elements: int,
     sections: Sequence[str] | None,
     progress: ProgressCallback | None,
+    fixed_params: Collection[str] = (),
 ) -> Report:
     from ratioscope.analysis import analyze
 
@@ -669,6 +674,7 @@ def _analyze_step(
         chunk_elements=chunk_elements,
         sections=sections,
         progress=progress,
+        fixed_params=fixed_params,
     )
 
 

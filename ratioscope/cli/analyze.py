@@ -44,6 +44,7 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     VerdictJson,
     Window,
@@ -82,6 +83,7 @@ def analyze(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -125,7 +127,11 @@ def analyze(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.parallel import analyze_in_tasks
@@ -148,14 +154,17 @@ def analyze(
             "write it without them"
         )
     options = load_options(
-        format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold
-    )
+        format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold,
+        trainer,
+    )  # fmt: skip
+    fixed = given_analysis_params(ctx)
     chosen = sections.split(",") if sections else None
     with progress_bar(not quiet) as progress:
         if runner.parallel:
             report = analyze_in_tasks(
                 paths, runner, params=params, load_options=options, device=device,
                 chunk_elements=chunk_elements, sections=chosen, progress=progress,
+                fixed_params=fixed,
             )  # fmt: skip
         else:
             report = ratioscope.analyze(
@@ -167,6 +176,7 @@ def analyze(
                 per_sequence=parquet_out is not None,
                 progress=progress,
                 sections=chosen,
+                fixed_params=fixed,
             )
     health = verdict(report, limits)
     show_verdict(stdout_console(), health)

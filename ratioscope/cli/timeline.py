@@ -43,6 +43,7 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     Window,
     band_text,
@@ -158,6 +159,7 @@ def timeline(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -201,7 +203,11 @@ def timeline(
         progress_bar,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.timeline import show_timeline
     from ratioscope.render.verdict import show_verdict
@@ -230,7 +236,9 @@ def timeline(
                 group_size,
                 correct_field,
                 correct_threshold,
+                trainer,
             ),
+            fixed_params=given_analysis_params(ctx),
             device=device,
             chunk_elements=chunk_elements,
             step_from=step_from,

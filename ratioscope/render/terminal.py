@@ -161,6 +161,13 @@ def show_inputs(report: Report | SweepReport, console: Console) -> None:
     pairs = list(dict.fromkeys(i.ratio_pair for i in inputs))
     console.print("importance ratio z = log " + "; ".join(ratio_label(p) for p in pairs))
     console.print(f"correct: {correct_text(report.params)}")
+    trainer = report.params.get("trainer")
+    if isinstance(trainer, Mapping):
+        applied = trainer.get("applied") or {}
+        told = "; ".join(f"{name} from {where}" for name, where in applied.items())
+        console.print(
+            f"trainer settings: {trainer.get('source', '')}" + (f"; {told}" if told else "")
+        )
 
 
 def correct_text(params: Mapping[str, Any]) -> str:
