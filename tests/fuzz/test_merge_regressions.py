@@ -36,7 +36,7 @@ TAMPERED = [
     (["state", "ratios", "variants", "token", "histogram", "moments", "count"], 1, "histogram"),
     (
         ["state", "ratios", "variants", "token", "histogram", "index"],
-        lambda i: [10**6] + i[1:],
+        lambda i: [10**6, *i[1:]],
         "histogram",
     ),
 ]
