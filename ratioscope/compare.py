@@ -274,7 +274,7 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
 
     if path.is_file() and is_report_path(path):
         from ratioscope.io.jsontext import loads
-        from ratioscope.report_io import read_json_report
+        from ratioscope.report_io import document_kind, read_json_report
 
         try:
             document = loads(path.read_text(encoding="utf-8"))
@@ -282,7 +282,11 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
             document = None  # read_json_report says what is wrong with it
         if isinstance(document, dict) and document.get("kind") == "timeline":
             return Timeline.from_dict(document, source=path)
-        return read_json_report(path)
+        report = read_json_report(path)
+        kind = document_kind(report)
+        if kind != "an analyze report":
+            raise InputError(path, f"{kind}; compare takes analyze reports, timelines or dumps")
+        return report
     from ratioscope.analysis import analyze
 
     try:

@@ -96,6 +96,44 @@ def read_json_report(path: str | Path) -> dict[str, Any]:
     return document
 
 
+#: what each ratioscope JSON document is, by its "kind" (the newer documents) or a key
+#: only it has (the reports, which predate "kind")
+_KINDS_BY_NAME = {
+    "timeline": "a timeline (ratioscope timeline --json)",
+    "comparison": "a comparison (ratioscope compare --json)",
+    "objectives": "an objectives report (ratioscope objectives --json)",
+    "verdict": "a verdict (analyze --verdict-json)",
+}
+_KINDS_BY_KEY = (
+    ("ratios", "an analyze report"),
+    ("by_method", "an evaluation report (eval-passk or eval-ucc --json)"),
+    ("sweep", "a sweep report (ratioscope sweep --json)"),
+)
+
+
+def document_kind(document: Any) -> str:
+    """What a JSON document is, in words, for messages that refuse one kind where another
+    is needed ("eval.json is an evaluation report (eval-passk or eval-ucc --json), not an
+    analyze report").
+
+    >>> document_kind({"schema_version": 2, "kind": "timeline"})
+    'a timeline (ratioscope timeline --json)'
+    >>> document_kind({"schema_version": 2, "by_method": {}})
+    'an evaluation report (eval-passk or eval-ucc --json)'
+    >>> document_kind([1, 2])
+    'a JSON document of another kind'
+    """
+    if not isinstance(document, Mapping):
+        return "a JSON document of another kind"
+    name = document.get("kind")
+    if isinstance(name, str) and name in _KINDS_BY_NAME:
+        return _KINDS_BY_NAME[name]
+    for key, kind in _KINDS_BY_KEY:
+        if key in document:
+            return kind
+    return "a JSON document of another kind"
+
+
 def check_schema_version(document: Mapping[str, Any], source: str | Path | None) -> int:
     """The document's ``schema_version``; a missing, unknown or newer one raises ReportError."""
     version = document.get("schema_version")

@@ -600,7 +600,9 @@ def _parse_line(path: Path, number: int, line: bytes) -> dict[str, Any] | None:
     try:
         record = loads(text)
     except json.JSONDecodeError as error:
-        raise JsonLineError(path, number, f"not valid JSON ({error.msg})") from None
+        raise JsonLineError(
+            path, number, f"not valid JSON ({error.msg} at column {error.colno})"
+        ) from None
     if not isinstance(record, dict):
         raise JsonLineError(path, number, "expected a JSON object (one sequence)")
     return record

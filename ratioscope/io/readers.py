@@ -101,15 +101,52 @@ def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
             raise UnsafePickleError(path, detail) from None
         obj = _unsafe_torch_load(path)
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as error:
-        raise CorruptFileError(path, f"not a readable torch file ({_first_line(error)})") from None
+        raise CorruptFileError(path, _torch_load_problem(path, error)) from None
     return _from_object(path, obj, "pt")
+
+
+#: a zip archive starts with a local file header and ends with the end-of-central-directory
+#: record, within its last 22 + 65535 (comment) bytes
+_ZIP_START, _ZIP_END, _ZIP_TAIL = b"PK\x03\x04", b"PK\x05\x06", 22 + 65535
+
+
+def _zip_cut_short(tail: bytes, size: int) -> bool:
+    """Whether a zip archive whose last bytes are ``tail`` (of ``size`` bytes in all) lacks
+    a whole end record, or its end record places the central directory past the end."""
+    at = tail.rfind(_ZIP_END)
+    if at < 0 or len(tail) - at < 22:
+        return True
+    directory_size = int.from_bytes(tail[at + 12 : at + 16], "little")
+    directory_offset = int.from_bytes(tail[at + 16 : at + 20], "little")
+    if directory_offset == 0xFFFFFFFF:  # zip64: the offset is in another record
+        return False
+    return directory_offset + directory_size > size - (len(tail) - at)
+
+
+def _torch_load_problem(path: Path, error: BaseException) -> str:
+    """What is wrong with a ``.pt`` file torch cannot load: a file cut short (an
+    interrupted copy or write, a full disk) is named truncated, whatever torch's own
+    words ("failed finding central directory", "[Errno 22] Invalid argument")."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(_ZIP_START))
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - _ZIP_TAIL))
+            tail = handle.read()
+    except OSError:
+        head, tail = b"", b""
+    if head == _ZIP_START and _zip_cut_short(tail, size):
+        return "not a readable torch file: truncated (the zip archive has no whole end record)"
+    if isinstance(error, EOFError) or "unexpected EOF" in str(error):
+        return "not a readable torch file: truncated (the data ends before the pickle does)"
+    return f"not a readable torch file ({_first_line(error)})"
 
 
 def _unsafe_torch_load(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # any failure of arbitrary unpickling is a corrupt file
-        raise CorruptFileError(path, f"not a readable torch file ({_first_line(error)})") from None
+        raise CorruptFileError(path, _torch_load_problem(path, error)) from None
 
 
 def _read_pickle(path: Path, unsafe_pickle: bool) -> RawDump:
@@ -330,7 +367,9 @@ def _read_jsonl(path: Path) -> RawDump:
                 try:
                     record = loads(line)
                 except json.JSONDecodeError as error:
-                    raise JsonLineError(path, number, f"not valid JSON ({error.msg})") from None
+                    raise JsonLineError(
+                        path, number, f"not valid JSON ({error.msg} at column {error.colno})"
+                    ) from None
                 if not isinstance(record, dict):
                     raise JsonLineError(path, number, "expected a JSON object (one sequence)")
                 records.append(record)
