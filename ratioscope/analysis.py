@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -51,6 +51,7 @@ def analyze(
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
     sections: Sequence[str] | None = None,
+    fixed_params: Collection[str] = (),
     **options: Any,
 ) -> Report:
     """Analyse one or more dumps.
@@ -67,11 +68,17 @@ def analyze(
         per_sequence: also build the per-sequence table (``report.write_parquet``).
         progress: callback receiving :class:`ProgressUpdate` per file and chunk.
         sections: report sections to compute (default: all); the others are null.
+        fixed_params: names of parameters the caller chose, which the trainer's
+            settings leave alone (``load_options.trainer``; those in ``options``, and
+            those of ``params`` that differ from the defaults, count as chosen too).
 
     Returns:
-        :class:`Report`.
+        :class:`Report`; ``params["trainer"]`` holds the trainer's settings in force and
+        where each value taken from them came from.
     """
+    chosen = _chosen_params(params, options, fixed_params)
     params, load_options = _split_options(params, load_options, options)
+    params, trainer = _trainer_defaults(batch_or_paths, params, load_options, chosen)
     classes = _chosen_sections(sections)
     run = run_accumulators(
         batch_or_paths,
@@ -83,7 +90,36 @@ def analyze(
         per_sequence=per_sequence,
         progress=progress,
     )
-    return _build_report(run.inputs, params, load_options, run.totals, run.warnings, run.sequences)
+    report = _build_report(
+        run.inputs, params, load_options, run.totals, run.warnings, run.sequences
+    )
+    block = trainer.params_block()
+    if block is not None:
+        report.params["trainer"] = block
+    return report
+
+
+def _chosen_params(
+    params: AnalysisParams | None, options: Mapping[str, Any], fixed: Collection[str]
+) -> set[str]:
+    """The parameters the caller chose (see ``fixed_params`` of :func:`analyze`)."""
+    chosen = set(fixed) | (set(options) & _PARAM_NAMES)
+    if params is not None:
+        default = AnalysisParams()
+        chosen |= {n for n in _PARAM_NAMES if getattr(params, n) != getattr(default, n)}
+    return chosen
+
+
+def _trainer_defaults(
+    batch_or_paths: Any, params: AnalysisParams, load_options: LoadOptions, chosen: set[str]
+) -> tuple[AnalysisParams, Any]:
+    """``params`` with the trainer's settings where the caller chose nothing, and what
+    was applied (:class:`ratioscope.trainer_settings.Applied`)."""
+    from ratioscope import trainer_settings
+
+    first = next((s for s in _sources(batch_or_paths) if isinstance(s, Path)), None)
+    settings = trainer_settings.resolve(load_options.trainer, first)
+    return trainer_settings.apply(params, settings, chosen)
 
 
 @dataclass
@@ -288,9 +324,12 @@ def merge_reports(
     if first is None:
         raise MergeError(None, "no report to merge")
     load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
-    return _build_report(
+    merged = _build_report(
         inputs, first.params, load_options, list(totals.values()), loader_warnings, None
     )
+    if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
+        merged.params["trainer"] = first.params_block["trainer"]
+    return merged
 
 
 def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
@@ -335,8 +374,14 @@ def _restore(
     cls: type[Accumulator], params: AnalysisParams, report: Report, name: str
 ) -> Accumulator:
     """An accumulator from a report's state; a damaged state is the report's fault."""
+    from ratioscope.sections.state import StateError
+
     try:
         return cls.from_state(params, report.state[cls.name])
+    except StateError as error:
+        # a damaged or tampered shard: name the field, so it can be found
+        where = ".".join(["state", cls.name, *error.path])
+        raise MergeError(name, f"'{where}' {error.problem}; the shard's state is damaged") from None
     except _MALFORMED as error:
         raise MergeError(
             name, f"malformed state of the '{cls.name}' section ({type(error).__name__}: {error})"

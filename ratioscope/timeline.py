@@ -9,16 +9,18 @@ change_flags`). The step reports are folded into the pooled report with the merg
 ``ratioscope merge`` applies, so the pooled report equals ``analyze`` of all the files,
 and, on request, written one file per step (``reports_dir``).
 
-Entropy is not a headline: no report section holds an entropy level (``tepo.kl_mask``
-counts tokens by the sign of the entropy change only).
+The vital signs lead (``vitals``: token entropy and its change within the step, response
+length and the share at the length limit, reward, correct share, zero advantages and
+equal-reward groups), then the five papers' quantities.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,7 @@ from ratioscope.steps import StepFiles, assign_steps
 
 if TYPE_CHECKING:
     from ratioscope.io.loaders import LoadOptions
+    from ratioscope.parallel import Runner
     from ratioscope.params import AnalysisParams
     from ratioscope.report import Report
     from ratioscope.verdict import Thresholds, Verdict
@@ -74,6 +77,62 @@ class Headline:
 
 #: the headline quantities, declared once: the JSON, Parquet, table and plot follow it
 HEADLINES: tuple[Headline, ...] = (
+    Headline(
+        "vitals.entropy.mean",
+        "token entropy (mean over valid tokens)",
+        "entropy",
+        "nats/token",
+        "the policy samples less deterministically (a fall toward 0: entropy collapse)",
+    ),
+    Headline(
+        "vitals.entropy.change_mean",
+        "entropy change within the step (entropy - old_entropy, token mean)",
+        "dH step",
+        "nats/token",
+        "the step's updates raised the entropy of its own tokens",
+    ),
+    Headline(
+        "vitals.length.mean",
+        "response length (mean)",
+        "length",
+        "tokens",
+        "responses grow longer",
+    ),
+    Headline(
+        "vitals.length.at_limit_share",
+        "responses at the length limit (share)",
+        "at limit",
+        "fraction of responses",
+        "more responses are cut by the length limit",
+    ),
+    Headline(
+        "vitals.reward.mean",
+        "reward (mean over sequences)",
+        "reward",
+        "reward",
+        "the policy earns more reward",
+    ),
+    Headline(
+        "vitals.correct_share",
+        "correct responses (share)",
+        "correct",
+        "fraction of responses",
+        "more responses are correct",
+    ),
+    Headline(
+        "vitals.advantages.zero_share",
+        "tokens with advantage A = 0 (share)",
+        "A = 0",
+        "fraction of tokens",
+        "more tokens give no policy gradient",
+    ),
+    Headline(
+        "vitals.equal_reward_groups.share",
+        "groups whose rewards are all equal (share)",
+        "eq groups",
+        "share of groups",
+        "more groups were all solved or all failed, and teach nothing",
+    ),
     Headline(
         "mismatch.policy.k3",
         "policy mismatch k3 (current vs behaviour)",
@@ -427,6 +486,8 @@ def timeline(
     thresholds: Thresholds | None = None,
     objectives: bool = False,
     progress: ProgressCallback | None = None,
+    runner: Runner | None = None,
+    fixed_params: Collection[str] = (),
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
 
@@ -445,6 +506,11 @@ def timeline(
         objectives: also follow :data:`OBJECTIVE_HEADLINES`, from
             :func:`ratioscope.objectives` of each step's files (dumps only).
         progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
+        runner: where the steps are analysed (:class:`ratioscope.parallel.Runner`: local
+            processes or Ray, one task per step; default this process). The steps are
+            folded in step order, so the result is the sequential one.
+        fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
+            recorded settings leave alone.
 
     Returns:
         :class:`Timeline`.
@@ -478,23 +544,55 @@ def timeline(
         read_meta=lambda p: _read_meta(p, load_options.unsafe_pickle),
     )
     rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
+    # the quantities the verdict judges against the run's own first steps, per step
+    relative_rows: list[tuple[int, dict[str, float | None]]] = []
 
-    def step_reports(staging: Path | None) -> Iterator[Report]:
-        for index, group in enumerate(by_step):
-            report(progress, ProgressUpdate("steps", index, len(by_step), f"step {group.step}"))
+    work = functools.partial(
+        _step_result, params=params, load_options=load_options, device=device,
+        chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections=sections,
+        objectives=objectives, fixed_params=tuple(fixed_params),
+    )  # fmt: skip
+    tasks = runner if runner is not None and runner.parallel and not all(reports) else None
+
+    def results() -> Iterator[tuple[Report, dict[str, Any] | None]]:
+        if tasks is not None:
+            from ratioscope.parallel import ordered_results
+            from ratioscope.report import Report
+
+            for document, step_objectives in ordered_results(
+                work, by_step, tasks, describe=_describe_step
+            ):
+                yield Report.from_dict(document), step_objectives
+            return
+        for group in by_step:
             if all(reports):
-                step_report = merge_reports(
-                    (_read_report(p) for p in group.paths), names=[str(p) for p in group.paths]
+                yield (
+                    merge_reports(
+                        (_read_report(p) for p in group.paths), names=[str(p) for p in group.paths]
+                    ),
+                    None,
                 )
             else:
                 step_report = _analyze_step(
                     group, params, load_options, device,
-                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress,
+                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress, fixed_params,
                 )  # fmt: skip
+                yield step_report, (_step_objectives(group, load_options) if objectives else None)
+
+    def step_reports(staging: Path | None) -> Iterator[Report]:
+        first = f"step {by_step[0].step}" if by_step else "no step"
+        report(progress, ProgressUpdate("steps", 0, len(by_step), first))
+        for index, (group, (step_report, step_objectives)) in enumerate(
+            zip(by_step, results(), strict=True)
+        ):
+            # the step is done (in this process or a task): the next one is under way
+            label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
+            report(progress, ProgressUpdate("steps", index + 1, len(by_step), label))
             document = step_report.to_dict()
-            if objectives:
-                document["objectives"] = _step_objectives(group, load_options)
+            if step_objectives is not None:
+                document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
+            relative_rows.append((group.step, relative_values(document)))
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
                 step_report.write_json(staging / f"step_{group.step:06d}.json")
@@ -518,8 +616,32 @@ def timeline(
         steps=steps,
         warnings=tuple(pooled.warnings),
         pooled=pooled,
-        verdict=timeline_verdict(pooled, steps, thresholds, followed),
+        verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
     )
+
+
+def _step_result(
+    group: StepFiles,
+    *,
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    device: str,
+    chunk_elements: int,
+    sections: Sequence[str] | None,
+    objectives: bool,
+    fixed_params: Collection[str] = (),
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One step as a task: its report document and, on request, its objective summaries."""
+    document = _analyze_step(
+        group, params, load_options, device, chunk_elements, sections, None, fixed_params
+    ).to_dict()
+    return document, (_step_objectives(group, load_options) if objectives else None)
+
+
+def _describe_step(group: StepFiles) -> str:
+    first = group.paths[0] if group.paths else "no file"
+    more = f" and {len(group.paths) - 1} more" if len(group.paths) > 1 else ""
+    return f"step {group.step} ({first}{more})"
 
 
 def _step_objectives(group: StepFiles, load_options: LoadOptions) -> dict[str, Any]:
@@ -535,10 +657,13 @@ def timeline_verdict(
     steps: Sequence[TimelineStep],
     thresholds: Thresholds | None = None,
     headlines: Sequence[Headline] = HEADLINES,
+    relative_rows: Sequence[tuple[int, Mapping[str, float | None]]] = (),
 ) -> Verdict:
     """The health verdict of the pooled report, then one yellow finding per headline
-    whose series changes, naming the steps and the values before and at the change."""
-    from ratioscope.verdict import Finding, Verdict, verdict
+    whose series changes, naming the steps and the values before and at the change,
+    then the later steps judged against the run's own first steps (``relative_rows``:
+    (step, :func:`relative_values`) in step order; docs/health.md)."""
+    from ratioscope.verdict import Finding, Verdict, first_steps_findings, verdict
 
     judged = verdict(pooled, thresholds)
     changes = []
@@ -568,7 +693,18 @@ def timeline_verdict(
                 name=f"{item.label} changed",
             )
         )
-    return Verdict(judged.findings + tuple(changes), judged.overridden, judged.notes)
+    relative = first_steps_findings(relative_rows, thresholds)
+    return Verdict(
+        judged.findings + tuple(changes) + tuple(relative), judged.overridden, judged.notes
+    )
+
+
+def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:
+    """The numbers of a step's report JSON that the verdict judges against the run's
+    first steps (:data:`ratioscope.verdict.RELATIVE`), by dotted path."""
+    from ratioscope.verdict import RELATIVE, report_value
+
+    return {item.path: report_value(document, item.path) for item in RELATIVE}
 
 
 def _short(value: float | None) -> str:
@@ -600,6 +736,7 @@ def _analyze_step(
     chunk_elements: int,
     sections: Sequence[str] | None,
     progress: ProgressCallback | None,
+    fixed_params: Collection[str] = (),
 ) -> Report:
     from ratioscope.analysis import analyze
 
@@ -611,6 +748,7 @@ def _analyze_step(
         chunk_elements=chunk_elements,
         sections=sections,
         progress=progress,
+        fixed_params=fixed_params,
     )
 
 

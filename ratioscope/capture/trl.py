@@ -43,6 +43,7 @@ from torch import Tensor
 
 from ratioscope.capture.writer import CaptureWriter
 from ratioscope.errors import RatioscopeError
+from ratioscope.trainer_settings import trl_settings
 
 #: the TRL methods the capture overrides; each must exist on the trainer class
 TRL_METHODS = (
@@ -118,6 +119,8 @@ class _GenerationRows:
     first_row_id: int
     group: Tensor  # [n] int64, global row // num_generations
     rewards: Tensor  # [n] float32, weighted sum of the reward functions
+    #: "reward:NAME" -> [n] float32, each reward function's values (NaN where it gave None)
+    per_function: dict[str, Tensor] = field(default_factory=dict)
 
     def index(self, row_ids: Tensor) -> Tensor:
         index = row_ids.detach().to("cpu", torch.int64) - self.first_row_id
@@ -181,6 +184,7 @@ class RatioscopeCaptureMixin:
                 raise IncompatibleTrainerError(type(self), f"the trainer has no attribute {name!r}")
         # both come from the trainer class this mixin is combined with
         self._ratioscope_writer = config.writer(rank=self.accelerator.process_index)  # type: ignore[attr-defined]
+        self._ratioscope_writer.trainer_settings = trl_settings(self)
         self.add_callback(_step_callback(self))  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ public
@@ -244,10 +248,12 @@ class RatioscopeCaptureMixin:
         row_ids = torch.arange(first, first + rows, dtype=torch.int64)
         local = rewards_per_func[process * rows : (process + 1) * rows].detach().float()
         weights = self.reward_weights.to(local.device, torch.float32)  # type: ignore[attr-defined]
+        names = _reward_keys(getattr(self, "reward_func_names", None), int(local.shape[1]))
         self._ratioscope_rows = _GenerationRows(
             first_row_id=first,
             group=row_ids // int(self.num_generations),  # type: ignore[attr-defined]
             rewards=(local * weights.unsqueeze(0)).nansum(dim=1).cpu(),
+            per_function={name: local[:, i].cpu() for i, name in enumerate(names)},
         )
         return row_ids.to(completion_ids.device)
 
@@ -278,11 +284,13 @@ class RatioscopeCaptureMixin:
             "group": rows.group[index],
             "token_ids": inputs["completion_ids"],
         }
+        for name, values in rows.per_function.items():
+            record[name] = values[index]
         step = int(self.state.global_step)  # type: ignore[attr-defined]
         config = self._ratioscope_config
         assert config is not None and self._ratioscope_writer is not None
         if config.granularity == "micro_batch":
-            self._ratioscope_active_writer().write(step, **record)
+            self._ratioscope_active_writer().write(step, **_write_arguments(record))
             self._ratioscope_written_steps.add(step)
             return
         record = {k: _to_host(k, v) for k, v in record.items() if v is not None}
@@ -294,7 +302,9 @@ class RatioscopeCaptureMixin:
         writer = self._ratioscope_writer
         assert writer is not None and self._ratioscope_config is not None
         if self._ratioscope_closed:
+            settings = writer.trainer_settings
             writer = self._ratioscope_config.writer(rank=writer.rank)
+            writer.trainer_settings = settings
             self._ratioscope_writer = writer
             self._ratioscope_closed = False
         return writer
@@ -303,7 +313,7 @@ class RatioscopeCaptureMixin:
         """Write the buffered steps (granularity "step") and end every step written."""
         pending, self._ratioscope_pending = self._ratioscope_pending, {}
         for step, records in sorted(pending.items()):
-            self._ratioscope_active_writer().write(step, **_concat(records))
+            self._ratioscope_active_writer().write(step, **_write_arguments(_concat(records)))
             self._ratioscope_written_steps.add(step)
         written, self._ratioscope_written_steps = self._ratioscope_written_steps, set()
         for step in sorted(written):
@@ -446,6 +456,26 @@ def _asks_entropy(trainer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 def _plain_true(value: Any) -> bool:
     """True for True or a non-zero int; a tensor or any other object is not a flag."""
     return isinstance(value, (bool, int)) and bool(value)
+
+
+def _reward_keys(names: Any, count: int) -> list[str]:
+    """``reward:NAME`` for each reward function (TRL's ``reward_func_names``; its index
+    when a name is missing or repeated)."""
+    names = list(names or [])
+    keys: list[str] = []
+    for i in range(count):
+        name = str(names[i]) if i < len(names) and names[i] else str(i)
+        key = f"reward:{name}"
+        keys.append(key if key not in keys else f"reward:{name}_{i}")
+    return keys
+
+
+def _write_arguments(record: dict[str, Any]) -> dict[str, Any]:
+    """``CaptureWriter.write`` keyword arguments: the per-function rewards go to
+    ``per_sequence``."""
+    out = {k: v for k, v in record.items() if not k.startswith("reward:")}
+    out["per_sequence"] = {k: v for k, v in record.items() if k.startswith("reward:")}
+    return out
 
 
 def _to_host(name: str, value: Any) -> Any:

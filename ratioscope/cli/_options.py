@@ -247,6 +247,17 @@ DeltaSweep = Annotated[
         "--delta-sweep", help="QUATRO radii to compare (comma-separated).", rich_help_panel=_O
     ),
 ]
+MaxLength = Annotated[
+    int | None,
+    typer.Option(
+        "--max-length",
+        min=1,
+        help="The trainer's response length limit in tokens, for the share of responses "
+        "at the limit (vitals). Default: each file's padded width, with a note.",
+        rich_help_panel=_A,
+        show_default=False,
+    ),
+]
 ChunkElements = Annotated[
     int,
     typer.Option(
@@ -334,6 +345,17 @@ DumpCorrectThreshold = Annotated[
         rich_help_panel="Input",
     ),
 ]
+Trainer = Annotated[
+    str,
+    typer.Option(
+        "--trainer",
+        help="Whose settings give the defaults (clip band, group size, length limit): "
+        "auto = those the capture recorded in the files; trl, verl or openrlhf = recorded, "
+        "else that framework's documented defaults; none = ratioscope's. An option you "
+        "give always wins. E.g. --trainer trl.",
+        rich_help_panel="Input",
+    ),
+]
 MethodField = Annotated[
     str,
     typer.Option(
@@ -400,6 +422,7 @@ PARAMETER_OPTIONS = {
     "fpa_threshold": "--fpa-threshold",
     "delta": "--delta",
     "deltas": "--delta-sweep",
+    "max_length": "--max-length",
     # plot ratios
     "sequence": "--sequence",
     # timeline
@@ -434,6 +457,7 @@ PARAMETER_OPTIONS = {
     "group_size": "--group-size",
     "correct_field": "--correct-field",
     "correct_threshold": "--correct-threshold",
+    "trainer": "--trainer",
     "device": "--device",
     "qvs": "--qv",
 }
@@ -447,10 +471,15 @@ def load_options(
     group_size: int | None = None,
     correct_field: str | None = None,
     correct_threshold: float | None = None,
+    trainer: str = "auto",
 ):
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import LoadOptions, correct_rule
     from ratioscope.io.profiles import FORMAT_CHOICES
+    from ratioscope.trainer_settings import TRAINER_CHOICES
+
+    if trainer not in TRAINER_CHOICES:
+        raise UsageError(f"--trainer must be one of {', '.join(TRAINER_CHOICES)}, got '{trainer}'")
 
     if format not in FORMAT_CHOICES:
         raise UsageError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, got '{format}'")
@@ -464,6 +493,7 @@ def load_options(
         group_size=group_size,
         correct_field=correct_field,
         correct_threshold=correct_threshold,
+        trainer=trainer,
     )
     correct_rule(correct_field, correct_threshold)  # a bad threshold fails before any read
     return options
@@ -504,6 +534,22 @@ def command_analysis_params(ctx: typer.Context):
     names = {f.name for f in fields(AnalysisParams)}
     options = {_FIELD_OF_PARAMETER.get(key, key): value for key, value in ctx.params.items()}
     return analysis_params(**{key: value for key, value in options.items() if key in names})
+
+
+def given_analysis_params(ctx: typer.Context) -> list[str]:
+    """The AnalysisParams fields the user set on the command line (they win over the
+    trainer's recorded settings)."""
+    from dataclasses import fields
+
+    from ratioscope.cli._common import given
+    from ratioscope.params import AnalysisParams
+
+    names = {f.name for f in fields(AnalysisParams)}
+    return [
+        _FIELD_OF_PARAMETER.get(key, key)
+        for key in ctx.params
+        if _FIELD_OF_PARAMETER.get(key, key) in names and given(ctx, key)
+    ]
 
 
 # the health verdict (ratioscope.verdict): thresholds from a TOML file, the verdict as JSON

@@ -34,6 +34,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLength,
     NonFinite,
     OnBand,
     Paths,
@@ -43,20 +44,32 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     VerdictJson,
     Window,
     band_text,
     option_text,
 )
+from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 
 Sections = Annotated[
     str | None,
     typer.Option(
         "--sections",
         help="Only these sections, comma-separated: ratios, mismatch, covariance, "
-        "future_policy, tepo, trust_region, staleness (default: all).",
+        "future_policy, tepo, trust_region, staleness, vitals (default: all).",
         rich_help_panel="Run",
+    ),
+]
+VerdictBaseline = Annotated[
+    Path | None,
+    typer.Option(
+        "--baseline",
+        help="A healthy run's report JSON (analyze --json): the verdict adds findings "
+        "relative to it, e.g. 'policy drift k3 = 1.5e-2, 97x the baseline's 1.5e-4' "
+        "(docs/health.md).",
+        rich_help_panel="Output",
     ),
 ]
 ParquetOut = Annotated[
@@ -80,6 +93,7 @@ def analyze(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -99,15 +113,21 @@ def analyze(
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     sections: Sections = None,
     thresholds: ThresholdsFile = None,
     verdict_json: VerdictJson = None,
+    baseline: VerdictBaseline = None,
+    workers: Workers = 1,
+    ray: RayAddress = None,
     quiet: Quiet = False,
 ) -> None:
     """Diagnose importance ratios in one or more dumps (files are streamed one by one).
 
     Example: ratioscope analyze sample_data/verl/ --json report.json --parquet seqs.parquet
+
+    Example: ratioscope analyze 'dump/step_*' --ray auto --json report.json
     """
     import ratioscope
     from ratioscope.cli._common import (
@@ -118,40 +138,59 @@ def analyze(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
+    from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
+    from ratioscope.parallel import analyze_in_tasks
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.render.verdict import show_verdict
-    from ratioscope.verdict import Thresholds, load_thresholds, verdict
+    from ratioscope.verdict import Thresholds, load_thresholds, read_baseline, verdict
 
-    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    inputs = [*expand_paths(paths), *(p for p in (thresholds, baseline) if p is not None)]
     check_output_paths(inputs, [json_out, parquet_out, verdict_json])
     # read before the analysis: a malformed thresholds file fails in a second, not after it
     limits = Thresholds() if thresholds is None else load_thresholds(thresholds)
+    reference = None if baseline is None else read_baseline(baseline)
     check_suffix(parquet_out, ".parquet", "--parquet")
     check_suffix(json_out, ".json", "--json")
     check_suffix(verdict_json, ".json", "--verdict-json")
     params = command_analysis_params(ctx)
-    with progress_bar(not quiet) as progress:
-        report = ratioscope.analyze(
-            paths,
-            params=params,
-            load_options=load_options(
-                format,
-                mapping,
-                nonfinite,
-                unsafe_pickle,
-                group_size,
-                correct_field,
-                correct_threshold,
-            ),
-            device=device,
-            chunk_elements=chunk_elements,
-            per_sequence=parquet_out is not None,
-            progress=progress,
-            sections=sections.split(",") if sections else None,
+    runner = runner_of(workers, ray)
+    if runner.parallel and parquet_out is not None:
+        raise UsageError(
+            "--parquet needs every sequence's row, which --workers/--ray do not bring back; "
+            "write it without them"
         )
-    health = verdict(report, limits)
+    options = load_options(
+        format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold,
+        trainer,
+    )  # fmt: skip
+    fixed = given_analysis_params(ctx)
+    chosen = sections.split(",") if sections else None
+    with progress_bar(not quiet) as progress:
+        if runner.parallel:
+            report = analyze_in_tasks(
+                paths, runner, params=params, load_options=options, device=device,
+                chunk_elements=chunk_elements, sections=chosen, progress=progress,
+                fixed_params=fixed,
+            )  # fmt: skip
+        else:
+            report = ratioscope.analyze(
+                paths,
+                params=params,
+                load_options=options,
+                device=device,
+                chunk_elements=chunk_elements,
+                per_sequence=parquet_out is not None,
+                progress=progress,
+                sections=chosen,
+                fixed_params=fixed,
+            )
+    health = verdict(report, limits, reference)
     show_verdict(stdout_console(), health)
     show_report(report, stdout_console())
     show_warnings(report, stderr_console())

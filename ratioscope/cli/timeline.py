@@ -34,6 +34,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLength,
     NonFinite,
     OnBand,
     Quiet,
@@ -42,11 +43,13 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     Window,
     band_text,
     option_text,
 )
+from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 
 TimelinePaths = Annotated[
     list[str],
@@ -146,6 +149,8 @@ def timeline(
     tensorboard: TensorBoardDir = None,
     mlflow: MlflowUri = None,
     wandb: WandbRun = False,
+    workers: Workers = 1,
+    ray: RayAddress = None,
     device: Device = DEVICE_DEFAULT,
     format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
@@ -154,6 +159,7 @@ def timeline(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -173,6 +179,7 @@ def timeline(
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     quiet: Quiet = False,
 ) -> None:
@@ -185,6 +192,8 @@ def timeline(
     Example: ratioscope timeline sample_data/verl/ --json timeline.json
 
     Example: ratioscope timeline run/ --tensorboard runs/ratioscope --mlflow mlruns --wandb
+
+    Example: ratioscope timeline 'dump/step_*' --ray auto --json timeline.json
     """
     import ratioscope
     from ratioscope.cli._common import (
@@ -194,7 +203,11 @@ def timeline(
         progress_bar,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.timeline import show_timeline
     from ratioscope.render.verdict import show_verdict
@@ -203,6 +216,7 @@ def timeline(
     from ratioscope.verdict import load_thresholds
 
     require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
+    runner = runner_of(workers, ray)
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
     check_output_paths(inputs, [json_out, parquet_out])
     check_suffix(json_out, ".json", "--json")
@@ -222,7 +236,9 @@ def timeline(
                 group_size,
                 correct_field,
                 correct_threshold,
+                trainer,
             ),
+            fixed_params=given_analysis_params(ctx),
             device=device,
             chunk_elements=chunk_elements,
             step_from=step_from,
@@ -230,6 +246,7 @@ def timeline(
             thresholds=limits,
             objectives=objectives,
             progress=progress,
+            runner=runner,
         )
     console = stdout_console()
     if result.verdict is not None:

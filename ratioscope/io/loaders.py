@@ -57,6 +57,10 @@ class LoadOptions:
             where it has one, else ``rewards > 0``.
         correct_threshold: a sequence is correct when that value is >= this (default
             0.5 with ``correct_field``; alone, it applies to ``rewards``).
+        trainer: whose settings give the defaults of the analysis
+            (:mod:`ratioscope.trainer_settings`): "auto" those a capture recorded in the
+            files, "trl", "verl" or "openrlhf" those recorded or else that framework's
+            documented defaults, "none" neither.
     """
 
     format: str = defaults.FORMAT
@@ -67,6 +71,7 @@ class LoadOptions:
     stream_bytes: int | None = None
     correct_field: str | None = None
     correct_threshold: float | None = None
+    trainer: str = "auto"
 
     def correct_rule(self) -> tuple[str, float] | None:
         """(field, threshold) of the user's correctness rule, or None for the default
