@@ -9,8 +9,9 @@ change_flags`). The step reports are folded into the pooled report with the merg
 ``ratioscope merge`` applies, so the pooled report equals ``analyze`` of all the files,
 and, on request, written one file per step (``reports_dir``).
 
-Entropy is not a headline: no report section holds an entropy level (``tepo.kl_mask``
-counts tokens by the sign of the entropy change only).
+The vital signs lead (``vitals``: token entropy and its change within the step, response
+length and the share at the length limit, reward, correct share, zero advantages and
+equal-reward groups), then the five papers' quantities.
 """
 
 from __future__ import annotations
@@ -76,6 +77,62 @@ class Headline:
 
 #: the headline quantities, declared once: the JSON, Parquet, table and plot follow it
 HEADLINES: tuple[Headline, ...] = (
+    Headline(
+        "vitals.entropy.mean",
+        "token entropy (mean over valid tokens)",
+        "entropy",
+        "nats/token",
+        "the policy samples less deterministically (a fall toward 0: entropy collapse)",
+    ),
+    Headline(
+        "vitals.entropy.change_mean",
+        "entropy change within the step (entropy - old_entropy, token mean)",
+        "dH step",
+        "nats/token",
+        "the step's updates raised the entropy of its own tokens",
+    ),
+    Headline(
+        "vitals.length.mean",
+        "response length (mean)",
+        "length",
+        "tokens",
+        "responses grow longer",
+    ),
+    Headline(
+        "vitals.length.at_limit_share",
+        "responses at the length limit (share)",
+        "at limit",
+        "fraction of responses",
+        "more responses are cut by the length limit",
+    ),
+    Headline(
+        "vitals.reward.mean",
+        "reward (mean over sequences)",
+        "reward",
+        "reward",
+        "the policy earns more reward",
+    ),
+    Headline(
+        "vitals.correct_share",
+        "correct responses (share)",
+        "correct",
+        "fraction of responses",
+        "more responses are correct",
+    ),
+    Headline(
+        "vitals.advantages.zero_share",
+        "tokens with advantage A = 0 (share)",
+        "A = 0",
+        "fraction of tokens",
+        "more tokens give no policy gradient",
+    ),
+    Headline(
+        "vitals.equal_reward_groups.share",
+        "groups whose rewards are all equal (share)",
+        "eq groups",
+        "share of groups",
+        "more groups were all solved or all failed, and teach nothing",
+    ),
     Headline(
         "mismatch.policy.k3",
         "policy mismatch k3 (current vs behaviour)",
@@ -487,6 +544,8 @@ def timeline(
         read_meta=lambda p: _read_meta(p, load_options.unsafe_pickle),
     )
     rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
+    # the quantities the verdict judges against the run's own first steps, per step
+    relative_rows: list[tuple[int, dict[str, float | None]]] = []
 
     work = functools.partial(
         _step_result, params=params, load_options=load_options, device=device,
@@ -529,10 +588,11 @@ def timeline(
             # the step is done (in this process or a task): the next one is under way
             label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
             report(progress, ProgressUpdate("steps", index + 1, len(by_step), label))
-            document = step_report.to_dict()
+            document = _sections_document(step_report)
             if step_objectives is not None:
                 document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
+            relative_rows.append((group.step, relative_values(document)))
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
                 step_report.write_json(staging / f"step_{group.step:06d}.json")
@@ -556,7 +616,7 @@ def timeline(
         steps=steps,
         warnings=tuple(pooled.warnings),
         pooled=pooled,
-        verdict=timeline_verdict(pooled, steps, thresholds, followed),
+        verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
     )
 
 
@@ -578,6 +638,16 @@ def _step_result(
     return document, (_step_objectives(group, load_options) if objectives else None)
 
 
+def _sections_document(step_report: Report) -> dict[str, Any]:
+    """The report's sections as JSON, what the headlines read: ``to_dict()`` without the
+    ``state`` sums, whose conversion was most of a small step's time."""
+    from ratioscope.report import OPTIONAL_SECTION_KEYS, SECTION_KEYS
+    from ratioscope.report_io import to_jsonable
+
+    keys = (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)
+    return dict(to_jsonable({key: getattr(step_report, key) for key in keys}))
+
+
 def _describe_step(group: StepFiles) -> str:
     first = group.paths[0] if group.paths else "no file"
     more = f" and {len(group.paths) - 1} more" if len(group.paths) > 1 else ""
@@ -597,10 +667,13 @@ def timeline_verdict(
     steps: Sequence[TimelineStep],
     thresholds: Thresholds | None = None,
     headlines: Sequence[Headline] = HEADLINES,
+    relative_rows: Sequence[tuple[int, Mapping[str, float | None]]] = (),
 ) -> Verdict:
     """The health verdict of the pooled report, then one yellow finding per headline
-    whose series changes, naming the steps and the values before and at the change."""
-    from ratioscope.verdict import Finding, Verdict, verdict
+    whose series changes, naming the steps and the values before and at the change,
+    then the later steps judged against the run's own first steps (``relative_rows``:
+    (step, :func:`relative_values`) in step order; docs/health.md)."""
+    from ratioscope.verdict import Finding, Verdict, first_steps_findings, verdict
 
     judged = verdict(pooled, thresholds)
     changes = []
@@ -630,7 +703,18 @@ def timeline_verdict(
                 name=f"{item.label} changed",
             )
         )
-    return Verdict(judged.findings + tuple(changes), judged.overridden, judged.notes)
+    relative = first_steps_findings(relative_rows, thresholds)
+    return Verdict(
+        judged.findings + tuple(changes) + tuple(relative), judged.overridden, judged.notes
+    )
+
+
+def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:
+    """The numbers of a step's report JSON that the verdict judges against the run's
+    first steps (:data:`ratioscope.verdict.RELATIVE`), by dotted path."""
+    from ratioscope.verdict import RELATIVE, report_value
+
+    return {item.path: report_value(document, item.path) for item in RELATIVE}
 
 
 def _short(value: float | None) -> str:
