@@ -381,6 +381,10 @@ PARAMETER_OPTIONS = {
     "rel": "--rel",
     # objectives
     "methods": "--methods",
+    # the run report
+    "top": "--top",
+    "length_limit": "--length-limit",
+    "tokenizer": "--tokenizer",
     "settings": "--set",
     "batch_rows": "--batch-rows",
     # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
