@@ -346,6 +346,18 @@ def step_priorities(steps: Sequence[int], flagged: set[int]) -> dict[int, int]:
 
 
 # ------------------------------------------------------------------ the pass
+def check_options(top: int, token_bytes: int, length_limit: int | None) -> None:
+    """Refuse drill-down options that cannot be used (before any file is read)."""
+    from ratioscope.errors import ParameterError
+
+    if top < 1:
+        raise ParameterError("top", f"must be >= 1 sequence, got {top}")
+    if token_bytes < 0:
+        raise ParameterError("token_bytes", f"must be >= 0 bytes, got {token_bytes}")
+    if length_limit is not None and length_limit < 1:
+        raise ParameterError("length_limit", f"must be >= 1 token, got {length_limit}")
+
+
 def drilldown(
     steps: Sequence[tuple[int, Sequence[str | Path]]],
     *,
@@ -375,15 +387,9 @@ def drilldown(
     Returns:
         :class:`Drilldown`.
     """
-    from ratioscope.errors import ParameterError
     from ratioscope.io.loaders import RunFiles
 
-    if top < 1:
-        raise ParameterError("top", f"must be >= 1 sequence, got {top}")
-    if token_bytes < 0:
-        raise ParameterError("token_bytes", f"must be >= 0 bytes, got {token_bytes}")
-    if length_limit is not None and length_limit < 1:
-        raise ParameterError("length_limit", f"must be >= 1 token, got {length_limit}")
+    check_options(top, token_bytes, length_limit)
     chosen = tuple(dict.fromkeys(methods))
     budget = TokenBudget(token_bytes, step_priorities([s for s, _ in steps], flagged or set()))
     drills: list[StepDrill] = []

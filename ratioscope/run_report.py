@@ -213,12 +213,14 @@ def run_report(
         :class:`RunReport`; :meth:`RunReport.write_html` writes the file.
     """
     from ratioscope.analysis import _split_options
+    from ratioscope.drilldown import check_options
     from ratioscope.io.tokenizer import TokenText
     from ratioscope.objective_methods import method_names
     from ratioscope.timeline import timeline
 
     params, load_options = _split_options(params, load_options, {})
     methods = method_names(methods)  # an unknown name fails before any dump is read
+    check_options(top, token_bytes, length_limit)
     if tokenizer is not None:
         TokenText(tokenizer)  # a bad tokenizer fails before any dump is read
     options = {

@@ -91,6 +91,22 @@ WithObjectives = Annotated[
         rich_help_panel="Run",
     ),
 ]
+TimelineHtml = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Also write the run report there (the HTML file of ratioscope report).",
+        rich_help_panel="Output",
+    ),
+]
+HtmlTokenizer = Annotated[
+    Path | None,
+    typer.Option(
+        "--tokenizer",
+        help="With --html: a local Hugging Face tokenizer.json for token text (never downloads).",
+        rich_help_panel="Output",
+    ),
+]
 Columns = Annotated[
     str | None,
     typer.Option(
@@ -106,6 +122,8 @@ def timeline(
     paths: TimelinePaths,
     json_out: TimelineJson = None,
     parquet_out: TimelineParquet = None,
+    html_out: TimelineHtml = None,
+    tokenizer: HtmlTokenizer = None,
     step_from: StepFrom = None,
     reports_dir: ReportsDir = None,
     columns: Columns = None,
@@ -163,17 +181,31 @@ def timeline(
     from ratioscope.verdict import load_thresholds
 
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
-    check_output_paths(inputs, [json_out, parquet_out])
+    check_output_paths(inputs, [json_out, parquet_out, html_out])
     check_suffix(json_out, ".json", "--json")
     check_suffix(parquet_out, ".parquet", "--parquet")
     compile_step_from(step_from)  # a bad pattern fails before any file is read
+    if tokenizer is not None and html_out is None:
+        from ratioscope.errors import UsageError
+
+        raise UsageError("--tokenizer gives token text to the HTML report: add --html FILE")
+    if html_out is not None:
+        from ratioscope.cli.report import check_html_path
+        from ratioscope.io.tokenizer import TokenText
+        from ratioscope.render.html_report import plotly_source
+
+        check_html_path(html_out, "--html")
+        plotly_source()  # a missing plotly fails before any file is read
+        if tokenizer is not None:
+            TokenText(tokenizer)
     limits = None if thresholds is None else load_thresholds(thresholds)
     params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
+        load = load_options(format, mapping, nonfinite, unsafe_pickle, group_size)
         result = ratioscope.timeline(
             paths,
             params=params,
-            load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
+            load_options=load,
             device=device,
             chunk_elements=chunk_elements,
             step_from=step_from,
@@ -182,6 +214,13 @@ def timeline(
             objectives=objectives,
             progress=progress,
         )
+        html_report = None
+        if html_out is not None:
+            from ratioscope.run_report import report_from_timeline
+
+            html_report = report_from_timeline(
+                result, params=params, load_options=load, tokenizer=tokenizer, progress=progress
+            )
     console = stdout_console()
     if result.verdict is not None:
         show_verdict(console, result.verdict)
@@ -190,7 +229,9 @@ def timeline(
         result.write_json(json_out)
     if parquet_out is not None:
         result.write_parquet(parquet_out)
-    announce_written([json_out, parquet_out, reports_dir], quiet)
+    if html_report is not None and html_out is not None:
+        html_report.write_html(html_out)
+    announce_written([json_out, parquet_out, html_out, reports_dir], quiet)
 
 
 PlotInputs = Annotated[
