@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,16 +90,11 @@ class SeriesInfo:
 
 @dataclass
 class SequenceTokens:
-    """The tokens of one kept sequence: ids ([L] int or None) and named [L] series."""
+    """The tokens of one kept sequence: ids ([L] int32 or None) and named [L] float32
+    series (numpy arrays)."""
 
-    ids: list[int] | None
-    series: dict[str, list[float]]
-
-    def nbytes(self) -> int:
-        """Bytes of its base64 text in the report (4 bytes a value, 4/3 for base64)."""
-        count = len(self.series) + (self.ids is not None)
-        length = len(next(iter(self.series.values()), []))
-        return math.ceil(count * length * 4 * 4 / 3) + 40 * count
+    ids: Any
+    series: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,7 +164,7 @@ class Drilldown:
         )
 
 
-def _b64(values: Sequence[float] | Sequence[int], kind: str) -> str:
+def _b64(values: Any, kind: str) -> str:
     """Little-endian float32 ("f") or int32 ("i") values as base64 (the page decodes them
     into typed arrays)."""
     import numpy as np
@@ -183,11 +178,11 @@ def token_series(
     batch: TokenBatch, params: AnalysisParams, methods: Sequence[str]
 ) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Every per-token quantity of the sequence page on one batch ([B, T] each), and the
-    GRPO coefficients (for the rankings), from the library's own computations."""
+    methods' coefficients, from the library's own computations."""
     import torch
 
     from ratioscope.functional.token_stats import token_states
-    from ratioscope.objective_methods import REFERENCE, chosen_settings
+    from ratioscope.objective_methods import chosen_settings
     from ratioscope.objectives import batch_coefficients
     from ratioscope.sections.context import Context
 
@@ -209,12 +204,28 @@ def token_series(
         series["entropy_drop"] = batch.old_entropy - batch.entropy
     if batch.advantages is not None:
         series["advantage"] = batch.advantages
-    names = tuple(dict.fromkeys((REFERENCE, *methods)))
+    names = tuple(dict.fromkeys(methods))
     coefficients = batch_coefficients(batch, names, chosen_settings(names, None), {})
     for name in methods:
         if name in coefficients:
             series[f"coef_{name}"] = coefficients[name].values
     return series, coefficients
+
+
+def ranking_inputs(batch: TokenBatch) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """What the rankings need of one batch: the two log-ratio pairs ([B, T]) and the
+    reference method's (GRPO's) coefficients, without the other series."""
+    from ratioscope.objective_methods import REFERENCE, chosen_settings
+    from ratioscope.objectives import batch_coefficients
+
+    series: dict[str, Tensor] = {}
+    z_policy, z_rollout = _mismatch_pairs(batch)
+    if z_policy is not None:
+        series["log_ratio"] = z_policy
+    if z_rollout is not None:
+        series["rollout_log_ratio"] = z_rollout
+    names = (REFERENCE,)
+    return series, batch_coefficients(batch, names, chosen_settings(names, None), {})
 
 
 def _mismatch_pairs(batch: TokenBatch) -> tuple[Tensor | None, Tensor | None]:
@@ -312,24 +323,39 @@ class TokenBudget:
     def __init__(self, limit: int, step_priority: dict[int, int]) -> None:
         self.limit = limit
         self.step_priority = step_priority
-        self.kept: dict[str, tuple[tuple[int, int, int], SequenceTokens]] = {}
+        self.kept: dict[str, tuple[tuple[int, int, int], int]] = {}
         self.heap: list[tuple[tuple[int, int, int], str]] = []  # max-heap by negation
         self.used = 0
         self.dropped = 0
+        self.offered = 0
 
-    def priority(self, step: int, rank: int, row: int) -> tuple[int, int, int]:
-        return (rank, self.step_priority.get(step, 0), row)
+    def priority(self, step: int, rank: int) -> tuple[int, int, int]:
+        """(rank in its ranking, the step's place, the order offered): distinct for
+        every sequence offered."""
+        self.offered += 1
+        return (rank, self.step_priority.get(step, 0), self.offered)
 
-    def offer(self, key: str, priority: tuple[int, int, int], tokens: SequenceTokens) -> None:
-        size = tokens.nbytes()
-        self.kept[key] = (priority, tokens)
+    def offer(self, key: str, priority: tuple[int, int, int], size: int) -> None:
+        """Keep ``key`` (``size`` bytes) if the budget allows, dropping lower priorities."""
+        self.kept[key] = (priority, size)
         self.used += size
         heapq.heappush(self.heap, (_negate(priority), key))
         while self.used > self.limit and self.heap:
             _, worst = heapq.heappop(self.heap)
             _, dropped = self.kept.pop(worst)
-            self.used -= dropped.nbytes()
+            self.used -= dropped
             self.dropped += 1
+
+
+def token_data_bytes(length: int, series: int, ids: bool) -> int:
+    """Bytes of one sequence's per-token data in the report: ``series`` float32 values
+    and, with ``ids``, one int32 per token, as base64 (4/3), plus its JSON keys.
+
+    >>> token_data_bytes(3, 1, True)
+    96
+    """
+    count = series + ids
+    return math.ceil(count * length * 4 * 4 / 3) + 40 * count
 
 
 def _negate(priority: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -373,6 +399,11 @@ def drilldown(
 ) -> Drilldown:
     """Rank every step's sequences and keep the tokens of the top ones.
 
+    Two passes over the dumps: the first scores every sequence (GRPO's coefficients and
+    the log-ratios only) and decides, by :class:`TokenBudget`, which sequences keep their
+    tokens (a sequence's size is known from its length); the second reads again only the
+    steps that keep some, and computes every per-token series there.
+
     Args:
         steps: (step, its dump files) in step order, as the timeline grouped them.
         params, load_options: as for the timeline (the Kalman filter, the bands).
@@ -382,35 +413,35 @@ def drilldown(
         token_bytes: the budget of the kept tokens' data (bytes of base64 text).
         length_limit: the generation limit in tokens; None: each file's padded width.
         token_text: turns token ids into text (``--tokenizer``); checked on every id.
-        progress: "steps" updates.
+        progress: "steps" updates (both passes).
 
     Returns:
         :class:`Drilldown`.
     """
-    from ratioscope.io.loaders import RunFiles
-
     check_options(top, token_bytes, length_limit)
     chosen = tuple(dict.fromkeys(methods))
+    series_count = len(series_info(chosen))  # an upper bound: what a file lacks is left out
     budget = TokenBudget(token_bytes, step_priorities([s for s, _ in steps], flagged or set()))
     drills: list[StepDrill] = []
+    total = 2 * len(steps)
     for index, (step, paths) in enumerate(steps):
-        report(progress, ProgressUpdate("steps", index, len(steps), f"step {step}"))
-        files = [Path(p) for p in paths]
-        run = RunFiles(len(files), load_options)
-        rows = _StepRows(StepDrill(step=step, files=[str(p) for p in files], sequences=0, tokens=0))
-        for file_index, path in enumerate(files):
-            batch = run.load(path)
-            if batch is not None:
-                rows.add_file(batch, file_index, params, chosen, length_limit, top, token_text)
-        rows.drill.notes.extend(run.notes)
+        report(progress, ProgressUpdate("steps", index, total, f"ranking step {step}"))
+        rows = _StepRows(StepDrill(step=step, files=[str(p) for p in paths], sequences=0, tokens=0))
+        for file_index, batch in _batches(paths, load_options, rows.drill.notes):
+            rows.add_file(batch, file_index, params, length_limit, token_text)
         for key, rank in rows.rank(top).items():
-            budget.offer(key, budget.priority(step, rank, len(budget.kept)), rows.pending[key])
+            facts = rows.drill.rows[key]
+            size = token_data_bytes(facts["length"], series_count, facts.pop("_ids"))
+            budget.offer(key, budget.priority(step, rank), size)
+        for facts in rows.drill.rows.values():
+            facts.pop("_ids", None)
         drills.append(rows.drill)
-    report(progress, ProgressUpdate("steps", len(steps), len(steps), "done"))
-    kept = {key: tokens for key, (_, tokens) in budget.kept.items()}
+    kept = _kept_tokens(drills, set(budget.kept), params, load_options, chosen, progress)
+    report(progress, ProgressUpdate("steps", total, total, "done"))
     vocab = None
     if token_text is not None:
-        vocab = token_text.texts(sorted({i for t in kept.values() for i in t.ids or ()}))
+        used = {int(i) for t in kept.values() if t.ids is not None for i in t.ids.tolist()}
+        vocab = token_text.texts(sorted(used))
     present = {name for tokens in kept.values() for name in tokens.series}
     return Drilldown(
         steps=drills,
@@ -423,71 +454,108 @@ def drilldown(
     )
 
 
+def _batches(
+    paths: Sequence[str | Path], load_options: LoadOptions, notes: list[str]
+) -> Iterator[tuple[int, TokenBatch]]:
+    """(file index, batch) of one step's dumps (side tables and rank copies skipped)."""
+    from ratioscope.io.loaders import RunFiles
+
+    files = [Path(p) for p in paths]
+    run = RunFiles(len(files), load_options, notes)
+    for file_index, path in enumerate(files):
+        batch = run.load(path)
+        if batch is not None:
+            yield file_index, batch
+
+
+def _kept_tokens(
+    drills: list[StepDrill],
+    kept: set[str],
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    methods: tuple[str, ...],
+    progress: ProgressCallback | None,
+) -> dict[str, SequenceTokens]:
+    """The second pass: every per-token series of the kept sequences, step by step."""
+    out: dict[str, SequenceTokens] = {}
+    total = 2 * len(drills)
+    for index, drill in enumerate(drills):
+        report(
+            progress,
+            ProgressUpdate("steps", len(drills) + index, total, f"tokens of step {drill.step}"),
+        )  # noqa: E501
+        wanted: dict[int, dict[int, str]] = {}
+        for key, facts in drill.rows.items():
+            if key in kept:
+                wanted.setdefault(facts["file"], {})[facts["row"]] = key
+        if not wanted:
+            continue
+        for file_index, batch in _batches(drill.files, load_options, []):
+            rows = wanted.get(file_index)
+            if not rows:
+                continue
+            series, _ = token_series(batch, params, methods)
+            for number, key in rows.items():
+                row = number - batch.row_offset
+                valid = batch.mask[row]
+                ids = None
+                if batch.token_ids is not None:
+                    ids = batch.token_ids[row][valid].numpy().astype("<i4")
+                out[key] = SequenceTokens(
+                    ids=ids,
+                    series={
+                        name: values[row][valid].numpy().astype("<f4")
+                        for name, values in series.items()
+                    },
+                )
+    return out
+
+
 #: a candidate sequence: (id, scores, facts)
 _Candidate = tuple[str, dict[str, float], dict[str, Any]]
 
 
 class _StepRows:
-    """The sequences of one step while its files are read: every row's scores and facts,
-    and the tokens of the rows that could reach the top of a ranking."""
+    """The sequences of one step while its files are read: every row's scores and facts."""
 
     def __init__(self, drill: StepDrill) -> None:
         self.drill = drill
         self.candidates: list[_Candidate] = []
-        self.pending: dict[str, SequenceTokens] = {}
 
     def add_file(
         self,
         batch: TokenBatch,
         file_index: int,
         params: AnalysisParams,
-        methods: tuple[str, ...],
         length_limit: int | None,
-        top: int,
         token_text: TokenText | None,
     ) -> None:
-        import torch
-
-        from ratioscope.functional.drilldown import top_rows
-
         drill = self.drill
         if token_text is not None and batch.token_ids is not None:
             token_text.check(batch.token_ids[batch.mask], batch.source)
         limit = length_limit if length_limit is not None else batch.max_length
         drill.length_limit = max(drill.length_limit or 0, limit)
-        series, coefficients = token_series(batch, params, methods)
-        scores = sequence_scores(batch, series, coefficients, limit)
-        lengths = batch.mask.sum(dim=1)
+        scores = sequence_scores(batch, *ranking_inputs(batch), limit)
+        lengths = batch.mask.sum(dim=1).tolist()
+        rewards = None if batch.rewards is None else batch.rewards.double().tolist()
+        correct = None if batch.correct is None else batch.correct.tolist()
+        group = None if batch.group is None else batch.group.tolist()
+        columns = {k: v.tolist() for k, v in scores.items()}
         drill.sequences += batch.num_sequences
-        drill.tokens += int(lengths.sum())
-        keys = []
+        drill.tokens += int(sum(lengths))
         for row in range(batch.num_sequences):
             number = row + batch.row_offset
-            key = f"s{drill.step}_f{file_index}_r{number}"
-            keys.append(key)
             facts: dict[str, Any] = {
                 "file": file_index,
                 "row": number,
                 "length": int(lengths[row]),
-                "reward": None if batch.rewards is None else float(batch.rewards[row]),
-                "correct": None if batch.correct is None else bool(batch.correct[row]),
-                "group": None if batch.group is None else _label(batch, int(batch.group[row])),
+                "reward": None if rewards is None else rewards[row],
+                "correct": None if correct is None else bool(correct[row]),
+                "group": None if group is None else _label(batch, int(group[row])),
+                "_ids": batch.token_ids is not None,
             }
-            self.candidates.append((key, {k: float(v[row]) for k, v in scores.items()}, facts))
-        # only a file's own top rows can reach the top of the step's ranking
-        wanted = sorted({r for values in scores.values() for r in top_rows(values, top)})
-        for row in wanted:
-            valid = batch.mask[row]
-            ids = None
-            if batch.token_ids is not None:
-                ids = [int(i) for i in batch.token_ids[row][valid].tolist()]
-            self.pending[keys[row]] = SequenceTokens(
-                ids=ids,
-                series={
-                    name: values[row][valid].to(torch.float64).tolist()
-                    for name, values in series.items()
-                },
-            )
+            row_scores = {k: v[row] for k, v in columns.items()}
+            self.candidates.append((f"s{drill.step}_f{file_index}_r{number}", row_scores, facts))
         drill.summary = _summary(self.candidates)
 
     def rank(self, top: int) -> dict[str, int]:
@@ -505,7 +573,7 @@ class _StepRows:
             self.drill.rankings[ranking.key] = [self.candidates[r][0] for r in rows]
             for rank, r in enumerate(rows):
                 key, scores, facts = self.candidates[r]
-                self.drill.rows.setdefault(key, {**facts, "scores": _finite(scores)})
+                self.drill.rows.setdefault(key, {**facts, "scores": _rounded(scores)})
                 best[key] = min(best.get(key, rank), rank)
         return best
 
@@ -527,5 +595,6 @@ def _summary(candidates: list[_Candidate]) -> dict[str, float | None]:
     }
 
 
-def _finite(scores: dict[str, float]) -> dict[str, float]:
-    return {k: v for k, v in scores.items() if math.isfinite(v)}
+def _rounded(scores: dict[str, float]) -> dict[str, float]:
+    """The finite scores at 6 significant digits (the page shows 4)."""
+    return {k: float(f"{v:.6g}") for k, v in scores.items() if math.isfinite(v)}

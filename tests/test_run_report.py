@@ -17,7 +17,7 @@ from report_build import STEPS, TOKENIZER, sample_report
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
-from ratioscope.drilldown import TokenBudget, spread_order, step_priorities
+from ratioscope.drilldown import TokenBudget, spread_order, step_priorities, token_data_bytes
 from ratioscope.functional import drilldown as f
 
 runner = CliRunner()
@@ -69,20 +69,35 @@ def test_spread_order_prefixes_cover_the_run_evenly():
 
 
 def test_token_budget_drops_the_lowest_priority_first():
-    from ratioscope.drilldown import SequenceTokens
-
-    def tokens():
-        return SequenceTokens(ids=[1] * 30, series={"a": [0.0] * 30})
-
-    size = tokens().nbytes()
+    size = token_data_bytes(30, 1, True)
+    assert size == math.ceil(2 * 30 * 4 * 4 / 3) + 80
     budget = TokenBudget(3 * size, {1: 0, 2: 1})
-    budget.offer("s2_r1", budget.priority(2, 1, 0), tokens())
-    budget.offer("s1_r0", budget.priority(1, 0, 1), tokens())
-    budget.offer("s2_r0", budget.priority(2, 0, 2), tokens())
-    budget.offer("s1_r1", budget.priority(1, 1, 3), tokens())
+    budget.offer("s2_r1", budget.priority(2, 1), size)
+    budget.offer("s1_r0", budget.priority(1, 0), size)
+    budget.offer("s2_r0", budget.priority(2, 0), size)
+    budget.offer("s1_r1", budget.priority(1, 1), size)
     # every first sequence before any second one; the flagged step (1) before step 2
     assert set(budget.kept) == {"s1_r0", "s2_r0", "s1_r1"}
     assert budget.used <= budget.limit and budget.dropped == 1
+
+
+def test_a_small_budget_keeps_the_first_sequences_of_flagged_steps(tmp_path):
+    from ratioscope.drilldown import drilldown
+    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.params import AnalysisParams
+
+    steps = [(s, [STEPS / f"step_{s:04d}.pt"]) for s in (2, 4)]
+    drill = drilldown(
+        steps, params=AnalysisParams(), load_options=LoadOptions(), flagged={4},
+        top=2, token_bytes=60_000,
+    )  # fmt: skip
+    encoded = sum(len(json.dumps(t.to_dict())) for t in drill.tokens.values())
+    assert 0 < encoded <= 60_000 and drill.dropped > 0
+    step4 = next(s for s in drill.steps if s.step == 4)
+    assert step4.rankings["policy_k3"][0] in drill.tokens
+    # only first sequences are kept while some first sequence is left out
+    firsts = {k for s in drill.steps for ids in s.rankings.values() for k in ids[:1]}
+    assert not firsts <= set(drill.tokens) and set(drill.tokens) <= firsts
 
 
 # ------------------------------------------------------------------ the bundled run
@@ -114,9 +129,7 @@ def test_rankings_and_tokens_match_the_dump():
     data = _row(step.step)
     mask = data["response_mask"]
     z = (data["log_probs"] - data["old_log_probs"]).double()
-    k3 = [
-        float((torch.expm1(z[i][mask[i]]) - z[i][mask[i]]).mean()) for i in range(mask.shape[0])
-    ]
+    k3 = [float((torch.expm1(z[i][mask[i]]) - z[i][mask[i]]).mean()) for i in range(mask.shape[0])]
     expected = sorted(range(len(k3)), key=lambda i: -k3[i])[: drill.top]
     assert [step.rows[key]["row"] for key in step.rankings["policy_k3"]] == expected
     lengths = mask.sum(dim=1).tolist()
@@ -159,25 +172,24 @@ def test_the_file_is_self_contained_and_within_its_budget():
     assert not re.search(r"<(script|link|img|iframe)[^>]*\s(src|href)=", text, re.I)
     assert "Content-Security-Policy" in text and "default-src 'none'" in text
     document = json.loads(
-        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S)
-        .group(1)
+        re.search(
+            r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S
+        ).group(1)
     )
     assert document["kind"] == "run_report" and len(document["runs"][0]["timeline"]["steps"]) == 16
 
 
 # ------------------------------------------------------------------ the command line
 def test_timeline_html_writes_the_report_with_a_baseline(tmp_path):
-    files = sorted(STEPS.glob("step_00[01]*.pt"))[:3]
-    baseline = tmp_path / "baseline.json"
-    result = runner.invoke(app, ["timeline", *map(str, files), "--json", str(baseline), "-q"])
+    files = [str(STEPS / "step_0002.pt"), str(STEPS / "step_0004.pt")]
+    baseline, out = tmp_path / "baseline.json", tmp_path / "t.html"
+    args = ["timeline", *files, "--json", str(baseline), "--html", str(out), "-q"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    out = tmp_path / "t.html"
-    result = runner.invoke(app, ["timeline", *map(str, files), "--html", str(out), "-q"])
-    assert result.exit_code == 0, result.output
-    assert out.stat().st_size > 1_000_000
+    assert out.stat().st_size > 1_000_000 and baseline.exists()
     out2 = tmp_path / "r.html"
-    args = ["report", *map(str, files), "--out", str(out2), "--baseline", str(baseline)]
-    result = runner.invoke(app, [*args, "--top", "2", "-q"])
+    args = ["report", *files, "--out", str(out2), "--baseline", str(baseline), "--top", "1"]
+    result = runner.invoke(app, [*args, "-q"])
     assert result.exit_code == 0, result.output
     text = out2.read_text(encoding="utf-8")
     assert '"name": "baseline"' in text

@@ -45,6 +45,7 @@ from ratioscope.cli._options import (
     option_text,
 )
 from ratioscope.cli.timeline import StepFrom
+from ratioscope.drilldown import DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
 ReportPaths = Annotated[
     list[str],
@@ -120,8 +121,8 @@ def report(
     out: ReportOut,
     baseline: Baseline = None,
     tokenizer: Tokenizer = None,
-    top: Top = 5,
-    token_budget: TokenBudget = 8.0,
+    top: Top = DEFAULT_TOP,
+    token_budget: TokenBudget = DEFAULT_TOKEN_BYTES / 2**20,
     length_limit: LengthLimit = None,
     methods: ReportMethods = None,
     title: Title = None,
