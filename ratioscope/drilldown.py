@@ -483,7 +483,7 @@ def _kept_tokens(
         report(
             progress,
             ProgressUpdate("steps", len(drills) + index, total, f"tokens of step {drill.step}"),
-        )  # noqa: E501
+        )
         wanted: dict[int, dict[int, str]] = {}
         for key, facts in drill.rows.items():
             if key in kept:

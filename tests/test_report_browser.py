@@ -64,7 +64,9 @@ def test_report_drills_from_run_to_step_to_tokens(browser, tmp_path):
     url = out.resolve().as_uri()
     page.goto(url)
     page.wait_for_selector("body[data-ready='1']")
-    assert page.locator("#timeline .chart .main-svg").count() >= 12  # the small multiples
+    # the small multiples: one chart of 12 panels, a point per step and headline
+    assert page.locator("#timeline svg").count() == 1
+    assert page.locator("#timeline svg g.mark-symbol path").count() >= 12 * 16
     assert page.locator("#step-table tbody tr").count() == 16
     assert page.locator("#verdict .finding").count() >= 1
     page.screenshot(path=str(shots / "report-run.png"))

@@ -169,7 +169,11 @@ def test_the_file_is_self_contained_and_within_its_budget():
     _, out, size = sample_report()
     assert size == out.stat().st_size <= 15 * MiB
     text = out.read_text(encoding="utf-8")
-    assert not re.search(r"<(script|link|img|iframe)[^>]*\s(src|href)=", text, re.I)
+    # every script inline (no src), and no element outside the scripts loads anything
+    tags = set(re.findall(r"<script[^>]*>", text))
+    assert tags == {"<script>", '<script type="application/json" id="report-data">'}
+    outside = re.sub(r"<script[^>]*>.*?</script>", "", text, flags=re.S)
+    assert not re.search(r"<(link|img|iframe|object|embed)\b", outside, re.I)
     assert "Content-Security-Policy" in text and "default-src 'none'" in text
     document = json.loads(
         re.search(
@@ -177,6 +181,23 @@ def test_the_file_is_self_contained_and_within_its_budget():
         ).group(1)
     )
     assert document["kind"] == "run_report" and len(document["runs"][0]["timeline"]["steps"]) == 16
+
+
+def test_the_vendored_chart_libraries_are_the_pinned_files():
+    import hashlib
+
+    from ratioscope.render.html_report import chart_libraries, vendored
+
+    assets = Path(__file__).resolve().parents[1] / "ratioscope" / "render" / "report_assets"
+    packages = vendored()
+    assert [p["name"] for p in packages] == ["vega", "vega-lite", "vega-embed"]
+    for package in packages:
+        assert re.fullmatch(r"\d+\.\d+\.\d+", package["version"])  # exact, not a range
+        data = (assets / package["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == package["sha256"], package["file"]
+        assert package["name"] in (assets / "VEGA-LICENSES.txt").read_text()
+    inlined = chart_libraries()
+    assert inlined.count("<script>") == 3 and "sourceMappingURL" not in inlined
 
 
 # ------------------------------------------------------------------ the command line

@@ -172,7 +172,6 @@ def report(
     from ratioscope.drilldown import DEFAULT_METHODS
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
-    from ratioscope.render.html_report import plotly_source
     from ratioscope.run_report import run_report
     from ratioscope.steps import compile_step_from
     from ratioscope.verdict import load_thresholds
@@ -185,7 +184,6 @@ def report(
         inputs += expand_paths(baseline)
     check_output_paths(inputs, [out])
     compile_step_from(step_from)
-    plotly_source()  # a missing plotly fails before any file is read
     limits = None if thresholds is None else load_thresholds(thresholds)
     with progress_bar(not quiet) as progress:
         result = run_report(

@@ -192,10 +192,8 @@ def timeline(
     if html_out is not None:
         from ratioscope.cli.report import check_html_path
         from ratioscope.io.tokenizer import TokenText
-        from ratioscope.render.html_report import plotly_source
 
         check_html_path(html_out, "--html")
-        plotly_source()  # a missing plotly fails before any file is read
         if tokenizer is not None:
             TokenText(tokenizer)
     limits = None if thresholds is None else load_thresholds(thresholds)

@@ -1,47 +1,40 @@
 """The run report as one self-contained HTML file (docs/report.md).
 
 Everything is inline: the report document as JSON, the page's own script and style, and
-one copy of plotly.js (from the ``plotly`` package, the ``report`` extra) for the
-interactive charts; the token view is plain HTML. The page computes nothing: every value
-it shows is in the document; it only lays out, colours and formats.
+one copy of Vega, Vega-Lite and vega-embed (``report_assets/``, pinned in
+``vendor.json``) for the interactive charts; the token view is plain HTML. The page
+computes nothing: every value it shows is in the document; it only lays out, colours
+and formats.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from ratioscope.errors import UsageError
-
-PLOTLY_MISSING = (
-    "the HTML report needs the plotly package for its charts: pip install 'ratioscope[report]'"
-)
-
-
 #: the page's content security policy: nothing is fetched, whatever a script asks for
-#: (inline scripts and styles only; plotly.js compiles some functions at run time)
+#: (inline scripts and styles only; Vega compiles its expressions at run time)
 POLICY = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; "
     "style-src 'unsafe-inline'; img-src data: blob:; font-src data:"
 )
+#: a source map comment would make a browser's developer tools ask for a file
+_SOURCE_MAP = re.compile(r"^//# sourceMappingURL=.*$", re.M)
 
 
-def plotly_source() -> tuple[str, str]:
-    """(plotly.js minified source, the plotly package's version).
+def vendored() -> list[dict[str, Any]]:
+    """The chart libraries the page inlines, in load order (``report_assets/vendor.json``:
+    name, version, file, npm integrity, sha256)."""
+    return list(json.loads(_asset("vendor.json"))["packages"])
 
-    Raises:
-        UsageError: the plotly package is not installed.
-    """
-    from importlib import metadata, resources
 
-    try:
-        text = (resources.files("plotly") / "package_data" / "plotly.min.js").read_text(
-            encoding="utf-8"
-        )
-        version = metadata.version("plotly")
-    except (ModuleNotFoundError, FileNotFoundError, metadata.PackageNotFoundError):
-        raise UsageError(PLOTLY_MISSING) from None
-    return text, version
+def chart_libraries() -> str:
+    """The vendored libraries' sources, one ``<script>`` each, in load order."""
+    return "\n".join(
+        f"<script>{_inline_script(_SOURCE_MAP.sub('', _asset(item['file'])))}</script>"
+        for item in vendored()
+    )
 
 
 def script_json(document: Any) -> str:
@@ -75,17 +68,18 @@ def _asset(name: str) -> str:
 
 def render_html(document: dict[str, Any]) -> str:
     """The HTML page of a run report document (:meth:`ratioscope.run_report.RunReport.
-    to_dict`): the page's script and style (``report_assets/``) and plotly.js inline."""
-    library, version = plotly_source()
+    to_dict`): the page's script and style (``report_assets/``) and the chart libraries
+    inline."""
     title = str(document.get("title") or "ratioscope run report")
+    versions = ", ".join(f"{item['name']} {item['version']}" for item in vendored())
     return (
         _PAGE.replace("@@TITLE@@", _escape(title))
         .replace("@@STYLE@@", _asset("report.css"))
         .replace("@@POLICY@@", POLICY)
-        .replace("@@PLOTLY_VERSION@@", _escape(version))
+        .replace("@@VERSIONS@@", _escape(versions))
         .replace("@@DATA@@", script_json(document))
         .replace("@@APP@@", _inline_script(_asset("report.js")))
-        .replace("@@PLOTLY@@", _inline_script(library))
+        .replace("@@LIBRARIES@@", chart_libraries())
     )
 
 
@@ -101,14 +95,14 @@ _PAGE = """<!DOCTYPE html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="@@POLICY@@">
-<meta name="generator" content="ratioscope (plotly.js from plotly @@PLOTLY_VERSION@@)">
+<meta name="generator" content="ratioscope (charts: @@VERSIONS@@)">
 <title>@@TITLE@@</title>
 <style>@@STYLE@@</style>
 </head>
 <body>
 <div id="app"><p>Loading the report...</p></div>
 <script type="application/json" id="report-data">@@DATA@@</script>
-<script>@@PLOTLY@@</script>
+@@LIBRARIES@@
 <script>@@APP@@</script>
 </body>
 </html>

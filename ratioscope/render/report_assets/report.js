@@ -2,6 +2,7 @@
 // It computes nothing: every number it shows is in the document.
 (function () {
   "use strict";
+  performance.mark("report-start");
   const DATA = JSON.parse(document.getElementById("report-data").textContent);
   const RUN = DATA.runs[0];
   const BASE = DATA.runs.length > 1 ? DATA.runs[1] : null;
@@ -10,8 +11,16 @@
   const STEPS = {};
   if (DRILL) { DRILL.steps.forEach(function (s) { STEPS[s.step] = s; }); }
   const RANKINGS = DRILL ? DRILL.rankings : [];
-  const CONFIG = { displaylogo: false, responsive: true,
-    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"] };
+  // vega-embed without its action menu (whose editor link would leave the file); Vega's
+  // warnings (an empty layer in a panel: no flagged step, no threshold) are not errors
+  const EMBED = { actions: false, renderer: "svg", mode: "vega-lite", logLevel: vega.Error };
+  const CHART_CONFIG = { font: "-apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif",
+    axis: { labelFontSize: 10, titleFontSize: 10, titleFontWeight: "normal" },
+    header: { labelFontSize: 11, labelLimit: 300 }, view: { stroke: "#ddd" } };
+  function embed(node, spec) {
+    spec.config = CHART_CONFIG;
+    return vegaEmbed(node, spec, EMBED).catch(function (error) { console.error(error); });
+  }
 
   function el(tag, attrs) {
     const node = document.createElement(tag);
@@ -122,38 +131,58 @@
     }), { left: [0] }));
     return wrap;
   }
-  function chartFor(div, h) {
-    const steps = RUN.timeline.steps;
-    const x = steps.map(function (s) { return s.step; });
-    const y = steps.map(function (s) { const v = s.values[h.key]; return v === undefined ? null : v; });
-    const traces = [];
-    if (BASE) {
-      const bs = BASE.timeline.steps;
-      traces.push({ x: bs.map(function (s) { return s.step; }), y: bs.map(function (s) { const v = s.values[h.key]; return v === undefined ? null : v; }),
-        mode: "lines", name: "baseline", line: { color: "#999", dash: "dash", width: 1.5 },
-        hovertemplate: "baseline, step %{x}: %{y:.4g}<extra></extra>" });
-    }
-    traces.push({ x: x, y: y, mode: "lines+markers", name: "run", line: { color: "#1f77b4", width: 1.8 },
-      marker: { size: 5 }, hovertemplate: "step %{x}: %{y:.4g}<extra></extra>" });
-    const fx = [], fy = [];
-    steps.forEach(function (s, i) { if (stepFlags(s).has(h.key)) { fx.push(s.step); fy.push(y[i]); } });
-    if (fx.length) traces.push({ x: fx, y: fy, mode: "markers", name: "change", marker: { color: "#d62728", size: 11, symbol: "circle-open", line: { width: 2.5 } },
-      hovertemplate: "change flagged at step %{x}: %{y:.4g}<extra></extra>" });
-    const shapes = [], annotations = [];
-    const threshold = RUN.thresholds[h.key];
-    if (threshold !== undefined) {
-      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: threshold, y1: threshold, line: { color: "#e6a100", dash: "dot", width: 1.5 } });
-      annotations.push({ xref: "paper", x: 1, y: threshold, xanchor: "right", yanchor: "bottom", showarrow: false, text: "threshold " + fmt(threshold), font: { size: 10, color: "#b8860b" } });
-    }
-    Plotly.newPlot(div, traces, {
-      title: { text: h.label, font: { size: 12 }, x: 0.02, xanchor: "left" },
-      margin: { l: 52, r: 10, t: 30, b: 30 }, showlegend: false, shapes: shapes, annotations: annotations,
-      xaxis: { title: { text: "step", font: { size: 10 } }, tickfont: { size: 10 } },
-      yaxis: { tickfont: { size: 10 }, title: { text: h.unit, font: { size: 10 } } },
-      hovermode: "closest", paper_bgcolor: "#fff", plot_bgcolor: "#fff"
-    }, CONFIG);
-    div.on("plotly_click", function (ev) {
-      if (ev && ev.points && ev.points.length && STEPS[ev.points[0].x]) location.hash = "step=" + ev.points[0].x;
+  function timelineRows() {
+    // long format: one row per headline, run and step; the page computes nothing
+    const rows = [];
+    const heads = headlineKeys(RUN);
+    [[RUN, "run"], [BASE, "baseline"]].forEach(function (pair) {
+      const run = pair[0];
+      if (!run) return;
+      run.timeline.steps.forEach(function (s) {
+        const flags = stepFlags(s);
+        heads.forEach(function (h) {
+          const value = s.values[h.key];
+          if (value === null || value === undefined) return;
+          rows.push({ label: h.label, unit: h.unit, step: s.step, value: value, run: pair[1],
+            flagged: pair[1] === "run" && flags.has(h.key), threshold: pair[1] === "run" && RUN.thresholds[h.key] !== undefined ? RUN.thresholds[h.key] : null });
+        });
+      });
+    });
+    return rows;
+  }
+  function timelineChart(node) {
+    const heads = headlineKeys(RUN);
+    const x = { field: "step", type: "quantitative", title: "step", axis: { tickMinStep: 1 } };
+    const y = { field: "value", type: "quantitative", title: null, scale: { zero: false } };
+    const tooltip = [{ field: "label", title: "quantity" }, { field: "run" }, { field: "step" },
+      { field: "value", format: ".4~g" }, { field: "unit" }];
+    const spec = {
+      data: { values: timelineRows() },
+      facet: { field: "label", type: "nominal", title: null, sort: heads.map(function (h) { return h.label; }) },
+      columns: 3,
+      spec: {
+        width: 300, height: 130,
+        layer: [
+          { mark: { type: "line", strokeWidth: 1.6 }, encoding: { x: x, y: y,
+            color: { field: "run", type: "nominal", scale: { domain: ["run", "baseline"], range: ["#1f77b4", "#999999"] }, legend: BASE ? { orient: "top", title: null } : null },
+            strokeDash: { field: "run", type: "nominal", scale: { domain: ["run", "baseline"], range: [[1, 0], [5, 3]] }, legend: null } } },
+          { mark: { type: "point", filled: true, size: 30, cursor: "pointer" }, encoding: { x: x, y: y, tooltip: tooltip,
+            color: { field: "run", type: "nominal", scale: { domain: ["run", "baseline"], range: ["#1f77b4", "#999999"] }, legend: null } } },
+          { transform: [{ filter: "datum.flagged" }], mark: { type: "point", size: 160, strokeWidth: 2.5, color: "#d62728", cursor: "pointer" },
+            encoding: { x: x, y: y, tooltip: tooltip } },
+          { transform: [{ filter: "datum.threshold !== null" }, { aggregate: [{ op: "max", field: "threshold", as: "threshold" }], groupby: ["label"] }],
+            mark: { type: "rule", color: "#e6a100", strokeDash: [3, 3], strokeWidth: 1.5 },
+            encoding: { y: { field: "threshold", type: "quantitative" }, tooltip: [{ field: "threshold", title: "the verdict's threshold", format: ".4~g" }] } }
+        ]
+      },
+      resolve: { scale: { y: "independent", x: "independent" } }
+    };
+    return embed(node, spec).then(function (result) {
+      if (!result) return;
+      result.view.addEventListener("click", function (event, item) {
+        const datum = item && item.datum;
+        if (datum && datum.run === "run" && STEPS[datum.step]) location.hash = "step=" + datum.step;
+      });
     });
   }
   function stepTable() {
@@ -188,16 +217,13 @@
     app.appendChild(vitalsBox(RUN));
     (DATA.notes || []).concat(RUN.timeline.warnings || []).forEach(function (n) { app.appendChild(el("div", { class: "note", text: n })); });
     app.appendChild(el("h2", { text: "Timeline" }));
-    app.appendChild(el("div", { class: "muted", text: "Red rings: a change flagged by the change rule; dotted line: the verdict's threshold; hover for values." }));
-    const grid = el("div", { class: "grid", id: "timeline" });
-    app.appendChild(grid);
-    headlineKeys(RUN).forEach(function (h) {
-      const div = el("div", { class: "chart", "data-key": h.key });
-      grid.appendChild(div);
-      chartFor(div, h);
-    });
+    app.appendChild(el("div", { class: "muted", text: "Red rings: a change flagged by the change rule; dotted line: the verdict's threshold; hover for values, click a point for its step." }));
+    const chart = el("div", { id: "timeline" });
+    app.appendChild(chart);
+    const drawn = headlineKeys(RUN).length ? timelineChart(chart) : Promise.resolve();
     app.appendChild(el("h2", { text: "Steps" }));
     app.appendChild(stepTable());
+    return drawn;
   }
 
   // ------------------------------------------------------------------ step page
@@ -268,14 +294,14 @@
     app.replaceChildren();
     const data = DRILL && DRILL.tokens[id];
     app.appendChild(crumbs([["run", "#"], ["step " + step, "#step=" + step], [drill && drill.rows[id] ? sequenceName(drill, id) : id, null]]));
-    if (!data || !drill) { app.appendChild(el("p", { text: "No token data for this sequence (left out by the size budget)." })); return; }
+    if (!data || !drill) { app.appendChild(el("p", { text: "No token data for this sequence (left out by the size budget)." })); return Promise.resolve(); }
     const row = drill.rows[id];
     app.appendChild(el("h1", { text: "Sequence " + sequenceName(drill, id) + " of step " + step }));
     const facts = [["reward", row.reward], ["correct", row.correct], ["length", row.length], ["group", row.group]];
     RANKINGS.forEach(function (r) { if (row.scores[r.key] !== undefined) facts.push([r.label, row.scores[r.key]]); });
     app.appendChild(table(["", "value"], facts.map(function (f) { return el("tr", null, el("td", { class: "left", text: f[0] }), el("td", { text: fmt(f[1]) })); }), { left: [0], id: "sequence-facts" }));
     const available = DRILL.series.filter(function (s) { return data.series[s.key] !== undefined; });
-    if (!available.length) { app.appendChild(el("p", { text: "No per-token values." })); return; }
+    if (!available.length) { app.appendChild(el("p", { text: "No per-token values." })); return Promise.resolve(); }
     const chosen = available.filter(function (s) { return s.key === quantity; })[0] || available[0];
     const select = el("select", { id: "quantity" });
     available.forEach(function (s) {
@@ -317,23 +343,37 @@
     app.appendChild(view);
     const plot = el("div", { id: "seqplot" });
     app.appendChild(plot);
-    const xs = []; for (let i = 0; i < values.length; i++) xs.push(i);
-    Plotly.newPlot(plot, [{ x: xs, y: Array.from(values), text: labels, mode: "lines", line: { color: "#1f77b4", width: 1.5, shape: chosen.kind === "state" ? "hv" : "linear" },
-      hovertemplate: "token %{x} %{text}: %{y:.4g}<extra></extra>" }], {
-      title: { text: chosen.label, font: { size: 12 }, x: 0.02, xanchor: "left" }, margin: { l: 60, r: 10, t: 30, b: 36 },
-      xaxis: { title: { text: "token position", font: { size: 10 } } }, yaxis: { zeroline: true }, hovermode: "closest",
-      paper_bgcolor: "#fff", plot_bgcolor: "#fff" }, CONFIG);
+    const points = [];
+    for (let i = 0; i < values.length; i++) points.push({ i: i, v: isFinite(values[i]) ? values[i] : null, t: labels[i] });
+    const x = { field: "i", type: "quantitative", title: "token position" };
+    const y = { field: "v", type: "quantitative", title: chosen.label };
+    return embed(plot, {
+      width: "container", height: 200, autosize: { type: "fit-x", contains: "padding" }, data: { values: points },
+      layer: [
+        { mark: { type: "line", strokeWidth: 1.4, interpolate: chosen.kind === "state" ? "step-after" : "linear" }, encoding: { x: x, y: y } },
+        { params: [{ name: "hover", select: { type: "point", on: "pointerover", nearest: true, clear: "pointerout" } }],
+          mark: { type: "point", filled: true, size: 40, color: "#d62728" },
+          encoding: { x: x, y: y, opacity: { condition: { param: "hover", empty: false, value: 1 }, value: 0 },
+            tooltip: [{ field: "i", title: "token" }, { field: "t", title: "text" }, { field: "v", title: chosen.key, format: ".4~g" }] } }
+      ]
+    });
   }
 
   function route() {
     const params = new URLSearchParams(location.hash.replace(/^#/, ""));
+    const page = params.has("seq") ? "sequence" : params.has("step") ? "step" : "run";
+    document.body.removeAttribute("data-ready");
+    document.body.setAttribute("data-page", page);
     window.scrollTo(0, 0);
-    if (params.has("seq")) showSequence(params.get("seq"), params.get("q"));
-    else if (params.has("step")) showStep(Number(params.get("step")));
-    else showRun();
-    document.body.setAttribute("data-page", params.has("seq") ? "sequence" : params.has("step") ? "step" : "run");
+    let drawn;
+    if (page === "sequence") drawn = showSequence(params.get("seq"), params.get("q"));
+    else if (page === "step") { showStep(Number(params.get("step"))); drawn = Promise.resolve(); }
+    else drawn = showRun();
+    return Promise.resolve(drawn).then(function () {
+      performance.mark("report-drawn");
+      document.body.setAttribute("data-ready", "1");
+    });
   }
   window.addEventListener("hashchange", route);
   route();
-  document.body.setAttribute("data-ready", "1");
 })();
