@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -29,7 +29,7 @@ from ratioscope.io.streaming import StreamedFile, open_stream
 from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.report import SECTION_KEYS, InputInfo, Report, SequenceTable
-from ratioscope.report_io import check_schema_version, tool_info
+from ratioscope.report_io import check_schema_version, document_kind, tool_info
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
@@ -46,11 +46,12 @@ def analyze(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
     sections: Sequence[str] | None = None,
+    fixed_params: Collection[str] = (),
     **options: Any,
 ) -> Report:
     """Analyse one or more dumps.
@@ -67,11 +68,17 @@ def analyze(
         per_sequence: also build the per-sequence table (``report.write_parquet``).
         progress: callback receiving :class:`ProgressUpdate` per file and chunk.
         sections: report sections to compute (default: all); the others are null.
+        fixed_params: names of parameters the caller chose, which the trainer's
+            settings leave alone (``load_options.trainer``; those in ``options``, and
+            those of ``params`` that differ from the defaults, count as chosen too).
 
     Returns:
-        :class:`Report`.
+        :class:`Report`; ``params["trainer"]`` holds the trainer's settings in force and
+        where each value taken from them came from.
     """
+    chosen = _chosen_params(params, options, fixed_params)
     params, load_options = _split_options(params, load_options, options)
+    params, trainer = _trainer_defaults(batch_or_paths, params, load_options, chosen)
     classes = _chosen_sections(sections)
     run = run_accumulators(
         batch_or_paths,
@@ -83,7 +90,36 @@ def analyze(
         per_sequence=per_sequence,
         progress=progress,
     )
-    return _build_report(run.inputs, params, load_options, run.totals, run.warnings, run.sequences)
+    report = _build_report(
+        run.inputs, params, load_options, run.totals, run.warnings, run.sequences
+    )
+    block = trainer.params_block()
+    if block is not None:
+        report.params["trainer"] = block
+    return report
+
+
+def _chosen_params(
+    params: AnalysisParams | None, options: Mapping[str, Any], fixed: Collection[str]
+) -> set[str]:
+    """The parameters the caller chose (see ``fixed_params`` of :func:`analyze`)."""
+    chosen = set(fixed) | (set(options) & _PARAM_NAMES)
+    if params is not None:
+        default = AnalysisParams()
+        chosen |= {n for n in _PARAM_NAMES if getattr(params, n) != getattr(default, n)}
+    return chosen
+
+
+def _trainer_defaults(
+    batch_or_paths: Any, params: AnalysisParams, load_options: LoadOptions, chosen: set[str]
+) -> tuple[AnalysisParams, Any]:
+    """``params`` with the trainer's settings where the caller chose nothing, and what
+    was applied (:class:`ratioscope.trainer_settings.Applied`)."""
+    from ratioscope import trainer_settings
+
+    first = next((s for s in _sources(batch_or_paths) if isinstance(s, Path)), None)
+    settings = trainer_settings.resolve(load_options.trainer, first)
+    return trainer_settings.apply(params, settings, chosen)
 
 
 @dataclass
@@ -102,7 +138,7 @@ def run_accumulators(
     *,
     params: AnalysisParams,
     load_options: LoadOptions,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
@@ -160,7 +196,7 @@ def report_or_analysis(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     progress: ProgressCallback | None = None,
     sections: Sequence[str] | None = None,
 ) -> tuple[Report, str]:
@@ -182,7 +218,7 @@ def report_or_analysis(
         documents = [read_json_report(path) for path in reports]
         for path, document in zip(reports, documents, strict=True):
             if "ratios" not in document:
-                raise MergeError(path, "not an analyze report (no 'ratios' section)")
+                raise MergeError(path, f"{document_kind(document)}, not an analyze report")
         if len(documents) == 1:
             return Report.from_dict(documents[0], source=reports[0]), reports[0].name
         merged = merge_reports(documents, names=[str(p) for p in reports])
@@ -206,7 +242,7 @@ def section_or_analysis(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     progress: ProgressCallback | None = None,
 ) -> tuple[Report, str]:
     """A report whose ``section`` is computed, from report JSON files or from dumps (for
@@ -288,9 +324,12 @@ def merge_reports(
     if first is None:
         raise MergeError(None, "no report to merge")
     load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
-    return _build_report(
+    merged = _build_report(
         inputs, first.params, load_options, list(totals.values()), loader_warnings, None
     )
+    if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
+        merged.params["trainer"] = first.params_block["trainer"]
+    return merged
 
 
 def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
@@ -299,6 +338,8 @@ def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
         shard = item
     else:
         check_schema_version(item, name)
+        if document_kind(item) != "an analyze report":
+            raise MergeError(name, f"{document_kind(item)}, not an analyze report")
         if "state" not in item or "analysis" not in (item.get("params") or {}):
             raise MergeError(name, "not an analyze report (no 'state' block to merge)")
         try:
@@ -799,6 +840,12 @@ def load_params(options: LoadOptions) -> dict[str, Any]:
         "mapping": dict(options.mapping),
         "nonfinite": options.nonfinite,
         "group_size": options.group_size,
+        # only when set: reports made before these options merge with today's
+        **{
+            key: value
+            for key in ("correct_field", "correct_threshold")
+            if (value := getattr(options, key)) is not None
+        },
     }
 
 

@@ -31,6 +31,7 @@ from ratioscope.errors import (
     NonFiniteError,
     ShapeMismatchError,
 )
+from ratioscope.io.raw import check_bool_bytes
 
 #: per-token float tensors [B, T]
 TOKEN_FLOAT_KEYS = (
@@ -228,6 +229,8 @@ class _Builder:
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}")
         self.raw = {k: v for k, v in tensors.items() if v is not None}
+        # the readers check their columns; tensors handed in directly are checked here
+        check_bool_bytes(source, self.raw)
         self.source = source
         self.key_map = key_map
         self.nonfinite = nonfinite

@@ -42,7 +42,7 @@ from typing import Any, Literal, cast
 
 from ratioscope.errors import ReportError, RulesError
 from ratioscope.report import Report
-from ratioscope.report_io import lookup, read_json_report
+from ratioscope.report_io import document_kind, lookup, read_json_report
 from ratioscope.tomlfile import number, parse_toml, read_text, suggest, toml_module
 
 #: what ``check`` reads: an analyze report, or the JSON document of any report (eval)
@@ -557,12 +557,11 @@ def evaluate(
     file = "<report>" if report_name is None else str(report_name)
     base_file = "<baseline>" if baseline_name is None else str(baseline_name)
     _require_matching_targets(rule_list, document, file, rules_name)
-    if base_document is not None and is_timeline(base_document) != is_timeline(document):
-        kinds = ("a timeline", "a report")
+    if base_document is not None and document_kind(base_document) != document_kind(document):
         raise ReportError(
             base_file,
-            f"the baseline is {kinds[not is_timeline(base_document)]} but {file} is "
-            f"{kinds[not is_timeline(document)]}; compare like with like",
+            f"the baseline is {document_kind(base_document)} but {file} is "
+            f"{document_kind(document)}; compare like with like",
         )
     if is_timeline(document):
         outcomes = _evaluate_timeline(

@@ -17,12 +17,12 @@ quantity close to zero (a train/inference k3 of 1e-13 against 3e-13).
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from ratioscope._callable_module import make_callable
 
 if TYPE_CHECKING:
     from ratioscope.report import Report
@@ -273,17 +273,20 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
     from ratioscope.timeline import Timeline
 
     if path.is_file() and is_report_path(path):
-        import json
-
-        from ratioscope.report_io import read_json_report
+        from ratioscope.io.jsontext import loads
+        from ratioscope.report_io import document_kind, read_json_report
 
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
+            document = loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             document = None  # read_json_report says what is wrong with it
         if isinstance(document, dict) and document.get("kind") == "timeline":
             return Timeline.from_dict(document, source=path)
-        return read_json_report(path)
+        report = read_json_report(path)
+        kind = document_kind(report)
+        if kind != "an analyze report":
+            raise InputError(path, f"{kind}; compare takes analyze reports, timelines or dumps")
+        return report
     from ratioscope.analysis import analyze
 
     try:
@@ -294,12 +297,5 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
         ) from None
 
 
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`compare` (see ``ratioscope.timeline``: importing
-    the module would otherwise hide the function that ``ratioscope.compare(...)`` names)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Comparison:
-        return compare(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# ``ratioscope.compare(...)`` calls the function whatever was imported first
+make_callable(__name__)

@@ -12,6 +12,9 @@ from __future__ import annotations
 #: io.loaders.LoadOptions: the key layout (detected) and what NaN/inf on valid tokens do
 FORMAT = "auto"
 NONFINITE = "error"
+#: analysis.analyze (and timeline, sweep, the plots): where chunks are computed; the
+#: library and the command line share this default (CUDA when present)
+DEVICE = "auto"
 #: analysis.analyze: elements of [B, T] per chunk of rows (about 4 MB a float32 tensor)
 CHUNK_ELEMENTS = 1 << 20
 #: sweep.sweep: the Q/V values of KPO's Sec. 5.4 parameter analysis

@@ -14,13 +14,12 @@ their 1.16 % relative bin width (docs/objectives.md).
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratioscope._callable_module import make_callable
 from ratioscope.objective_methods import (
     METHODS,
     REFERENCE,
@@ -648,11 +647,5 @@ class _RolloutRatioSums:
         }
 
 
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`objectives` (see ``ratioscope.timeline``)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> ObjectivesReport:
-        return objectives(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# ``ratioscope.objectives(...)`` calls the function whatever was imported first
+make_callable(__name__)

@@ -54,6 +54,10 @@ class AnalysisParams:
     delta: float = 0.01
     deltas: tuple[float, ...] = (0.1, 0.01, 0.001)
     quantiles: tuple[float, ...] = (0.001, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 0.999)
+    #: the responses' length limit in tokens (vitals: share at the limit); None: the
+    #: padded width of each file. Left out of ``to_dict`` while None, so reports made
+    #: before it existed keep their parameters block (and merge with newer ones).
+    max_length: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -92,6 +96,14 @@ class AnalysisParams:
             raise ParameterError("delta", "values must be positive")
         if self.fpa_lambda < 0 or any(x < 0 for x in self.fpa_lambdas):
             raise ParameterError("fpa_lambda", "values must be >= 0")
+        if self.max_length is not None and (
+            isinstance(self.max_length, bool)
+            or int(self.max_length) != self.max_length
+            or self.max_length < 1
+        ):
+            raise ParameterError(
+                "max_length", f"must be a positive whole number of tokens, got {self.max_length}"
+            )
         if not 0 < self.fpa_threshold < 1:
             raise ParameterError("fpa_threshold", f"must be in (0, 1), got {self.fpa_threshold}")
 
@@ -102,7 +114,11 @@ class AnalysisParams:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in asdict(self).items()
+            if not (k in _OMITTED_WHEN_NONE and v is None)
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AnalysisParams:
@@ -116,6 +132,10 @@ class AnalysisParams:
         }
         return cls(**values)
 
+
+#: parameters written only when set: a report made without them has the block of one
+#: made before they existed
+_OMITTED_WHEN_NONE = ("max_length",)
 
 #: parameters added after reports were written, with the parameter whose value an older
 #: report used in their place

@@ -29,6 +29,7 @@ from ratioscope.report_io import (
     SCHEMA_VERSION,
     JSONShapeError,
     check_schema_version,
+    document_kind,
     from_jsonable,
     read_json_report,
     to_jsonable,
@@ -44,12 +45,14 @@ if TYPE_CHECKING:
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
+    from ratioscope.sections.vitals import VitalsSection
+    from ratioscope.verdict import Thresholds, Verdict
 
 #: the sections every report has, null when not computed
 SECTION_KEYS = ("ratios", "mismatch", "covariance", "future_policy", "tepo", "trust_region")
 #: sections added since, written after those only when computed: a report without one
 #: (older, or of dumps that cannot feed it) reads and writes back unchanged
-OPTIONAL_SECTION_KEYS = ("staleness",)
+OPTIONAL_SECTION_KEYS = ("staleness", "vitals")
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class Report:
     tepo: TepoSection | None = None
     trust_region: TrustRegionSection | None = None
     staleness: StalenessSection | None = None
+    vitals: VitalsSection | None = None
     warnings: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -119,6 +123,9 @@ class Report:
                 not have the layout of an analyze report (naming ``source`` and where).
         """
         check_schema_version(document, source)
+        kind = document_kind(document)
+        if kind != "an analyze report" and kind != document_kind(None):
+            raise ReportError(source, f"{kind}, not an analyze report")
         document = upgrade_pooled_proportion(document)
         values: dict[str, Any] = {}
         hints = _report_hints()
@@ -152,6 +159,13 @@ class Report:
             raise ValueError("this report was made without the per-sequence table")
         self.sequences.write(path)
 
+    def verdict(self, thresholds: Thresholds | None = None) -> Verdict:
+        """The health verdict of this report (:func:`ratioscope.verdict.verdict`): its
+        headline numbers graded against ``thresholds`` (default: docs/health.md)."""
+        from ratioscope.verdict import verdict
+
+        return verdict(self, thresholds)
+
 
 def _report_hints() -> dict[str, Any]:
     """Report's field types, the section types imported now (they import torch)."""
@@ -162,6 +176,7 @@ def _report_hints() -> dict[str, Any]:
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
+    from ratioscope.sections.vitals import VitalsSection
 
     names = {
         "VariantStats": VariantStats,
@@ -171,6 +186,7 @@ def _report_hints() -> dict[str, Any]:
         "TepoSection": TepoSection,
         "TrustRegionSection": TrustRegionSection,
         "StalenessSection": StalenessSection,
+        "VitalsSection": VitalsSection,
     }
     return get_type_hints(Report, localns=names)
 

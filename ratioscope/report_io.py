@@ -22,6 +22,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from ratioscope.errors import ReportError
 from ratioscope.io.atomic import atomic_write_text
+from ratioscope.io.jsontext import loads
 
 #: the version this ratioscope writes; 2 added the typed reader (Report.from_dict), the
 #: JSON layout is that of version 1, which is still read
@@ -84,7 +85,7 @@ def read_json_report(path: str | Path) -> dict[str, Any]:
     except OSError as error:
         raise ReportError(path, f"cannot read the report ({error.strerror or error})") from None
     try:
-        document = json.loads(text)
+        document = loads(text)
     except json.JSONDecodeError as error:
         raise ReportError(
             path, f"not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
@@ -93,6 +94,44 @@ def read_json_report(path: str | Path) -> dict[str, Any]:
         raise ReportError(path, "not a ratioscope report (no 'schema_version' key)")
     check_schema_version(document, path)
     return document
+
+
+#: what each ratioscope JSON document is, by its "kind" (the newer documents) or a key
+#: only it has (the reports, which predate "kind")
+_KINDS_BY_NAME = {
+    "timeline": "a timeline (ratioscope timeline --json)",
+    "comparison": "a comparison (ratioscope compare --json)",
+    "objectives": "an objectives report (ratioscope objectives --json)",
+    "verdict": "a verdict (analyze --verdict-json)",
+}
+_KINDS_BY_KEY = (
+    ("ratios", "an analyze report"),
+    ("by_method", "an evaluation report (eval-passk or eval-ucc --json)"),
+    ("sweep", "a sweep report (ratioscope sweep --json)"),
+)
+
+
+def document_kind(document: Any) -> str:
+    """What a JSON document is, in words, for messages that refuse one kind where another
+    is needed ("eval.json is an evaluation report (eval-passk or eval-ucc --json), not an
+    analyze report").
+
+    >>> document_kind({"schema_version": 2, "kind": "timeline"})
+    'a timeline (ratioscope timeline --json)'
+    >>> document_kind({"schema_version": 2, "by_method": {}})
+    'an evaluation report (eval-passk or eval-ucc --json)'
+    >>> document_kind([1, 2])
+    'a JSON document of another kind'
+    """
+    if not isinstance(document, Mapping):
+        return "a JSON document of another kind"
+    name = document.get("kind")
+    if isinstance(name, str) and name in _KINDS_BY_NAME:
+        return _KINDS_BY_NAME[name]
+    for key, kind in _KINDS_BY_KEY:
+        if key in document:
+            return kind
+    return "a JSON document of another kind"
 
 
 def check_schema_version(document: Mapping[str, Any], source: str | Path | None) -> int:

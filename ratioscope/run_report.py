@@ -9,7 +9,7 @@ drilldown`); :meth:`RunReport.write_html` hands the document to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -192,6 +192,7 @@ def run_report(
     length_limit: int | None = None,
     title: str | None = None,
     progress: ProgressCallback | None = None,
+    fixed_params: Collection[str] = (),
 ) -> RunReport:
     """The run report of a run's dumps (and a baseline run's, drawn beside it).
 
@@ -208,6 +209,7 @@ def run_report(
         length_limit: the generation limit (default: each file's padded width).
         title: the page title.
         progress: progress callback.
+        fixed_params: as for :func:`ratioscope.timeline`.
 
     Returns:
         :class:`RunReport`; :meth:`RunReport.write_html` writes the file.
@@ -231,6 +233,7 @@ def run_report(
         "step_from": step_from,
         "thresholds": thresholds,
         "progress": progress,
+        "fixed_params": tuple(fixed_params),
     }
     result = timeline(paths, **options)  # type: ignore[arg-type]
     other = None

@@ -15,22 +15,24 @@ counts tokens by the sign of the entropy change only).
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
-import sys
 import tempfile
-import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratioscope import defaults
+from ratioscope._callable_module import make_callable
 from ratioscope.functional.changepoint import ChangeRule, change_flags
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.steps import StepFiles, assign_steps
 
 if TYPE_CHECKING:
     from ratioscope.io.loaders import LoadOptions
+    from ratioscope.parallel import Runner
     from ratioscope.params import AnalysisParams
     from ratioscope.report import Report
     from ratioscope.verdict import Thresholds, Verdict
@@ -376,12 +378,11 @@ class Timeline:
     @classmethod
     def read_json(cls, path: str | Path) -> Timeline:
         """Read a timeline JSON file."""
-        import json
-
         from ratioscope.errors import ReportError
+        from ratioscope.io.jsontext import loads
 
         try:
-            document = json.loads(Path(path).read_text())
+            document = loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise ReportError(path, f"not a readable JSON file ({error})") from None
         if not isinstance(document, dict):
@@ -419,7 +420,7 @@ def timeline(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int | None = None,
     sections: Sequence[str] | None = None,
     step_from: str | None = None,
@@ -428,6 +429,8 @@ def timeline(
     thresholds: Thresholds | None = None,
     objectives: bool = False,
     progress: ProgressCallback | None = None,
+    runner: Runner | None = None,
+    fixed_params: Collection[str] = (),
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
 
@@ -446,6 +449,11 @@ def timeline(
         objectives: also follow :data:`OBJECTIVE_HEADLINES`, from
             :func:`ratioscope.objectives` of each step's files (dumps only).
         progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
+        runner: where the steps are analysed (:class:`ratioscope.parallel.Runner`: local
+            processes or Ray, one task per step; default this process). The steps are
+            folded in step order, so the result is the sequential one.
+        fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
+            recorded settings leave alone.
 
     Returns:
         :class:`Timeline`.
@@ -480,21 +488,50 @@ def timeline(
     )
     rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
 
-    def step_reports(staging: Path | None) -> Iterator[Report]:
-        for index, group in enumerate(by_step):
-            report(progress, ProgressUpdate("steps", index, len(by_step), f"step {group.step}"))
+    work = functools.partial(
+        _step_result, params=params, load_options=load_options, device=device,
+        chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections=sections,
+        objectives=objectives, fixed_params=tuple(fixed_params),
+    )  # fmt: skip
+    tasks = runner if runner is not None and runner.parallel and not all(reports) else None
+
+    def results() -> Iterator[tuple[Report, dict[str, Any] | None]]:
+        if tasks is not None:
+            from ratioscope.parallel import ordered_results
+            from ratioscope.report import Report
+
+            for document, step_objectives in ordered_results(
+                work, by_step, tasks, describe=_describe_step
+            ):
+                yield Report.from_dict(document), step_objectives
+            return
+        for group in by_step:
             if all(reports):
-                step_report = merge_reports(
-                    (_read_report(p) for p in group.paths), names=[str(p) for p in group.paths]
+                yield (
+                    merge_reports(
+                        (_read_report(p) for p in group.paths), names=[str(p) for p in group.paths]
+                    ),
+                    None,
                 )
             else:
                 step_report = _analyze_step(
                     group, params, load_options, device,
-                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress,
+                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress, fixed_params,
                 )  # fmt: skip
+                yield step_report, (_step_objectives(group, load_options) if objectives else None)
+
+    def step_reports(staging: Path | None) -> Iterator[Report]:
+        first = f"step {by_step[0].step}" if by_step else "no step"
+        report(progress, ProgressUpdate("steps", 0, len(by_step), first))
+        for index, (group, (step_report, step_objectives)) in enumerate(
+            zip(by_step, results(), strict=True)
+        ):
+            # the step is done (in this process or a task): the next one is under way
+            label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
+            report(progress, ProgressUpdate("steps", index + 1, len(by_step), label))
             document = step_report.to_dict()
-            if objectives:
-                document["objectives"] = _step_objectives(group, load_options)
+            if step_objectives is not None:
+                document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
@@ -521,6 +558,30 @@ def timeline(
         pooled=pooled,
         verdict=timeline_verdict(pooled, steps, thresholds, followed),
     )
+
+
+def _step_result(
+    group: StepFiles,
+    *,
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    device: str,
+    chunk_elements: int,
+    sections: Sequence[str] | None,
+    objectives: bool,
+    fixed_params: Collection[str] = (),
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One step as a task: its report document and, on request, its objective summaries."""
+    document = _analyze_step(
+        group, params, load_options, device, chunk_elements, sections, None, fixed_params
+    ).to_dict()
+    return document, (_step_objectives(group, load_options) if objectives else None)
+
+
+def _describe_step(group: StepFiles) -> str:
+    first = group.paths[0] if group.paths else "no file"
+    more = f" and {len(group.paths) - 1} more" if len(group.paths) > 1 else ""
+    return f"step {group.step} ({first}{more})"
 
 
 def _step_objectives(group: StepFiles, load_options: LoadOptions) -> dict[str, Any]:
@@ -566,9 +627,10 @@ def timeline_verdict(
                 threshold=None,
                 text=text,
                 source="ratioscope's change rule (docs/timeline.md)",
+                name=f"{item.label} changed",
             )
         )
-    return Verdict(judged.findings + tuple(changes), judged.overridden)
+    return Verdict(judged.findings + tuple(changes), judged.overridden, judged.notes)
 
 
 def _short(value: float | None) -> str:
@@ -600,6 +662,7 @@ def _analyze_step(
     chunk_elements: int,
     sections: Sequence[str] | None,
     progress: ProgressCallback | None,
+    fixed_params: Collection[str] = (),
 ) -> Report:
     from ratioscope.analysis import analyze
 
@@ -611,6 +674,7 @@ def _analyze_step(
         chunk_elements=chunk_elements,
         sections=sections,
         progress=progress,
+        fixed_params=fixed_params,
     )
 
 
@@ -659,13 +723,5 @@ class _staged:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`timeline`: importing ``ratioscope.timeline`` sets
-    the package's attribute ``timeline`` to the module, which would otherwise hide the
-    function that ``ratioscope.timeline(...)`` names."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Timeline:
-        return timeline(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# ``ratioscope.timeline(...)`` calls the function whatever was imported first
+make_callable(__name__)

@@ -39,10 +39,21 @@ def parse_toml(text: str, source: str | Path) -> dict[str, Any]:
     """The document of a TOML text; invalid TOML is a RulesError naming ``source``."""
     source = str(source)
     toml = toml_module(source)
+    from ratioscope.io.jsontext import MAX_DEPTH, too_deep
+
     try:
-        return dict(toml.loads(text))
+        document = dict(toml.loads(text))
     except toml.TOMLDecodeError as error:
         raise RulesError(source, f"not valid TOML ({error})") from None
+    except RecursionError:
+        raise RulesError(
+            source, f"not valid TOML (nested deeper than {MAX_DEPTH} levels)"
+        ) from None
+    except ValueError as error:  # the interpreter's limit on the digits of an int
+        raise RulesError(source, f"not valid TOML ({str(error).split(':')[0]})") from None
+    if too_deep(document):
+        raise RulesError(source, f"not valid TOML (nested deeper than {MAX_DEPTH} levels)")
+    return document
 
 
 def read_text(path: str | Path, what: str = "the rules file") -> str:

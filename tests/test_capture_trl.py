@@ -395,3 +395,113 @@ def test_a_trainer_without_the_hooks_is_refused_with_a_clear_error():
     assert RatioscopeGRPOTrainer is with_capture()
     with pytest.raises(ValueError, match="granularity"):
         CaptureConfig("x", granularity="epoch")
+
+
+# ------------------------------------------------------------ the trainer's settings
+def test_each_file_records_the_trainers_settings(step_run):
+    from ratioscope.trainer_settings import SETTINGS_KEY
+
+    for path in parts(step_run.dir):
+        recorded = json.loads(load(path)[SETTINGS_KEY])
+        assert recorded["framework"] == "trl"
+        settings = recorded["settings"]
+        # what train() gave GRPOConfig, and TRL's defaults for the rest
+        assert settings["epsilon"] == 0.2 and settings["epsilon_high"] is None
+        assert settings["num_generations"] == GENERATIONS
+        assert settings["num_iterations"] == 2 and settings["beta"] == 0.04
+        assert settings["gradient_accumulation_steps"] == 2
+        assert settings["max_completion_length"] == 8
+        assert settings["loss_type"] == "dapo"
+        assert recorded["reward_functions"] == [["reward_length", 1.0], ["reward_has_a", 0.5]]
+
+
+def clip_fraction(directory, low: float, high: float) -> float:
+    """Share of loss tokens whose PPO term has no gradient in the band (low, high),
+    from the stored tensors."""
+    zeroed = total = 0
+    for s in map(load, parts(directory)):
+        ratio = (s["log_probs"] - s["old_log_probs"]).double().exp()[s["mask"]]
+        advantage = s["advantages"][:, None].expand_as(s["mask"])[s["mask"]]
+        zeroed += int(((advantage > 0) & (ratio > 1 + high)).sum())
+        zeroed += int(((advantage < 0) & (ratio < 1 - low)).sum())
+        total += int(s["mask"].sum())
+    return zeroed / total
+
+
+def test_analyze_takes_trls_clip_band_unless_an_option_is_given(step_run, tmp_path):
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(app, ["analyze", str(step_run.dir), "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    # TRL: epsilon_high None means epsilon, so the band is (0.2, 0.2), not ratioscope's 0.28
+    assert report["params"]["analysis"]["clip"] == [0.2, 0.2]
+    assert report["params"]["trainer"]["applied"]["clip"].startswith("trainer settings")
+    assert report["ratios"]["token"]["clip_fraction"] == pytest.approx(
+        clip_fraction(step_run.dir, 0.2, 0.2), abs=1e-12
+    )
+    given = CliRunner().invoke(
+        app, ["analyze", str(step_run.dir), "--clip", "0.2,0.28", "--json", str(out), "-q"]
+    )
+    assert given.exit_code == 0, given.output
+    report = json.loads(out.read_text())
+    assert report["params"]["analysis"]["clip"] == [0.2, 0.28]
+    assert report["params"]["trainer"]["applied"]["clip"] == "option"
+    assert report["ratios"]["token"]["clip_fraction"] == pytest.approx(
+        clip_fraction(step_run.dir, 0.2, 0.28), abs=1e-12
+    )
+    # the library: an option named in the call wins too
+    assert ratioscope.analyze(step_run.dir, clip=(0.1, 0.1)).params["analysis"]["clip"] == [
+        0.1,
+        0.1,
+    ]
+
+
+def test_each_reward_function_is_recorded_and_can_decide_correctness(step_run, tmp_path):
+    generated = step_run.trainer.generated
+    expected_has_a = []
+    for step, path in enumerate(parts(step_run.dir)):
+        stored = load(path)
+        row_ids = sorted(
+            r for m in step_run.trainer.losses if m["step"] == step for r in m["row_ids"]
+        )
+        values = [
+            step_run.rewards.values[(generated[r]["prompt"], generated[r]["ids"])] for r in row_ids
+        ]
+        assert stored["reward:reward_length"].tolist() == pytest.approx([v[0] for v in values])
+        assert stored["reward:reward_has_a"].tolist() == pytest.approx([v[1] for v in values])
+        expected_has_a += [v[1] >= 0.5 for v in values]
+    report = ratioscope.analyze(
+        step_run.dir, correct_field="reward:reward_has_a", per_sequence=True
+    )
+    assert report.sequences.frame()["correct"].to_list() == expected_has_a
+
+
+@pytest.fixture(scope="module")
+def report_run(tmp_path_factory):
+    """Mode "report": every optimizer step analysed in process and logged."""
+    root = tmp_path_factory.mktemp("trl_report")
+    return train(
+        root, with_capture(trl.GRPOTrainer), CaptureConfig(root / "reports", mode="report")
+    )
+
+
+@pytest.mark.slow
+def test_report_mode_logs_the_headlines_to_the_trainer_each_step(report_run):
+    logged = [
+        entry for entry in report_run.trainer.state.log_history
+        if any(key.startswith("ratioscope/") for key in entry)
+    ]  # fmt: skip
+    # TRL numbers an update one higher than the step it was captured under
+    assert [entry["step"] for entry in logged] == [step + 1 for step in range(STEPS)]
+    for step, entry in enumerate(logged):
+        report = json.loads(
+            (Path(report_run.dir) / f"step_{step:06d}" / "rank_00000.json").read_text()
+        )
+        assert entry["ratioscope/mismatch.policy.k3"] == report["mismatch"]["policy"]["k3"]
+        assert (
+            entry["ratioscope/ratios.token.clip_fraction"]
+            == (report["ratios"]["token"]["clip_fraction"])
+        )
+        assert "loss" not in entry  # apart from TRL's own entry of the step
+    # TRL's own metrics still come once per logging step, not merged into ratioscope's
+    assert sum("loss" in entry for entry in report_run.trainer.state.log_history) == STEPS

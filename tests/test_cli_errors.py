@@ -129,6 +129,8 @@ def test_truncated_file(tmp_path, suffix):
     path.write_bytes(data[: len(data) // 2])
     result, outputs = run_analyze(tmp_path, str(path))
     assert_bad_input(result, outputs, path.name, "not a readable")
+    if suffix == ".pt":  # cut short, and said so
+        assert "torch file: truncated (" in result.stderr
 
 
 def test_malformed_jsonl_line_names_the_line(tmp_path):

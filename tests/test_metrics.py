@@ -25,6 +25,13 @@ runner = CliRunner()
 
 #: entries a default analysis of the sample run leaves null (--kalman-impl reference only)
 ONLY_WITH_REFERENCE_FILTER = "ratios.*.closed_form_deviation."
+#: keys the sample report cannot have: the reference filter's, a parameter written only
+#: when set (--max-length), per reward function (no reader keeps them yet)
+NOT_IN_THE_SAMPLE = (
+    ONLY_WITH_REFERENCE_FILTER,
+    "params.analysis.max_length",
+    "vitals.reward.per_function.",
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +70,7 @@ def test_the_catalog_covers_the_sample_report_exactly(sample_report: Path) -> No
         for e in CATALOG
         if not any(_matches(e.pattern.split("."), parts) for parts, _ in items.values())
     ]
-    assert unused and all(p.startswith(ONLY_WITH_REFERENCE_FILTER) for p in unused), unused
+    assert unused and all(p.startswith(NOT_IN_THE_SAMPLE) for p in unused), unused
 
 
 def test_state_and_text_are_not_listed(sample_report: Path) -> None:

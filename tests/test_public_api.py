@@ -31,3 +31,103 @@ def test_numpy_only_submodules_do_not_import_torch():
 def test_all_lists_match_the_lazy_tables():
     assert set(ratioscope.__all__) == {"__version__", *ratioscope._LAZY}
     assert set(F.__all__) == set(F._LAZY)
+
+
+def _fresh(code: str) -> str:
+    """Run ``code`` in a fresh interpreter (nothing of ratioscope imported yet)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_dir_lists_the_public_api_without_importing_torch():
+    code = (
+        "import sys, ratioscope\n"
+        "names = dir(ratioscope)\n"
+        "print(sorted(names) == sorted(ratioscope.__all__), 'torch' in sys.modules)"
+    )
+    assert _fresh(code) == "True False"
+    for name in ("objectives", "timeline", "compare", "verdict", "merge_reports", "Thresholds"):
+        assert name in dir(ratioscope)
+
+
+CALLABLE_MODULES = ("objectives", "timeline", "compare", "sweep", "verdict")
+
+
+def test_callable_modules_whatever_was_imported_first():
+    # a submodule imported before the package attribute is read sets that attribute to
+    # the module; it must still be callable and still give its other names (the package
+    # attribute read first: test_every_exported_and_documented_name_resolves)
+    lines = ["import importlib, inspect, ratioscope"]
+    lines += [f"import ratioscope.{name}" for name in CALLABLE_MODULES]
+    lines += [
+        f"m = ratioscope.{name}\n"
+        f"f = importlib.import_module('ratioscope.{name}').{name}\n"
+        f"assert callable(m), '{name}'\n"
+        f"assert inspect.signature(m) == inspect.signature(f), '{name}'\n"
+        f"assert m is importlib.import_module('ratioscope.{name}'), '{name}'"
+        for name in CALLABLE_MODULES
+    ]
+    lines += [
+        "from ratioscope.verdict import Thresholds",
+        "assert ratioscope.verdict.Thresholds is Thresholds is ratioscope.Thresholds",
+        "assert ratioscope.timeline.HEADLINES",
+        "print('ok')",
+    ]
+    assert _fresh("\n".join(lines)) == "ok"
+
+
+def _documented_calls() -> set[str]:
+    """``ratioscope.NAME(`` as README.md and docs/ write them (top-level names only)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    texts = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    names: set[str] = set()
+    for path in texts:
+        names.update(re.findall(r"\bratioscope\.([A-Za-z_]\w*)\(", path.read_text()))
+    return names
+
+
+def test_every_exported_and_documented_name_resolves():
+    calls = _documented_calls()
+    assert {"analyze", "objectives", "timeline", "compare", "merge_reports"} <= calls
+    code = (
+        "import ratioscope\n"
+        "print([n for n in ratioscope.__all__ if getattr(ratioscope, n, None) is None])\n"
+        f"print([n for n in {sorted(calls)!r} if not callable(getattr(ratioscope, n, None))])"
+    )
+    assert _fresh(code) == "[]\n[]"
+
+
+def test_report_verdict_is_the_verdict_of_the_report():
+    from pathlib import Path
+
+    from ratioscope.verdict import Thresholds, verdict
+
+    report = ratioscope.Report.read_json(Path(__file__).parent / "data" / "report_schema1.json")
+    assert report.verdict() == verdict(report) == ratioscope.verdict(report)
+    strict = Thresholds(drift_k3_yellow=1e-6, drift_k3_red=1e-5)  # policy k3 is 8.9e-5
+    assert report.verdict(strict) == verdict(report, strict)
+    assert report.verdict(strict) != report.verdict()
+    assert [f.level for f in report.verdict(strict) if f.key == "mismatch.policy.k3"] == ["red"]
+
+
+def test_library_and_cli_share_one_device_default():
+    import inspect
+
+    from ratioscope.cli._options import DEVICE_DEFAULT
+
+    assert DEVICE_DEFAULT == "auto"
+    from ratioscope import analysis, sweep, timeline
+
+    functions = [
+        analysis.analyze,
+        analysis.report_or_analysis,
+        analysis.section_or_analysis,
+        sweep.sweep,
+        timeline.timeline,
+    ]
+    for function in functions:
+        assert inspect.signature(function).parameters["device"].default == DEVICE_DEFAULT

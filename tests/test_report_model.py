@@ -148,8 +148,11 @@ def test_from_dict_refuses_a_missing_version_and_a_foreign_layout():
     with pytest.raises(ReportError, match="no 'schema_version' key"):
         Report.from_dict(document, source="old.json")
     eval_like = {"schema_version": 1, "inputs": [], "by_method": {}}
-    with pytest.raises(ReportError, match=r"not an analyze report \(unknown key 'by_method'"):
+    with pytest.raises(ReportError, match=r"an evaluation report \(eval-passk or eval-ucc"):
         Report.from_dict(eval_like, source="e.json")
+    unknown = {**json.loads(SCHEMA1.read_text()), "extra": 1}
+    with pytest.raises(ReportError, match=r"not an analyze report \(unknown key 'extra'"):
+        Report.from_dict(unknown, source="u.json")
     broken = json.loads(SCHEMA1.read_text())
     broken["ratios"]["token"]["clip_band"] = "wide"
     with pytest.raises(ReportError, match=r"ratios\.token\.clip_band: expected a list"):

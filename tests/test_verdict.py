@@ -36,8 +36,8 @@ def document() -> dict:
     return json.loads(STORED.read_text())
 
 
-def judged(document: dict, thresholds: Thresholds | None = None, **changes) -> dict:
-    """Findings by key of the stored report with ``changes`` (dotted path -> value)."""
+def document_with(document: dict, **changes) -> dict:
+    """A copy of the stored report's JSON with ``changes`` (slash path -> value)."""
     doc = copy.deepcopy(document)
     for path, value in changes.items():
         *parents, last = path.split("/")
@@ -45,7 +45,14 @@ def judged(document: dict, thresholds: Thresholds | None = None, **changes) -> d
         for part in parents:
             node = node[part]
         node[last] = value
-    return {f.key: f for f in verdict(Report.from_dict(doc), thresholds)}
+    return doc
+
+
+def judged(document: dict, thresholds: Thresholds | None = None, **changes) -> dict:
+    """Findings by key of the stored report with ``changes`` (slash path -> value)."""
+    return {
+        f.key: f for f in verdict(Report.from_dict(document_with(document, **changes)), thresholds)
+    }
 
 
 def test_stored_report_findings(document):
@@ -64,9 +71,9 @@ def test_stored_report_findings(document):
     for finding in findings.values():
         assert finding.value is not None and finding.threshold is not None
         assert finding.source and finding.level in LEVELS
-    # the covariance of this step: 56.9 % of sum |c| in the top 1 % (> 50 %)
+    # the covariance of this step: 56.9 % of sum |c| in the top 1 % (< 80 %)
     cov = findings["covariance.cumulative_share.0.01"]
-    assert cov.level == "yellow" and cov.threshold == 0.5
+    assert cov.level == "green" and cov.threshold == 0.8
     assert cov.value == document["covariance"]["cumulative_share"]["0.01"]
     # 8 of 16 groups degenerate: exactly on the 50 % threshold, which is still green
     degenerate = findings["trust_region.degenerate_share"]
@@ -130,12 +137,14 @@ def test_clip_fraction_and_informational_switch_frequency(document):
     assert "0.49, above the 0.43 of KPO Table 2" in switch.text
 
 
-def test_missing_rollout_row_is_a_not_computed_line(document):
-    findings = judged(document, **{"mismatch/rollout": None})
-    line = findings["mismatch.rollout"]
-    assert line.level == "yellow" and line.value is None
-    assert "not computed" in line.text and "rollout_log_probs" in line.text
-    assert "mismatch.rollout.k3" not in findings
+def test_missing_rollout_row_is_a_not_computed_note(document):
+    result = verdict(Report.from_dict(document_with(document, **{"mismatch/rollout": None})))
+    (note,) = result.notes
+    assert note.key == "mismatch.rollout" and note.value is None
+    assert "not computed" in note.text and "rollout_log_probs" in note.text
+    # a check the dump gives no input for says nothing about the run
+    assert not any(f.key.startswith("mismatch.rollout") for f in result)
+    assert result.level == "green" and result.to_dict()["counts"]["yellow"] == 0
 
 
 def test_null_sections_give_no_finding(document):
@@ -160,27 +169,52 @@ def test_fpa_opposite_sides(document):
         "opposite_sides": True,
     }
     doc["future_policy"]["comparison"] = comparison
-    findings = {f.key: f for f in verdict(Report.from_dict(doc))}
-    fpa = findings["future_policy.comparison.opposite_sides"]
-    assert fpa.level == "yellow" and fpa.value == 1.0046 and fpa.threshold == 1.0
+    judged_doc = verdict(Report.from_dict(doc))
+    # about ratioscope's own estimate, not the run: a note, never a finding or a count
+    assert "future_policy.comparison.opposite_sides" not in {f.key for f in judged_doc}
+    assert judged_doc.level == "green" and judged_doc.bottom_line() == "healthy: nothing to do"
+    (fpa,) = judged_doc.notes
+    assert fpa.key == "future_policy.comparison.opposite_sides" and fpa.value == 1.0046
     assert "1.0046 vs 0.99745 exact, on opposite sides of 1" in fpa.text
     doc["future_policy"]["comparison"] = {
         **comparison,
         "approximation_median": 0.999,
         "opposite_sides": False,
     }
-    same = {f.key: f for f in verdict(Report.from_dict(doc))}
-    assert same["future_policy.comparison.opposite_sides"].level == "green"
+    (same,) = verdict(Report.from_dict(doc)).notes
+    assert "on the same side of 1" in same.text
 
 
 def test_verdict_level_and_json(document):
     result = verdict(Report.from_dict(document))
-    assert result.level == "yellow"
+    assert result.level == "green"
     doc = result.to_dict()
-    assert doc["kind"] == "verdict" and doc["level"] == "yellow"
-    assert doc["counts"] == {"green": 7, "yellow": 1, "red": 0}
+    assert doc["kind"] == "verdict" and doc["level"] == "green"
+    assert doc["counts"] == {"green": 8, "yellow": 0, "red": 0}
+    assert doc["bottom_line"] == "healthy: nothing to do"
     assert doc["findings"][0]["key"] == "mismatch.rollout.k3"
+    assert doc["notes"] == []
     assert json.loads(json.dumps(doc)) == doc
+
+
+def test_bottom_line_names_the_problems_worst_first(document):
+    result = verdict(
+        Report.from_dict(document_with(
+            document,
+            **{"ratios/token/clip_fraction": 0.15, "mismatch/policy/k3": 0.02,
+               "mismatch/rollout/k3": 0.5, "mismatch/rollout/ess": 0.1},
+        ))
+    )  # fmt: skip
+    # red: train/inference mismatch (k3 and ESS, named once) and policy drift; yellow: clip
+    assert result.bottom_line() == (
+        "3 problems: train/inference mismatch, policy drift, PPO clip fraction"
+    )
+    assert result.count("red") == 3 and result.count("yellow") == 1
+    # every finding keeps its source, also in the JSON
+    written = result.to_dict()
+    assert written["bottom_line"] == result.bottom_line()
+    assert all(f["source"] for f in written["findings"])
+    assert written["findings"][0]["name"] == "train/inference mismatch"
 
 
 def test_every_threshold_is_documented():
@@ -197,14 +231,14 @@ def test_every_threshold_is_documented():
 
 def test_thresholds_override_from_toml(document, tmp_path):
     path = tmp_path / "limits.toml"
-    path.write_text("[thresholds]\ncovariance_top1_yellow = 0.6\nrollout_k3_yellow = 1e-14\n")
+    path.write_text("[thresholds]\ncovariance_top1_yellow = 0.5\nrollout_k3_yellow = 1e-14\n")
     limits = load_thresholds(path)
-    assert limits.covariance_top1_yellow == 0.6 and limits.overridden() == (
+    assert limits.covariance_top1_yellow == 0.5 and limits.overridden() == (
         "rollout_k3_yellow",
         "covariance_top1_yellow",
     )
     findings = judged(document, limits)
-    assert findings["covariance.cumulative_share.0.01"].level == "green"
+    assert findings["covariance.cumulative_share.0.01"].level == "yellow"  # 56.9 % > 50 %
     assert findings["mismatch.rollout.k3"].level == "yellow"
     assert "above 1e-14" in findings["mismatch.rollout.k3"].text
 
@@ -283,3 +317,22 @@ def test_analyze_bad_thresholds_file_exits_2(tmp_path):
     assert result.exit_code == 2
     assert "unknown threshold 'k3'" in result.stderr
     assert result.stdout == ""
+
+
+def test_notes_are_printed_apart_and_never_counted(document):
+    from rich.console import Console
+
+    from ratioscope.render.verdict import show_verdict
+
+    doc = document_with(document, **{"mismatch/rollout": None, "ratios/token/clip_fraction": 0.2})
+    result = verdict(Report.from_dict(doc))
+    console = Console(width=300, record=True, color_system=None)
+    show_verdict(console, result)
+    lines = console.export_text().splitlines()
+    assert lines[0] == (
+        "health: 1 problem: PPO clip fraction (1 yellow, 4 green; 1 note; see docs/health.md)"
+    )
+    # findings first, then the note, tagged as such
+    assert lines[-1].startswith("  note    train/inference mismatch: not computed")
+    levels = [line.split()[0] for line in lines[1:-1]]
+    assert levels == ["green", "yellow", "green", "green", "green"]

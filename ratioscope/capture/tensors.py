@@ -113,7 +113,14 @@ class Part:
 
 
 # --------------------------------------------------------------------------- validation
-def validate_inputs(mask: Any, tensors: Mapping[str, Any], group: Any) -> Inputs:
+#: what the name of a per-sequence value given beside the canonical tensors starts with
+#: (``per_sequence`` of :meth:`CaptureWriter.write`; e.g. one reward function's values)
+SEQUENCE_PREFIX = "reward:"
+
+
+def validate_inputs(
+    mask: Any, tensors: Mapping[str, Any], group: Any, per_sequence: Mapping[str, Any] | None = None
+) -> Inputs:
     """Check names, types and shapes of one micro-batch (cheap: no pass over the data
     except the mask, which is copied to the host to choose rows and trim padding).
 
@@ -121,6 +128,8 @@ def validate_inputs(mask: Any, tensors: Mapping[str, Any], group: Any) -> Inputs
         mask: [B, T] bool, or 0/1 integers or floats; True on valid tokens.
         tensors: canonical name -> tensor or None (None entries are absent).
         group: [B] integer tensor, a sequence of B str/int labels, or None.
+        per_sequence: more [B] real values by name (stored under that name, which must
+            start with :data:`SEQUENCE_PREFIX`).
 
     Raises:
         TypeError: an argument is not a tensor (or labels for ``group``).
@@ -135,6 +144,23 @@ def validate_inputs(mask: Any, tensors: Mapping[str, Any], group: Any) -> Inputs
         tensor = _as_tensor(name, value)
         _check_shape(name, tensor, rows, width)
         _check_dtype(name, tensor)
+        present[name] = tensor
+    for name, value in (per_sequence or {}).items():
+        if (
+            not isinstance(name, str)
+            or not name.startswith(SEQUENCE_PREFIX)
+            or name == SEQUENCE_PREFIX
+        ):
+            raise ValueError(
+                f"per_sequence names must start with {SEQUENCE_PREFIX!r} and name something, "
+                f"got {name!r}"
+            )
+        tensor = _as_tensor(name, value)
+        if list(tensor.shape) != [rows] or tensor.is_complex() or tensor.dtype == torch.bool:
+            raise ValueError(
+                f"{name} must be [B] = [{rows}] real values, got {list(tensor.shape)} "
+                f"{tensor.dtype}"
+            )
         present[name] = tensor
     missing = [name for name in ("log_probs", "old_log_probs") if name not in present]
     if missing:
@@ -249,7 +275,8 @@ def gather(inputs: Inputs, rows: np.ndarray) -> Part:
     mask = inputs.mask if index is None else inputs.mask.index_select(0, index)
     width = valid_width(mask)
     columns: dict[str, Tensor | list[str]] = {"mask": compact(mask[:, :width])}
-    for name in COLUMN_ORDER:
+    extra = sorted(name for name in inputs.tensors if name.startswith(SEQUENCE_PREFIX))
+    for name in (*COLUMN_ORDER, *extra):
         tensor = inputs.tensors.get(name)
         if tensor is not None:
             columns[name] = _stored(name, tensor, index, width)

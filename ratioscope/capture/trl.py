@@ -43,6 +43,7 @@ from torch import Tensor
 
 from ratioscope.capture.writer import CaptureWriter
 from ratioscope.errors import RatioscopeError
+from ratioscope.trainer_settings import trl_settings
 
 #: the TRL methods the capture overrides; each must exist on the trainer class
 TRL_METHODS = (
@@ -118,6 +119,8 @@ class _GenerationRows:
     first_row_id: int
     group: Tensor  # [n] int64, global row // num_generations
     rewards: Tensor  # [n] float32, weighted sum of the reward functions
+    #: "reward:NAME" -> [n] float32, each reward function's values (NaN where it gave None)
+    per_function: dict[str, Tensor] = field(default_factory=dict)
 
     def index(self, row_ids: Tensor) -> Tensor:
         index = row_ids.detach().to("cpu", torch.int64) - self.first_row_id
@@ -181,6 +184,7 @@ class RatioscopeCaptureMixin:
                 raise IncompatibleTrainerError(type(self), f"the trainer has no attribute {name!r}")
         # both come from the trainer class this mixin is combined with
         self._ratioscope_writer = config.writer(rank=self.accelerator.process_index)  # type: ignore[attr-defined]
+        self._ratioscope_writer.trainer_settings = trl_settings(self)
         self.add_callback(_step_callback(self))  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ public
@@ -244,10 +248,12 @@ class RatioscopeCaptureMixin:
         row_ids = torch.arange(first, first + rows, dtype=torch.int64)
         local = rewards_per_func[process * rows : (process + 1) * rows].detach().float()
         weights = self.reward_weights.to(local.device, torch.float32)  # type: ignore[attr-defined]
+        names = _reward_keys(getattr(self, "reward_func_names", None), int(local.shape[1]))
         self._ratioscope_rows = _GenerationRows(
             first_row_id=first,
             group=row_ids // int(self.num_generations),  # type: ignore[attr-defined]
             rewards=(local * weights.unsqueeze(0)).nansum(dim=1).cpu(),
+            per_function={name: local[:, i].cpu() for i, name in enumerate(names)},
         )
         return row_ids.to(completion_ids.device)
 
@@ -278,11 +284,13 @@ class RatioscopeCaptureMixin:
             "group": rows.group[index],
             "token_ids": inputs["completion_ids"],
         }
+        for name, values in rows.per_function.items():
+            record[name] = values[index]
         step = int(self.state.global_step)  # type: ignore[attr-defined]
         config = self._ratioscope_config
         assert config is not None and self._ratioscope_writer is not None
         if config.granularity == "micro_batch":
-            self._ratioscope_active_writer().write(step, **record)
+            self._ratioscope_active_writer().write(step, **_write_arguments(record))
             self._ratioscope_written_steps.add(step)
             return
         record = {k: _to_host(k, v) for k, v in record.items() if v is not None}
@@ -294,7 +302,9 @@ class RatioscopeCaptureMixin:
         writer = self._ratioscope_writer
         assert writer is not None and self._ratioscope_config is not None
         if self._ratioscope_closed:
+            settings = writer.trainer_settings
             writer = self._ratioscope_config.writer(rank=writer.rank)
+            writer.trainer_settings = settings
             self._ratioscope_writer = writer
             self._ratioscope_closed = False
         return writer
@@ -303,11 +313,32 @@ class RatioscopeCaptureMixin:
         """Write the buffered steps (granularity "step") and end every step written."""
         pending, self._ratioscope_pending = self._ratioscope_pending, {}
         for step, records in sorted(pending.items()):
-            self._ratioscope_active_writer().write(step, **_concat(records))
+            self._ratioscope_active_writer().write(step, **_write_arguments(_concat(records)))
             self._ratioscope_written_steps.add(step)
         written, self._ratioscope_written_steps = self._ratioscope_written_steps, set()
         for step in sorted(written):
-            self._ratioscope_active_writer().end_step(step)
+            writer = self._ratioscope_active_writer()
+            writer.end_step(step)
+            self._ratioscope_log(writer.step_metrics(step))
+
+    def _ratioscope_log(self, metrics: dict[str, float]) -> None:
+        """Mode "report": the step's headline quantities to the trainer's own logger.
+
+        ``transformers.Trainer.log`` rather than ``self.log``: TRL's ``log`` would add
+        (and reset) the metrics it averages over its own logging interval, every step.
+        The entry goes to ``state.log_history`` and every ``report_to`` integration
+        (W&B, TensorBoard, MLflow, ...) at the trainer's current ``global_step``.
+        Logging clears ``control.should_log``, which the trainer's own log of this step
+        still needs: it is restored.
+        """
+        if not metrics:
+            return
+        from transformers import Trainer
+
+        control = self.control  # type: ignore[attr-defined]
+        should_log = control.should_log
+        Trainer.log(self, dict(metrics))  # type: ignore[arg-type]
+        self.control.should_log = should_log  # type: ignore[attr-defined]
 
     def _ratioscope_close(self) -> None:
         self._ratioscope_end_steps()
@@ -352,15 +383,15 @@ def check_trainer_class(trainer_class: type[Any]) -> None:
     for name in TRL_METHODS:
         if not any(name in vars(c) for c in bases):
             raise IncompatibleTrainerError(trainer_class, f"it has no method {name}")
-    for c in bases:
-        if "_get_per_token_logps_and_entropies" in vars(c):
-            parameters = inspect.signature(c._get_per_token_logps_and_entropies).parameters
-            if "compute_entropy" not in parameters:
-                raise IncompatibleTrainerError(
-                    trainer_class,
-                    "_get_per_token_logps_and_entropies takes no compute_entropy argument",
-                )
+    hashable: type = trainer_class  # python/mypy#11470, as in _asks_entropy
+    for signature in _logps_signatures(hashable):
+        if "compute_entropy" in signature.parameters:
+            return
+        if not _takes_any_keyword(signature):
             break
+    raise IncompatibleTrainerError(
+        trainer_class, "_get_per_token_logps_and_entropies takes no compute_entropy argument"
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -383,25 +414,68 @@ def _config(value: Any) -> CaptureConfig | None:
 
 
 @functools.cache
-def _entropy_position(trainer_class: type[Any]) -> int | None:
-    """Index of ``compute_entropy`` among the positional arguments after ``self``."""
-    method = trainer_class._get_per_token_logps_and_entropies
-    # the mixin's override takes *args: read the signature of the method it wraps
-    for c in trainer_class.__mro__:
-        if c is not RatioscopeCaptureMixin and "_get_per_token_logps_and_entropies" in vars(c):
-            method = vars(c)["_get_per_token_logps_and_entropies"]
-            break
-    names = list(inspect.signature(method).parameters)[1:]
-    return names.index("compute_entropy") if "compute_entropy" in names else None
+def _logps_signatures(trainer_class: type[Any]) -> tuple[inspect.Signature, ...]:
+    """The signatures of ``_get_per_token_logps_and_entropies`` along the MRO, outermost
+    first, without the mixin's own ``(*args, **kwargs)`` override."""
+    return tuple(
+        inspect.signature(vars(c)["_get_per_token_logps_and_entropies"])
+        for c in trainer_class.__mro__
+        if c is not RatioscopeCaptureMixin and "_get_per_token_logps_and_entropies" in vars(c)
+    )
+
+
+def _takes_any_keyword(signature: inspect.Signature) -> bool:
+    return any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
 
 
 def _asks_entropy(trainer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    if "compute_entropy" in kwargs:
-        return bool(kwargs["compute_entropy"])
+    """Whether a call of ``_get_per_token_logps_and_entropies`` with ``args`` and
+    ``kwargs`` asks for entropies: the arguments bound by name to the signature of the
+    outermost override that names ``compute_entropy`` or does not pass it on through
+    ``*args``/``**kwargs`` (a subclass's ``(self, *a, compute_entropy=False, **kw)``
+    and TRL's positional one alike). Only a plain ``True`` (or non-zero int) asks."""
     # plain ``type``: mypy does not see a type[Any] as Hashable (python/mypy#11470)
     trainer_class: type = type(trainer)
-    position = _entropy_position(trainer_class)
-    return position is not None and len(args) > position and bool(args[position])
+    for signature in _logps_signatures(trainer_class):
+        try:
+            bound = signature.bind(trainer, *args, **kwargs)
+        except TypeError:
+            continue  # not this signature's call; an inner one may take it
+        parameters = signature.parameters
+        if "compute_entropy" in bound.arguments:
+            return _plain_true(bound.arguments["compute_entropy"])
+        spill = [p.name for p in parameters.values() if p.kind is p.VAR_KEYWORD]
+        if spill and "compute_entropy" in bound.arguments.get(spill[0], {}):
+            return _plain_true(bound.arguments[spill[0]]["compute_entropy"])
+        if "compute_entropy" in parameters:
+            return _plain_true(parameters["compute_entropy"].default)
+        # a catch-all override passes its arguments on: read them as the next one does
+    return _plain_true(kwargs.get("compute_entropy", False))
+
+
+def _plain_true(value: Any) -> bool:
+    """True for True or a non-zero int; a tensor or any other object is not a flag."""
+    return isinstance(value, (bool, int)) and bool(value)
+
+
+def _reward_keys(names: Any, count: int) -> list[str]:
+    """``reward:NAME`` for each reward function (TRL's ``reward_func_names``; its index
+    when a name is missing or repeated)."""
+    names = list(names or [])
+    keys: list[str] = []
+    for i in range(count):
+        name = str(names[i]) if i < len(names) and names[i] else str(i)
+        key = f"reward:{name}"
+        keys.append(key if key not in keys else f"reward:{name}_{i}")
+    return keys
+
+
+def _write_arguments(record: dict[str, Any]) -> dict[str, Any]:
+    """``CaptureWriter.write`` keyword arguments: the per-function rewards go to
+    ``per_sequence``."""
+    out = {k: v for k, v in record.items() if not k.startswith("reward:")}
+    out["per_sequence"] = {k: v for k, v in record.items() if k.startswith("reward:")}
+    return out
 
 
 def _to_host(name: str, value: Any) -> Any:

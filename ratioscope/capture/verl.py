@@ -19,6 +19,10 @@ micro-batch as verl holds it there and writes it with a
 
       capture_verl_micro_batch(WRITER, step, data, log_prob, entropy)
 
+In mode "report", :func:`end_verl_step` ends the step at the end of ``update_policy``
+and adds ratioscope's headline quantities to the metrics dict it returns, so they reach
+verl's logger (``trainer.logger``: console, W&B, TensorBoard, MLflow, ...) with its own.
+
 verl itself is never imported.
 """
 
@@ -105,6 +109,31 @@ def capture_verl_micro_batch(
         group=group,
         token_ids=dense("responses"),
     )
+
+
+def end_verl_step(
+    writer: CaptureWriter, step: int, metrics: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """End ``step`` and, in mode "report", put its headline quantities into ``metrics``.
+
+    Call it where the actor's ``update_policy`` returns its metrics dict (legacy worker:
+    before ``return metrics`` in ``dp_actor.py``; see docs/capture.md, "verl"); verl
+    averages each value of that dict (``reduce_metrics``) and hands it to its logger.
+
+    Args:
+        writer: the capture writer of this rank.
+        step: the step the micro-batches were written under.
+        metrics: verl's metrics dict, updated in place (None: only returned).
+
+    Returns:
+        ``{"ratioscope/<key>": value}`` (docs/framework-metrics.md); empty in mode
+        "tensors" or when the step held no rows.
+    """
+    writer.end_step(step)
+    values = writer.step_metrics(step)
+    if metrics is not None:
+        metrics.update(values)
+    return values
 
 
 def _fields(data: Any) -> tuple[list[str], Callable[[str], Any]]:

@@ -21,7 +21,7 @@ import math
 import numbers
 import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,9 @@ import torch
 from torch import Tensor
 
 from ratioscope.capture.sampling import choose_units, rows_of_units, sampling_order
-from ratioscope.capture.tensors import Inputs, Part, gather, validate_inputs
+from ratioscope.capture.tensors import SEQUENCE_PREFIX, Inputs, Part, gather, validate_inputs
 from ratioscope.io.atomic import atomic_path
+from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings
 
 MODES = ("tensors", "report")
 #: prefix of the metadata keys stored in every part file, as 0-d tensors: the loader
@@ -138,6 +139,8 @@ class _Step:
     bytes: int = 0  # bytes of this step's part files
     document: dict[str, Any] | None = None  # mode "report": merged report of the calls
     ended: bool = False
+    #: mode "report": the ended step's headline quantities by tracker name
+    metrics: dict[str, float] | None = None
 
 
 class _OverBudget(Exception):
@@ -179,6 +182,10 @@ class CaptureWriter:
         analysis_options: mode "report" only: keyword options of
             :func:`ratioscope.analyze` (``window=20``, ``clip=(0.2, 0.28)``,
             ``sections=[...]``, ``nonfinite="mask"``, ``device="cuda"``, ...).
+        trainer_settings: the trainer's configuration
+            (:func:`ratioscope.trainer_settings.verl_settings`, ``openrlhf_settings``;
+            the TRL capture sets it itself), stored in every part file as JSON under
+            ``ratioscope_trainer``; ``analyze`` takes the clip band from it.
 
     Raises:
         ValueError: an option out of range or not meaningful in ``mode``.
@@ -202,6 +209,7 @@ class CaptureWriter:
         max_bytes_per_step: int | None = None,
         mode: str = "tensors",
         analysis_options: dict[str, Any] | None = None,
+        trainer_settings: TrainerSettings | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -210,6 +218,9 @@ class CaptureWriter:
         self.seed = _non_negative_int("seed", seed)
         self.max_bytes_per_step = _byte_bound(max_bytes_per_step, mode)
         self.analysis_options = _analysis_options(analysis_options, mode)
+        #: the trainer's configuration, stored in every part file (see
+        #: ratioscope.trainer_settings); may be set after the writer is made
+        self.trainer_settings = trainer_settings
         self.rank = resolve_rank(rank)
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
@@ -236,6 +247,7 @@ class CaptureWriter:
         correct: Tensor | None = None,
         group: Tensor | Sequence[str] | Sequence[int] | None = None,
         token_ids: Tensor | None = None,
+        per_sequence: Mapping[str, Tensor] | None = None,
     ) -> Path | None:
         """Record one micro-batch of ``step``.
 
@@ -255,6 +267,9 @@ class CaptureWriter:
             group: [B] integer tensor, or B str/int labels (e.g. verl's ``uid``):
                 responses to the same prompt.
             token_ids: [B, T] integer sampled tokens.
+            per_sequence: more [B] values by name, each starting with ``reward:`` (one
+                reward function's values, ``{"reward:accuracy": ...}``), stored as float32
+                under that name: ``analyze --correct-field reward:accuracy`` reads them.
 
         Returns:
             The part file written (mode "tensors"); None in mode "report", or when the
@@ -283,6 +298,7 @@ class CaptureWriter:
                 "token_ids": token_ids,
             },
             group,
+            per_sequence,
         )
         state = self._steps.setdefault(step, _Step())
         if state.ended and self.mode == "report":
@@ -320,14 +336,23 @@ class CaptureWriter:
         if state.document is None:
             return None
         from ratioscope.report_io import write_json
+        from ratioscope.trackers import headline_metrics
 
         path = report_path(self.directory, step, self.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(state.document, path)
+        state.metrics = headline_metrics(state.document)
         state.document = None  # the step's memory is given back once it is on disk
         self._count("bytes_written", path.stat().st_size)
         self._count("reports_written")
         return path
+
+    def step_metrics(self, step: int) -> dict[str, float]:
+        """Mode "report": the headline quantities of ended ``step`` (this rank's rows), by
+        tracker name (``ratioscope/<key>``, docs/framework-metrics.md), for the trainer's
+        own logger; empty in mode "tensors" or before the step is ended."""
+        state = self._steps.get(_non_negative_int("step", step))
+        return dict(state.metrics) if state is not None and state.metrics else {}
 
     def close(self) -> None:
         """End every step not yet ended (mode "report": write their reports)."""
@@ -356,9 +381,10 @@ class CaptureWriter:
 
         options = dict(self.analysis_options)
         nonfinite = options.get("nonfinite", "error")
-        batch = TokenBatch.from_tensors(
-            context.stored.columns, source=context.source, nonfinite=nonfinite
-        )
+        canonical = {
+            k: v for k, v in context.stored.columns.items() if not k.startswith(SEQUENCE_PREFIX)
+        }
+        batch = TokenBatch.from_tensors(canonical, source=context.source, nonfinite=nonfinite)
         document = analyze(batch, **options).to_dict()
         if state.document is not None:
             # one running document per step: memory stays that of one report
@@ -433,6 +459,8 @@ class _PartContext:
         for key, value in metadata.items():
             dtype = torch.float64 if isinstance(value, float) else torch.int64
             payload[METADATA_PREFIX + key] = torch.tensor(value, dtype=dtype)
+        if self.writer.trainer_settings is not None:
+            payload[SETTINGS_KEY] = self.writer.trainer_settings.to_json()
         return payload
 
 

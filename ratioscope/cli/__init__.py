@@ -115,12 +115,14 @@ class _BoundaryGroup(TyperGroup):
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         from ratioscope.allocator import keep_freed_memory
+        from ratioscope.io.paths import refuse_special_files
 
         keep_freed_memory()
         # the arguments as typed, for the hint of a flag given a value (read before the
         # command consumes them)
         typed = [*getattr(ctx, "_protected_args", []), *ctx.args]
         try:
+            refuse_special_files(typed)
             return super().invoke(ctx)
         except RatioscopeError as error:
             if os.environ.get("RATIOSCOPE_DEBUG") == "1":

@@ -34,7 +34,7 @@ MAX_PAIRS_DEFAULT = defaults.MAX_PAIRS
 METHOD_FIELD_DEFAULT = defaults.METHOD_FIELD
 DATASET_FIELD_DEFAULT = defaults.DATASET_FIELD
 #: the CLI's own choice (the library runs on "cpu" unless told): CUDA when present
-DEVICE_DEFAULT = "auto"
+DEVICE_DEFAULT = defaults.DEVICE
 
 
 def option_text(values: tuple[float, ...]) -> str:
@@ -125,14 +125,23 @@ Quiet = Annotated[
 ]
 
 _A = "Analysis"
+#: every eps_low,eps_high option takes one value for both, as PPO's single epsilon
+_ONE_VALUE = "one value sets both"
 Clip = Annotated[
-    str, typer.Option("--clip", help="Token PPO clip eps_low,eps_high.", rich_help_panel=_A)
+    str,
+    typer.Option(
+        "--clip",
+        help="Token PPO clip eps_low,eps_high: ratios clipped to [1 - eps_low, 1 + eps_high]; "
+        f"{_ONE_VALUE} (PPO's single epsilon: 0.2 is [0.8, 1.2]).",
+        rich_help_panel=_A,
+    ),
 ]
 SeqClip = Annotated[
     str,
     typer.Option(
         "--seq-clip",
-        help="Clip eps_low,eps_high for the sequence and Kalman variants (GSPO/KPO).",
+        help="Clip eps_low,eps_high for the sequence and Kalman variants (GSPO/KPO); "
+        f"{_ONE_VALUE}.",
         rich_help_panel=_A,
     ),
 ]
@@ -145,13 +154,13 @@ OnBand = Annotated[
     typer.Option(
         "--on-band",
         help="On-policy band eps_low,eps_high around r = 1 of the Kalman-filtered ratio "
-        "(KPO App. C.1).",
+        f"(KPO App. C.1); {_ONE_VALUE}.",
         rich_help_panel=_A,
     ),
 ]
 _RAW_BAND = (
     "'exact' = r = 1 up to float32 rounding (2^-24 each side; KPO App. C.1), "
-    "0 = z == 0 bitwise, or eps_low,eps_high."
+    f"0 = z == 0 bitwise, or eps_low,eps_high ({_ONE_VALUE})."
 )
 TokenOnBand = Annotated[
     str,
@@ -238,6 +247,17 @@ DeltaSweep = Annotated[
         "--delta-sweep", help="QUATRO radii to compare (comma-separated).", rich_help_panel=_O
     ),
 ]
+MaxLength = Annotated[
+    int | None,
+    typer.Option(
+        "--max-length",
+        min=1,
+        help="The trainer's response length limit in tokens, for the share of responses "
+        "at the limit (vitals). Default: each file's padded width, with a note.",
+        rich_help_panel=_A,
+        show_default=False,
+    ),
+]
 ChunkElements = Annotated[
     int,
     typer.Option(
@@ -306,6 +326,36 @@ CorrectThreshold = Annotated[
         "training logs; samples files then allow only true/false and 0/1).",
     ),
 ]
+DumpCorrectField = Annotated[
+    str | None,
+    typer.Option(
+        "--correct-field",
+        help="The key that decides which sequences are correct: a key of the file (one "
+        "reward function's column, an accuracy) or 'rewards' (default: the file's "
+        "'correct', else rewards > 0). E.g. --correct-field accuracy_reward.",
+        rich_help_panel="Input",
+    ),
+]
+DumpCorrectThreshold = Annotated[
+    float | None,
+    typer.Option(
+        "--correct-threshold",
+        help="A sequence is correct when that key's value is >= this (default 0.5 with "
+        "--correct-field; alone, it applies to the rewards). E.g. --correct-threshold 1.",
+        rich_help_panel="Input",
+    ),
+]
+Trainer = Annotated[
+    str,
+    typer.Option(
+        "--trainer",
+        help="Whose settings give the defaults (clip band, group size, length limit): "
+        "auto = those the capture recorded in the files; trl, verl or openrlhf = recorded, "
+        "else that framework's documented defaults; none = ratioscope's. An option you "
+        "give always wins. E.g. --trainer trl.",
+        rich_help_panel="Input",
+    ),
+]
 MethodField = Annotated[
     str,
     typer.Option(
@@ -372,6 +422,7 @@ PARAMETER_OPTIONS = {
     "fpa_threshold": "--fpa-threshold",
     "delta": "--delta",
     "deltas": "--delta-sweep",
+    "max_length": "--max-length",
     # plot ratios
     "sequence": "--sequence",
     # timeline
@@ -408,6 +459,9 @@ PARAMETER_OPTIONS = {
     "format": "--format",
     "mapping": "--map",
     "group_size": "--group-size",
+    "correct_field": "--correct-field",
+    "correct_threshold": "--correct-threshold",
+    "trainer": "--trainer",
     "device": "--device",
     "qvs": "--qv",
 }
@@ -419,22 +473,34 @@ def load_options(
     nonfinite: str,
     unsafe_pickle: bool,
     group_size: int | None = None,
+    correct_field: str | None = None,
+    correct_threshold: float | None = None,
+    trainer: str = "auto",
 ):
     from ratioscope.errors import UsageError
-    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.io.loaders import LoadOptions, correct_rule
     from ratioscope.io.profiles import FORMAT_CHOICES
+    from ratioscope.trainer_settings import TRAINER_CHOICES
+
+    if trainer not in TRAINER_CHOICES:
+        raise UsageError(f"--trainer must be one of {', '.join(TRAINER_CHOICES)}, got '{trainer}'")
 
     if format not in FORMAT_CHOICES:
         raise UsageError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, got '{format}'")
     if nonfinite not in ("error", "mask"):
         raise UsageError(f"--nonfinite must be 'error' or 'mask', got '{nonfinite}'")
-    return LoadOptions(
+    options = LoadOptions(
         format=format,
         mapping=parse_mapping(mapping),
         nonfinite=nonfinite,
         unsafe_pickle=unsafe_pickle,
         group_size=group_size,
+        correct_field=correct_field,
+        correct_threshold=correct_threshold,
+        trainer=trainer,
     )
+    correct_rule(correct_field, correct_threshold)  # a bad threshold fails before any read
+    return options
 
 
 def analysis_params(**options: Any):
@@ -472,6 +538,22 @@ def command_analysis_params(ctx: typer.Context):
     names = {f.name for f in fields(AnalysisParams)}
     options = {_FIELD_OF_PARAMETER.get(key, key): value for key, value in ctx.params.items()}
     return analysis_params(**{key: value for key, value in options.items() if key in names})
+
+
+def given_analysis_params(ctx: typer.Context) -> list[str]:
+    """The AnalysisParams fields the user set on the command line (they win over the
+    trainer's recorded settings)."""
+    from dataclasses import fields
+
+    from ratioscope.cli._common import given
+    from ratioscope.params import AnalysisParams
+
+    names = {f.name for f in fields(AnalysisParams)}
+    return [
+        _FIELD_OF_PARAMETER.get(key, key)
+        for key in ctx.params
+        if _FIELD_OF_PARAMETER.get(key, key) in names and given(ctx, key)
+    ]
 
 
 # the health verdict (ratioscope.verdict): thresholds from a TOML file, the verdict as JSON

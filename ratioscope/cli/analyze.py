@@ -19,6 +19,8 @@ from ratioscope.cli._options import (
     Delta,
     DeltaSweep,
     Device,
+    DumpCorrectField,
+    DumpCorrectThreshold,
     Format,
     FpaLambda,
     FpaLambdaSweep,
@@ -32,6 +34,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLength,
     NonFinite,
     OnBand,
     Paths,
@@ -41,19 +44,21 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     VerdictJson,
     Window,
     band_text,
     option_text,
 )
+from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 
 Sections = Annotated[
     str | None,
     typer.Option(
         "--sections",
         help="Only these sections, comma-separated: ratios, mismatch, covariance, "
-        "future_policy, tepo, trust_region, staleness (default: all).",
+        "future_policy, tepo, trust_region, staleness, vitals (default: all).",
         rich_help_panel="Run",
     ),
 ]
@@ -76,6 +81,9 @@ def analyze(
     nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
     group_size: GroupSize = None,
+    correct_field: DumpCorrectField = None,
+    correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -95,15 +103,20 @@ def analyze(
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     sections: Sections = None,
     thresholds: ThresholdsFile = None,
     verdict_json: VerdictJson = None,
+    workers: Workers = 1,
+    ray: RayAddress = None,
     quiet: Quiet = False,
 ) -> None:
     """Diagnose importance ratios in one or more dumps (files are streamed one by one).
 
     Example: ratioscope analyze sample_data/verl/ --json report.json --parquet seqs.parquet
+
+    Example: ratioscope analyze 'dump/step_*' --ray auto --json report.json
     """
     import ratioscope
     from ratioscope.cli._common import (
@@ -114,8 +127,14 @@ def analyze(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
+    from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
+    from ratioscope.parallel import analyze_in_tasks
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.render.verdict import show_verdict
     from ratioscope.verdict import Thresholds, load_thresholds, verdict
@@ -125,18 +144,40 @@ def analyze(
     # read before the analysis: a malformed thresholds file fails in a second, not after it
     limits = Thresholds() if thresholds is None else load_thresholds(thresholds)
     check_suffix(parquet_out, ".parquet", "--parquet")
+    check_suffix(json_out, ".json", "--json")
+    check_suffix(verdict_json, ".json", "--verdict-json")
     params = command_analysis_params(ctx)
-    with progress_bar(not quiet) as progress:
-        report = ratioscope.analyze(
-            paths,
-            params=params,
-            load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
-            device=device,
-            chunk_elements=chunk_elements,
-            per_sequence=parquet_out is not None,
-            progress=progress,
-            sections=sections.split(",") if sections else None,
+    runner = runner_of(workers, ray)
+    if runner.parallel and parquet_out is not None:
+        raise UsageError(
+            "--parquet needs every sequence's row, which --workers/--ray do not bring back; "
+            "write it without them"
         )
+    options = load_options(
+        format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold,
+        trainer,
+    )  # fmt: skip
+    fixed = given_analysis_params(ctx)
+    chosen = sections.split(",") if sections else None
+    with progress_bar(not quiet) as progress:
+        if runner.parallel:
+            report = analyze_in_tasks(
+                paths, runner, params=params, load_options=options, device=device,
+                chunk_elements=chunk_elements, sections=chosen, progress=progress,
+                fixed_params=fixed,
+            )  # fmt: skip
+        else:
+            report = ratioscope.analyze(
+                paths,
+                params=params,
+                load_options=options,
+                device=device,
+                chunk_elements=chunk_elements,
+                per_sequence=parquet_out is not None,
+                progress=progress,
+                sections=chosen,
+                fixed_params=fixed,
+            )
     health = verdict(report, limits)
     show_verdict(stdout_console(), health)
     show_report(report, stdout_console())

@@ -72,7 +72,7 @@ def plot_compare(
     rel: Rel = DEFAULT_REL,
     quiet: Quiet = False,
 ) -> None:
-    """The figure of ``compare``: two timelines as small multiples (A and B over steps,
+    """The figure of ratioscope compare: two timelines as small multiples (A and B over steps,
     diverging steps in red), two reports or dumps as bars of (B - A)/|A| per headline.
 
     Example: ratioscope plot compare run_a/report.json run_b/report.json --out diff.png

@@ -71,6 +71,7 @@ def eval_passk(
     from ratioscope.cli._common import (
         announce_written,
         check_output_paths,
+        check_suffix,
         parse_ints,
         progress_bar,
         stderr_console,
@@ -81,6 +82,7 @@ def eval_passk(
     from ratioscope.render.eval_tables import show_eval, show_warnings
 
     check_output_paths(samples, [json_out])
+    check_suffix(json_out, ".json", "--json")
     ks = parse_ints(k, "--k") if k else None
     sample_set = load_samples(samples, sample_fields(ctx, allow_empty))
     with progress_bar(not quiet) as progress:

@@ -81,6 +81,7 @@ def eval_ucc(
 
     check_output_paths(samples, [json_out, per_problem])
     check_suffix(per_problem, ".parquet", "--per-problem")
+    check_suffix(json_out, ".json", "--json")
     check_clustering_options(threshold, linkage, max_pairs)
     ks = parse_ints(k, "--k") if k else None
     sample_set = load_samples(samples, sample_fields(ctx, allow_empty))

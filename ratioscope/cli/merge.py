@@ -9,7 +9,12 @@ import typer
 
 Reports = Annotated[list[Path], typer.Argument(help="Analyze report JSON files of one run.")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Merged report JSON to write.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the merged tables.")]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Do not print the merged tables (the verdict still prints)."
+    ),
+]
 
 
 def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
@@ -17,7 +22,8 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
 
     Counts, means and variances merge exactly; quantiles come from the shared fixed
     histograms (relative error <= 1.16 %). Reports made with different parameters or
-    schema versions are refused.
+    schema versions are refused. The health verdict of the merged report opens the output,
+    as in analyze.
 
     Example: ratioscope merge shard_*.json --out run.json
     """
@@ -31,6 +37,7 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
     )
     from ratioscope.io.paths import REPORT_SUFFIX
     from ratioscope.render.terminal import show_report, show_warnings
+    from ratioscope.render.verdict import show_verdict
     from ratioscope.report_io import read_json_report
 
     check_output_paths(list(reports), [out])
@@ -40,6 +47,7 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
     merged = merge_reports(documents, names=[str(path) for path in reports])
     merged.write_json(out)
     announce_written([out], quiet)
+    show_verdict(stdout_console(), merged.verdict())
     if not quiet:
         show_report(merged, stdout_console())
         show_warnings(merged, stderr_console())

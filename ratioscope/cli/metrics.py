@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+# the catalog imports nothing heavy: --section's choices come from it, so a section added
+# to the catalog is listed here too
+from ratioscope.metrics_catalog import catalog_sections
+
 if TYPE_CHECKING:
     from ratioscope.metrics_catalog import Metric
 
@@ -31,8 +35,7 @@ Section = Annotated[
     str | None,
     typer.Option(
         "--section",
-        help="Keep the keys of one section: inputs, params, ratios, mismatch, covariance, "
-        "future_policy, tepo or trust_region.",
+        help="Keep the keys of one section: " + ", ".join(catalog_sections()) + ".",
         show_default=False,
     ),
 ]

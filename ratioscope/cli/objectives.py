@@ -10,6 +10,8 @@ import typer
 from ratioscope.cli._options import (
     FORMAT_DEFAULT,
     NONFINITE_DEFAULT,
+    DumpCorrectField,
+    DumpCorrectThreshold,
     Format,
     GroupSize,
     Mapping,
@@ -85,6 +87,8 @@ def objectives(
     nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
     group_size: GroupSize = None,
+    correct_field: DumpCorrectField = None,
+    correct_threshold: DumpCorrectThreshold = None,
     quiet: Quiet = False,
 ) -> None:
     """What GRPO, DAPO, GSPO, GMPO, CISPO, SAPO, KPO, CW-GRPO, TEPO, QUATRO, FPA and the
@@ -122,7 +126,15 @@ def objectives(
             paths,
             methods=methods,
             settings=overrides,
-            load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
+            load_options=load_options(
+                format,
+                mapping,
+                nonfinite,
+                unsafe_pickle,
+                group_size,
+                correct_field,
+                correct_threshold,
+            ),
             batch_rows=batch_rows,
             progress=progress,
         )

@@ -148,7 +148,7 @@ def similarity(
     Responses are ordered by cluster (red squares), one panel per method on shared axes,
     like QUATRO Fig. III.
 
-    Example: ratioscope plot similarity samples.jsonl --problem 17 --out sim17.png
+    Example: ratioscope plot similarity sample_data/samples.jsonl --problem 075%5 --out sim.png
     """
     from ratioscope.cli._common import announce_written, check_output_paths
     from ratioscope.evaluation.evaluate import check_clustering_options

@@ -19,6 +19,8 @@ from ratioscope.cli._options import (
     Delta,
     DeltaSweep,
     Device,
+    DumpCorrectField,
+    DumpCorrectThreshold,
     Format,
     FpaLambda,
     FpaLambdaSweep,
@@ -31,6 +33,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLength,
     NonFinite,
     OnBand,
     Quiet,
@@ -39,6 +42,7 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     Window,
     band_text,
@@ -134,6 +138,9 @@ def report(
     nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
     group_size: GroupSize = None,
+    correct_field: DumpCorrectField = None,
+    correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -153,6 +160,7 @@ def report(
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     quiet: Quiet = False,
 ) -> None:
@@ -168,7 +176,11 @@ def report(
     Example: ratioscope report sample_data/verl_steps/ --out report.html
     """
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
     from ratioscope.drilldown import DEFAULT_METHODS
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
@@ -190,7 +202,17 @@ def report(
             paths,
             baseline=baseline or None,
             params=command_analysis_params(ctx),
-            load_options=load_options(format, mapping, nonfinite, unsafe_pickle, group_size),
+            load_options=load_options(
+                format,
+                mapping,
+                nonfinite,
+                unsafe_pickle,
+                group_size,
+                correct_field,
+                correct_threshold,
+                trainer,
+            ),
+            fixed_params=given_analysis_params(ctx),
             device=device,
             chunk_elements=chunk_elements,
             step_from=step_from,

@@ -58,6 +58,7 @@ def sweep(
     from ratioscope.cli._common import (
         announce_written,
         check_output_paths,
+        check_suffix,
         parse_floats,
         progress_bar,
         stderr_console,
@@ -69,6 +70,7 @@ def sweep(
     from ratioscope.sweep import sweep as run_sweep
 
     check_output_paths(expand_paths(paths), [json_out])
+    check_suffix(json_out, ".json", "--json")
     params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
         result = run_sweep(

@@ -19,6 +19,8 @@ from ratioscope.cli._options import (
     Delta,
     DeltaSweep,
     Device,
+    DumpCorrectField,
+    DumpCorrectThreshold,
     FigureOut,
     Format,
     FpaLambda,
@@ -32,6 +34,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLength,
     NonFinite,
     OnBand,
     Quiet,
@@ -40,11 +43,13 @@ from ratioscope.cli._options import (
     Space,
     ThresholdsFile,
     TokenOnBand,
+    Trainer,
     UnsafePickle,
     Window,
     band_text,
     option_text,
 )
+from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 
 TimelinePaths = Annotated[
     list[str],
@@ -77,6 +82,7 @@ ReportsDir = Annotated[
     Path | None,
     typer.Option(
         "--reports-dir",
+        metavar="DIR",
         help="Write each step's analyze report there (step_NNNNNN.json, for merge).",
         rich_help_panel="Output",
     ),
@@ -107,6 +113,35 @@ HtmlTokenizer = Annotated[
         rich_help_panel="Output",
     ),
 ]
+TensorBoardDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--tensorboard",
+        help="Also write each step's headline quantities as TensorBoard scalars "
+        "(ratioscope/<key>) to this log directory. Needs ratioscope[trackers].",
+        rich_help_panel="Trackers",
+    ),
+]
+MlflowUri = Annotated[
+    str | None,
+    typer.Option(
+        "--mlflow",
+        help="Also log them to a new run of this MLflow tracking store: a directory "
+        "(file store), file:, sqlite:/// or http(s):// URI; experiment "
+        "$MLFLOW_EXPERIMENT_NAME or 'ratioscope'. Needs ratioscope[trackers].",
+        rich_help_panel="Trackers",
+    ),
+]
+WandbRun = Annotated[
+    bool,
+    typer.Option(
+        "--wandb",
+        help="Also log them to a W&B run, offline unless $WANDB_MODE says otherwise "
+        "(files under $WANDB_DIR or ./wandb; upload later with 'wandb sync'); project "
+        "$WANDB_PROJECT or 'ratioscope'. Needs ratioscope[trackers].",
+        rich_help_panel="Trackers",
+    ),
+]
 Columns = Annotated[
     str | None,
     typer.Option(
@@ -129,12 +164,20 @@ def timeline(
     columns: Columns = None,
     objectives: WithObjectives = False,
     thresholds: ThresholdsFile = None,
+    tensorboard: TensorBoardDir = None,
+    mlflow: MlflowUri = None,
+    wandb: WandbRun = False,
+    workers: Workers = 1,
+    ray: RayAddress = None,
     device: Device = DEVICE_DEFAULT,
     format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
     nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
     group_size: GroupSize = None,
+    correct_field: DumpCorrectField = None,
+    correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     clip: Clip = option_text(DEFAULTS.clip),
     seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
@@ -154,6 +197,7 @@ def timeline(
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     quiet: Quiet = False,
 ) -> None:
@@ -164,6 +208,10 @@ def timeline(
     step are analysed together; analysis options apply to every step.
 
     Example: ratioscope timeline sample_data/verl/ --json timeline.json
+
+    Example: ratioscope timeline run/ --tensorboard runs/ratioscope --mlflow mlruns --wandb
+
+    Example: ratioscope timeline 'dump/step_*' --ray auto --json timeline.json
     """
     import ratioscope
     from ratioscope.cli._common import (
@@ -173,13 +221,20 @@ def timeline(
         progress_bar,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.timeline import show_timeline
     from ratioscope.render.verdict import show_verdict
     from ratioscope.steps import compile_step_from
+    from ratioscope.trackers import log_timeline, open_trackers, require_trackers
     from ratioscope.verdict import load_thresholds
 
+    require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
+    runner = runner_of(workers, ray)
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
     check_output_paths(inputs, [json_out, parquet_out, html_out])
     check_suffix(json_out, ".json", "--json")
@@ -199,11 +254,21 @@ def timeline(
     limits = None if thresholds is None else load_thresholds(thresholds)
     params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
-        load = load_options(format, mapping, nonfinite, unsafe_pickle, group_size)
+        load = load_options(
+            format,
+            mapping,
+            nonfinite,
+            unsafe_pickle,
+            group_size,
+            correct_field,
+            correct_threshold,
+            trainer,
+        )
         result = ratioscope.timeline(
             paths,
             params=params,
             load_options=load,
+            fixed_params=given_analysis_params(ctx),
             device=device,
             chunk_elements=chunk_elements,
             step_from=step_from,
@@ -211,6 +276,7 @@ def timeline(
             thresholds=limits,
             objectives=objectives,
             progress=progress,
+            runner=runner,
         )
         html_report = None
         if html_out is not None:
@@ -229,7 +295,8 @@ def timeline(
         result.write_parquet(parquet_out)
     if html_report is not None and html_out is not None:
         html_report.write_html(html_out)
-    announce_written([json_out, parquet_out, html_out, reports_dir], quiet)
+    log_timeline(result, open_trackers(tensorboard=tensorboard, mlflow=mlflow, wandb=wandb))
+    announce_written([json_out, parquet_out, html_out, reports_dir, tensorboard], quiet)
 
 
 PlotInputs = Annotated[

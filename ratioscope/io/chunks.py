@@ -28,7 +28,6 @@ import io
 import json
 import math
 import pickle
-import struct
 import zipfile
 from abc import ABC, abstractmethod
 from array import array
@@ -41,7 +40,9 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import CorruptFileError, JsonLineError
-from ratioscope.io.raw import RawDump
+from ratioscope.io.jsontext import loads
+from ratioscope.io.limits import not_a_zip, npz_layouts
+from ratioscope.io.raw import RawDump, check_bool_bytes
 
 #: safetensors dtype names -> torch dtypes
 _SAFETENSORS_DTYPES = {
@@ -80,9 +81,16 @@ class ChunkSource(ABC):
         """Get ready to read the file keys ``keys`` (canonical -> key); False when they do
         not come in rows that can be read apart (the whole file must be read instead)."""
 
-    @abstractmethod
     def read(self, start: int, stop: int) -> dict[str, Any]:
-        """The bound keys' values for rows ``[start, stop)``, as :class:`RawDump` columns."""
+        """The bound keys' values for rows ``[start, stop)``, as :class:`RawDump` columns,
+        their bool tensors checked (:func:`ratioscope.io.raw.check_bool_bytes`)."""
+        columns = self.read_rows(start, stop)
+        check_bool_bytes(self.path, columns)
+        return columns
+
+    @abstractmethod
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
+        """The bound keys' values for rows ``[start, stop)``, as the file holds them."""
 
     def width(self) -> int | None:
         """The longest row of the bound ragged keys; None when no bound key is ragged."""
@@ -138,7 +146,7 @@ class SafetensorsSource(ChunkSource):
             self.mapped = _mapped_safetensors(self.path, big)
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         columns: dict[str, Any] = {}
         for key in self.keys.values():
             if key in self.mapped:
@@ -166,43 +174,21 @@ def _itemsize(dtype: torch.dtype) -> int:
 def _safetensors_header(
     path: Path, handle: IO[bytes]
 ) -> tuple[dict[str, tuple[torch.dtype, list[int], int]], int]:
-    """key -> (dtype, shape, data offset), and where the data starts; every tensor is
-    checked to lie inside the file, so that a truncated file fails before any analysis."""
-    size = path.stat().st_size
+    """key -> (dtype, shape, data offset), and where the data starts, checked as the
+    whole read checks them (:func:`ratioscope.io.limits.safetensors_header`)."""
+    from ratioscope.io.limits import safetensors_header
 
-    def corrupt(problem: str) -> CorruptFileError:
-        return CorruptFileError(path, f"not a readable safetensors file ({problem})")
-
-    head = handle.read(8)
-    if len(head) != 8:
-        raise corrupt("shorter than its 8-byte header size")
-    (length,) = struct.unpack("<Q", head)
-    if length > size - 8:
-        raise corrupt(f"a header of {length} bytes in a file of {size} bytes")
-    try:
-        header = json.loads(handle.read(length))
-    except (ValueError, UnicodeDecodeError):
-        raise corrupt("the header is not valid JSON") from None
-    if not isinstance(header, dict):
-        raise corrupt("the header is not a JSON object")
-    base = 8 + length
+    header, base = safetensors_header(path, handle)
     entries: dict[str, tuple[torch.dtype, list[int], int]] = {}
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
-            shape = [int(n) for n in entry["shape"]]
-            begin, end = (int(n) for n in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise corrupt(f"tensor '{key}' has a dtype this reader does not stream") from None
-        if end - begin != math.prod(shape) * _itemsize(dtype):
-            raise corrupt(f"tensor '{key}' has {end - begin} bytes for shape {shape}")
-        if base + end > size:
-            raise corrupt(
-                f"truncated: tensor '{key}' ends at byte {base + end} of a file of {size} bytes"
+    for key, (name, shape, begin) in header.items():
+        dtype = _SAFETENSORS_DTYPES.get(name)
+        if dtype is None:
+            raise CorruptFileError(
+                path,
+                f"not a readable safetensors file (tensor '{key}' has a dtype this reader "
+                "does not stream)",
             )
-        entries[key] = (dtype, shape, begin)
+        entries[key] = (dtype, list(shape), begin)
     return entries, base
 
 
@@ -265,7 +251,7 @@ class RawDumpSource(ChunkSource):
         self._tensors = tensors
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         columns: dict[str, Any] = {}
         for key in self.keys.values():
             value = self.raw.columns[key]
@@ -320,8 +306,12 @@ class NpzSource(ChunkSource):
                 for name in self.archive.namelist()
                 if name.endswith(".npy")
             }
-            self.layouts = {key: self._layout(name) for key, name in self.members.items()}
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
+            self.layouts = npz_layouts(path, self.archive)
+        except CorruptFileError:
+            raise
+        except zipfile.BadZipFile:
+            raise not_a_zip(path) from None
+        except (OSError, ValueError, EOFError) as error:
             raise CorruptFileError(path, f"not a readable .npz archive ({error})") from None
         header = RawDump(columns={}, file_format="npz")
         for key, (shape, _, dtype) in self.layouts.items():
@@ -333,17 +323,6 @@ class NpzSource(ChunkSource):
         self.keys: dict[str, str] = {}
         self.streams: dict[str, tuple[IO[bytes], int]] = {}
         self.labels: dict[str, list[str]] = {}
-
-    def _layout(self, name: str) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
-        with self.archive.open(name) as member:
-            version = np.lib.format.read_magic(member)
-            reader = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = reader(member)
-        return tuple(shape), bool(fortran), np.dtype(dtype)
 
     def bind(self, keys: Mapping[str, str]) -> bool:
         if any(dtype.hasobject for _, _, dtype in self.layouts.values()):
@@ -369,7 +348,7 @@ class NpzSource(ChunkSource):
         self.keys = wanted
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         columns: dict[str, Any] = {}
         for key in self.keys.values():
             if key in self.labels:
@@ -383,7 +362,8 @@ class NpzSource(ChunkSource):
                 raise CorruptFileError(self.path, f"array '{key}' ends before its last row")
             self.streams[key] = (stream, stop)
             values = np.frombuffer(data, dtype=dtype).reshape((stop - start, *shape[1:]))
-            columns[key] = torch.from_numpy(values.copy())
+            # a big-endian member is read in the machine's order, as the whole read does
+            columns[key] = torch.from_numpy(values.astype(dtype.newbyteorder("="), copy=True))
         return columns
 
     def _stream_at(self, key: str, row: int, row_bytes: int) -> IO[bytes]:
@@ -465,7 +445,7 @@ class ParquetSource(ChunkSource):
         self.keys = wanted
         return True
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         import polars as pl
 
         from ratioscope.io.readers import _add_series
@@ -556,7 +536,7 @@ class JsonLinesSource(ChunkSource):
         self.keys = {c: k for c, k in keys.items() if k in self.header.columns}
         return "mask" in self.keys
 
-    def read(self, start: int, stop: int) -> dict[str, Any]:
+    def read_rows(self, start: int, stop: int) -> dict[str, Any]:
         """The rows' columns, parsed and converted ``JSON_LINES_AT_ONCE`` lines at a time:
         a parsed line holds a Python float (about 32 bytes) for each value, several times
         its tensors, so a whole range parsed at once held about 130 MB for 512 lines of
@@ -618,9 +598,11 @@ def _parse_line(path: Path, number: int, line: bytes) -> dict[str, Any] | None:
     if not text.strip():
         return None
     try:
-        record = json.loads(text)
+        record = loads(text)
     except json.JSONDecodeError as error:
-        raise JsonLineError(path, number, f"not valid JSON ({error.msg})") from None
+        raise JsonLineError(
+            path, number, f"not valid JSON ({error.msg} at column {error.colno})"
+        ) from None
     if not isinstance(record, dict):
         raise JsonLineError(path, number, "expected a JSON object (one sequence)")
     return record

@@ -8,7 +8,6 @@ with memory bounded by the largest file.
 from __future__ import annotations
 
 import glob
-import json
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from ratioscope.errors import (
     SkippedFileError,
     UnreadablePathError,
 )
+from ratioscope.io.jsontext import loads
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
 
@@ -52,6 +52,15 @@ class LoadOptions:
             straight from the file (:mod:`ratioscope.io.streaming`); None reads
             ``RATIOSCOPE_STREAM_BYTES`` from the environment, else 128 MiB. The numbers do
             not depend on it, only the memory does.
+        correct_field: the key whose value decides ``correct`` (a file key, e.g. one
+            reward function's column, or ``"rewards"``); None: the file's own ``correct``
+            where it has one, else ``rewards > 0``.
+        correct_threshold: a sequence is correct when that value is >= this (default
+            0.5 with ``correct_field``; alone, it applies to ``rewards``).
+        trainer: whose settings give the defaults of the analysis
+            (:mod:`ratioscope.trainer_settings`): "auto" those a capture recorded in the
+            files, "trl", "verl" or "openrlhf" those recorded or else that framework's
+            documented defaults, "none" neither.
     """
 
     format: str = defaults.FORMAT
@@ -60,6 +69,73 @@ class LoadOptions:
     unsafe_pickle: bool = False
     group_size: int | None = None
     stream_bytes: int | None = None
+    correct_field: str | None = None
+    correct_threshold: float | None = None
+    trainer: str = "auto"
+
+    def correct_rule(self) -> tuple[str, float] | None:
+        """(field, threshold) of the user's correctness rule, or None for the default
+        (the file's ``correct``, else ``rewards > 0``).
+
+        Raises:
+            ParameterError: the threshold is not a finite number, or the field is empty.
+        """
+        return correct_rule(self.correct_field, self.correct_threshold)
+
+
+#: the threshold of ``correct_field`` when none is given (as for training logs in eval-*)
+DEFAULT_CORRECT_THRESHOLD = 0.5
+
+
+def correct_rule(field: str | None, threshold: float | None) -> tuple[str, float] | None:
+    """See :meth:`LoadOptions.correct_rule`."""
+    import math
+
+    if field is None and threshold is None:
+        return None
+    if threshold is not None and not math.isfinite(threshold):
+        raise ParameterError("correct_threshold", f"must be a finite number, got {threshold}")
+    if field is not None and not field.strip():
+        raise ParameterError("correct_field", "must name a key, got an empty string")
+    return (field or "rewards", DEFAULT_CORRECT_THRESHOLD if threshold is None else threshold)
+
+
+def correct_rule_text(field: str | None, threshold: float | None) -> str:
+    """How ``correct`` was decided, in words, for reports (from ``params.load``)."""
+    rule = correct_rule(field, threshold)
+    if rule is None:
+        return "the file's 'correct' where it has one, else rewards > 0 (default)"
+    return f"{rule[0]} >= {rule[1]:g}"
+
+
+def bind_correct_field(
+    path: Path,
+    profile: Profile,
+    keys: Sequence[str],
+    key_map: dict[str, str],
+    options: LoadOptions,
+) -> dict[str, str]:
+    """``key_map`` with ``correct`` read from the key of the user's correctness rule.
+
+    Raises:
+        ParameterError: the file has no such key (its keys listed).
+    """
+    rule = options.correct_rule()
+    if rule is None:
+        return key_map
+    name = rule[0]
+    if name in keys:
+        key = name
+    elif name in key_map and key_map[name] in keys:
+        key = key_map[name]  # a canonical name: "rewards" is verl's token_level_scores
+    else:
+        raise ParameterError(
+            "correct_field",
+            f"names '{name}', which this {profile.name} file does not hold; its keys are "
+            + ", ".join(sorted(keys)),
+            path=path,
+        )
+    return {**key_map, "correct": key}
 
 
 def _natural_key(path: Path) -> list[Any]:
@@ -148,7 +224,10 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     if profile.native:
         raw = import_module(f"ratioscope.io.frameworks.{profile.native}").prepare(path, raw)
     key_map = resolve_keys(profile, raw.columns, options.mapping)
-    canonical = _canonical_columns(path, raw, profile, key_map)
+    key_map = bind_correct_field(path, profile, list(raw.columns), key_map, options)
+    factors = apply_mask_factors(path, raw, profile, key_map)
+    rule = options.correct_rule()
+    canonical = _canonical_columns(path, raw, profile, key_map, correct_threshold=rule and rule[1])
     if options.group_size and not profile.consecutive_rows:
         raise ParameterError(
             "group_size",
@@ -163,7 +242,7 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
         canonical["group"] = _consecutive_groups(
             path, canonical["mask"].shape[0], options.group_size
         )
-    used = set(key_map.values())
+    used = set(key_map.values()) | set(factors)
     ignored = sorted(k for k in raw.columns if k not in used)
     batch = TokenBatch.from_tensors(
         canonical,
@@ -340,7 +419,7 @@ def refuse_json(path: Path) -> None:
         return
     try:
         with path.open(encoding="utf-8") as handle:
-            document = json.load(handle)
+            document = loads(handle.read())
     except (OSError, UnicodeDecodeError, ValueError):
         document = None
     keys = set(document) if isinstance(document, dict) else set()
@@ -400,15 +479,56 @@ def _refuse_text_log(path: Path, raw: RawDump) -> None:
     )
 
 
+def apply_mask_factors(
+    path: Path, raw: RawDump, profile: Profile, key_map: Mapping[str, str]
+) -> list[str]:
+    """Multiply the file's mask column by the profile's ``mask_factors`` it holds (TRL's
+    ``tool_mask``), in place; returns the keys applied.
+
+    Raises:
+        ShapeMismatchError: a factor is not shaped like the mask.
+    """
+    mask_key = key_map.get("mask")
+    if mask_key is None or mask_key not in raw.columns:
+        return []
+    applied = []
+    for key in profile.mask_factors:
+        if key not in raw.columns or key == mask_key:
+            continue
+        mask, factor = raw.columns[mask_key], raw.columns[key]
+        if isinstance(mask, Tensor) and isinstance(factor, Tensor):
+            if factor.shape != mask.shape:
+                raise ShapeMismatchError(
+                    path, key, factor.shape, mask_key, mask.shape, "the shape of the mask"
+                )
+            raw.columns[mask_key] = (mask != 0) & (factor != 0)
+        elif isinstance(mask, list) and isinstance(factor, list) and len(mask) == len(factor):
+            rows = []
+            for row, (m, f) in enumerate(zip(mask, factor, strict=True)):
+                if m.shape != f.shape:
+                    raise ShapeMismatchError(
+                        path, f"{key}[{row}]", f.shape, f"{mask_key}[{row}]", m.shape,
+                        "the shape of the mask",
+                    )  # fmt: skip
+                rows.append((m != 0) & (f != 0))
+            raw.columns[mask_key] = rows
+        else:
+            raise InputError(path, f"'{key}' must be stored like '{mask_key}' (per token)")
+        applied.append(key)
+    return applied
+
+
 def _canonical_columns(
     path: Path,
     raw: RawDump,
     profile: Profile,
     key_map: Mapping[str, str],
     width: int | None = None,
+    correct_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Canonical name -> tensor: ragged columns padded (to ``width``, default the longest
-    row), per-token rewards reduced."""
+    row), per-token rewards reduced; with ``correct_threshold``, ``correct`` is the
+    (reduced) value of its key >= the threshold."""
     columns = {c: raw.columns[key] for c, key in key_map.items() if key in raw.columns}
     ragged = {c for c, key in key_map.items() if key in raw.ragged and c in columns}
     present = None
@@ -420,6 +540,10 @@ def _canonical_columns(
         if isinstance(value, Tensor) and value.dim() == 2 and isinstance(mask, Tensor):
             how = profile.reducers.get(canonical, "sum")
             columns[canonical] = _reduce_per_token(value, _as_bool(mask), how)
+    if correct_threshold is not None and "correct" in columns:
+        columns["correct"] = _thresholded(
+            path, key_map["correct"], columns["correct"], correct_threshold
+        )
     if present is not None and isinstance(mask, Tensor):
         columns["mask"] = mask.to(torch.bool) & present if _is_bool_like(mask) else mask
     return columns
@@ -484,6 +608,13 @@ def _pad_ragged(
     if not isinstance(out.get("mask"), Tensor):
         raise InputError(path, "the mask must be stored per token like the other columns")
     return out, present
+
+
+def _thresholded(path: Path, key: str, value: Any, threshold: float) -> Tensor:
+    """[B] bool: ``value`` >= ``threshold`` (NaN: not correct)."""
+    if not isinstance(value, Tensor) or value.dim() != 1:
+        raise InputError(path, f"'{key}' must hold one number per sequence to decide correctness")
+    return value.double() >= threshold
 
 
 def _consecutive_groups(path: Path, rows: int, size: int) -> Tensor:

@@ -55,3 +55,47 @@ def flag_given_a_value(
         if token == word and before in flags:
             return before
     return None
+
+
+def special_file_kind(path: str | Path) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a directory (a
+    FIFO, a socket, a device), else None. Reading a FIFO blocks until someone writes to
+    it, and a device can be endless, so no command reads one.
+
+    >>> special_file_kind("/dev/null"), special_file_kind("no/such/file")
+    ('a character device', None)
+    """
+    import stat
+
+    try:
+        mode = Path(path).stat().st_mode
+    except (OSError, ValueError):
+        return None
+    kinds = {
+        stat.S_ISFIFO: "a FIFO (named pipe)",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+    }
+    return next((what for test, what in kinds.items() if test(mode)), None)
+
+
+def refuse_special_files(words: Sequence[str]) -> None:
+    """Refuse the first word of a command line that names a FIFO, a socket or a device
+    (as an argument or an option's value, ``--opt=value`` too): ratioscope reads and
+    writes regular files, whole, and a special file would block or never end.
+
+    Raises:
+        UnreadablePathError: naming the path and what it is.
+    """
+    from ratioscope.errors import UnreadablePathError
+
+    for word in words:
+        value = word.split("=", 1)[1] if word.startswith("--") and "=" in word else word
+        if not value or value.startswith("-"):
+            continue
+        kind = special_file_kind(value)
+        if kind is not None:
+            raise UnreadablePathError(
+                value, f"is {kind}, not a regular file; ratioscope reads and writes regular files"
+            )

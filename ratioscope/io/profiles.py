@@ -33,6 +33,8 @@ class Profile:
             ``--group-size`` means something (TRL shuffles its loss inputs).
         shadowed: canonical names that this framework uses for something else (slime's
             group-normalised ``rewards``), never read as the canonical quantity.
+        mask_factors: keys that, when the file has them, multiply the mask (TRL's
+            ``tool_mask``: the loss is ``completion_mask * tool_mask``).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Profile:
     groups: str = ""
     consecutive_rows: bool = True
     shadowed: tuple[str, ...] = ()
+    mask_factors: tuple[str, ...] = ()
 
 
 CANONICAL = Profile(
@@ -94,6 +97,7 @@ TRL = Profile(
         "old_per_token_logps",
         "ref_per_token_logps",
         "completion_ids",
+        "tool_mask",
     ),
     description="TRL GRPOTrainer inputs",
     groups=(
@@ -102,6 +106,9 @@ TRL = Profile(
         "ratioscope.capture.trl to record prompt ids before the shuffle"
     ),
     consecutive_rows=False,
+    # trl/trainer/grpo_trainer.py, _compute_loss: mask = completion_mask * tool_mask when
+    # tools are used (0 on tool-output tokens, which the policy did not generate)
+    mask_factors=("tool_mask",),
 )
 
 PRIME_RL = Profile(

@@ -65,3 +65,41 @@ class RawDump:
     def passed_over(self) -> set[str]:
         """Keys of the file that are not in ``columns`` because a note set them aside."""
         return {note.key for note in self.notes if note.key is not None}
+
+
+def check_bool_bytes(path: Any, columns: dict[str, Any]) -> None:
+    """Refuse a bool tensor whose bytes are not all 0 or 1.
+
+    A file stores a bool as one byte, and safetensors, npz and torch take the bytes as
+    they are; torch and the compiled kernels count a byte of 2 or 255 as one, two or 255
+    "true"s depending on the operation, so such a mask makes row lengths disagree with
+    the rows and a kernel write past its buffers. Every reader's columns (whole files and
+    row ranges alike) pass here before anything else uses them.
+
+    Args:
+        path: the file, named in the message.
+        columns: key -> tensor, list of 1-D tensors (ragged rows) or labels.
+
+    Raises:
+        CorruptFileError: a bool tensor holds a byte other than 0 or 1.
+    """
+    import torch
+
+    from ratioscope.errors import CorruptFileError
+
+    for key, value in columns.items():
+        rows = value if isinstance(value, list) else [value]
+        for number, row in enumerate(rows):
+            if not isinstance(row, torch.Tensor) or row.dtype != torch.bool or not row.numel():
+                continue
+            data = row.view(torch.uint8)  # same item size: a view of any layout
+            bad = data > 1
+            if not bool(bad.any()):
+                continue
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            where = (number, *index) if isinstance(value, list) else index
+            raise CorruptFileError(
+                path,
+                f"bool tensor '{key}' holds the byte {int(data[index])} at index "
+                f"{list(where)}; a bool is stored as 0 or 1, so the file is corrupt",
+            )

@@ -30,7 +30,15 @@ from ratioscope.errors import (
     UnreadablePathError,
     UnsafePickleError,
 )
-from ratioscope.io.raw import Note, NoteKind, RawDump
+from ratioscope.io.jsontext import loads
+from ratioscope.io.limits import (
+    check_budget,
+    check_safetensors,
+    check_torch_zip,
+    check_view,
+    npz_layouts_of,
+)
+from ratioscope.io.raw import Note, NoteKind, RawDump, check_bool_bytes
 
 __all__ = ["SUFFIXES", "Note", "NoteKind", "RawDump", "file_format_of", "read_raw"]
 
@@ -71,15 +79,18 @@ def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
         "jsonl": lambda p, _u: _read_jsonl(p),
     }
     try:
-        return readers[kind](path, unsafe_pickle)
+        dump = readers[kind](path, unsafe_pickle)
     except PermissionError:
         raise UnreadablePathError(path, "permission denied") from None
     except IsADirectoryError:
         raise UnreadablePathError(path, "is a directory") from None
+    check_bool_bytes(path, dump.columns)
+    return dump
 
 
 # ----------------------------------------------------------------------------- torch
 def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
+    check_torch_zip(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -90,15 +101,52 @@ def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
             raise UnsafePickleError(path, detail) from None
         obj = _unsafe_torch_load(path)
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as error:
-        raise CorruptFileError(path, f"not a readable torch file ({_first_line(error)})") from None
+        raise CorruptFileError(path, _torch_load_problem(path, error)) from None
     return _from_object(path, obj, "pt")
+
+
+#: a zip archive starts with a local file header and ends with the end-of-central-directory
+#: record, within its last 22 + 65535 (comment) bytes
+_ZIP_START, _ZIP_END, _ZIP_TAIL = b"PK\x03\x04", b"PK\x05\x06", 22 + 65535
+
+
+def _zip_cut_short(tail: bytes, size: int) -> bool:
+    """Whether a zip archive whose last bytes are ``tail`` (of ``size`` bytes in all) lacks
+    a whole end record, or its end record places the central directory past the end."""
+    at = tail.rfind(_ZIP_END)
+    if at < 0 or len(tail) - at < 22:
+        return True
+    directory_size = int.from_bytes(tail[at + 12 : at + 16], "little")
+    directory_offset = int.from_bytes(tail[at + 16 : at + 20], "little")
+    if directory_offset == 0xFFFFFFFF:  # zip64: the offset is in another record
+        return False
+    return directory_offset + directory_size > size - (len(tail) - at)
+
+
+def _torch_load_problem(path: Path, error: BaseException) -> str:
+    """What is wrong with a ``.pt`` file torch cannot load: a file cut short (an
+    interrupted copy or write, a full disk) is named truncated, whatever torch's own
+    words ("failed finding central directory", "[Errno 22] Invalid argument")."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(_ZIP_START))
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - _ZIP_TAIL))
+            tail = handle.read()
+    except OSError:
+        head, tail = b"", b""
+    if head == _ZIP_START and _zip_cut_short(tail, size):
+        return "not a readable torch file: truncated (the zip archive has no whole end record)"
+    if isinstance(error, EOFError) or "unexpected EOF" in str(error):
+        return "not a readable torch file: truncated (the data ends before the pickle does)"
+    return f"not a readable torch file ({_first_line(error)})"
 
 
 def _unsafe_torch_load(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # any failure of arbitrary unpickling is a corrupt file
-        raise CorruptFileError(path, f"not a readable torch file ({_first_line(error)})") from None
+        raise CorruptFileError(path, _torch_load_problem(path, error)) from None
 
 
 def _read_pickle(path: Path, unsafe_pickle: bool) -> RawDump:
@@ -139,6 +187,7 @@ def _from_object(path: Path, obj: Any, kind: str) -> RawDump:
 
 def _add_column(path: Path, dump: RawDump, key: str, value: Any) -> None:
     if isinstance(value, Tensor):
+        check_view(path, key, value)
         dump.columns[key] = value
     elif isinstance(value, np.ndarray):
         _add_numpy(path, dump, key, value)
@@ -150,6 +199,8 @@ def _add_column(path: Path, dump: RawDump, key: str, value: Any) -> None:
 
 def _add_numpy(path: Path, dump: RawDump, key: str, value: np.ndarray) -> None:
     if value.dtype.kind in "biuf":
+        if not value.dtype.isnative:  # big-endian: the machine's order, same numbers
+            value = value.astype(value.dtype.newbyteorder("="))
         dump.columns[key] = torch.from_numpy(np.ascontiguousarray(value))
     elif value.dtype.kind in "US" and value.ndim == 1:
         dump.columns[key] = [str(v) for v in value.tolist()]
@@ -166,6 +217,13 @@ def _add_list(path: Path, dump: RawDump, key: str, items: list[Any]) -> None:
         rows = []
         for v in items:
             if isinstance(v, Tensor):
+                check_view(path, key, v)
+                if v.dim() > 1:
+                    raise InputError(
+                        path,
+                        f"'{key}' is a list of {v.dim()}-D tensors; a list holds one 1-D "
+                        "tensor per sequence",
+                    )
                 rows.append(v.reshape(-1))
             else:
                 rows.append(_numeric_row(path, key, v))
@@ -196,6 +254,7 @@ def _read_safetensors(path: Path) -> RawDump:
     from safetensors import SafetensorError
     from safetensors.torch import safe_open
 
+    check_safetensors(path)
     columns: dict[str, Any] = {}
     try:
         # safe_open maps the file: only the tensors that are touched are read.
@@ -212,6 +271,12 @@ def _read_safetensors(path: Path) -> RawDump:
 # ------------------------------------------------------------------------------- npz
 def _read_npz(path: Path, unsafe_pickle: bool) -> RawDump:
     dump = RawDump(columns={}, file_format="npz")
+    layouts = npz_layouts_of(path)
+    check_budget(
+        path,
+        "its arrays",
+        sum(math.prod(shape) * dtype.itemsize for shape, _, dtype in layouts.values()),
+    )
     try:
         with np.load(path, allow_pickle=unsafe_pickle) as archive:
             for key in archive.files:
@@ -300,9 +365,11 @@ def _read_jsonl(path: Path) -> RawDump:
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = loads(line)
                 except json.JSONDecodeError as error:
-                    raise JsonLineError(path, number, f"not valid JSON ({error.msg})") from None
+                    raise JsonLineError(
+                        path, number, f"not valid JSON ({error.msg} at column {error.colno})"
+                    ) from None
                 if not isinstance(record, dict):
                     raise JsonLineError(path, number, "expected a JSON object (one sequence)")
                 records.append(record)

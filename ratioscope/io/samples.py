@@ -60,6 +60,7 @@ from ratioscope.errors import (
     UsageError,
 )
 from ratioscope.io import textlogs
+from ratioscope.io.jsontext import loads
 
 PROBLEM_CANDIDATES = ("problem_id", "idx")
 RESPONSE_CANDIDATES = ("response", "code")
@@ -374,7 +375,7 @@ def _first_record(path: Path, number: int, text: str) -> dict[str, Any]:
     if stripped in ("{", "["):
         raise _whole_document_error(path)
     try:
-        record = json.loads(text)
+        record = loads(text)
     except json.JSONDecodeError as error:
         if stripped.startswith("{"):  # a sample line, broken: say where
             raise JsonLineError(
@@ -391,7 +392,7 @@ def _first_record(path: Path, number: int, text: str) -> dict[str, Any]:
 def _whole_document_error(path: Path) -> SampleError:
     """The file opens a JSON document over several lines: a report, or another JSON file."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         document = None
     if _is_report(document):
@@ -402,7 +403,7 @@ def _whole_document_error(path: Path) -> SampleError:
 
 def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
     try:
-        record = json.loads(text)
+        record = loads(text)
     except json.JSONDecodeError as error:
         raise JsonLineError(
             path, number, f"not valid JSON ({error.msg} at column {error.colno})"
@@ -702,7 +703,7 @@ def _seen_later(lines: Iterator[tuple[int, str]], unseen: dict[str, str]) -> boo
     missing = set(unseen.values())
     for _, text in lines:
         try:
-            record = json.loads(text)
+            record = loads(text)
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict):

@@ -43,6 +43,7 @@ from ratioscope.io.loaders import (
     _canonical_columns,
     _consecutive_groups,
     _refuse_text_log,
+    bind_correct_field,
 )
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
 from ratioscope.io.readers import file_format_of
@@ -120,9 +121,10 @@ def _bind(path: Path, source: ChunkSource, options: LoadOptions) -> StreamedFile
     )
     if options.format == "auto" and profile.name == "canonical":
         _refuse_text_log(path, header)
-    if profile.native:
-        return None  # a framework hook reads what the whole file means
+    if profile.native or any(key in header.columns for key in profile.mask_factors):
+        return None  # a framework hook (or a mask factor) reads the whole file
     key_map = resolve_keys(profile, header.columns, options.mapping)
+    key_map = bind_correct_field(path, profile, list(header.columns), key_map, options)
     names = {c: names[0] for c, names in profile.keys.items()}
     if key_map.get("mask") not in header.columns:
         # the same sentence as reading the file whole, without reading it
@@ -318,7 +320,10 @@ class StreamedFile:
             file_format=self.file_format,
             ragged={k for k in raw_columns if k in self.source.header.ragged},
         )
-        canonical = _canonical_columns(self.path, raw, self.profile, self.read_map, self.width)
+        rule = self.options.correct_rule()
+        canonical = _canonical_columns(
+            self.path, raw, self.profile, self.read_map, self.width, rule and rule[1]
+        )
         if self.groups is not None:
             canonical["group"] = self.groups[start:stop]
         return canonical

@@ -113,7 +113,16 @@ def show_report(report: Report, console: Console) -> None:
 
 def report_renderers() -> list[Renderer]:
     """The section printers of :func:`show_report`, in the order they print."""
-    return [show_inputs, show_ratios, show_mismatch, show_staleness, *sections.RENDERERS]
+    from ratioscope.render.vitals import show_vitals
+
+    return [
+        show_inputs,
+        show_vitals,
+        show_ratios,
+        show_mismatch,
+        show_staleness,
+        *sections.RENDERERS,
+    ]
 
 
 def show_warnings(report: Report | SweepReport | Mapping[str, Any], console: Console) -> None:
@@ -151,6 +160,22 @@ def show_inputs(report: Report | SweepReport, console: Console) -> None:
     )
     pairs = list(dict.fromkeys(i.ratio_pair for i in inputs))
     console.print("importance ratio z = log " + "; ".join(ratio_label(p) for p in pairs))
+    console.print(f"correct: {correct_text(report.params)}")
+    trainer = report.params.get("trainer")
+    if isinstance(trainer, Mapping):
+        applied = trainer.get("applied") or {}
+        told = "; ".join(f"{name} from {where}" for name, where in applied.items())
+        console.print(
+            f"trainer settings: {trainer.get('source', '')}" + (f"; {told}" if told else "")
+        )
+
+
+def correct_text(params: Mapping[str, Any]) -> str:
+    """How ``correct`` was decided, from a report's ``params`` (its ``load`` block)."""
+    from ratioscope.io.loaders import correct_rule_text
+
+    load = params.get("load") or {}
+    return correct_rule_text(load.get("correct_field"), load.get("correct_threshold"))
 
 
 def ratio_label(pair: str) -> str:

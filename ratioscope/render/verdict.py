@@ -1,7 +1,8 @@
 """The health verdict block that opens ``analyze`` (and ``timeline``): one line a finding.
 
 Each line starts with its level as a word (``green``, ``yellow``, ``RED``), so the block
-reads the same without colour (CI logs, files); colour only repeats it.
+reads the same without colour (CI logs, files); colour only repeats it. Notes about the
+analysis itself follow the findings, tagged ``note``, and never count.
 """
 
 from __future__ import annotations
@@ -16,20 +17,33 @@ if TYPE_CHECKING:
 
 STYLES: dict[str, str] = {"green": "green", "yellow": "bold yellow", "red": "bold red"}
 TAGS: dict[str, str] = {"green": "green", "yellow": "yellow", "red": "RED"}
+NOTE_TAG = "note"
+NOTE_STYLE = "dim"
 
 
-def verdict_headline(verdict: Verdict) -> str:
-    """``health: 2 yellow, 7 green`` (worst level first; the thresholds' page named)."""
+def verdict_counts(verdict: Verdict) -> str:
+    """``2 yellow, 7 green`` (worst level first), ``1 note`` after a semicolon."""
     counts = [
         f"{verdict.count(level)} {TAGS[level]}"
         for level in ("red", "yellow", "green")
         if verdict.count(level)
     ]
+    summary = ", ".join(counts) if counts else "nothing to judge"
+    if verdict.notes:
+        summary += f"; {len(verdict.notes)} note{'s' if len(verdict.notes) > 1 else ''}"
+    return summary
+
+
+def verdict_headline(verdict: Verdict) -> str:
+    """``health: 1 problem: policy drift (1 yellow, 7 green; see docs/health.md)`` or
+    ``health: nothing to do (8 green; 1 note; ...)``: the bottom line, then the counts
+    and where the thresholds and their sources are."""
     overridden = (
         f"; thresholds overridden: {', '.join(verdict.overridden)}" if verdict.overridden else ""
     )
-    summary = ", ".join(counts) if counts else "nothing to judge"
-    return f"health: {summary} (thresholds and sources: docs/health.md{overridden})"
+    # "health: healthy: ..." would say it twice
+    bottom = verdict.bottom_line().removeprefix("healthy: ")
+    return f"health: {bottom} ({verdict_counts(verdict)}; see docs/health.md{overridden})"
 
 
 def finding_line(level: Level, text: str) -> Text:
@@ -37,8 +51,16 @@ def finding_line(level: Level, text: str) -> Text:
     return Text.assemble((f"  {TAGS[level]:<8}", STYLES[level]), text)
 
 
+def note_line(text: str) -> Text:
+    """One note about the analysis: ``note`` in place of a level."""
+    return Text.assemble((f"  {NOTE_TAG:<8}", NOTE_STYLE), text)
+
+
 def show_verdict(console: Console, verdict: Verdict) -> None:
-    """Print the verdict block: a headline, then one line per finding."""
+    """Print the verdict block: a headline with the bottom line, one line per finding,
+    then one per note."""
     console.print(Text(verdict_headline(verdict), style=STYLES[verdict.level]))
     for finding in verdict.findings:
         console.print(finding_line(finding.level, finding.text))
+    for note in verdict.notes:
+        console.print(note_line(note.text))

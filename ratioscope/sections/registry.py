@@ -13,6 +13,7 @@ def section_classes() -> list[type[Accumulator]]:
     from ratioscope.sections.staleness import StalenessAccumulator
     from ratioscope.sections.tepo import TepoAccumulator
     from ratioscope.sections.trust_region import TrustRegionAccumulator
+    from ratioscope.sections.vitals import VitalsAccumulator
 
     return [
         RatiosAccumulator,
@@ -22,6 +23,7 @@ def section_classes() -> list[type[Accumulator]]:
         TepoAccumulator,
         TrustRegionAccumulator,
         StalenessAccumulator,
+        VitalsAccumulator,
     ]
 
 
@@ -39,4 +41,10 @@ FEATURES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tepo", "KL-mask quadrants", ("advantages", "entropy", "old_entropy")),
     ("trust_region", "QUATRO per-query duals", ("rewards", "group")),
     ("staleness", "off-policy statistics by mini-batch", ("minibatch",)),
+    ("vitals", "response lengths and the share at the length limit", ()),
+    ("vitals", "token entropy", ("entropy",)),
+    ("vitals", "entropy change within the step", ("entropy", "old_entropy")),
+    ("vitals", "reward, correct share", ("rewards",)),
+    ("vitals", "advantage magnitudes, A = 0 share", ("advantages",)),
+    ("vitals", "groups whose rewards are all equal", ("rewards", "group")),
 )

@@ -27,6 +27,7 @@ Only these names are resolved; anything else in the pickle is refused before imp
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ratioscope.errors import CorruptFileError, InputError, UnsafePickleError
+from ratioscope.errors import CorruptFileError, InputError
+from ratioscope.io.limits import check_view, checked_shape
 from ratioscope.io.raw import RawDump
 from ratioscope.io.safe_pickle import AllowList, load_allowed
 
@@ -54,12 +56,26 @@ def _rebuild(cls: Any, state: Any) -> dict[str, Any]:
     return {"skyrl_state": state}
 
 
+def _text(value: Any, *rest: Any) -> str:
+    """What ``TensorFormat(value)`` and ``torch.device(value)`` stand for: the string
+    itself (``str`` of anything else could walk a structure of any depth or size)."""
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or rest:
+        raise pickle.UnpicklingError("a SkyRL name that is not a string")
+    return str(value)
+
+
 ALLOWED: AllowList = {
     (_MODULE, "_rebuild_tensor_batch"): _rebuild,
     (_MODULE, "TrainingInputBatch"): _Batch,
-    (_MODULE, "TensorFormat"): str,
-    ("torch", "device"): str,
+    (_MODULE, "TensorFormat"): _text,
+    ("torch", "device"): _text,
 }
+
+#: the most containers and items the decoded pickle may hold, counting every reference
+#: (a pickle can refer to one list many times: a few hundred bytes that double 40 times)
+MAX_NODES = 1_000_000
+#: the deepest nesting of the decoded pickle (SkyRL's state nests four levels)
+MAX_DEPTH = 32
 
 
 def looks_like_skyrl(path: Path) -> bool:
@@ -75,6 +91,7 @@ def looks_like_skyrl(path: Path) -> bool:
 def read(path: Path) -> RawDump:
     """The columns of a SkyRL training-input pickle, decoded without running it."""
     obj = load_allowed(path, ALLOWED)
+    _check_size(path, obj)
     if not isinstance(obj, dict) or "skyrl_state" not in obj:
         raise CorruptFileError(path, "a pickle, but not of a SkyRL TrainingInputBatch")
     state = obj["skyrl_state"]
@@ -96,26 +113,105 @@ def read(path: Path) -> RawDump:
     return dump
 
 
+def _check_size(path: Path, obj: Any) -> None:
+    """Refuse a decoded pickle with more than :data:`MAX_NODES` references to
+    containers and items, or nested deeper than :data:`MAX_DEPTH`, before anything walks
+    it (walked without recursion, every reference counted, so shared lists count as
+    often as they are referred to)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    nodes = 0
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise CorruptFileError(path, f"a pickle nested deeper than {MAX_DEPTH} levels")
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise CorruptFileError(
+                    path,
+                    f"a pickle of more than {MAX_NODES} objects once its references are "
+                    "followed (lists that refer to each other); not a SkyRL batch",
+                )
+            if isinstance(child, (dict, list, tuple)):
+                stack.append((child, depth + 1))
+
+
+#: the numpy dtypes a SkyRL tensor is decoded from (numeric, either byte order)
+_NUMPY_KINDS = "biuf"
+
+
 def _decode(path: Path, key: str, value: Any) -> torch.Tensor | None:
+    def corrupt(problem: str) -> CorruptFileError:
+        return CorruptFileError(path, f"SkyRL tensor '{key}' {problem}")
+
     if not isinstance(value, dict):
-        raise CorruptFileError(path, f"SkyRL tensor '{key}' is not an encoded tensor")
+        raise corrupt("is not an encoded tensor")
     kind = value.get("format", "numpy")  # files before the format field were numpy
     if kind == "numpy":
-        dtype = np.dtype(str(value["dtype"]))
-        if dtype.kind not in "biuf":
-            raise UnsafePickleError(path, f"SkyRL tensor '{key}' has dtype {dtype}")
-        shape = tuple(int(n) for n in value["shape"])
-        array = np.frombuffer(value["data"], dtype=dtype)
-        if array.size != int(np.prod(shape, dtype=np.int64)):
-            raise CorruptFileError(path, f"SkyRL tensor '{key}' has the wrong number of bytes")
-        return torch.from_numpy(array.reshape(shape).copy())
+        missing = [field for field in ("dtype", "shape", "data") if field not in value]
+        if missing:
+            raise corrupt(f"lacks its {', '.join(repr(m) for m in missing)}")
+        try:
+            dtype = np.dtype(value["dtype"]) if isinstance(value["dtype"], str) else None
+        except (TypeError, ValueError):
+            dtype = None
+        if dtype is None or dtype.kind not in _NUMPY_KINDS:
+            raise corrupt(f"has the dtype {str(value['dtype'])[:40]!r}, not a numeric one")
+        data = value["data"]
+        if not isinstance(data, (bytes, bytearray)):
+            raise corrupt("holds its data as something other than bytes")
+        shape = checked_shape(path, f"SkyRL tensor '{key}'", value["shape"])
+        if len(data) != math.prod(shape) * dtype.itemsize:
+            raise corrupt(
+                f"has {len(data)} bytes for shape {list(shape)} of {dtype.str} "
+                f"({math.prod(shape) * dtype.itemsize} expected)"
+            )
+        array = np.frombuffer(data, dtype=dtype).reshape(shape)
+        return torch.from_numpy(array.astype(dtype.newbyteorder("="), copy=True))
     if kind == "torch":
+        if not isinstance(value.get("data"), (bytes, bytearray)):
+            raise corrupt("holds its data as something other than bytes")
         try:
             tensor = torch.load(io.BytesIO(value["data"]), map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
-            raise CorruptFileError(path, f"SkyRL tensor '{key}' is unreadable ({error})") from None
-        return tensor if isinstance(tensor, torch.Tensor) else None
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+            raise corrupt(f"is unreadable ({str(error).splitlines()[0][:120]})") from None
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        check_view(path, key, tensor)
+        return tensor
     return None  # image lists and router replay data: not per-token ratio data
+
+
+def _pad_size(path: Path, metadata: dict[str, Any], rows: int) -> int:
+    """``metadata["pad_size"]``: an int from 0 to the rows of the file."""
+    pad = metadata.get("pad_size") or 0
+    if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < max(rows, 1):
+        raise CorruptFileError(
+            path,
+            f"SkyRL metadata 'pad_size' is {str(pad)[:40]!r}; expected a number of rows from "
+            f"0 to {max(rows - 1, 0)}",
+        )
+    return pad
+
+
+def _boundaries(path: Path, value: Any) -> list[tuple[int, int]]:
+    """``metadata["policy_prompt_boundaries"]`` as (start, stop) row pairs."""
+    pairs = []
+    for pair in value:
+        if (
+            not isinstance(pair, (list, tuple))
+            or len(pair) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
+            or not 0 <= pair[0] <= pair[1]
+        ):
+            raise CorruptFileError(
+                path,
+                f"SkyRL metadata 'policy_prompt_boundaries' holds {str(pair)[:40]}; expected "
+                "[start, stop] row pairs",
+            )
+        pairs.append((pair[0], pair[1]))
+    return pairs
 
 
 def prepare(path: Path, raw: RawDump) -> RawDump:
@@ -124,7 +220,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
     metadata = raw.meta.get("skyrl_metadata", {})
     columns = raw.columns
     rows = _rows(columns)
-    pad = int(metadata.get("pad_size") or 0)
+    pad = _pad_size(path, metadata, rows)
     if pad:
         keep = rows - pad
         for key, value in list(columns.items()):
@@ -137,8 +233,8 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
     boundaries = metadata.get("policy_prompt_boundaries")
     if isinstance(boundaries, (list, tuple)) and boundaries:
         labels: list[Any] = [None] * rows
-        for index, (start, stop) in enumerate(boundaries):
-            for row in range(int(start), min(int(stop), rows)):
+        for index, (start, stop) in enumerate(_boundaries(path, boundaries)):
+            for row in range(start, min(stop, rows)):
                 labels[row] = index
         if None not in labels:
             columns[PROMPT_GROUP] = labels

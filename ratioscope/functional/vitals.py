@@ -1,0 +1,232 @@
+"""A training step's vital signs: token entropy, response length, reward, advantages.
+
+The quantities every RL trainer logs next to its loss (verl's ``actor/entropy``,
+``response_length/mean`` and ``response_length/clip_ratio``, ``critic/score/mean``,
+``critic/advantages/*``), computed here from the dump itself so that a run without its
+tracker logs still shows them, and so that they stream and merge like every other
+section: each function returns sums and counts that add (:class:`TokenSums`) or the
+values a fixed histogram takes, and the section turns the merged sums into means.
+
+Definitions (valid tokens: ``mask`` True; a response's length: its valid tokens):
+
+* token entropy: the token mean of ``entropy`` over valid tokens (pooled over rows, as
+  verl's ``agg_loss(..., "token-mean")`` logs it), and the same over the rows that are
+  correct / incorrect;
+* within-step entropy change: the token mean of ``entropy - old_entropy`` (the current
+  policy's entropy minus the behaviour policy's, on the same tokens);
+* length limit: a response is at the limit when its length is >= the limit (a response
+  cut by the generation limit has exactly the limit's length);
+* advantages: the token mean of ``|A|``, the share of valid tokens with ``A == 0``
+  exactly, and the mean over sequences of each sequence's token mean ``|A|``, for the
+  sequences no longer / longer than their batch's median length (the split of
+  ``ratioscope objectives``, :func:`long_rows`);
+* equal-reward groups: groups whose rewards are all equal (GRPO's advantage is 0 on
+  every one of their rollouts); those all correct ("solved by every rollout") and
+  those all incorrect ("failed by every rollout") are counted apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class TokenSums:
+    """A sum of values and how many there were; ``merge`` adds (float64 sum).
+
+    >>> s = TokenSums(3.0, 2); s.merge(TokenSums(1.0, 2)); s.mean()
+    1.0
+    """
+
+    total: float = 0.0
+    count: int = 0
+
+    def merge(self, other: TokenSums) -> None:
+        self.total += other.total
+        self.count += other.count
+
+    def mean(self) -> float | None:
+        """The mean, None when there was no value."""
+        return self.total / self.count if self.count else None
+
+
+def masked_sums(values: Tensor, mask: Tensor) -> TokenSums:
+    """Sum and count of ``values`` on the valid tokens.
+
+    Args:
+        values: [B, T] float (any value at masked positions).
+        mask: [B, T] bool.
+    """
+    valid = values[mask].double()
+    return TokenSums(float(valid.sum()), int(valid.numel()))
+
+
+def entropy_by_correctness(
+    entropy: Tensor, mask: Tensor, correct: Tensor
+) -> tuple[TokenSums, TokenSums]:
+    """Token entropy sums over the rows that are correct, and over those that are not.
+
+    Args:
+        entropy: [B, T] float; mask: [B, T] bool; correct: [B] bool.
+
+    Returns:
+        (correct rows' sums, incorrect rows' sums), each over their valid tokens.
+    """
+    rows = correct.to(device=mask.device, dtype=torch.bool)
+    return masked_sums(entropy[rows], mask[rows]), masked_sums(entropy[~rows], mask[~rows])
+
+
+def entropy_change_sums(entropy: Tensor, old_entropy: Tensor, mask: Tensor) -> TokenSums:
+    """Sums of ``entropy - old_entropy`` over valid tokens (the change within the step).
+
+    Args:
+        entropy, old_entropy: [B, T] float, the current and the behaviour policy's
+            entropy of each position's next-token distribution.
+        mask: [B, T] bool.
+    """
+    return masked_sums(entropy.double() - old_entropy.double(), mask)
+
+
+def at_limit(lengths: Tensor, limit: int) -> int:
+    """Responses whose length reached ``limit`` (``lengths >= limit``). lengths: [B]."""
+    return int((lengths >= limit).sum())
+
+
+def long_rows(lengths: Tensor) -> Tensor:
+    """[B] bool: rows longer than the median length of the non-empty rows.
+
+    The split ``ratioscope objectives`` uses for its short/long columns; the median is
+    ``torch.quantile``'s (linear interpolation), so an even count splits between the
+    two middle lengths. lengths: [B] int.
+
+    >>> long_rows(torch.tensor([1, 2, 3, 4, 0])).tolist()
+    [False, False, True, True, False]
+    """
+    values = lengths.double()
+    present = values > 0
+    if not bool(present.any()):
+        return present
+    median = float(torch.quantile(values[present], 0.5))
+    return present & (values > median)
+
+
+@dataclass
+class AdvantageVitalSums:
+    """Mergeable sums of the advantage vitals (see the module docstring).
+
+    Attributes:
+        abs_sum, tokens: sum of |A| over valid tokens, and their number.
+        zero: valid tokens with A == 0 exactly.
+        short_sum, short_rows: the sum over sequences no longer than their batch's
+            median length of each one's token mean |A|, and their number.
+        long_sum, long_rows: the same over the sequences longer than the median.
+    """
+
+    abs_sum: float = 0.0
+    tokens: int = 0
+    zero: int = 0
+    short_sum: float = 0.0
+    short_rows: int = 0
+    long_sum: float = 0.0
+    long_rows: int = 0
+
+    def merge(self, other: AdvantageVitalSums) -> None:
+        self.abs_sum += other.abs_sum
+        self.tokens += other.tokens
+        self.zero += other.zero
+        self.short_sum += other.short_sum
+        self.short_rows += other.short_rows
+        self.long_sum += other.long_sum
+        self.long_rows += other.long_rows
+
+
+def row_mean_abs(advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row: the sum of |A| over valid tokens, and the valid tokens.
+
+    Args:
+        advantages: [B, T] float; mask: [B, T] bool.
+
+    Returns:
+        ([B] float64 sums, [B] int64 counts).
+    """
+    absolute = torch.where(mask, advantages.double().abs(), 0.0)
+    return absolute.sum(dim=1), mask.sum(dim=1)
+
+
+def advantage_vital_sums(
+    row_abs: Tensor, row_tokens: Tensor, zero: int, lengths: Tensor
+) -> AdvantageVitalSums:
+    """The advantage sums of one batch from its rows' |A| sums.
+
+    Args:
+        row_abs: [B] float64, each row's sum of |A| over its valid tokens.
+        row_tokens: [B] int, valid tokens with an advantage per row.
+        zero: valid tokens with A == 0 in the batch.
+        lengths: [B] int, the response lengths that set the short/long split
+            (:func:`long_rows`).
+    """
+    present = row_tokens > 0
+    means = torch.where(present, row_abs / row_tokens.clamp_min(1), 0.0)
+    long = long_rows(lengths) & present
+    short = present & ~long
+    return AdvantageVitalSums(
+        abs_sum=float(row_abs.sum()),
+        tokens=int(row_tokens.sum()),
+        zero=zero,
+        short_sum=float(means[short].sum()),
+        short_rows=int(short.sum()),
+        long_sum=float(means[long].sum()),
+        long_rows=int(long.sum()),
+    )
+
+
+@dataclass
+class GroupCounts:
+    """Groups of a batch, and those whose rewards are all equal (``equal``), split into
+    those where every rollout is correct (``solved``) or none is (``failed``); an
+    equal-reward group with mixed correctness (a reward that does not set correctness)
+    is in neither."""
+
+    groups: int = 0
+    equal: int = 0
+    solved: int = 0
+    failed: int = 0
+
+    def merge(self, other: GroupCounts) -> None:
+        self.groups += other.groups
+        self.equal += other.equal
+        self.solved += other.solved
+        self.failed += other.failed
+
+
+def equal_reward_groups(rewards: Tensor, group: Tensor, correct: Tensor | None) -> GroupCounts:
+    """Count the groups whose rewards are all equal.
+
+    Args:
+        rewards: [B] float, finite (rows with a non-finite reward left out by the caller).
+        group: [B] int ids (any labels; only equality matters).
+        correct: [B] bool or None.
+
+    >>> equal_reward_groups(torch.tensor([1.0, 1.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]),
+    ...                     torch.tensor([True, True, False, True]))
+    GroupCounts(groups=2, equal=1, solved=1, failed=0)
+    """
+    if rewards.numel() == 0:
+        return GroupCounts()
+    _, ids = torch.unique(group, return_inverse=True)
+    n = int(ids.max()) + 1
+    values = rewards.double()
+    low = torch.full((n,), math.inf, dtype=torch.float64).scatter_reduce(0, ids, values, "amin")
+    high = torch.full((n,), -math.inf, dtype=torch.float64).scatter_reduce(0, ids, values, "amax")
+    equal = low == high
+    counts = GroupCounts(groups=n, equal=int(equal.sum()))
+    if correct is not None:
+        right = torch.zeros(n, dtype=torch.long).index_add_(0, ids, correct.long())
+        size = torch.bincount(ids, minlength=n)
+        counts.solved = int((equal & (right == size)).sum())
+        counts.failed = int((equal & (right == 0)).sum())
+    return counts

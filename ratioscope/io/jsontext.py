@@ -1,0 +1,59 @@
+"""JSON text parsed within limits, as every reader of ratioscope parses it.
+
+Python's parser raises RecursionError on an array nested some thousand levels deep and
+ValueError on an integer of more than 4300 digits, and code that walks a parsed document
+recursively can exceed the interpreter's stack on far less. No file ratioscope reads
+nests deeper than a few levels, so :func:`loads` refuses documents nested deeper than
+:data:`MAX_DEPTH`, and turns both limits into a ``json.JSONDecodeError``: each reader
+already turns that into exit 2 with one sentence naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: the deepest nesting of arrays and objects accepted (reports nest about 8 levels)
+MAX_DEPTH = 64
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads(text)``, with the limits above as ``json.JSONDecodeError``.
+
+    >>> loads('{"a": [1, 2]}')
+    {'a': [1, 2]}
+    >>> loads("[" * 100 + "]" * 100)
+    Traceback (most recent call last):
+    json.decoder.JSONDecodeError: nested deeper than 64 levels: line 1 column 1 (char 0)
+    """
+    document = text.decode("utf-8") if isinstance(text, (bytes, bytearray)) else text
+    try:
+        value = json.loads(document)
+    except RecursionError:
+        raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", "", 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as error:  # the interpreter's limit on the digits of an int
+        if "digits" not in str(error):
+            raise
+        raise json.JSONDecodeError("an integer of more than 4300 digits", "", 0) from None
+    if too_deep(value):
+        raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", "", 0)
+    return value
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists and dicts deeper than ``limit`` (walked without
+    recursion, so that the check itself cannot exceed the stack)."""
+    if not isinstance(value, (list, dict)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, (list, dict)):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False

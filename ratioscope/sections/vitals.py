@@ -1,0 +1,469 @@
+"""The ``vitals`` section: token entropy, response length, reward, advantages (docs/health.md).
+
+The numbers a trainer's tracker shows beside the loss, computed from the dump (the
+formulas are :mod:`ratioscope.functional.vitals`): entropy level and its change within
+the step, response lengths and the share at the length limit, reward, correct share,
+advantage magnitudes and the groups whose rewards are all equal. Every part needs only
+the tensors it reads, so a dump without entropies still gets its lengths.
+
+Fed whole files in one pass over their chunks (memory of a chunk, plus a few numbers per
+row): token sums stream chunk by chunk, while the short/long split of the advantages
+(at the file's median length) and the equal-reward groups need the file's rows, kept
+per row and folded in when the pass ends.
+
+The length limit is, in order: the ``max_length`` analysis parameter (``--max-length``;
+source "option"), else the padded width of each file (source "padded width", with a
+note saying the limit was assumed from it). A reader that records the trainer's own
+setting can hand it over as the source "trainer settings" (:func:`length_limit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ratioscope.batch import TokenBatch
+from ratioscope.functional.vitals import (
+    AdvantageVitalSums,
+    GroupCounts,
+    TokenSums,
+    advantage_vital_sums,
+    at_limit,
+    entropy_by_correctness,
+    entropy_change_sums,
+    equal_reward_groups,
+    masked_sums,
+    row_mean_abs,
+)
+from ratioscope.params import AnalysisParams
+from ratioscope.sections.base import Accumulator, listed
+from ratioscope.sections.context import Context
+from ratioscope.sections.distribution import Distribution, distribution_of
+from ratioscope.sections.state import Codec, mergeable
+from ratioscope.stats import Counter, Histogram, Moments
+
+#: where the length limit came from (``LengthVitals.limit_source``)
+LIMIT_SOURCES = ("option", "trainer settings", "padded width")
+#: inputs whose absence in some files (but not all) earns a warning
+_PARTS = ("entropy", "advantages", "rewards")
+
+
+@dataclass(frozen=True)
+class EntropyVitals:
+    """Token entropy of the policy's next-token distributions, over valid tokens.
+
+    Attributes:
+        tokens: valid tokens with an ``entropy``.
+        mean: their token mean (None without ``entropy``); ``distribution`` its spread.
+        correct_mean, incorrect_mean: the token mean over the rows that are correct /
+            incorrect (None where there is no such row or no ``correct``).
+        old_mean: the token mean of ``old_entropy`` (the behaviour policy's).
+        change_mean: the token mean of ``entropy - old_entropy``, the change within the
+            step (None unless a file has both), over ``change_tokens`` tokens.
+    """
+
+    tokens: int
+    mean: float | None
+    distribution: Distribution | None
+    correct_mean: float | None
+    incorrect_mean: float | None
+    old_mean: float | None
+    change_mean: float | None
+    change_tokens: int
+
+
+@dataclass(frozen=True)
+class LengthVitals:
+    """Response lengths (valid tokens per row) and the share at the length limit.
+
+    Attributes:
+        mean: mean length; distribution: its spread (quantiles within 1.16 %).
+        limit: the length limit (the largest one where files differ, see ``limits``).
+        limit_source: "option", "trainer settings" or "padded width" (several joined
+            by ", " where files differ).
+        limits: every limit a file was measured against, in increasing order.
+        at_limit: responses whose length reached their limit; at_limit_share: their
+            share of the responses.
+        note: how the limit was chosen where that is an assumption (None otherwise).
+    """
+
+    mean: float
+    distribution: Distribution
+    limit: int
+    limit_source: str
+    limits: list[int]
+    at_limit: int
+    at_limit_share: float
+    note: str | None
+
+
+@dataclass(frozen=True)
+class RewardFunctionVitals:
+    """One reward function's mean and (population) standard deviation over sequences."""
+
+    sequences: int
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class RewardVitals:
+    """Sequence rewards (finite ones).
+
+    Attributes:
+        sequences: sequences with a finite reward; mean, std: over them (population std).
+        per_function: per reward function where the input has several; None while no
+            reader keeps them (every reader keeps the total reward only, see
+            :func:`reward_functions`).
+    """
+
+    sequences: int
+    mean: float
+    std: float
+    per_function: dict[str, RewardFunctionVitals] | None = None
+
+
+@dataclass(frozen=True)
+class AdvantageVitals:
+    """Advantage magnitudes over valid tokens.
+
+    Attributes:
+        tokens: valid tokens with an advantage.
+        mean_abs: token mean of |A|.
+        zero_share: share of those tokens with A == 0 exactly (no gradient from them).
+        short_mean_abs, long_mean_abs: mean over sequences no longer / longer than their
+            batch's median length of each sequence's token mean |A| (None: no such row).
+    """
+
+    tokens: int
+    mean_abs: float
+    zero_share: float
+    short_mean_abs: float | None
+    long_mean_abs: float | None
+
+
+@dataclass(frozen=True)
+class EqualRewardGroups:
+    """Groups whose rewards are all equal: GRPO gives each of their rollouts A = 0.
+
+    Attributes:
+        groups: groups (prompts) counted; equal: those with all rewards equal;
+        share: equal / groups.
+        solved, failed: equal-reward groups whose rollouts are all correct / all
+            incorrect.
+        text: the same in plain words.
+    """
+
+    groups: int
+    equal: int
+    share: float
+    solved: int
+    failed: int
+    text: str
+
+
+@dataclass(frozen=True)
+class VitalsSection:
+    """The ``vitals`` report section (fields in docs/health.md "Vital signs").
+
+    Attributes:
+        sequences, tokens: rows and valid tokens counted.
+        entropy: None when no file has ``entropy`` or ``old_entropy``.
+        length: always present.
+        reward: None without ``rewards``.
+        correct_share: share of sequences that are correct (None without ``correct``).
+        advantages: None without ``advantages``.
+        equal_reward_groups: None without ``rewards`` and ``group``.
+    """
+
+    sequences: int
+    tokens: int
+    entropy: EntropyVitals | None
+    length: LengthVitals
+    reward: RewardVitals | None
+    correct_share: float | None
+    advantages: AdvantageVitals | None
+    equal_reward_groups: EqualRewardGroups | None
+
+
+def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
+    """The length limit of ``batch``'s responses and where it came from.
+
+    The ``max_length`` parameter when set (``"option"``), else the padded width of the
+    batch (``"padded width"``): a trainer pads its responses to its generation limit,
+    so a response of that width is one the limit cut (an assumption, said in the note).
+    """
+    if params.max_length is not None:
+        return params.max_length, "option"
+    return batch.max_length, "padded width"
+
+
+def reward_functions(batch: TokenBatch) -> dict[str, Tensor]:
+    """Per reward function, its [B] rewards: the hook for inputs that keep several.
+
+    No reader keeps them yet (each keeps the total reward, ``rewards``), so this is
+    empty; a reader that does would hand them over here (name -> [B] float) and
+    ``RewardVitals.per_function`` fills.
+    """
+    return dict(getattr(batch, "reward_functions", None) or {})
+
+
+def plain_equal_groups(counts: GroupCounts) -> str:
+    """The equal-reward groups in words.
+
+    >>> print(plain_equal_groups(GroupCounts(groups=16, equal=3, solved=2, failed=1))[:80])
+    3 of 16 groups (19 %) gave every response the same reward (2 solved by all, 1 fa
+    """
+    if counts.equal == 0:
+        return f"none of {counts.groups} groups gave every response the same reward"
+    share = round(100 * counts.equal / counts.groups)
+    parts = []
+    if counts.solved:
+        parts.append(f"{counts.solved} solved by all")
+    if counts.failed:
+        parts.append(f"{counts.failed} failed by all")
+    detail = f" ({', '.join(parts)})" if parts else ""
+    noun = "group" if counts.groups == 1 else "groups"
+    return (
+        f"{counts.equal} of {counts.groups} {noun} ({share} %) gave every response the same "
+        f"reward{detail}: their advantages are 0, so they give no gradient"
+    )
+
+
+def _merge_functions(mine: dict[str, Moments], theirs: dict[str, Moments]) -> dict[str, Moments]:
+    merged = {name: Moments(**vars(m)) for name, m in mine.items()}
+    for name, moments in theirs.items():
+        merged.setdefault(name, Moments()).merge(moments)
+    return dict(sorted(merged.items()))
+
+
+_FUNCTIONS_CODEC = Codec(
+    dump=lambda value: {name: m.state() for name, m in value.items()},
+    load=lambda block: {name: Moments.from_state(m) for name, m in block.items()},
+)
+
+
+class VitalsAccumulator(Accumulator):
+    """Vital signs, one file at a time in a single pass over its chunks."""
+
+    name = "vitals"
+    per_file = True
+    passes = 1
+    pass_inputs = ()
+
+    sequences = mergeable(int, "sum")
+    tokens = mergeable(int, "sum")
+    #: token entropy (quantiles and exact moments)
+    entropy = mergeable(Histogram, "merge")
+    entropy_correct = mergeable(TokenSums, "merge")
+    entropy_incorrect = mergeable(TokenSums, "merge")
+    old_entropy = mergeable(TokenSums, "merge")
+    entropy_change = mergeable(TokenSums, "merge")
+    lengths = mergeable(Histogram, "merge")
+    #: limit -> responses measured against it
+    limits = mergeable(Counter, "merge")
+    at_limit = mergeable(int, "sum")
+    limit_sources: list[str] = mergeable(list, "union")
+    rewards = mergeable(Moments, "merge")
+    reward_functions: dict[str, Moments] = mergeable(dict, _merge_functions, codec=_FUNCTIONS_CODEC)
+    correct = mergeable(int, "sum")
+    correct_rows = mergeable(int, "sum")
+    advantages = mergeable(AdvantageVitalSums, "merge")
+    groups = mergeable(GroupCounts, "merge")
+    #: input -> files that had it; and "input: file" for files that lacked it
+    files_with: dict[str, int] = mergeable(dict, "sum")
+    lacking: list[str] = mergeable(list, "extend")
+
+    def begin_file(self, batch: TokenBatch) -> bool:
+        if not super().begin_file(batch):
+            return False
+        for part in _PARTS:
+            if batch.has(part):
+                self.files_with[part] = self.files_with.get(part, 0) + 1
+            else:
+                self.lacking.append(f"{part}: {batch.source}")
+        return True
+
+    def begin_passes(self, in_memory: bool) -> None:
+        # the file's rows: what the short/long split and the groups need at its end
+        self._rows: list[dict[str, Tensor | None]] = []
+        self._zero_advantages = 0
+
+    def update(self, ctx: Context) -> dict[str, Tensor]:
+        """A whole file at once (a caller that feeds the section directly)."""
+        self.begin_passes(True)
+        self.update_pass(0, ctx)
+        self.end_pass(0)
+        return {}
+
+    def update_pass(self, index: int, ctx: Context) -> dict[str, Tensor]:
+        batch, mask = ctx.batch, ctx.mask
+        lengths = ctx.lengths
+        self.sequences += batch.num_sequences
+        self.tokens += int(lengths.sum())
+        self.lengths.add(lengths.double())
+        limit, source = length_limit(self.params, batch)
+        self.at_limit += at_limit(lengths, limit)
+        self.limits.add_tensor(torch.tensor([limit]), torch.tensor([batch.num_sequences]))
+        if source not in self.limit_sources:
+            self.limit_sources.append(source)
+        self._add_entropy(batch, mask)
+        if batch.rewards is not None:
+            finite = torch.isfinite(batch.rewards)
+            self.rewards.add(batch.rewards[finite].double())
+            for name, values in reward_functions(batch).items():
+                kept = values[torch.isfinite(values)].double()
+                self.reward_functions.setdefault(name, Moments()).add(kept)
+        if batch.correct is not None:
+            self.correct += int(batch.correct.sum())
+            self.correct_rows += batch.num_sequences
+        row: dict[str, Tensor | None] = {"lengths": lengths.cpu()}
+        if batch.advantages is not None:
+            row_abs, row_tokens = row_mean_abs(batch.advantages, mask)
+            row["abs"], row["tokens"] = row_abs.cpu(), row_tokens.cpu()
+            self._zero_advantages += int(((batch.advantages == 0) & mask).sum())
+        if batch.rewards is not None and batch.group is not None:
+            row["rewards"], row["group"] = batch.rewards.cpu(), batch.group.cpu()
+            row["correct"] = None if batch.correct is None else batch.correct.cpu()
+        self._rows.append(row)
+        return {}
+
+    def _add_entropy(self, batch: TokenBatch, mask: Tensor) -> None:
+        entropy, old = batch.entropy, batch.old_entropy
+        if entropy is not None:
+            self.entropy.add(entropy[mask].double())
+            if batch.correct is not None:
+                right, wrong = entropy_by_correctness(entropy, mask, batch.correct)
+                self.entropy_correct.merge(right)
+                self.entropy_incorrect.merge(wrong)
+        if old is not None:
+            self.old_entropy.merge(masked_sums(old, mask))
+        if entropy is not None and old is not None:
+            self.entropy_change.merge(entropy_change_sums(entropy, old, mask))
+
+    def end_pass(self, index: int) -> None:
+        rows, self._rows = self._rows, []
+        if not rows:
+            return
+        lengths = torch.cat([r["lengths"] for r in rows if r["lengths"] is not None])
+        if all(r.get("abs") is not None for r in rows):
+            self.advantages.merge(
+                advantage_vital_sums(
+                    torch.cat([r["abs"] for r in rows]),  # type: ignore[misc]
+                    torch.cat([r["tokens"] for r in rows]),  # type: ignore[misc]
+                    self._zero_advantages,
+                    lengths,
+                )
+            )
+        if all(r.get("rewards") is not None for r in rows):
+            rewards = torch.cat([r["rewards"] for r in rows])  # type: ignore[misc]
+            group = torch.cat([r["group"] for r in rows])  # type: ignore[misc]
+            correct = None
+            if all(r.get("correct") is not None for r in rows):
+                correct = torch.cat([r["correct"] for r in rows])  # type: ignore[misc]
+            keep = torch.isfinite(rewards)
+            self.groups.merge(
+                equal_reward_groups(
+                    rewards[keep], group[keep], None if correct is None else correct[keep]
+                )
+            )
+
+    def result(self) -> VitalsSection | None:
+        if self.sequences == 0:
+            return None
+        return VitalsSection(
+            sequences=self.sequences,
+            tokens=self.tokens,
+            entropy=self._entropy(),
+            length=self._length(),
+            reward=self._reward(),
+            correct_share=self.correct / self.correct_rows if self.correct_rows else None,
+            advantages=self._advantages(),
+            equal_reward_groups=self._groups(),
+        )
+
+    def _entropy(self) -> EntropyVitals | None:
+        tokens = self.entropy.count
+        if tokens == 0 and self.old_entropy.count == 0:
+            return None
+        return EntropyVitals(
+            tokens=tokens,
+            mean=self.entropy.moments.mean if tokens else None,
+            distribution=distribution_of(self.entropy, self.params.quantiles) if tokens else None,
+            correct_mean=self.entropy_correct.mean(),
+            incorrect_mean=self.entropy_incorrect.mean(),
+            old_mean=self.old_entropy.mean(),
+            change_mean=self.entropy_change.mean(),
+            change_tokens=self.entropy_change.count,
+        )
+
+    def _length(self) -> LengthVitals:
+        limits = sorted(self.limits.counts)
+        note = None
+        if "padded width" in self.limit_sources:
+            widths = "/".join(str(n) for n in limits)
+            note = (
+                f"length limit assumed to be the padded width ({widths} tokens); "
+                "set it with --max-length if the trainer's limit differs"
+            )
+        return LengthVitals(
+            mean=self.lengths.moments.mean,
+            distribution=distribution_of(self.lengths, self.params.quantiles),
+            limit=limits[-1],
+            limit_source=", ".join(self.limit_sources),
+            limits=limits,
+            at_limit=self.at_limit,
+            at_limit_share=self.at_limit / self.sequences,
+            note=note,
+        )
+
+    def _reward(self) -> RewardVitals | None:
+        if self.rewards.count == 0:
+            return None
+        functions = {
+            name: RewardFunctionVitals(m.count, m.mean if m.count else float("nan"), m.std)
+            for name, m in self.reward_functions.items()
+        }
+        return RewardVitals(
+            sequences=self.rewards.count,
+            mean=self.rewards.mean,
+            std=self.rewards.std,
+            per_function=functions or None,
+        )
+
+    def _advantages(self) -> AdvantageVitals | None:
+        sums = self.advantages
+        if sums.tokens == 0:
+            return None
+        return AdvantageVitals(
+            tokens=sums.tokens,
+            mean_abs=sums.abs_sum / sums.tokens,
+            zero_share=sums.zero / sums.tokens,
+            short_mean_abs=sums.short_sum / sums.short_rows if sums.short_rows else None,
+            long_mean_abs=sums.long_sum / sums.long_rows if sums.long_rows else None,
+        )
+
+    def _groups(self) -> EqualRewardGroups | None:
+        counts = self.groups
+        if counts.groups == 0:
+            return None
+        return EqualRewardGroups(
+            groups=counts.groups,
+            equal=counts.equal,
+            share=counts.equal / counts.groups,
+            solved=counts.solved,
+            failed=counts.failed,
+            text=plain_equal_groups(counts),
+        )
+
+    def warnings(self) -> list[str]:
+        messages = super().warnings()
+        for part in _PARTS:
+            missing = [
+                entry.split(": ", 1)[1] for entry in self.lacking if entry.startswith(f"{part}: ")
+            ]
+            if self.files_with.get(part) and missing:
+                messages.append(f"vitals: {part} computed without {listed(missing)}")
+        return messages

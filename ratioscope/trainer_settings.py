@@ -1,0 +1,368 @@
+"""The trainer's own settings: recorded by the capture, or a framework's documented defaults.
+
+A capture (TRL's mixin, or a :class:`~ratioscope.capture.CaptureWriter` given
+``trainer_settings``) stores the trainer's configuration in every part file, as one JSON
+text under :data:`SETTINGS_KEY`. ``analyze`` and ``timeline`` then take from it what the
+trainer really used, unless an option says otherwise:
+
+* the clip band (``clip``): TRL's ``epsilon``/``epsilon_high``, verl's
+  ``clip_ratio_low``/``clip_ratio_high``, OpenRLHF's ``eps_clip_low_high``;
+* the group size the trainer sampled (TRL's ``num_generations``, verl's ``rollout.n``,
+  OpenRLHF's ``n_samples_per_prompt``), against which joined groups are checked whole;
+* the response-length limit (``max_completion_length``, ``data.max_response_length``,
+  ``rollout.max_new_tokens``).
+
+For files without recorded settings, ``trainer="trl"`` (``--trainer trl``) applies that
+framework's documented defaults (:data:`DOCUMENTED_DEFAULTS`, each cited in
+docs/frameworks.md). Settings are in the framework's own names, so that a user can check
+them against the trainer's config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ratioscope.errors import ParameterError
+
+if TYPE_CHECKING:
+    from ratioscope.params import AnalysisParams
+
+#: the top-level key of a part file that holds the settings (a JSON text)
+SETTINGS_KEY = "ratioscope_trainer"
+FRAMEWORKS = ("trl", "verl", "openrlhf")
+#: the values of ``trainer``: "auto" reads recorded settings, "none" ignores them
+TRAINER_CHOICES = ("auto", "none", *FRAMEWORKS)
+
+#: each framework's documented defaults, in its own names (docs/frameworks.md cites them):
+#: TRL 1.16.0 ``GRPOConfig``; verl b178a3cd ``trainer/config/actor/actor.yaml``,
+#: ``data/legacy_data.yaml``, ``rollout/rollout.yaml``; OpenRLHF 3c3be623
+#: ``openrlhf/cli/train_ppo_ray.py``
+DOCUMENTED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "trl": {
+        "epsilon": 0.2,
+        "epsilon_high": None,  # None: epsilon (GRPOTrainer.__init__)
+        "delta": None,
+        "loss_type": "dapo",
+        "importance_sampling_level": "token",
+        "beta": 0.0,
+        "num_generations": 8,
+        "num_iterations": 1,
+        "steps_per_generation": None,  # None: gradient_accumulation_steps
+        "gradient_accumulation_steps": 1,
+        "max_completion_length": 512,
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": "sequence_mask",
+        "vllm_importance_sampling_clip_min": None,
+        "vllm_importance_sampling_clip_max": 3.0,
+    },
+    "verl": {
+        "actor.clip_ratio": 0.2,
+        "actor.clip_ratio_low": 0.2,
+        "actor.clip_ratio_high": 0.2,
+        "actor.clip_ratio_c": 3.0,
+        "actor.loss_agg_mode": "token-mean",
+        "actor.ppo_epochs": 1,
+        "actor.use_kl_loss": False,
+        "actor.kl_loss_coef": 0.001,
+        "data.max_response_length": 512,
+        "rollout.n": 1,
+        "algorithm.adv_estimator": "gae",
+        "algorithm.norm_adv_by_std_in_grpo": True,
+    },
+    "openrlhf": {
+        "actor.eps_clip": 0.2,
+        "actor.eps_clip_low_high": None,  # None: (eps_clip, eps_clip)
+        "actor.dual_clip": None,
+        "actor.policy_loss_type": "ppo",
+        "rollout.n_samples_per_prompt": 1,
+        "rollout.max_new_tokens": None,  # None: data.max_len - prompt length
+        "data.max_len": 2048,
+        "train.max_epochs": 1,
+        "algo.advantage.estimator": "gae",
+        "algo.kl.init_coef": 0.01,
+    },
+}
+_NAMES = {"trl": "TRL", "verl": "verl", "openrlhf": "OpenRLHF"}
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """A trainer's configuration, in its framework's names.
+
+    Attributes:
+        framework: "trl", "verl" or "openrlhf".
+        settings: name -> value (numbers, strings, booleans, None, lists).
+        reward_functions: (name, weight) of each reward function, when known.
+        source: where they come from, in words ("recorded by the capture in FILE",
+            "TRL's documented defaults (--trainer trl)").
+    """
+
+    framework: str
+    settings: Mapping[str, Any]
+    reward_functions: tuple[tuple[str, float], ...] = ()
+    source: str = ""
+
+    @property
+    def name(self) -> str:
+        return _NAMES.get(self.framework, self.framework)
+
+    def clip(self) -> tuple[tuple[float, float], str] | None:
+        """(low, high) of the token clip band, and the settings it comes from."""
+        s = self.settings
+        if self.framework == "trl" and _number(s.get("epsilon")):
+            low = float(s["epsilon"])
+            high = float(s["epsilon_high"]) if _number(s.get("epsilon_high")) else low
+            return (low, high), f"epsilon={low:g}, epsilon_high={high:g}"
+        if self.framework == "verl" and _number(s.get("actor.clip_ratio", 0.2)):
+            base = s.get("actor.clip_ratio", 0.2)
+            low = float(_first(s.get("actor.clip_ratio_low"), base))
+            high = float(_first(s.get("actor.clip_ratio_high"), base))
+            return (low, high), f"clip_ratio_low={low:g}, clip_ratio_high={high:g}"
+        if self.framework == "openrlhf" and _number(s.get("actor.eps_clip")):
+            pair = s.get("actor.eps_clip_low_high")
+            if isinstance(pair, (list, tuple)) and len(pair) == 2:
+                low, high = float(pair[0]), float(pair[1])
+            else:
+                low = high = float(s["actor.eps_clip"])
+            return (low, high), f"eps_clip_low_high=({low:g}, {high:g})"
+        return None
+
+    def group_size(self) -> int | None:
+        """The completions sampled per prompt, when the settings say."""
+        key = {"trl": "num_generations", "verl": "rollout.n"}.get(
+            self.framework, "rollout.n_samples_per_prompt"
+        )
+        return _positive_int(self.settings.get(key))
+
+    def max_response_length(self) -> int | None:
+        """The trainer's response-length limit in tokens, when the settings say."""
+        key = {"trl": "max_completion_length", "verl": "data.max_response_length"}.get(
+            self.framework, "rollout.max_new_tokens"
+        )
+        return _positive_int(self.settings.get(key))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "framework": self.framework,
+            "settings": dict(self.settings),
+            "reward_functions": [list(pair) for pair in self.reward_functions],
+            "source": self.source,
+        }
+
+    def to_json(self) -> str:
+        """What the capture stores (without ``source``, which is where it is read)."""
+        document = self.to_dict()
+        del document["source"]
+        return json.dumps(document, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "") -> TrainerSettings | None:
+        """The settings a part file stored, or None when the text is not such a document."""
+        try:
+            document = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(document, dict) or document.get("framework") not in FRAMEWORKS:
+            return None
+        settings = document.get("settings")
+        rewards = document.get("reward_functions") or []
+        if not isinstance(settings, dict) or not isinstance(rewards, list):
+            return None
+        return cls(
+            framework=document["framework"],
+            settings=settings,
+            reward_functions=tuple(
+                (str(pair[0]), float(pair[1]))
+                for pair in rewards
+                if isinstance(pair, list) and len(pair) == 2 and _number(pair[1])
+            ),
+            source=source,
+        )
+
+
+def documented_defaults(framework: str) -> TrainerSettings:
+    """The documented defaults of ``framework`` (``--trainer``).
+
+    Raises:
+        ParameterError: an unknown framework.
+    """
+    if framework not in FRAMEWORKS:
+        raise ParameterError(
+            "trainer", f"must be one of {', '.join(TRAINER_CHOICES)}, got '{framework}'"
+        )
+    return TrainerSettings(
+        framework=framework,
+        settings=dict(DOCUMENTED_DEFAULTS[framework]),
+        source=f"{_NAMES[framework]}'s documented defaults (--trainer {framework})",
+    )
+
+
+def read_recorded(path: Path) -> TrainerSettings | None:
+    """The settings a capture stored in ``path`` (a ``.pt`` part file), read without
+    loading its tensors (memory-mapped); None for any other file."""
+    if path.suffix.lower() not in (".pt", ".pth"):
+        return None
+    import torch
+
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # an unreadable file: the analysis says what is wrong with it
+        return None
+    text = content.get(SETTINGS_KEY) if isinstance(content, dict) else None
+    if not isinstance(text, str):
+        return None
+    return TrainerSettings.from_json(text, source=f"recorded by the capture in {path}")
+
+
+def resolve(trainer: str | None, first_file: Path | None) -> TrainerSettings | None:
+    """The settings in force: recorded in ``first_file`` (``trainer`` "auto" or a
+    framework), else the documented defaults of a named framework; None for "none".
+
+    Raises:
+        ParameterError: ``trainer`` is not one of :data:`TRAINER_CHOICES`.
+    """
+    trainer = trainer or "auto"
+    if trainer not in TRAINER_CHOICES:
+        raise ParameterError(
+            "trainer", f"must be one of {', '.join(TRAINER_CHOICES)}, got '{trainer}'"
+        )
+    if trainer == "none":
+        return None
+    recorded = read_recorded(first_file) if first_file is not None else None
+    if recorded is not None:
+        return recorded
+    return None if trainer == "auto" else documented_defaults(trainer)
+
+
+@dataclass
+class Applied:
+    """What the settings changed: parameter -> where its value came from, in words."""
+
+    settings: TrainerSettings | None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def params_block(self) -> dict[str, Any] | None:
+        """The report's ``params.trainer`` block, or None without settings."""
+        if self.settings is None:
+            return None
+        return {**self.settings.to_dict(), "applied": dict(self.sources)}
+
+
+def apply(
+    params: AnalysisParams, settings: TrainerSettings | None, fixed: Collection[str]
+) -> tuple[AnalysisParams, Applied]:
+    """``params`` with the trainer's clip band, unless ``clip`` is in ``fixed`` (an
+    option the user gave); the sources of the values, for the report."""
+    applied = Applied(settings)
+    if settings is None:
+        return params, applied
+    clip = settings.clip()
+    if clip is not None:
+        if "clip" in fixed:
+            applied.sources["clip"] = "option"
+        else:
+            params = replace(params, clip=clip[0])
+            applied.sources["clip"] = f"trainer settings ({settings.name} {clip[1]})"
+    size = settings.group_size()
+    if size is not None:
+        applied.sources["group_size"] = f"trainer settings ({settings.name}: {size})"
+    length = settings.max_response_length()
+    if length is not None:
+        applied.sources["max_response_length"] = f"trainer settings ({settings.name}: {length})"
+    return params, applied
+
+
+def trl_settings(trainer: Any) -> TrainerSettings:
+    """What a TRL ``GRPOTrainer`` was configured with (its ``args`` and reward functions)."""
+    args = trainer.args
+    names = (
+        "epsilon", "epsilon_high", "delta", "loss_type", "importance_sampling_level", "beta",
+        "num_generations", "num_iterations", "steps_per_generation",
+        "gradient_accumulation_steps", "per_device_train_batch_size",
+        "max_completion_length", "scale_rewards", "mask_truncated_completions", "use_vllm",
+        "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+        "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
+    )  # fmt: skip
+    settings = {name: _plain(getattr(args, name, None)) for name in names}
+    functions = list(getattr(trainer, "reward_func_names", []) or [])
+    weights = getattr(trainer, "reward_weights", None)
+    weights = [float(w) for w in weights.tolist()] if weights is not None else []
+    return TrainerSettings(
+        framework="trl",
+        settings=settings,
+        reward_functions=tuple(zip(functions, weights, strict=False)),
+    )
+
+
+def verl_settings(config: Any) -> TrainerSettings:
+    """verl's settings from its Hydra config (``self.config`` of ``RayPPOTrainer``: the
+    top-level config with ``actor_rollout_ref``, ``data``, ``algorithm``), or from the
+    actor's config (``self.config`` of the actor worker) alone."""
+    actor = _path(config, "actor_rollout_ref.actor") or config
+    out: dict[str, Any] = {}
+    for name in (
+        "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
+        "ppo_epochs", "use_kl_loss", "kl_loss_coef", "ppo_mini_batch_size",
+    ):  # fmt: skip
+        out[f"actor.{name}"] = _plain(_path(actor, name))
+    out["data.max_response_length"] = _plain(_path(config, "data.max_response_length"))
+    out["rollout.n"] = _plain(_path(config, "actor_rollout_ref.rollout.n"))
+    out["algorithm.adv_estimator"] = _plain(_path(config, "algorithm.adv_estimator"))
+    out["algorithm.norm_adv_by_std_in_grpo"] = _plain(
+        _path(config, "algorithm.norm_adv_by_std_in_grpo")
+    )
+    return TrainerSettings(framework="verl", settings=out)
+
+
+def openrlhf_settings(args: Any) -> TrainerSettings:
+    """OpenRLHF's settings from its parsed arguments (``--actor.eps_clip`` is
+    ``args.actor.eps_clip``; the flat names of older versions, ``args.eps_clip``, too)."""
+    out: dict[str, Any] = {}
+    for name in DOCUMENTED_DEFAULTS["openrlhf"]:
+        value = _path(args, name)
+        if value is None:
+            value = _path(args, name.rsplit(".", 1)[-1])
+        out[name] = _plain(value)
+    return TrainerSettings(framework="openrlhf", settings=out)
+
+
+def _path(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if obj is None:
+            return None
+        obj = obj.get(part) if isinstance(obj, Mapping) else getattr(obj, part, None)
+    return obj
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value: numbers, strings, booleans, None, lists of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    if hasattr(value, "value") and isinstance(value.value, str):  # an Enum
+        return value.value
+    return str(value)
+
+
+def _number(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _positive_int(value: Any) -> int | None:
+    return int(value) if _number(value) and int(value) >= 1 else None
+
+
+def _first(value: Any, fallback: Any) -> Any:
+    return value if _number(value) else fallback

@@ -1,0 +1,195 @@
+"""The reader cases of the hostile-input report, by name (memory from tiny files, sizes
+taken on trust, headers that overflow, tensors of kinds the analysis cannot use)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fuzz import files
+from fuzz.harness import error_line, promise
+
+pytestmark = pytest.mark.fuzz
+
+STREAMED = {"RATIOSCOPE_STREAM_BYTES": "1"}
+
+
+def _both(path: Path, tmp_path: Path, command: str = "analyze") -> list[str]:
+    """The error line of the whole read and of the streamed read (they must agree)."""
+    lines = []
+    for env in ({}, STREAMED):
+        args = [command, path.name] + (["-q"] if command == "analyze" else [])
+        lines.append(error_line(promise(args, tmp_path, env=env)))
+    return lines
+
+
+def _pt(path: Path, **tensors: object) -> None:
+    mask = torch.ones(4, 8, dtype=torch.bool)
+    old = torch.randn(4, 8) - 2
+    torch.save({"mask": mask, "old_log_probs": old, "log_probs": old + 0.01, **tensors}, path)
+
+
+# ----------------------------------------------------------- memory from tiny files
+def test_pt_stride_zero_expanded(tmp_path: Path) -> None:
+    mask = torch.ones(1, 1, dtype=torch.bool).expand(8192, 16384)
+    old = torch.zeros(1, 1).expand(8192, 16384)
+    torch.save({"mask": mask, "old_log_probs": old, "log_probs": old}, tmp_path / "e.pt")
+    assert (tmp_path / "e.pt").stat().st_size < 4096
+    line = error_line(promise(["analyze", "e.pt", "-q"], tmp_path, seconds=30))
+    assert "stride 0" in line and "contiguous" in line
+
+
+def test_pt_rebuild_huge_size_stride_zero(tmp_path: Path) -> None:
+    old = torch.zeros(1).expand(2**17 * 2**16).view(2**17, 2**16)
+    torch.save(
+        {"mask": torch.ones(1, 1).expand(2**17, 2**16), "old_log_probs": old}, tmp_path / "h.pt"
+    )
+    for command in (["analyze", "h.pt", "-q"], ["info", "h.pt"]):
+        line = error_line(promise(command, tmp_path, seconds=30))
+        assert "h.pt" in line and "storage" in line
+
+
+def test_pt_deflated_storages(tmp_path: Path) -> None:
+    _pt(tmp_path / "plain.pt", big=torch.zeros(4 << 20))
+    with (
+        zipfile.ZipFile(tmp_path / "plain.pt") as source,
+        zipfile.ZipFile(tmp_path / "d.pt", "w", compression=zipfile.ZIP_DEFLATED) as target,
+    ):
+        for info in source.infolist():
+            target.writestr(info.filename, source.read(info))
+    (tmp_path / "plain.pt").unlink()
+    assert (tmp_path / "d.pt").stat().st_size < 200_000
+    line = error_line(
+        promise(["analyze", "d.pt", "-q"], tmp_path, env={"RATIOSCOPE_MAX_BYTES": "8M"})
+    )
+    assert "RATIOSCOPE_MAX_BYTES" in line
+
+
+def test_npz_inflating_past_the_budget(tmp_path: Path) -> None:
+    members = files.valid_npz_members()
+    members["big"] = files.npy_of(np.zeros(16 << 20, dtype=np.int8))
+    files.write_npz(tmp_path / "i.npz", members, zipfile.ZIP_DEFLATED)
+    budget = {"RATIOSCOPE_MAX_BYTES": "4M"}
+    line = error_line(promise(["analyze", "i.npz", "-q"], tmp_path, env=budget))
+    assert "memory budget" in line and "i.npz" in line
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"descr": "<f4", "fortran_order": False, "shape": (10**12,)},
+        {"descr": "<U100000000", "fortran_order": False, "shape": (2,)},
+        {"descr": "<f4", "fortran_order": False, "shape": (-3, 4)},
+    ],
+    ids=["shape-1e12", "U100000000", "negative"],
+)
+def test_npz_declared_sizes(tmp_path: Path, header: dict[str, object]) -> None:
+    members = files.valid_npz_members()
+    members["mask"] = files.npy_bytes(header, b"\0" * 64)
+    files.write_npz(tmp_path / "s.npz", members)
+    for line in _both(tmp_path / "s.npz", tmp_path):
+        assert "s.npz" in line and "'mask'" in line
+
+
+def test_safetensors_shared_data_offsets(tmp_path: Path) -> None:
+    old, _ = files.log_probs(4, 8)
+    files.write_safetensors(
+        tmp_path / "o.safetensors",
+        {
+            "mask": ("BOOL", [4, 8], np.ones((4, 8), np.uint8).tobytes()),
+            "old_log_probs": ("F32", [4, 8], old.tobytes()),
+            "log_probs": ("F32", [4, 8], old.tobytes()),
+        },
+        offsets={"log_probs": [32, 32 + 128]},
+    )
+    for line in _both(tmp_path / "o.safetensors", tmp_path):
+        assert "share bytes" in line
+
+
+# ------------------------------------------------------------ sizes taken on trust
+@pytest.mark.parametrize(
+    "header",
+    [
+        files.nested(100_000).encode(),
+        b'{"mask": {"dtype": "BOOL", "shape": [1e400, 2], "data_offsets": [0, 2]}}',
+        b'{"mask": {"dtype": "BOOL", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}}',
+        b'{"mask": {"dtype": "BOOL", "shape": "ab", "data_offsets": [0, 2]}}',
+        b'{"mask": {"dtype": "BOOL", "shape": [2], "data_offsets": [2, 0]}}',
+        b'{"mask": 3}',
+    ],
+    ids=["nested", "1e400", "wraps-to-0", "string-shape", "backwards", "not-an-entry"],
+)
+def test_safetensors_headers(tmp_path: Path, header: bytes) -> None:
+    files.write_safetensors_header(tmp_path / "h.safetensors", header, b"\1\1")
+    for line in _both(tmp_path / "h.safetensors", tmp_path):
+        assert "h.safetensors" in line
+
+
+def test_safetensors_header_over_100mb_streamed(tmp_path: Path) -> None:
+    path = tmp_path / "big.safetensors"
+    with path.open("wb") as handle:
+        handle.write((150_000_000).to_bytes(8, "little"))
+        handle.truncate(150_000_100)  # sparse: no disk is used
+    for line in _both(path, tmp_path):
+        assert "100 MB" in line
+
+
+def test_npz_big_endian_member_read_alike(tmp_path: Path) -> None:
+    old, new = files.log_probs(4, 8)
+    np.savez(
+        tmp_path / "be.npz",
+        mask=np.ones((4, 8), bool),
+        old_log_probs=old.astype(">f4"),
+        log_probs=new.astype(">f4"),
+    )
+    reports = []
+    for env, name in (({}, "a.json"), (STREAMED, "b.json")):
+        promise(["analyze", "be.npz", "-q", "--json", name], tmp_path, env=env, written=[name])
+        reports.append((tmp_path / name).read_text())
+    z = (new.astype(np.float64) - old).mean()
+    assert abs(_mean_z(reports[0]) - z) < 1e-6 and _mean_z(reports[0]) == _mean_z(reports[1])
+
+
+def _mean_z(text: str) -> float:
+    import json
+
+    return float(json.loads(text)["ratios"]["token"]["distribution"]["mean"])
+
+
+def test_npy_named_npz(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.ones(3))
+    (tmp_path / "x.npy").rename(tmp_path / "x.npz")
+    for line in _both(tmp_path / "x.npz", tmp_path):
+        assert "single .npy array" in line
+
+
+def test_npz_member_bad_magic(tmp_path: Path) -> None:
+    members = files.valid_npz_members()
+    members["mask"] = b"NOTNUMPY" + members["mask"][8:]
+    files.write_npz(tmp_path / "m.npz", members)
+    for line in _both(tmp_path / "m.npz", tmp_path):
+        assert "'mask.npy' is not a .npy array" in line
+
+
+# ----------------------------------------------------------- tensors of other kinds
+def test_sparse_log_probs(tmp_path: Path) -> None:
+    _pt(tmp_path / "s.pt", log_probs=(torch.randn(4, 8) - 2).to_sparse())
+    assert "sparse" in error_line(promise(["analyze", "s.pt", "-q"], tmp_path))
+
+
+def test_quantized_advantages(tmp_path: Path) -> None:
+    advantages = torch.quantize_per_tensor(torch.randn(4), 0.1, 10, torch.quint8)
+    _pt(tmp_path / "q.pt", advantages=advantages)
+    assert "quantized" in error_line(promise(["analyze", "q.pt", "-q"], tmp_path))
+
+
+def test_list_of_2d_tensors(tmp_path: Path) -> None:
+    rows = [torch.randn(2, 3) - 2 for _ in range(4)]
+    torch.save(
+        {"mask": [torch.ones(6, dtype=torch.bool)] * 4, "old_log_probs": rows, "log_probs": rows},
+        tmp_path / "l.pt",
+    )
+    assert "2-D tensors" in error_line(promise(["analyze", "l.pt", "-q"], tmp_path))

@@ -1,0 +1,90 @@
+"""Which sequences are correct, as the user defines it (--correct-field, --correct-threshold)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+import ratioscope
+from ratioscope.cli import app
+from ratioscope.errors import ParameterError
+
+ROWS, WIDTH, G = 16, 6, 4
+
+
+def shaped_dump(path):
+    """Shaped rewards (every one > 0) beside a 0/1 accuracy column: by rewards > 0 every
+    sequence is correct, by accuracy a quarter to three quarters per group."""
+    gen = torch.Generator().manual_seed(3)
+    accuracy = torch.tensor([1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1], dtype=torch.float32)
+    rewards = 0.1 + 0.8 * accuracy + 0.05 * torch.rand(ROWS, generator=gen)
+    old = -torch.rand(ROWS, WIDTH, generator=gen)
+    save_file(
+        {
+            "mask": torch.ones(ROWS, WIDTH, dtype=torch.bool),
+            "old_log_probs": old,
+            "log_probs": old + 0.01 * torch.randn(ROWS, WIDTH, generator=gen),
+            "advantages": torch.randn(ROWS, WIDTH, generator=gen),
+            "rewards": rewards,
+            "accuracy": accuracy,
+            "group": torch.arange(ROWS) // G,
+        },
+        str(path),
+    )
+    return rewards, accuracy
+
+
+def correct_column(report) -> list[bool]:
+    """The per-sequence ``correct`` column (the Parquet table)."""
+    return report.sequences.frame()["correct"].to_list()
+
+
+@pytest.mark.parametrize("stream_bytes", [1 << 60, 0])
+def test_the_correct_field_decides_correctness(tmp_path, stream_bytes):
+    path = tmp_path / "d.safetensors"
+    _, accuracy = shaped_dump(path)
+    default = ratioscope.analyze(path, stream_bytes=stream_bytes, per_sequence=True)
+    assert correct_column(default) == [True] * ROWS  # shaped rewards: all "correct"
+    chosen = ratioscope.analyze(
+        path, stream_bytes=stream_bytes, per_sequence=True, correct_field="accuracy"
+    )
+    assert correct_column(chosen) == [bool(a >= 0.5) for a in accuracy]
+    assert chosen.params["load"]["correct_field"] == "accuracy"
+
+
+def test_a_threshold_alone_applies_to_the_rewards(tmp_path):
+    path = tmp_path / "d.safetensors"
+    rewards, _ = shaped_dump(path)
+    report = ratioscope.analyze(path, correct_threshold=0.5, per_sequence=True)
+    assert correct_column(report) == [bool(r >= 0.5) for r in rewards]
+
+
+def test_a_missing_field_and_a_bad_threshold_are_named(tmp_path):
+    path = tmp_path / "d.safetensors"
+    shaped_dump(path)
+    with pytest.raises(ParameterError, match=r"'accuracy_reward'.*its keys are"):
+        ratioscope.analyze(path, correct_field="accuracy_reward")
+    result = CliRunner().invoke(app, ["analyze", str(path), "--correct-field", "nope", "-q"])
+    assert result.exit_code == 2
+    assert "--correct-field" in result.output and "nope" in result.output
+    assert "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["analyze", str(path), "--correct-threshold", "nan"])
+    assert result.exit_code == 2 and "--correct-threshold" in result.output
+
+
+@pytest.mark.parametrize("command", ["analyze", "timeline", "objectives"])
+def test_every_dump_command_takes_the_rule_and_says_it(tmp_path, command):
+    path = tmp_path / "step_1.safetensors"
+    shaped_dump(path)
+    out = tmp_path / "out.json"
+    args = [command, str(path), "--correct-field", "accuracy", "--correct-threshold", "1"]
+    result = CliRunner().invoke(app, [*args, "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    if command == "analyze":
+        assert "correct: accuracy >= 1" in result.output
+        report = json.loads(out.read_text())
+        assert report["params"]["load"]["correct_threshold"] == 1.0

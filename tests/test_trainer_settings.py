@@ -1,0 +1,137 @@
+"""The trainer's settings as defaults: recorded by the capture, or --trainer's documented ones."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import ratioscope
+from ratioscope.capture import CaptureWriter
+from ratioscope.cli import app
+from ratioscope.trainer_settings import (
+    SETTINGS_KEY,
+    documented_defaults,
+    openrlhf_settings,
+    verl_settings,
+)
+
+ROWS, WIDTH = 8, 5
+
+
+def capture(directory, settings=None) -> None:
+    gen = torch.Generator().manual_seed(1)
+    old = -torch.rand(ROWS, WIDTH, generator=gen)
+    with CaptureWriter(directory, trainer_settings=settings) as writer:
+        writer.write(
+            0,
+            mask=torch.ones(ROWS, WIDTH, dtype=torch.bool),
+            log_probs=old + 0.3 * torch.randn(ROWS, WIDTH, generator=gen),
+            old_log_probs=old,
+            advantages=torch.randn(ROWS, generator=gen),
+            rewards=torch.rand(ROWS, generator=gen),
+            group=torch.arange(ROWS) // 4,
+        )
+
+
+def verl_config(**actor):
+    """verl's Hydra config as the trainer holds it (nested mappings)."""
+    return {
+        "actor_rollout_ref": {
+            "actor": {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, **actor},
+            "rollout": {"n": 4},
+        },
+        "data": {"max_response_length": 1024},
+        "algorithm": {"adv_estimator": "grpo"},
+    }
+
+
+def test_verl_settings_give_the_asymmetric_band_group_size_and_length():
+    settings = verl_settings(verl_config())
+    assert settings.clip()[0] == (0.2, 0.28)
+    assert settings.group_size() == 4
+    assert settings.max_response_length() == 1024
+    # without clip_ratio_low/high verl uses clip_ratio for both
+    bare = verl_config(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None)
+    assert verl_settings(bare).clip()[0] == (0.1, 0.1)
+
+
+def test_openrlhf_settings_read_nested_and_flat_arguments():
+    nested = SimpleNamespace(
+        actor=SimpleNamespace(eps_clip=0.1, eps_clip_low_high=[0.1, 0.3]),
+        rollout=SimpleNamespace(n_samples_per_prompt=8, max_new_tokens=2048),
+    )
+    settings = openrlhf_settings(nested)
+    assert settings.clip()[0] == (0.1, 0.3)
+    assert settings.group_size() == 8 and settings.max_response_length() == 2048
+    flat = SimpleNamespace(eps_clip=0.15, n_samples_per_prompt=2)
+    assert openrlhf_settings(flat).clip()[0] == (0.15, 0.15)
+    assert openrlhf_settings(flat).group_size() == 2
+
+
+def test_recorded_settings_set_the_clip_band_and_say_where_from(tmp_path):
+    capture(tmp_path / "c", verl_settings(verl_config()))
+    part = next((tmp_path / "c").rglob("*.pt"))
+    assert json.loads(torch.load(part, weights_only=True)[SETTINGS_KEY])["framework"] == "verl"
+    report = ratioscope.analyze(tmp_path / "c")
+    assert report.params["analysis"]["clip"] == [0.2, 0.28]
+    block = report.params["trainer"]
+    assert "clip_ratio_high=0.28" in block["applied"]["clip"]
+    assert block["applied"]["group_size"] == "trainer settings (verl: 4)"
+    assert "recorded by the capture" in block["source"]
+    # an option given wins; "none" ignores what was recorded
+    assert ratioscope.analyze(tmp_path / "c", clip=(0.3, 0.3)).params["analysis"]["clip"] == [
+        0.3,
+        0.3,
+    ]
+    ignored = ratioscope.analyze(tmp_path / "c", trainer="none")
+    assert ignored.params["analysis"]["clip"] == [0.2, 0.28]
+    assert "trainer" not in ignored.params
+
+
+@pytest.mark.parametrize("framework", ["trl", "verl", "openrlhf"])
+def test_trainer_applies_documented_defaults_to_files_without_settings(tmp_path, framework):
+    capture(tmp_path / "c")
+    assert "trainer" not in ratioscope.analyze(tmp_path / "c").params
+    report = ratioscope.analyze(tmp_path / "c", trainer=framework)
+    # TRL epsilon 0.2 with epsilon_high None; verl clip_ratio_low/high 0.2; OpenRLHF eps_clip
+    assert report.params["analysis"]["clip"] == [0.2, 0.2]
+    assert report.params["trainer"]["source"].endswith(f"(--trainer {framework})")
+    assert (
+        documented_defaults(framework).to_dict()["settings"] == report.params["trainer"]["settings"]
+    )
+
+
+def test_the_cli_takes_trainer_and_refuses_an_unknown_one(tmp_path):
+    capture(tmp_path / "c")
+    out = tmp_path / "r.json"
+    ok = CliRunner().invoke(
+        app, ["analyze", str(tmp_path / "c"), "--trainer", "trl", "--json", str(out), "-q"]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(out.read_text())["params"]["analysis"]["clip"] == [0.2, 0.2]
+    # --clip given with ratioscope's default value still wins over the trainer's
+    ok = CliRunner().invoke(
+        app,
+        ["analyze", str(tmp_path / "c"), "--trainer", "trl", "--clip", "0.2,0.28",
+         "--json", str(out), "-q"],
+    )  # fmt: skip
+    assert json.loads(out.read_text())["params"]["analysis"]["clip"] == [0.2, 0.28]
+    bad = CliRunner().invoke(app, ["analyze", str(tmp_path / "c"), "--trainer", "ppo"])
+    assert bad.exit_code == 2 and "--trainer" in bad.output and "Traceback" not in bad.output
+
+
+def test_timeline_and_the_terminal_use_and_name_the_recorded_band(tmp_path):
+    capture(tmp_path / "c", verl_settings(verl_config()))
+    result = ratioscope.timeline(tmp_path / "c")
+    assert result.pooled.params["analysis"]["clip"] == [0.2, 0.28]
+    given = ratioscope.timeline(
+        tmp_path / "c", params=ratioscope.AnalysisParams(clip=(0.2, 0.28)), fixed_params=["clip"]
+    )
+    assert given.pooled.params["trainer"]["applied"]["clip"] == "option"
+    out = " ".join(CliRunner().invoke(app, ["analyze", str(tmp_path / "c")]).output.split())
+    assert "trainer settings: recorded by the capture" in out
+    assert "clip from trainer settings (verl clip_ratio_low=0.2, clip_ratio_high=0.28)" in out
