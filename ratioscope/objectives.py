@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ratioscope.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
     from ratioscope.io.loaders import LoadOptions, RunFiles
+    from ratioscope.parallel import Runner
 
 #: ``schema_version`` of the objectives JSON
 OBJECTIVES_SCHEMA_VERSION = 1
@@ -118,6 +119,21 @@ class MethodTotals:
             self.bin_sums += sums
         self.files += 1
 
+    def merge(self, other: MethodTotals) -> None:
+        """Add the sums of ``other`` (a later shard of the same run)."""
+        for name in (
+            "tokens", "zero", "positive", "negative", "sum", "sum_abs", "sum_squares",
+            "reference_nonzero", "opposite", "long_abs", "long_tokens", "files",
+        ):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, count in other.flags.items():
+            self.flags[name] = self.flags.get(name, 0) + count
+        if self.bin_counts is None:
+            self.bin_counts, self.bin_sums = other.bin_counts, other.bin_sums
+        elif other.bin_counts is not None:
+            self.bin_counts = self.bin_counts + other.bin_counts
+            self.bin_sums = self.bin_sums + other.bin_sums
+
 
 @dataclass
 class PairSums:
@@ -129,6 +145,10 @@ class PairSums:
     xx: float = 0.0
     yy: float = 0.0
     xy: float = 0.0
+
+    def merge(self, other: PairSums) -> None:
+        for name in ("n", "x", "y", "xx", "yy", "xy"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def correlation(self) -> float:
         vx = self.n * self.xx - self.x * self.x
@@ -333,6 +353,12 @@ class _Totals:
                     pair.yy += squares[y]
                     pair.xy += product
 
+    def merge(self, other: _Totals) -> None:
+        for name, totals in other.methods.items():
+            self.methods.setdefault(name, MethodTotals()).merge(totals)
+        for key, pair in other.pairs.items():
+            self.pairs.setdefault(key, PairSums()).merge(pair)
+
 
 def _share(part: float, whole: float) -> float:
     return part / whole if whole else math.nan
@@ -395,6 +421,7 @@ def objectives(
     load_options: LoadOptions | None = None,
     batch_rows: int | None = None,
     progress: ProgressCallback | None = None,
+    runner: Runner | None = None,
 ) -> ObjectivesReport:
     """The per-token policy-gradient coefficient of each method on the dumped batches,
     compared side by side.
@@ -410,68 +437,162 @@ def objectives(
         settings: ``{method: {key: value}}`` overriding the defaults.
         load_options: how files are read (format, key map, ...).
         progress: callback receiving "files" updates.
+        runner: where the files are read (:class:`ratioscope.parallel.Runner`: local
+            processes or Ray, one task per step's files, their sums added in file
+            order; default this process).
 
     Returns:
         :class:`ObjectivesReport`.
     """
     from ratioscope.batch import TokenBatch
-    from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
-    from ratioscope.report_io import tool_info
+    from ratioscope.io.loaders import LoadOptions, expand_paths
 
     names = method_names(methods)
     chosen = chosen_settings(names, settings)
     options = load_options or LoadOptions()
-    notes_run: list[str] = []
+    if batch_rows is not None and batch_rows < 1:
+        from ratioscope.errors import ParameterError
+
+        raise ParameterError("batch_rows", f"must be >= 1 sequence, got {batch_rows}")
     if isinstance(paths, TokenBatch):
         sources: list[TokenBatch | Path] = [paths]
     else:
         listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
         sources = list(expand_paths(listed))
-    totals = _Totals(names)
-    skipped: dict[str, str] = {}
-    notes: dict[str, str] = {}
-    warnings: list[str] = []
-    inputs: list[dict[str, Any]] = []
-    advantage_sums = _AdvantageSums()
-    rollout = _RolloutRatioSums()
-    run = RunFiles(len(sources), options, notes_run)
-    if batch_rows is not None and batch_rows < 1:
-        from ratioscope.errors import ParameterError
+    if runner is not None and runner.parallel and not isinstance(paths, TokenBatch):
+        sums = _sums_in_tasks([p for p in sources if isinstance(p, Path)], names, chosen,
+                              options, batch_rows, runner, progress)  # fmt: skip
+    else:
+        sums = _file_sums(sources, names, chosen, options, batch_rows, progress)
+    return _objectives_report(sums, names, chosen, batch_rows)
 
-        raise ParameterError("batch_rows", f"must be >= 1 sequence, got {batch_rows}")
+
+@dataclass
+class _Sums:
+    """Everything :func:`objectives` adds up over files: one task's share, or the run's."""
+
+    totals: _Totals
+    advantages: _AdvantageSums = field(default_factory=lambda: _AdvantageSums())
+    rollout: _RolloutRatioSums = field(default_factory=lambda: _RolloutRatioSums())
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    #: the loader's notes about files skipped in a walk (rank copies, side tables)
+    run_notes: list[str] = field(default_factory=list)
+
+    def merge(self, other: _Sums) -> None:
+        """Add a later shard's sums (files in order)."""
+        self.totals.merge(other.totals)
+        self.advantages.merge(other.advantages)
+        self.rollout.merge(other.rollout)
+        for name, reason in other.skipped.items():
+            self.skipped.setdefault(name, reason)
+        self.notes.update(other.notes)
+        self.warnings.extend(other.warnings)
+        self.inputs.extend(other.inputs)
+        self.run_notes.extend(other.run_notes)
+
+
+def _file_sums(
+    sources: Sequence[TokenBatch | Path],
+    names: tuple[str, ...],
+    chosen: Mapping[str, Settings],
+    options: LoadOptions,
+    batch_rows: int | None,
+    progress: ProgressCallback | None = None,
+    check_any: bool = True,
+) -> _Sums:
+    """The sums of ``sources``, read one batch at a time."""
+    from ratioscope.batch import TokenBatch
+    from ratioscope.io.loaders import RunFiles
+
+    sums = _Sums(totals=_Totals(names))
+    run = RunFiles(len(sources), options, sums.run_notes)
     for index, source in enumerate(sources):
         label = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), Path(label).name))
         sequences = tokens = 0
         profile = None
         for batch in _batches(source, run, options, batch_rows):
-            warnings.extend(batch.warnings)
+            sums.warnings.extend(batch.warnings)
             profile = batch.profile
             sequences += batch.num_sequences
             tokens += int(batch.mask.sum())
-            coefficients = batch_coefficients(batch, names, chosen, skipped, notes)
+            coefficients = batch_coefficients(batch, names, chosen, sums.skipped, sums.notes)
             longer = long_rows(batch.mask)
-            totals.add(coefficients, batch.mask, longer)
-            advantage_sums.add(batch, longer)
-            rollout.add(batch)
+            sums.totals.add(coefficients, batch.mask, longer)
+            sums.advantages.add(batch, longer)
+            sums.rollout.add(batch)
         if profile is not None:
-            inputs.append(
+            sums.inputs.append(
                 {"path": str(label), "format": profile, "sequences": sequences, "tokens": tokens}
             )
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
-    run.check_any(bool(inputs))
-    warnings.extend(notes_run)
+    if check_any:
+        run.check_any(bool(sums.inputs))
+    return sums
+
+
+def _shard_sums(
+    shard: tuple[Path, ...],
+    *,
+    names: tuple[str, ...],
+    chosen: Mapping[str, Settings],
+    options: LoadOptions,
+    batch_rows: int | None,
+) -> _Sums:
+    """One task of :func:`_sums_in_tasks`: a step's files (an empty shard is checked by
+    the driver, over every shard)."""
+    return _file_sums(list(shard), names, chosen, options, batch_rows, check_any=False)
+
+
+def _sums_in_tasks(
+    files: list[Path],
+    names: tuple[str, ...],
+    chosen: Mapping[str, Settings],
+    options: LoadOptions,
+    batch_rows: int | None,
+    runner: Runner,
+    progress: ProgressCallback | None,
+) -> _Sums:
+    import functools
+
+    from ratioscope.io.loaders import RunFiles
+    from ratioscope.parallel import file_shards, ordered_results
+
+    shards = file_shards(files)
+    work = functools.partial(
+        _shard_sums, names=names, chosen=chosen, options=options, batch_rows=batch_rows
+    )
+    sums = _Sums(totals=_Totals(names))
+    report(progress, ProgressUpdate("files", 0, len(shards), runner.describe()))
+    for index, shard_sums in enumerate(ordered_results(work, shards, runner)):
+        sums.merge(shard_sums)
+        report(progress, ProgressUpdate("files", index + 1, len(shards), "merging"))
+    RunFiles(len(files), options, []).check_any(bool(sums.inputs))
+    return sums
+
+
+def _objectives_report(
+    sums: _Sums, names: tuple[str, ...], chosen: Mapping[str, Settings], batch_rows: int | None
+) -> ObjectivesReport:
+    from ratioscope.report_io import tool_info
+
+    warnings = [*sums.warnings, *sums.run_notes]
+    skipped = dict(sums.skipped)
+    totals = sums.totals
     for name in list(skipped):
         if name in totals.methods:  # ran on some files, not on others
             warnings.append(f"{METHODS[name].label} ran on some files only: {skipped.pop(name)}")
     summaries = {
-        name: _summary(name, totals.methods[name], chosen[name], notes.get(name))
+        name: _summary(name, totals.methods[name], chosen[name], sums.notes.get(name))
         for name in names
         if name in totals.methods
     }
     return ObjectivesReport(
         tool=tool_info(),
-        inputs=inputs,
+        inputs=sums.inputs,
         params={
             "methods": list(names),
             "reference": REFERENCE,
@@ -482,8 +603,8 @@ def objectives(
         },
         methods=summaries,
         correlation=_correlation(totals),
-        advantages=advantage_sums.summary(),
-        rollout_ratio=rollout.summary(),
+        advantages=sums.advantages.summary(),
+        rollout_ratio=sums.rollout.summary(),
         skipped={name: skipped[name] for name in names if name in skipped},
         warnings=warnings,
     )
@@ -539,6 +660,11 @@ class _SchemeSums:
         self.short_abs += float(values[~is_long].sum())
         self.short_count += int((~is_long).sum())
 
+    def merge(self, other: _SchemeSums) -> None:
+        for name in ("count", "abs_sum", "zero", "short_abs", "short_count", "long_abs",
+                     "long_count"):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def scheme(self) -> AdvantageScheme:
         return AdvantageScheme(
             mean_abs=_share(self.abs_sum, self.count),
@@ -578,6 +704,13 @@ class _AdvantageSums:
             per_scheme["dump"] = _first_valid(batch.advantages, mask)
         for name, values in per_scheme.items():
             self.schemes.setdefault(name, _SchemeSums()).add(values, longer, present)
+
+    def merge(self, other: _AdvantageSums) -> None:
+        self.groups += other.groups
+        self.zero_variance += other.zero_variance
+        self.sequences += other.sequences
+        for name, sums in other.schemes.items():
+            self.schemes.setdefault(name, _SchemeSums()).merge(sums)
 
     def summary(self) -> AdvantageSummary | None:
         if not self.schemes:
@@ -630,6 +763,14 @@ class _RolloutRatioSums:
         self.sequences += int(sums.numel())
         self.seq_log_min = min(self.seq_log_min, float(sums.min()))
         self.seq_log_max = max(self.seq_log_max, float(sums.max()))
+
+    def merge(self, other: _RolloutRatioSums) -> None:
+        for name in ("tokens", "sequences", "log_sum", "above_2", "below_half"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+        self.seq_log_min = min(self.seq_log_min, other.seq_log_min)
+        self.seq_log_max = max(self.seq_log_max, other.seq_log_max)
 
     def summary(self) -> dict[str, Any] | None:
         if not self.tokens:

@@ -159,12 +159,15 @@ class Report:
             raise ValueError("this report was made without the per-sequence table")
         self.sequences.write(path)
 
-    def verdict(self, thresholds: Thresholds | None = None) -> Verdict:
+    def verdict(
+        self, thresholds: Thresholds | None = None, baseline: Report | None = None
+    ) -> Verdict:
         """The health verdict of this report (:func:`ratioscope.verdict.verdict`): its
-        headline numbers graded against ``thresholds`` (default: docs/health.md)."""
+        headline numbers graded against ``thresholds`` (default: docs/health.md), and
+        against a healthy ``baseline`` report where one is given."""
         from ratioscope.verdict import verdict
 
-        return verdict(self, thresholds)
+        return verdict(self, thresholds, baseline)
 
 
 def _report_hints() -> dict[str, Any]:

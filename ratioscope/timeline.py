@@ -487,6 +487,8 @@ def timeline(
         read_meta=lambda p: _read_meta(p, load_options.unsafe_pickle),
     )
     rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
+    # the quantities the verdict judges against the run's own first steps, per step
+    relative_rows: list[tuple[int, dict[str, float | None]]] = []
 
     work = functools.partial(
         _step_result, params=params, load_options=load_options, device=device,
@@ -533,6 +535,7 @@ def timeline(
             if step_objectives is not None:
                 document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
+            relative_rows.append((group.step, relative_values(document)))
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
                 step_report.write_json(staging / f"step_{group.step:06d}.json")
@@ -556,7 +559,7 @@ def timeline(
         steps=steps,
         warnings=tuple(pooled.warnings),
         pooled=pooled,
-        verdict=timeline_verdict(pooled, steps, thresholds, followed),
+        verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
     )
 
 
@@ -597,10 +600,13 @@ def timeline_verdict(
     steps: Sequence[TimelineStep],
     thresholds: Thresholds | None = None,
     headlines: Sequence[Headline] = HEADLINES,
+    relative_rows: Sequence[tuple[int, Mapping[str, float | None]]] = (),
 ) -> Verdict:
     """The health verdict of the pooled report, then one yellow finding per headline
-    whose series changes, naming the steps and the values before and at the change."""
-    from ratioscope.verdict import Finding, Verdict, verdict
+    whose series changes, naming the steps and the values before and at the change,
+    then the later steps judged against the run's own first steps (``relative_rows``:
+    (step, :func:`relative_values`) in step order; docs/health.md)."""
+    from ratioscope.verdict import Finding, Verdict, first_steps_findings, verdict
 
     judged = verdict(pooled, thresholds)
     changes = []
@@ -630,7 +636,18 @@ def timeline_verdict(
                 name=f"{item.label} changed",
             )
         )
-    return Verdict(judged.findings + tuple(changes), judged.overridden, judged.notes)
+    relative = first_steps_findings(relative_rows, thresholds)
+    return Verdict(
+        judged.findings + tuple(changes) + tuple(relative), judged.overridden, judged.notes
+    )
+
+
+def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:
+    """The numbers of a step's report JSON that the verdict judges against the run's
+    first steps (:data:`ratioscope.verdict.RELATIVE`), by dotted path."""
+    from ratioscope.verdict import RELATIVE, report_value
+
+    return {item.path: report_value(document, item.path) for item in RELATIVE}
 
 
 def _short(value: float | None) -> str:

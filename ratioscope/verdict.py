@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
@@ -48,6 +48,18 @@ _SPINNING_UP = (
     "approximate KL exceeds 1.5 x target_kl (spinup/algos/pytorch/ppo/ppo.py)"
 )
 _OURS = "ratioscope's own choice"
+_PRIME_RL_CLAMP = (
+    "prime-rl clamps the log importance ratio to [-20, 20] (exp(20) = 4.9e8) before exp: "
+    "PR #1329, and MISMATCH_KL_LOG_RATIO_LIMIT in PR #2973 (src/prime_rl/trainer/rl/loss.py)"
+)
+_FLOAT32_OVERFLOW = (
+    "exp(z) overflows float32 (and bfloat16) for z > log(3.4e38) = 88.72: the ratio is inf "
+    "and the loss or its gradient non-finite (prime-rl issue #2972)"
+)
+_RELATIVE_MEASURED = (
+    f"{_OURS}, measured on the bundled runs (sample_data/verl_steps/, verl/): every "
+    "quantity judged against a baseline stays within 0.13x to 4x of the run's first step"
+)
 
 
 def _threshold(default: float, source: str, doc: str) -> Any:
@@ -122,6 +134,30 @@ class Thresholds:
         "share of QUATRO groups that are degenerate (all rewards equal, or delta >= log(N/m))",
     )
     degenerate_red: float = _threshold(0.8, _OURS, "share of degenerate groups where red starts")
+    on_policy_nonzero_yellow: float = _threshold(
+        0.0,
+        "definition of the PPO/GRPO step: the first optimizer update (mini-batch 0 of the "
+        "first epoch) runs before any update, so the current policy is the behaviour "
+        "policy and every log-ratio is exactly 0; a non-zero one means the log-probs were "
+        "recomputed non-deterministically (docs/staleness.md)",
+        "share of the first mini-batch's tokens whose log-ratio is not exactly 0 "
+        "(needs the 'minibatch' key)",
+    )
+    log_ratio_max_yellow: float = _threshold(
+        20.0, _PRIME_RL_CLAMP, "largest |log-ratio| of any token, either ratio pair"
+    )
+    log_ratio_max_red: float = _threshold(
+        88.72, _FLOAT32_OVERFLOW, "largest |log-ratio| where exp overflows float32"
+    )
+    relative_yellow: float = _threshold(
+        10.0,
+        _RELATIVE_MEASURED,
+        "against a baseline: a quantity this many times the baseline's (or this many "
+        "times smaller, for one that is bad when small) is yellow",
+    )
+    relative_red: float = _threshold(
+        100.0, _RELATIVE_MEASURED, "against a baseline: this many times is red"
+    )
 
     @classmethod
     def source(cls, name: str) -> str:
@@ -359,13 +395,19 @@ def _train_inference(stats: MismatchStats, key: str, label: str, t: Thresholds) 
     return findings
 
 
-def verdict(report: Report, thresholds: Thresholds | None = None) -> Verdict:
+def verdict(
+    report: Report, thresholds: Thresholds | None = None, baseline: Report | None = None
+) -> Verdict:
     """Grade the report's headline numbers against ``thresholds`` (defaults: docs/health.md).
 
     Findings, in this order, each only when the report has its number: train/inference
     mismatch (k3, token ESS, share outside the truncation band), policy drift (k3 of the
-    policy row), PPO clip fraction, switch frequency of the raw ratios (informational,
-    always green), covariance concentration (top 1 %) and QUATRO degenerate groups.
+    policy row), the largest log-ratio (overflow of exp), the exactly-on-policy first
+    mini-batch (with a ``minibatch`` key), PPO clip fraction, switch frequency of the raw
+    ratios (informational, always green), covariance concentration (top 1 %) and QUATRO
+    degenerate groups; then, with a ``baseline`` report, one finding per quantity of
+    :data:`RELATIVE` that both reports have ("policy drift k3 = 1.5e-2, 97x the
+    baseline's").
 
     Notes, about the analysis rather than the run (never counted): a report without the
     train/inference row gets a "not computed" note naming what it needs, and the FPA
@@ -405,10 +447,220 @@ def verdict(report: Report, thresholds: Thresholds | None = None) -> Verdict:
                 advice=": the policy moved far within one batch", name="policy drift",
             )
         )  # fmt: skip
+    findings += _overflow_findings(report, t)
+    findings += _on_policy_findings(report, t)
     findings += _ratio_findings(report, t)
     findings += _objective_findings(report, t)
+    if baseline is not None:
+        findings += relative_findings(report, baseline, t)
     notes += _analysis_notes(report)
     return Verdict(tuple(findings), t.overridden(), tuple(notes))
+
+
+def _overflow_findings(report: Report, t: Thresholds) -> list[Finding]:
+    """The largest |log-ratio| over both pairs: exp of it overflows float32 above 88.72."""
+    mismatch = report.mismatch
+    if mismatch is None:
+        return []
+    rows = [(name, getattr(mismatch, name)) for name in ("policy", "rollout")]
+    found = [(s.abs_diff_max, name) for name, s in rows if s is not None]
+    found = [(value, name) for value, name in found if _finite(value)]
+    if not found:
+        return []
+    value, name = max(found)
+    pair = mismatch.pairs.get(name) or name
+    return [
+        _above(
+            f"mismatch.{name}.abs_diff_max", value, "log_ratio_max_yellow", "log_ratio_max_red",
+            t, f"largest |log-ratio| ({pair})",
+            advice=(": exp of it overflows float32, the ratio is inf and the loss non-finite"
+                    if value > t.log_ratio_max_red
+                    else ": beyond the [-20, 20] that prime-rl clamps it to"),
+            name="ratio overflow" if value > t.log_ratio_max_red else "extreme log-ratio",
+        )
+    ]  # fmt: skip
+
+
+def _on_policy_findings(report: Report, t: Thresholds) -> list[Finding]:
+    """The first mini-batch of the first epoch must have log-ratio exactly 0 (PPO ratio
+    only: current vs old; needs the ``minibatch`` key and mini-batch 0 in the dumps)."""
+    staleness, mismatch = report.staleness, report.mismatch
+    if staleness is None or mismatch is None or mismatch.pairs.get("policy") != "current/old":
+        return []
+    first = staleness.minibatches.get(0)
+    if first is None or first.tokens == 0 or not _finite(first.exact_on):
+        return []
+    nonzero = 1.0 - first.exact_on
+    mean_z = f", mean |z| {_num(first.mean_abs_z)}" if nonzero > 0 else ""
+    finding = _above(
+        "staleness.minibatches.0.exact_on", nonzero, "on_policy_nonzero_yellow", None, t,
+        "first mini-batch (must be exactly on-policy): tokens with log-ratio != 0",
+        show=_pct, unit=f" of {first.tokens:,}{mean_z}",
+        advice=": the log-probs were not recomputed bit for bit (trainer noise)",
+        name="trainer noise",
+    )  # fmt: skip
+    return [finding]
+
+
+@dataclass(frozen=True)
+class Relative:
+    """A quantity judged against a baseline.
+
+    ``path`` is its dotted report path, ``label`` its words, ``direction`` "up" when it
+    is bad when large, "down" when bad when small; ``floor`` the least value ("up") or
+    baseline value ("down") judged at all (below it a ratio of two roundings says
+    nothing); ``share`` prints it as a percentage.
+    """
+
+    path: str
+    label: str
+    direction: Literal["up", "down"]
+    floor: float
+    share: bool = False
+
+
+#: the quantities judged against a baseline (``analyze --baseline``, ``timeline``)
+RELATIVE: tuple[Relative, ...] = (
+    Relative("mismatch.policy.k3", "policy drift k3", "up", 1e-6),
+    Relative("mismatch.rollout.k3", "train/inference k3", "up", 1e-6),
+    Relative("ratios.token.clip_fraction", "PPO clip fraction", "up", 1e-3, share=True),
+    Relative(
+        "ratios.token.proportion_pooled.on", "exactly on-policy tokens", "down", 0.01, share=True
+    ),
+)
+
+
+def report_value(report: Report | Mapping[str, Any], path: str) -> float | None:
+    """The number at a dotted path of a report (a typed one, its JSON, or a flat mapping
+    of dotted paths to numbers), or None."""
+    if isinstance(report, Mapping) and path in report:
+        flat = report[path]
+        return float(flat) if _finite(flat) else None
+    node: Any = report
+    for part in path.split("."):
+        if node is None:
+            return None
+        node = node.get(part) if isinstance(node, Mapping) else getattr(node, part, None)
+    return float(node) if _finite(node) else None
+
+
+def relative_findings(
+    report: Report | Mapping[str, Any],
+    baseline: Report | Mapping[str, Any],
+    t: Thresholds,
+    what: str = "the baseline's",
+    quantities: tuple[Relative, ...] = RELATIVE,
+) -> list[Finding]:
+    """One finding per quantity both reports have: ``value / baseline`` (``baseline /
+    value`` for those bad when small) against ``relative_yellow`` / ``relative_red``.
+
+    ``what`` names the baseline in the text ("the baseline's", "steps 2-6's"); the
+    finding's key is ``relative.<path>``.
+    """
+    findings = []
+    for item in quantities:
+        value, base = report_value(report, item.path), report_value(baseline, item.path)
+        if value is None or base is None:
+            continue
+        if item.direction == "up":
+            if value <= item.floor:
+                continue  # too small to judge: a ratio of two roundings says nothing
+            factor = value / max(base, item.floor)
+        else:
+            if base < item.floor:
+                continue
+            factor = math.inf if value <= 0 else base / value
+        findings.append(_relative(item, value, base, factor, t, what))
+    return findings
+
+
+def _relative(
+    item: Relative, value: float, base: float, factor: float, t: Thresholds, what: str
+) -> Finding:
+    """ "policy drift k3 = 1.5e-2, 97x the baseline's 1.5e-4: above 10x"."""
+    y, r = t.relative_yellow, t.relative_red
+    level: Level = "red" if factor > r else "yellow" if factor > y else "green"
+    bound, field_name = (r, "relative_red") if level == "red" else (y, "relative_yellow")
+    show = _pct if item.share else _num
+    times = f"{_num(value / base)}x {what} {show(base)}" if base > 0 else f"{what} {show(base)}"
+    if item.direction == "up":
+        limit = f"{'above' if level != 'green' else 'within'} {_num(bound)}x"
+    else:
+        limit = f"{'below' if level != 'green' else 'within'} 1/{_num(bound)}"
+    text = f"{item.label} = {show(value)}, {times}: {limit}"
+    return Finding(
+        f"relative.{item.path}", level, value, bound, text, Thresholds.source(field_name),
+        f"{item.label} vs baseline",
+    )  # fmt: skip
+
+
+#: how many of a run's first steps form the baseline its later steps are judged against
+FIRST_STEPS = 3
+
+
+def first_steps_findings(
+    steps: Sequence[tuple[int, Mapping[str, Any]]],
+    t: Thresholds | None = None,
+    first: int = FIRST_STEPS,
+    quantities: tuple[Relative, ...] = RELATIVE,
+) -> list[Finding]:
+    """A run's later steps judged against its own first steps (``timeline``).
+
+    ``steps``: (step, report or flat ``{path: value}``) in step order. The baseline of
+    each quantity is the median over the first ``first`` steps (the first step alone for
+    runs of up to three steps); each later step is judged as by :func:`relative_findings`.
+    One finding per quantity with a yellow or red step, naming the steps and the worst;
+    one green line when every later step stays within the bounds; nothing for a run of
+    one step.
+    """
+    t = t or Thresholds()
+    if len(steps) < 2:
+        return []
+    count = 1 if len(steps) <= first else first
+    head, tail = steps[:count], steps[count:]
+    names = ", ".join(str(step) for step, _ in head)
+    what = f"step {names}'s" if count == 1 else f"the median of steps {names},"
+    judged_any = False
+    findings: list[Finding] = []
+    for item in quantities:
+        values = [report_value(document, item.path) for _, document in head]
+        present = sorted(v for v in values if v is not None)
+        if not present:
+            continue
+        base = present[len(present) // 2] if len(present) % 2 else (
+            0.5 * (present[len(present) // 2 - 1] + present[len(present) // 2])
+        )  # fmt: skip
+        reference = {item.path: base}
+        bad: list[tuple[int, Finding]] = []
+        for step, document in tail:
+            found = relative_findings(document, reference, t, what, (item,))
+            judged_any = judged_any or bool(found)
+            bad += [(step, f) for f in found if f.level != "green"]
+        if bad:
+            level = max((f.level for _, f in bad), key=LEVELS.index)
+            worst_step, worst = max(
+                bad, key=lambda pair: (LEVELS.index(pair[1].level), pair[1].value or 0.0)
+            )
+            at = ", ".join(str(step) for step, _ in bad)
+            findings.append(
+                Finding(
+                    f"relative.{item.path}", level, worst.value, worst.threshold,
+                    f"{worst.text} at step {worst_step} (beyond the bound at step"
+                    f"{'s' if len(bad) > 1 else ''} {at})",
+                    worst.source, f"{item.label} vs first steps",
+                )
+            )  # fmt: skip
+    if judged_any and not findings:
+        labels = ", ".join(item.label for item in quantities)
+        findings.append(
+            Finding(
+                "relative", "green", None, t.relative_yellow,
+                f"against its first steps ({names}): every later step within "
+                f"{_num(t.relative_yellow)}x on {labels}",
+                Thresholds.source("relative_yellow"), "first steps",
+            )
+        )  # fmt: skip
+    return findings
 
 
 def _ratio_findings(report: Report, t: Thresholds) -> list[Finding]:
@@ -502,6 +754,40 @@ def _analysis_notes(report: Report) -> list[Note]:
             )
         )
     return notes
+
+
+# ----------------------------------------------------------------------- baseline
+
+
+def read_baseline(path: str | Path) -> Report:
+    """The analyze report a ``--baseline`` file holds; an evaluation report, a timeline
+    or another ratioscope document is refused in one sentence naming what it is."""
+    from ratioscope.errors import ReportError
+    from ratioscope.report import Report
+    from ratioscope.report_io import read_json_report
+
+    document = read_json_report(path)
+    kind = document.get("kind")
+    if kind == "timeline":
+        raise ReportError(
+            path,
+            "is a timeline (ratioscope timeline --json), not an analyze report: give the "
+            "--json report of one run or step as the baseline (a timeline judges its "
+            "later steps against its own first steps)",
+        )
+    if "by_method" in document:
+        raise ReportError(
+            path,
+            "is an evaluation report (Pass@k/UCC@k of samples), not an analyze report of "
+            "training dumps: give a report written by 'ratioscope analyze --json'",
+        )
+    if kind is not None:
+        raise ReportError(
+            path,
+            f"is a {kind} document, not an analyze report: give a report written by "
+            "'ratioscope analyze --json'",
+        )
+    return Report.from_dict(document, source=path)
 
 
 # --------------------------------------------------------------------------- TOML

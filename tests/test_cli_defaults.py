@@ -27,6 +27,13 @@ from ratioscope.params import AnalysisParams
 #: device, which the CLI picks itself ("auto": CUDA when present; the library: "cpu")
 CLI_ONLY = {
     "--help",
+    # where tasks run (ratioscope.parallel.Runner; default this process) and the trackers
+    # a timeline also writes to (none by default)
+    "--workers",
+    "--ray",
+    "--tensorboard",
+    "--mlflow",
+    "--wandb",
     "--json",
     "--parquet",
     "--per-problem",

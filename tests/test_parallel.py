@@ -79,9 +79,9 @@ def test_worker_processes_keep_order_and_survive_a_killed_worker(tmp_path):
 
 
 @pytest.mark.slow
-def test_timeline_and_analyze_with_workers_equal_the_sequential_run(tmp_path):
+def test_timeline_analyze_and_objectives_with_workers_equal_the_sequential_run(tmp_path):
     run = _steps(tmp_path, 4)
-    for command in ("timeline", "analyze"):
+    for command in ("timeline", "analyze", "objectives"):
         one, two = tmp_path / f"{command}_1.json", tmp_path / f"{command}_2.json"
         _cli(command, str(run), "--json", str(one))
         _cli(command, str(run), "--json", str(two), "--workers", "2")

@@ -62,6 +62,7 @@ def test_stored_report_findings(document):
         "mismatch.rollout.ess",
         "mismatch.rollout.frac_outside",
         "mismatch.policy.k3",
+        "mismatch.policy.abs_diff_max",
         "ratios.token.clip_fraction",
         "ratios.token.switch_frequency",
         "covariance.cumulative_share.0.01",
@@ -154,6 +155,7 @@ def test_null_sections_give_no_finding(document):
         "mismatch.rollout.ess",
         "mismatch.rollout.frac_outside",
         "mismatch.policy.k3",
+        "mismatch.policy.abs_diff_max",
     }
 
 
@@ -190,7 +192,7 @@ def test_verdict_level_and_json(document):
     assert result.level == "green"
     doc = result.to_dict()
     assert doc["kind"] == "verdict" and doc["level"] == "green"
-    assert doc["counts"] == {"green": 8, "yellow": 0, "red": 0}
+    assert doc["counts"] == {"green": 9, "yellow": 0, "red": 0}
     assert doc["bottom_line"] == "healthy: nothing to do"
     assert doc["findings"][0]["key"] == "mismatch.rollout.k3"
     assert doc["notes"] == []
@@ -330,9 +332,177 @@ def test_notes_are_printed_apart_and_never_counted(document):
     show_verdict(console, result)
     lines = console.export_text().splitlines()
     assert lines[0] == (
-        "health: 1 problem: PPO clip fraction (1 yellow, 4 green; 1 note; see docs/health.md)"
+        "health: 1 problem: PPO clip fraction (1 yellow, 5 green; 1 note; see docs/health.md)"
     )
     # findings first, then the note, tagged as such
     assert lines[-1].startswith("  note    train/inference mismatch: not computed")
     levels = [line.split()[0] for line in lines[1:-1]]
-    assert levels == ["green", "yellow", "green", "green", "green"]
+    assert levels == ["green", "green", "yellow", "green", "green", "green"]
+
+
+# ------------------------------------------------------------------- phase-2 rules
+
+
+def staleness(exact_on: float, mean_abs_z: float = 0.0, tokens: int = 1000) -> dict:
+    """A staleness section (docs/staleness.md) whose mini-batch 0 has these numbers."""
+    first = {
+        "rows": 32, "tokens": tokens, "exact_on": exact_on, "mean_abs_z": mean_abs_z,
+        "mean_z": 0.0, "k3": 0.0, "clip_fraction": 0.0, "ess": 1.0,
+    }  # fmt: skip
+    later = {**first, "exact_on": 0.02, "mean_abs_z": 1e-3, "k3": 2e-5}
+    return {"clip_band": [0.2, 0.28], "minibatches": {"0": first, "1": later}}
+
+
+@pytest.mark.parametrize(
+    ("exact_on", "level", "shown"),
+    [(1.0, "green", "= 0 % of 1,000, at or below 0 %"), (0.999, "yellow", "= 0.1 % of 1,000")],
+)
+def test_first_minibatch_must_be_exactly_on_policy(document, exact_on, level, shown):
+    findings = judged(document, staleness=staleness(exact_on, 0.0 if exact_on == 1 else 0.04))
+    finding = findings["staleness.minibatches.0.exact_on"]
+    assert finding.level == level and shown in finding.text
+    # the value is the share of tokens with z != 0: 1 - exact_on
+    assert finding.value == pytest.approx(1.0 - exact_on, abs=1e-15)
+    if level == "yellow":
+        assert "mean |z| 0.04" in finding.text and finding.short_name == "trainer noise"
+        assert "exactly 0" in finding.source
+
+
+def test_exactly_on_policy_rule_needs_the_ppo_ratio_and_minibatch_zero(document):
+    # prime-rl's current/engine ratio is never exactly 0: no such finding
+    engine = judged(
+        document,
+        staleness=staleness(0.5, 0.01),
+        **{"mismatch/pairs/policy": "current/engine", "mismatch/rollout": None},
+    )
+    assert "staleness.minibatches.0.exact_on" not in engine
+    # a dump that starts at mini-batch 1 says nothing about the first update
+    later_only = staleness(0.5, 0.01)
+    del later_only["minibatches"]["0"]
+    assert "staleness.minibatches.0.exact_on" not in judged(document, staleness=later_only)
+
+
+@pytest.mark.parametrize(
+    ("largest", "level", "name"),
+    [(0.68, "green", "extreme log-ratio"), (25.0, "yellow", "extreme log-ratio"),
+     (89.0, "red", "ratio overflow")],
+)  # fmt: skip
+def test_largest_log_ratio_overflow(document, largest, level, name):
+    findings = judged(document, **{"mismatch/rollout/abs_diff_max": largest})
+    # the larger of the two pairs' largest |z| is judged (the policy row's is 0.68)
+    key = "mismatch.rollout.abs_diff_max" if largest > 0.69 else "mismatch.policy.abs_diff_max"
+    finding = findings[key]
+    assert finding.level == level and finding.short_name == name
+    if level == "red":
+        assert finding.threshold == 88.72 and "#2972" in finding.source
+        assert "overflows float32" in finding.text
+    if level == "yellow":
+        assert "#1329" in finding.source
+
+
+def relative(document: dict, baseline: dict, thresholds: Thresholds | None = None) -> dict:
+    result = verdict(Report.from_dict(document), thresholds, Report.from_dict(baseline))
+    return {f.key: f for f in result if f.key.startswith("relative.")}
+
+
+def test_relative_findings_against_a_baseline(document):
+    k3 = document["mismatch"]["policy"]["k3"]  # 8.94e-5
+    on = Report.from_dict(document).ratios["token"].proportion_pooled["on"]
+    base = document_with(document, **{"ratios/token/clip_fraction": 0.0})
+    same = relative(document, document)
+    # the train/inference k3 (1e-13) is below the 1e-6 floor: a ratio of roundings
+    assert set(same) == {
+        "relative.mismatch.policy.k3",
+        "relative.ratios.token.proportion_pooled.on",
+    }  # the clip fraction 3.7e-4 is below its floor 1e-3 too
+    assert all(f.level == "green" for f in same.values())
+    drifted = document_with(
+        document,
+        **{"mismatch/policy/k3": 20 * k3, "ratios/token/clip_fraction": 0.05,
+           "mismatch/rollout/k3": 1e-11},
+    )  # fmt: skip
+    found = relative(drifted, base)
+    policy = found["relative.mismatch.policy.k3"]
+    assert policy.level == "yellow" and policy.value == 20 * k3
+    assert policy.text == "policy drift k3 = 1.8e-3, 20x the baseline's 8.9e-5: above 10x"
+    assert policy.short_name == "policy drift k3 vs baseline"
+    # a baseline clip fraction of 0: the ratio is taken to the floor, 0.05 / 1e-3 = 50x
+    clip = found["relative.ratios.token.clip_fraction"]
+    assert clip.level == "yellow" and "the baseline's 0 %" in clip.text
+    assert "relative.mismatch.rollout.k3" not in found
+    red = relative(document_with(document, **{"mismatch/policy/k3": 150 * k3}), document)
+    assert red["relative.mismatch.policy.k3"].level == "red"
+    assert "above 100x" in red["relative.mismatch.policy.k3"].text
+    # bad when small: the share of exactly on-policy tokens falling to 0 is red
+    noisy = document_with(document, **{"ratios/token/proportion/on": 0.0})
+    noisy["ratios"]["token"]["proportion_pooled"] = {"up": 0.5, "down": 0.5, "on": 0.0}
+    base_on = copy.deepcopy(document)
+    base_on["ratios"]["token"]["proportion_pooled"] = {"up": 0.4, "down": 0.3, "on": on}
+    finding = relative(noisy, base_on)["relative.ratios.token.proportion_pooled.on"]
+    assert finding.level == "red" and "below 1/100" in finding.text
+    # the thresholds come from the TOML table like every other
+    lenient = Thresholds(relative_yellow=30, relative_red=300)
+    assert relative(drifted, base, lenient)["relative.mismatch.policy.k3"].level == "green"
+
+
+def test_first_steps_findings_of_a_timeline():
+    from ratioscope.verdict import first_steps_findings
+
+    def step(k3: float) -> dict:
+        return {"mismatch.policy.k3": k3}
+
+    healthy = [(2 * i, step(k3)) for i, k3 in enumerate([1e-4, 3e-4, 2e-4, 4e-4, 1e-4])]
+    (line,) = first_steps_findings(healthy)
+    assert line.level == "green" and line.key == "relative"
+    assert line.text.startswith("against its first steps (0, 2, 4): every later step within 10x")
+    # the baseline is the median of steps 0, 2, 4 (2e-4); step 8 at 3e-3 is 15x, step 10
+    # at 3e-2 is 150x
+    drifting = [*healthy[:4], (8, step(3e-3)), (10, step(3e-2))]
+    (finding,) = first_steps_findings(drifting)
+    assert finding.level == "red" and finding.key == "relative.mismatch.policy.k3"
+    assert finding.text == (
+        "policy drift k3 = 0.03, 150x the median of steps 0, 2, 4, 2e-4: above 100x at "
+        "step 10 (beyond the bound at steps 8, 10)"
+    )
+    # two steps: the first alone is the baseline; one step: nothing to judge
+    (pair,) = first_steps_findings([(1, step(1e-4)), (2, step(2e-3))])
+    assert pair.level == "yellow" and "20x step 1's 1e-4" in pair.text
+    assert first_steps_findings([(1, step(1e-4))]) == []
+
+
+def test_analyze_baseline_adds_relative_lines(tmp_path):
+    base = tmp_path / "base.json"
+    Report.from_dict(
+        document_with(json.loads(STORED.read_text()), **{"mismatch/policy/k3": 1e-6})
+    ).write_json(base)
+    result = runner.invoke(
+        app,
+        ["analyze", "sample_data/verl/step_0032.pt", "--quiet", "--baseline", str(base)],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    # the step's policy k3 is 8.9e-5, 89x the baseline's 1e-6
+    assert "  yellow  policy drift k3 = 8.9e-5, 89.4x the baseline's 1e-6: above 10x" in (
+        result.stdout
+    )
+    assert "policy drift k3 vs baseline" in result.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("document", "what"),
+    [
+        ({"schema_version": 1, "kind": "timeline", "steps": []}, "is a timeline"),
+        ({"schema_version": 2, "tool": {}, "by_method": {}}, "is an evaluation report"),
+        ({"schema_version": 1, "kind": "comparison"}, "is a comparison document"),
+    ],
+)
+def test_baseline_that_is_no_analyze_report_is_one_sentence(tmp_path, document, what):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(document))
+    result = runner.invoke(
+        app, ["analyze", "sample_data/verl/step_0032.pt", "--quiet", "--baseline", str(path)]
+    )
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{path}: {what}" in line and "not an analyze report" in line

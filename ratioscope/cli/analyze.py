@@ -62,6 +62,16 @@ Sections = Annotated[
         rich_help_panel="Run",
     ),
 ]
+VerdictBaseline = Annotated[
+    Path | None,
+    typer.Option(
+        "--baseline",
+        help="A healthy run's report JSON (analyze --json): the verdict adds findings "
+        "relative to it, e.g. 'policy drift k3 = 1.5e-2, 97x the baseline's 1.5e-4' "
+        "(docs/health.md).",
+        rich_help_panel="Output",
+    ),
+]
 ParquetOut = Annotated[
     Path | None,
     typer.Option(
@@ -108,6 +118,7 @@ def analyze(
     sections: Sections = None,
     thresholds: ThresholdsFile = None,
     verdict_json: VerdictJson = None,
+    baseline: VerdictBaseline = None,
     workers: Workers = 1,
     ray: RayAddress = None,
     quiet: Quiet = False,
@@ -137,12 +148,13 @@ def analyze(
     from ratioscope.parallel import analyze_in_tasks
     from ratioscope.render.terminal import show_report, show_warnings
     from ratioscope.render.verdict import show_verdict
-    from ratioscope.verdict import Thresholds, load_thresholds, verdict
+    from ratioscope.verdict import Thresholds, load_thresholds, read_baseline, verdict
 
-    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    inputs = [*expand_paths(paths), *(p for p in (thresholds, baseline) if p is not None)]
     check_output_paths(inputs, [json_out, parquet_out, verdict_json])
     # read before the analysis: a malformed thresholds file fails in a second, not after it
     limits = Thresholds() if thresholds is None else load_thresholds(thresholds)
+    reference = None if baseline is None else read_baseline(baseline)
     check_suffix(parquet_out, ".parquet", "--parquet")
     check_suffix(json_out, ".json", "--json")
     check_suffix(verdict_json, ".json", "--verdict-json")
@@ -178,7 +190,7 @@ def analyze(
                 sections=chosen,
                 fixed_params=fixed,
             )
-    health = verdict(report, limits)
+    health = verdict(report, limits, reference)
     show_verdict(stdout_console(), health)
     show_report(report, stdout_console())
     show_warnings(report, stderr_console())

@@ -19,6 +19,7 @@ from ratioscope.cli._options import (
     Quiet,
     UnsafePickle,
 )
+from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 from ratioscope.objective_methods import METHODS
 
 ObjectivePaths = Annotated[
@@ -89,6 +90,8 @@ def objectives(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
+    workers: Workers = 1,
+    ray: RayAddress = None,
     quiet: Quiet = False,
 ) -> None:
     """What GRPO, DAPO, GSPO, GMPO, CISPO, SAPO, KPO, CW-GRPO, TEPO, QUATRO, FPA and the
@@ -97,6 +100,8 @@ def objectives(
     flips against GRPO, correlations).
 
     Example: ratioscope objectives sample_data/verl/ --methods grpo,dapo,gspo,kpo
+
+    Example: ratioscope objectives 'dump/step_*' --workers 4 --json objectives.json
     """
     from ratioscope.cli._common import (
         announce_written,
@@ -119,6 +124,7 @@ def objectives(
     check_output_paths(list(expand_paths(paths)), [json_out])
     check_suffix(json_out, ".json", "--json")
     overrides = parse_settings(settings)
+    runner = runner_of(workers, ray)
     import ratioscope.objectives as library
 
     with progress_bar(not quiet) as progress:
@@ -137,6 +143,7 @@ def objectives(
             ),
             batch_rows=batch_rows,
             progress=progress,
+            runner=runner,
         )
     show_objectives(result, stdout_console())
     if json_out is not None:
