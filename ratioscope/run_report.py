@@ -124,7 +124,6 @@ def report_from_timeline(
     methods: Sequence[str] = DEFAULT_METHODS,
     top: int = DEFAULT_TOP,
     token_bytes: int = DEFAULT_TOKEN_BYTES,
-    length_limit: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> RunReport:
     """The run report of a timeline already computed (``timeline --html``): its steps'
@@ -149,7 +148,7 @@ def report_from_timeline(
             methods=methods,
             top=top,
             token_bytes=token_bytes,
-            length_limit=length_limit,
+            length_limit=params.max_length,
             token_text=token_text,
             progress=progress,
         )
@@ -189,7 +188,6 @@ def run_report(
     methods: Sequence[str] = DEFAULT_METHODS,
     top: int = DEFAULT_TOP,
     token_bytes: int = DEFAULT_TOKEN_BYTES,
-    length_limit: int | None = None,
     title: str | None = None,
     progress: ProgressCallback | None = None,
     fixed_params: Collection[str] = (),
@@ -206,7 +204,6 @@ def run_report(
         methods: objectives whose per-token coefficients the sequence page offers.
         top: sequences kept per ranking and step.
         token_bytes: budget of the kept sequences' token data (bytes).
-        length_limit: the generation limit (default: each file's padded width).
         title: the page title.
         progress: progress callback.
         fixed_params: as for :func:`ratioscope.timeline`.
@@ -222,7 +219,7 @@ def run_report(
 
     params, load_options = _split_options(params, load_options, {})
     methods = method_names(methods)  # an unknown name fails before any dump is read
-    check_options(top, token_bytes, length_limit)
+    check_options(top, token_bytes, None)
     if tokenizer is not None:
         TokenText(tokenizer)  # a bad tokenizer fails before any dump is read
     options = {
@@ -249,7 +246,6 @@ def run_report(
         methods=methods,
         top=top,
         token_bytes=token_bytes,
-        length_limit=length_limit,
         progress=progress,
     )
 

@@ -123,7 +123,6 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "--step-from": (_default(timeline, "step_from"), same),
         "--top": (_default(run_report, "top"), same),
         "--token-budget": (_default(run_report, "token_bytes"), lambda mib: int(mib * 2**20)),
-        "--length-limit": (_default(run_report, "length_limit"), same),
         "--tokenizer": (_default(run_report, "tokenizer"), same),
         "--title": (_default(run_report, "title"), same),
         "--reports-dir": (_default(timeline, "reports_dir"), same),

@@ -434,7 +434,7 @@ PARAMETER_OPTIONS = {
     "methods": "--methods",
     # the run report
     "top": "--top",
-    "length_limit": "--length-limit",
+    "length_limit": "--max-length",
     "tokenizer": "--tokenizer",
     "settings": "--set",
     "batch_rows": "--batch-rows",

@@ -93,16 +93,6 @@ TokenBudget = Annotated[
         rich_help_panel="Report",
     ),
 ]
-LengthLimit = Annotated[
-    int | None,
-    typer.Option(
-        "--length-limit",
-        help="The generation limit in tokens, for the length-limited ranking (default: the "
-        "padded width of each file).",
-        rich_help_panel="Report",
-        show_default=False,
-    ),
-]
 ReportMethods = Annotated[
     str | None,
     typer.Option(
@@ -127,7 +117,6 @@ def report(
     tokenizer: Tokenizer = None,
     top: Top = DEFAULT_TOP,
     token_budget: TokenBudget = DEFAULT_TOKEN_BYTES / 2**20,
-    length_limit: LengthLimit = None,
     methods: ReportMethods = None,
     title: Title = None,
     step_from: StepFrom = None,
@@ -221,7 +210,6 @@ def report(
             methods=methods.split(",") if methods else DEFAULT_METHODS,
             top=top,
             token_bytes=int(token_budget * 2**20),
-            length_limit=length_limit,
             title=title,
             progress=progress,
         )

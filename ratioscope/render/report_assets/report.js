@@ -94,10 +94,17 @@
     (v.findings || []).forEach(function (f) {
       box.appendChild(el("div", { class: "finding " + f.level }, el("span", { class: "lvl", text: f.level }), f.text));
     });
+    (v.notes || []).forEach(function (n) {
+      box.appendChild(el("div", { class: "finding note" }, el("span", { class: "lvl", text: "note" }), typeof n === "string" ? n : (n.text || JSON.stringify(n))));
+    });
     return box;
   }
+  // the vitals table leaves out distributions (quantiles) and their error bounds
+  const SKIPPED = { distribution: true, quantile_bound: true, quantiles: true };
   function flatten(prefix, value, out) {
     if (value === null || value === undefined) return;
+    const last = prefix.split(".").pop();
+    if (SKIPPED[last]) return;
     if (typeof value === "object" && !Array.isArray(value)) {
       Object.keys(value).forEach(function (k) { flatten(prefix ? prefix + "." + k : k, value[k], out); });
     } else if (typeof value === "number" || typeof value === "string" || typeof value === "boolean") {
