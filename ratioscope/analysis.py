@@ -374,8 +374,14 @@ def _restore(
     cls: type[Accumulator], params: AnalysisParams, report: Report, name: str
 ) -> Accumulator:
     """An accumulator from a report's state; a damaged state is the report's fault."""
+    from ratioscope.sections.state import StateError
+
     try:
         return cls.from_state(params, report.state[cls.name])
+    except StateError as error:
+        # a damaged or tampered shard: name the field, so it can be found
+        where = ".".join(["state", cls.name, *error.path])
+        raise MergeError(name, f"'{where}' {error.problem}; the shard's state is damaged") from None
     except _MALFORMED as error:
         raise MergeError(
             name, f"malformed state of the '{cls.name}' section ({type(error).__name__}: {error})"

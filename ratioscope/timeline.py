@@ -9,8 +9,9 @@ change_flags`). The step reports are folded into the pooled report with the merg
 ``ratioscope merge`` applies, so the pooled report equals ``analyze`` of all the files,
 and, on request, written one file per step (``reports_dir``).
 
-Entropy is not a headline: no report section holds an entropy level (``tepo.kl_mask``
-counts tokens by the sign of the entropy change only).
+The vital signs lead (``vitals``: token entropy and its change within the step, response
+length and the share at the length limit, reward, correct share, zero advantages and
+equal-reward groups), then the five papers' quantities.
 """
 
 from __future__ import annotations
@@ -76,6 +77,62 @@ class Headline:
 
 #: the headline quantities, declared once: the JSON, Parquet, table and plot follow it
 HEADLINES: tuple[Headline, ...] = (
+    Headline(
+        "vitals.entropy.mean",
+        "token entropy (mean over valid tokens)",
+        "entropy",
+        "nats/token",
+        "the policy samples less deterministically (a fall toward 0: entropy collapse)",
+    ),
+    Headline(
+        "vitals.entropy.change_mean",
+        "entropy change within the step (entropy - old_entropy, token mean)",
+        "dH step",
+        "nats/token",
+        "the step's updates raised the entropy of its own tokens",
+    ),
+    Headline(
+        "vitals.length.mean",
+        "response length (mean)",
+        "length",
+        "tokens",
+        "responses grow longer",
+    ),
+    Headline(
+        "vitals.length.at_limit_share",
+        "responses at the length limit (share)",
+        "at limit",
+        "fraction of responses",
+        "more responses are cut by the length limit",
+    ),
+    Headline(
+        "vitals.reward.mean",
+        "reward (mean over sequences)",
+        "reward",
+        "reward",
+        "the policy earns more reward",
+    ),
+    Headline(
+        "vitals.correct_share",
+        "correct responses (share)",
+        "correct",
+        "fraction of responses",
+        "more responses are correct",
+    ),
+    Headline(
+        "vitals.advantages.zero_share",
+        "tokens with advantage A = 0 (share)",
+        "A = 0",
+        "fraction of tokens",
+        "more tokens give no policy gradient",
+    ),
+    Headline(
+        "vitals.equal_reward_groups.share",
+        "groups whose rewards are all equal (share)",
+        "eq groups",
+        "share of groups",
+        "more groups were all solved or all failed, and teach nothing",
+    ),
     Headline(
         "mismatch.policy.k3",
         "policy mismatch k3 (current vs behaviour)",

@@ -229,3 +229,33 @@ def test_analyze_prints_the_vitals_table():
     out = result.stdout
     for label in ("token entropy", "response length", "equal-reward groups", "at the limit"):
         assert label in out
+
+
+def test_timeline_vitals_per_step_equal_each_dump_computed_directly():
+    """Done-when of issue 23: the timeline JSON's vitals of every step of the bundled run
+    against the dump itself (torch.load and the plain formulas)."""
+    steps = sorted((ROOT / "sample_data" / "verl_steps").glob("step_*.pt"))
+    document = ratioscope.timeline(steps, sections=["vitals"]).to_dict()
+    assert [item["step"] for item in document["steps"]] == [int(p.stem[5:]) for p in steps]
+    for item, path in zip(document["steps"], steps, strict=True):
+        raw = _raw(path)
+        mask = raw["response_mask"].bool()
+        entropy = raw["entropys"].double()
+        # mean token entropy over valid tokens, as a loop over rows
+        total, count = 0.0, 0
+        for row, valid in zip(entropy, mask, strict=True):
+            total += float(row[valid].sum())
+            count += int(valid.sum())
+        lengths = [int(valid.sum()) for valid in mask]
+        rewards = [
+            float((s * v).sum()) for s, v in zip(raw["token_level_scores"], mask, strict=True)
+        ]
+        values = item["values"]
+        assert values["vitals.entropy.mean"] == pytest.approx(total / count, rel=1e-9)
+        assert values["vitals.length.mean"] == pytest.approx(sum(lengths) / len(lengths))
+        assert values["vitals.reward.mean"] == pytest.approx(sum(rewards) / len(rewards))
+        change = (entropy - raw["old_entropy"].double())[mask].mean()
+        assert values["vitals.entropy.change_mean"] == pytest.approx(float(change), rel=1e-9)
+        width = mask.shape[1]
+        at_limit = sum(1 for n in lengths if n >= width) / len(lengths)
+        assert values["vitals.length.at_limit_share"] == pytest.approx(at_limit)

@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 
 #: the columns shown by default: they fit 100 terminal columns
 DEFAULT_COLUMNS = (
+    "vitals.entropy.mean",
+    "vitals.length.at_limit_share",
+    "vitals.reward.mean",
     "mismatch.policy.k3",
     "mismatch.rollout.k3",
     "ratios.token.clip_fraction",
     "ratios.token.switch_frequency",
-    "ratios.token.lfr",
-    "ratios.kalman.lfr",
     "covariance.cumulative_share.0.01",
     # with --objectives
     "objectives.grpo.top_share",
