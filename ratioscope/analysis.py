@@ -9,10 +9,13 @@ together and merging their separate reports give the same numbers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from ratioscope.report_io import check_schema_version, document_kind, tool_info
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
+from ratioscope.threads import serial_if_small
 
 #: elements ([rows x tokens]) per chunk: 8 MB per float64 temporary, small enough for the
 #: allocator to reuse freed blocks (see ratioscope.allocator) and for caches to help
@@ -155,8 +159,9 @@ def run_accumulators(
     files = RunFiles(len(sources), load_options, notes=run.warnings)
     # each file's SHA-256 is read on a second thread while the file is analysed
     # (hashlib and file reads release the GIL): the hash no longer adds to the time
-    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ratioscope-sha256")
+    hasher = _hash_thread()
     stop = threading.Event()
+    digests: list[Future[str]] = []
     try:
         for index, source in enumerate(sources):
             name = source.source if isinstance(source, TokenBatch) else str(source)
@@ -165,6 +170,8 @@ def run_accumulators(
             if opened is None:  # a side table or a rank copy, noted in run.warnings
                 continue
             digest = hasher.submit(_sha256, source, stop) if isinstance(source, Path) else None
+            if digest is not None:
+                digests.append(digest)
             accumulators = make()
             if isinstance(opened, StreamedFile):
                 rows, columns = _analyse_stream(
@@ -174,9 +181,10 @@ def run_accumulators(
             else:
                 rows = _rows_of(opened)
                 warnings = opened.warnings
-                columns = _analyse_file(
-                    opened, accumulators, params, target, chunk_elements, progress
-                )
+                with serial_if_small(_largest_tensor(opened)):
+                    columns = _analyse_file(
+                        opened, accumulators, params, target, chunk_elements, progress
+                    )
             run.inputs.append(_input_info(rows, digest))
             run.warnings.extend(warnings)
             for total, acc in zip(totals, accumulators, strict=True):
@@ -185,7 +193,9 @@ def run_accumulators(
                 run.sequences.append(_sequence_frame(rows, columns))
     finally:
         stop.set()  # an error: the hash being read stops at its next block
-        hasher.shutdown(wait=True, cancel_futures=True)
+        for digest in digests:  # the thread is the process's: leave it with no work
+            digest.cancel()
+        wait_for(digests)
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     files.check_any(bool(run.inputs))
     return run
@@ -374,8 +384,14 @@ def _restore(
     cls: type[Accumulator], params: AnalysisParams, report: Report, name: str
 ) -> Accumulator:
     """An accumulator from a report's state; a damaged state is the report's fault."""
+    from ratioscope.sections.state import StateError
+
     try:
         return cls.from_state(params, report.state[cls.name])
+    except StateError as error:
+        # a damaged or tampered shard: name the field, so it can be found
+        where = ".".join(["state", cls.name, *error.path])
+        raise MergeError(name, f"'{where}' {error.problem}; the shard's state is damaged") from None
     except _MALFORMED as error:
         raise MergeError(
             name, f"malformed state of the '{cls.name}' section ({type(error).__name__}: {error})"
@@ -457,6 +473,12 @@ def _sources(batch_or_paths: Any) -> list[TokenBatch | Path]:
     if isinstance(batch_or_paths, (str, Path)):
         return list(expand_paths([batch_or_paths]))
     return list(expand_paths(list(batch_or_paths)))
+
+
+def _largest_tensor(batch: TokenBatch) -> int:
+    """Elements of the batch's largest tensor (logits when present, else [B, T])."""
+    vocab = [t.numel() for t in (batch.logits, batch.ref_logits) if t is not None]
+    return max([batch.mask.numel(), *vocab])
 
 
 def _analyse_file(
@@ -804,6 +826,17 @@ def _sequence_frame(rows: _FileRows, columns: dict[str, Tensor]) -> Any:
     for key, values in columns.items():
         data[key] = values.double().numpy()
     return pl.DataFrame(data)
+
+
+@functools.cache
+def _hash_thread() -> ThreadPoolExecutor:
+    """The thread that reads the inputs' SHA-256, one per process (starting and joining
+    a thread for every analysis cost milliseconds per step of a timeline)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="ratioscope-sha256")
+
+
+# a forked child has none of the parent's threads: it makes its own
+os.register_at_fork(after_in_child=_hash_thread.cache_clear)
 
 
 def _sha256(path: Path, stop: threading.Event | None = None) -> str:

@@ -214,6 +214,11 @@ class RulesError(InputError):
     """A rules TOML file is malformed."""
 
 
+class OutputError(InputError):
+    """An output the machine will not take: a full disk, a file size limit, a read-only
+    or forbidden directory (exit 2; nothing is left half-written)."""
+
+
 class MergeError(InputError):
     """Reports that cannot be merged (different parameters or schema versions)."""
 

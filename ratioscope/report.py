@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
-from ratioscope.errors import ReportError
-from ratioscope.io.atomic import atomic_path
+from ratioscope.errors import OutputError, ReportError
+from ratioscope.io.atomic import PENDING, atomic_path, output_problem
 from ratioscope.report_io import (
     SCHEMA_VERSION,
     JSONShapeError,
@@ -199,12 +199,21 @@ class SequenceTable:
 
     def __init__(self) -> None:
         self._directory = tempfile.TemporaryDirectory(prefix="ratioscope-")
+        PENDING.add(Path(self._directory.name))  # removed on SIGTERM too
         self._parts: list[Path] = []
 
     def append(self, frame: Any) -> None:
         """Add a polars DataFrame of rows."""
         path = Path(self._directory.name) / f"part-{len(self._parts):06d}.parquet"
-        frame.write_parquet(path)
+        try:
+            frame.write_parquet(path)
+        except Exception as error:
+            problem = output_problem(error, path)
+            if problem is None:
+                raise
+            raise OutputError(
+                path.parent, f"cannot write the per-sequence table's temporary parts: {problem}"
+            ) from None
         self._parts.append(path)
 
     def frame(self) -> Any:

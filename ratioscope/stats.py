@@ -124,13 +124,29 @@ class Moments:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Moments:
-        return cls(
-            count=int(state["count"]),
+        """Read back :meth:`state`, checked: a count >= 0, numbers where numbers are,
+        a non-negative sum of squares and min <= mean <= max once there is a value.
+
+        Raises:
+            ValueError: saying which value does not fit.
+        """
+        count = state["count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"moments 'count' is {count!r:.40}, not a count")
+        for key in ("mean", "m2"):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"moments '{key}' is {value!r:.40}, not a number")
+        moments = cls(
+            count=count,
             mean=float(state["mean"]),
             m2=float(state["m2"]),
             minimum=_none_to(state["min"], math.inf),
             maximum=_none_to(state["max"], -math.inf),
         )
+        if count and not (moments.m2 >= 0 and moments.minimum <= moments.maximum):
+            raise ValueError("moments with a negative sum of squares or min above max")
+        return moments
 
 
 @dataclass
@@ -192,14 +208,21 @@ class Histogram:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Histogram:
-        counts = torch.zeros(bins.NUM_BINS, dtype=torch.long)
-        index = torch.tensor(state["index"], dtype=torch.long)
-        counts[index] = torch.tensor(state["count"], dtype=torch.long)
+        """Read back :meth:`state`, checked (:func:`_bin_counts`).
+
+        Raises:
+            ValueError, KeyError, TypeError: the block does not fit the bin layout.
+        """
+        counts, index = _bin_counts(state)
         sums = None
         if "sum" in state:
+            if not isinstance(state["sum"], list) or len(state["sum"]) != len(index):
+                raise ValueError("histogram 'sum' is not one number per 'index'")
             sums = torch.zeros(bins.NUM_BINS, dtype=torch.float64)
             sums[index] = torch.tensor(state["sum"], dtype=torch.float64)
-        return cls(counts=counts, sums=sums, moments=Moments.from_state(state["moments"]))
+        moments = Moments.from_state(state["moments"])
+        _same_count(counts, moments)
+        return cls(counts=counts, sums=sums, moments=moments)
 
 
 @dataclass
@@ -267,10 +290,43 @@ class LogHistogram:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> LogHistogram:
-        counts = torch.zeros(bins.NUM_BINS, dtype=torch.long)
-        index = torch.tensor(state["index"], dtype=torch.long)
-        counts[index] = torch.tensor(state["count"], dtype=torch.long)
-        return cls(counts=counts, moments=Moments.from_state(state["moments"]))
+        """Read back :meth:`state`, checked as :meth:`Histogram.from_state` is."""
+        counts, _ = _bin_counts(state)
+        moments = Moments.from_state(state["moments"])
+        _same_count(counts, moments)
+        return cls(counts=counts, moments=moments)
+
+
+def _bin_counts(state: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    """The [NUM_BINS] counts of a histogram's state, and the bins it names: distinct bin
+    indices in range, one non-negative integer count each.
+
+    Raises:
+        ValueError: naming what does not fit.
+    """
+    index, count = state["index"], state["count"]
+    if not isinstance(index, list) or not isinstance(count, list) or len(index) != len(count):
+        raise ValueError("histogram 'index' and 'count' are not lists of one length")
+    for name, values in (("index", index), ("count", count)):
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise ValueError(f"histogram '{name}' holds a value that is not a count")
+    if any(i >= bins.NUM_BINS for i in index) or len(set(index)) != len(index):
+        raise ValueError(
+            f"histogram 'index' names a bin twice or past the {bins.NUM_BINS} bins of the layout"
+        )
+    counts = torch.zeros(bins.NUM_BINS, dtype=torch.long)
+    bins_named = torch.tensor(index, dtype=torch.long)
+    counts[bins_named] = torch.tensor(count, dtype=torch.long)
+    return counts, bins_named
+
+
+def _same_count(counts: Tensor, moments: Moments) -> None:
+    """A histogram's counts add up to its moments' count (both count every value)."""
+    if int(counts.sum()) != moments.count:
+        raise ValueError(
+            f"histogram counts add up to {int(counts.sum())} but its moments count "
+            f"{moments.count} values"
+        )
 
 
 def _log(x: float) -> float:
@@ -344,4 +400,14 @@ class Counter:
 
     @classmethod
     def from_state(cls, state: dict[str, int]) -> Counter:
-        return cls(counts={int(k): int(v) for k, v in state.items()})
+        """Read back :meth:`state`: integer keys, non-negative integer counts.
+
+        Raises:
+            ValueError: a key or a count that is not one.
+        """
+        if not isinstance(state, dict):
+            raise ValueError("a counter that is not an object")
+        for value in state.values():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"a counter holds {value!r:.40}, not a count")
+        return cls(counts={int(k): v for k, v in state.items()})

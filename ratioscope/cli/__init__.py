@@ -106,6 +106,12 @@ class _BoundaryGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         tidy(self)  # the commands are built before the group that holds them
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from ratioscope.cli._streams import guarded_process
+
+        with guarded_process():
+            return super().main(*args, **kwargs)
+
     def make_context(self, info_name, args, parent=None, **extra):
         # the group's own options are parsed here, before invoke: one line for them too
         try:

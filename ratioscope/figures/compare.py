@@ -23,6 +23,11 @@ class ComparePanel:
         steps_a, values_a: the shared steps where A has a value, and A's values.
         steps_b, values_b: the same for B.
         diverging: the shared steps where the headline diverges.
+        noise_floor: the value at or below which the quantity is float noise, None where
+            no such floor applies (:data:`ratioscope.figures.timeline.NOISE_FLOORS`).
+
+    An ESS within 0.01 of 1 on both sides is drawn as 1 − ESS (its title says so), as
+    ``plot timeline`` does: 0.9999999999998 is not a readable tick label.
     """
 
     key: str
@@ -33,16 +38,21 @@ class ComparePanel:
     steps_b: tuple[int, ...]
     values_b: tuple[float, ...]
     diverging: tuple[int, ...]
+    noise_floor: float | None = None
 
 
 @dataclass(frozen=True)
 class CompareBar:
-    """One bar of two reports: a headline's (B − A)/|A| (None: not defined)."""
+    """One bar of two reports: a headline's (B − A)/|A| (None: not defined), the two
+    values it compares (None where missing), and whether both are at float noise."""
 
     key: str
     label: str
     rel_diff: float | None
     diverges: bool
+    a: float | None = None
+    b: float | None = None
+    at_noise: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class CompareFigure:
 
 def compare_figure(comparison: Comparison) -> CompareFigure:
     """The figure data of ``comparison``; headlines without data are left out of panels."""
+    from ratioscope.figures.timeline import near_one, noise_floor
     from ratioscope.timeline import HEADLINES
 
     units = {h.key: h.unit for h in HEADLINES}
@@ -80,16 +91,23 @@ def compare_figure(comparison: Comparison) -> CompareFigure:
             b_points = [(step, d.b) for step, d in pairs if d.b is not None]
             if not a_points and not b_points:
                 continue
+            unit, title = units.get(row.key, ""), row.label
+            from_one = near_one(unit, [v for _, v in a_points + b_points])
+            if from_one:
+                a_points = [(step, 1.0 - v) for step, v in a_points]
+                b_points = [(step, 1.0 - v) for step, v in b_points]
+                title = f"1 − {row.label}"
             panels.append(
                 ComparePanel(
                     key=row.key,
-                    title=row.label,
-                    unit=units.get(row.key, ""),
+                    title=title,
+                    unit=unit,
                     steps_a=tuple(p[0] for p in a_points),
                     values_a=tuple(p[1] for p in a_points),
                     steps_b=tuple(p[0] for p in b_points),
                     values_b=tuple(p[1] for p in b_points),
                     diverging=row.diverging_steps,
+                    noise_floor=noise_floor(row.key, from_one),
                 )
             )
         extra = []
@@ -100,7 +118,15 @@ def compare_figure(comparison: Comparison) -> CompareFigure:
         subtitle = "; ".join([f"{_steps(len(comparison.steps))} shared; red: {rule}", *extra])
         return CompareFigure("timelines", label_a, label_b, tuple(panels), (), subtitle)
     bars = tuple(
-        CompareBar(row.key, row.label, row.total.rel_diff, row.total.diverges)
+        CompareBar(
+            row.key,
+            row.label,
+            row.total.rel_diff,
+            row.total.diverges,
+            row.total.a,
+            row.total.b,
+            _at_noise(row.key, units.get(row.key, ""), row.total.a, row.total.b),
+        )
         for row in comparison.headlines
     )
     missing = sum(1 for bar in bars if bar.rel_diff is None)
@@ -108,6 +134,18 @@ def compare_figure(comparison: Comparison) -> CompareFigure:
     if missing:
         subtitle += f"; {missing} headlines without a relative difference (missing, or A = 0)"
     return CompareFigure("reports", label_a, label_b, (), bars, subtitle)
+
+
+def _at_noise(key: str, unit: str, a: float | None, b: float | None) -> bool:
+    """Whether both values of a headline are at or below its float-noise floor."""
+    from ratioscope.figures.timeline import near_one, noise_floor
+
+    if a is None or b is None:
+        return False
+    from_one = near_one(unit, [a, b])
+    floor = noise_floor(key, from_one)
+    drawn = [1.0 - a, 1.0 - b] if from_one else [a, b]
+    return floor is not None and all(abs(v) <= floor for v in drawn)
 
 
 def _steps(count: int) -> str:

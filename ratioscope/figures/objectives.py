@@ -15,9 +15,12 @@ if TYPE_CHECKING:
     from ratioscope.io.loaders import LoadOptions
 
 CHOSEN_BECAUSE = (
-    "chosen: the sequence of the first file with a non-zero advantage on which the "
-    "methods' rules bind on the most tokens"
+    "chosen: the first file's sequence on which the most methods move its tokens and "
+    "differ from each other, then on which their rules bind on the most tokens"
 )
+#: two methods whose coefficients along a sequence differ by less than this share of the
+#: larger |coefficient| are the same there (drawn as one line)
+SAME_TRACE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -47,25 +50,60 @@ class CoefficientTrace:
 
 
 def informative_row(coefficients: dict[str, Coefficients], mask: Tensor) -> int:
-    """The row with a non-zero coefficient under some method on which the methods' rules
-    bind on the most tokens, ties to the longer row, then the first; 0 for no rows."""
+    """The row on which the most methods have a non-zero coefficient (a method that is 0
+    on every token shows nothing to compare), then the most distinct traces (methods
+    the same within :data:`SAME_TRACE` count once), then on which the rules of the most
+    of those methods bind somewhere, then on the most tokens, ties to the longer row,
+    then the first; 0 for no rows.
+
+    Args:
+        coefficients: per method, its coefficients on the batch ([B, T] values and flags).
+        mask: [B, T] valid tokens.
+    """
     import torch
 
     rows = mask.shape[0]
     if rows == 0:
         return 0
-    bound = torch.zeros(mask.shape, dtype=torch.long)
-    moving = torch.zeros(rows, dtype=torch.bool)
+    moving = torch.zeros(rows, dtype=torch.long)
+    binding = torch.zeros(rows, dtype=torch.long)
+    bound = torch.zeros(rows, dtype=torch.long)
     for coef in coefficients.values():
         any_flag = torch.zeros(mask.shape, dtype=torch.bool)
         for flag in coef.flags.values():
             any_flag |= flag
-        bound += any_flag.long()
-        moving |= (coef.values != 0).any(dim=1)
-    score = bound.sum(dim=1)
+        nonzero = (coef.values != 0).any(dim=1)
+        moving += nonzero.long()
+        # a rule that zeroes the whole row is counted by ``moving``, not here
+        tokens = (any_flag & mask).sum(dim=1) * nonzero.long()
+        binding += (tokens > 0).long()
+        bound += tokens
+    distinct = _distinct_traces(coefficients, mask)
     lengths = mask.sum(dim=1)
-    candidates = [r for r in range(rows) if bool(moving[r])] or list(range(rows))
-    return max(candidates, key=lambda r: (int(score[r]), int(lengths[r]), -r))
+    return max(
+        range(rows),
+        key=lambda r: (
+            int(moving[r]), int(distinct[r]), int(binding[r]), int(bound[r]), int(lengths[r]),
+            -r,
+        ),
+    )  # fmt: skip
+
+
+def _distinct_traces(coefficients: dict[str, Coefficients], mask: Tensor) -> Tensor:
+    """Per row, how many of the methods' traces differ from every earlier method's (by
+    more than :data:`SAME_TRACE` of the larger magnitude somewhere): [B] int64."""
+    import torch
+
+    traces = [(coef.values * coef.scale).masked_fill(~mask, 0.0) for coef in coefficients.values()]
+    magnitudes = [trace.abs().amax(dim=1) for trace in traces]
+    distinct = torch.zeros(mask.shape[0], dtype=torch.long)
+    for i, trace in enumerate(traces):
+        repeated = torch.zeros(mask.shape[0], dtype=torch.bool)
+        for j in range(i):
+            gap = (trace - traces[j]).abs().amax(dim=1)
+            repeated |= gap <= SAME_TRACE * torch.maximum(magnitudes[i], magnitudes[j])
+        distinct += (~repeated).long()
+    return distinct
 
 
 def coefficient_trace(

@@ -10,6 +10,34 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ratioscope.timeline import Timeline
 
+#: the log-ratio |z| that float32 rounding alone leaves between two computations of the
+#: same log-prob (a few float32 ulps, 2^-23 relative, of log-probs of order 1 to 10): a
+#: mismatch at or below the floors it implies is float noise, not two different policies
+FLOAT32_LOG_RATIO_NOISE = 1e-6
+_K3_FLOOR = FLOAT32_LOG_RATIO_NOISE**2 / 2  # k3 = E[r - 1 - log r] ~ E[z^2] / 2
+_ESS_FLOOR = FLOAT32_LOG_RATIO_NOISE**2  # 1 - ESS ~ Var(r) ~ E[z^2]
+#: per headline key: the floor of its drawn value (1 − ESS for an ESS) below which it is
+#: at float noise
+NOISE_FLOORS = {
+    "mismatch.policy.k3": _K3_FLOOR,
+    "mismatch.rollout.k3": _K3_FLOOR,
+    "mismatch.policy.ess": _ESS_FLOOR,
+    "mismatch.rollout.ess": _ESS_FLOOR,
+}
+
+
+def near_one(unit: str, values: Sequence[float]) -> bool:
+    """Whether a fraction's values all lie within 0.01 of 1 (an ESS of 0.99999...): its
+    distance from 1 is then what can be read, and is drawn instead."""
+    return unit == "fraction" and bool(values) and all(abs(1.0 - v) < 0.01 for v in values)
+
+
+def noise_floor(key: str, from_one: bool) -> float | None:
+    """The float-noise floor of a drawn headline (an ESS's only when drawn as 1 − ESS)."""
+    if key.endswith(".ess") and not from_one:
+        return None
+    return NOISE_FLOORS.get(key)
+
 
 @dataclass(frozen=True)
 class TimelinePanel:
@@ -21,6 +49,8 @@ class TimelinePanel:
         unit: the y axis unit.
         steps, values: the steps where the headline has a value, and the values.
         flagged: the steps flagged as a change (a subset of ``steps``).
+        noise_floor: the value at or below which the quantity is float noise
+            (:data:`NOISE_FLOORS`), None where no such floor applies.
     """
 
     key: str
@@ -29,6 +59,7 @@ class TimelinePanel:
     steps: tuple[int, ...]
     values: tuple[float, ...]
     flagged: tuple[int, ...]
+    noise_floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,8 +82,8 @@ def timeline_figure(timeline: Timeline, source: str = "") -> TimelineFigure:
         if not points:
             continue
         title = item.label
-        if item.unit == "fraction" and all(abs(1.0 - p[1]) < 0.01 for p in points):
-            # an ESS of 0.99999...: its distance from 1 is what can be read
+        from_one = near_one(item.unit, [p[1] for p in points])
+        if from_one:
             points = [(s, 1.0 - v, f) for s, v, f in points]
             title = f"1 − {item.label}"
         panels.append(
@@ -63,6 +94,7 @@ def timeline_figure(timeline: Timeline, source: str = "") -> TimelineFigure:
                 steps=tuple(p[0] for p in points),
                 values=tuple(p[1] for p in points),
                 flagged=tuple(p[0] for p in points if p[2]),
+                noise_floor=noise_floor(item.key, from_one),
             )
         )
     rule = timeline.params.get("change", {})

@@ -1,14 +1,61 @@
-"""Atomic file output: write beside the target, then rename, so nothing is half-written."""
+"""Atomic file output: write beside the target, then rename, so nothing is half-written.
+
+The temporary file is named ``.NAME.PID-RANDOM.tmpSUFFIX`` in the target's directory.
+It is removed on any error, and on Ctrl-C and SIGTERM (the command line's handler
+removes every file of :data:`PENDING` before the process ends); a run killed outright
+(SIGKILL, a power cut) leaves it behind, and the next run that writes the same target removes the
+leftovers of processes that no longer exist. An output that cannot be written (a full
+disk, a file size limit, a read-only directory) is an :class:`OutputError`: exit 2 and
+one sentence naming the file.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import os
+import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ratioscope.errors import UsageError
+from ratioscope.errors import OutputError, UsageError
+
+#: errors of the machine, not of ratioscope: the output cannot be written there
+_OUTPUT_ERRNOS = {
+    errno.EFBIG: "the file size limit (ulimit -f) was reached",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EIO: "an input/output error of the device",
+}
+#: how a writer in Rust (polars) spells an OS error in its message
+_OS_ERROR_TEXT = re.compile(r"os error (\d+)")
+#: a leftover without a process id (written before they had one) is removed after this
+_ORPHAN_SECONDS = 3600
+
+
+#: temporary files and folders being written now; a signal handler removes them
+#: (:func:`remove_pending`) before the process ends
+PENDING: set[Path] = set()
+
+
+def remove_pending() -> None:
+    """Remove every temporary file and folder still being written (for a handler of
+    SIGTERM or SIGINT, which ends the process right after)."""
+    import shutil
+
+    for path in list(PENDING):
+        with contextlib.suppress(OSError):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        PENDING.discard(path)
 
 
 @contextlib.contextmanager
@@ -17,6 +64,10 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 
     On any exception the temporary file is removed and ``target`` is left untouched.
     The suffix is kept so that writers that look at it (matplotlib, polars) behave.
+
+    Raises:
+        UsageError: ``target`` is a directory, or its directory does not exist.
+        OutputError: the machine refuses the bytes (disk full, size limit, read-only).
     """
     target = Path(target)
     if target.is_dir():
@@ -24,20 +75,88 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise UsageError(f"cannot write {target}: the directory {directory} does not exist")
-    fd, tmp_name = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=directory
-    )
-    os.close(fd)
-    tmp = Path(tmp_name)
+    remove_leftovers(target)
+    tmp: Path | None = None
     try:
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=f".{target.name}.{os.getpid()}-", suffix=f".tmp{target.suffix}", dir=directory
+        )
+        os.close(fd)
+        tmp = Path(tmp_name)
+        PENDING.add(tmp)
         yield tmp
         # mkstemp creates 0600 files; give the result the permissions a plain open() would
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        PENDING.discard(tmp)
+    except BaseException as error:
+        problem = output_problem(error, tmp)
+        if tmp is not None:
+            PENDING.discard(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        if problem is not None:
+            raise OutputError(target, f"cannot write the file: {problem}") from None
         raise
+
+
+def output_problem(error: BaseException, written: Path | None = None) -> str | None:
+    """What the machine said when an output could not be written, or None when
+    ``error`` is not such a refusal: an OSError, a writer's error quoting one, or any
+    error of a writer whose file ``written`` stopped at the file size limit or on a
+    full device (some writers report those as a corrupt file of their own)."""
+    if isinstance(error, OSError) and error.errno in _OUTPUT_ERRNOS:
+        return _OUTPUT_ERRNOS[error.errno]
+    if not isinstance(error, Exception) or isinstance(error, OSError):
+        return None
+    match = _OS_ERROR_TEXT.search(str(error))
+    if match and int(match.group(1)) in _OUTPUT_ERRNOS:
+        return _OUTPUT_ERRNOS[int(match.group(1))]
+    if written is not None and written.exists():
+        import resource
+        import shutil
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and written.stat().st_size >= limit:
+            return _OUTPUT_ERRNOS[errno.EFBIG]
+        if shutil.disk_usage(written.parent).free < 1 << 20:
+            return _OUTPUT_ERRNOS[errno.ENOSPC]
+    return None
+
+
+def remove_leftovers(target: Path) -> list[Path]:
+    """Remove the temporary files of earlier runs that wrote ``target`` and were
+    killed: those whose process no longer exists on this machine (and those of older
+    versions, without a process id, after an hour). Returns what was removed."""
+    directory = target.parent if str(target.parent) else Path(".")
+    pattern = f".{glob.escape(target.name)}.*.tmp{glob.escape(target.suffix)}"
+    removed = []
+    for path in directory.glob(pattern):
+        middle = path.name[len(target.name) + 2 : -len(f".tmp{target.suffix}")]
+        pid = middle.split("-", 1)[0]
+        stale = False
+        if "-" in middle and pid.isdigit():
+            stale = not _alive(int(pid))
+        else:
+            with contextlib.suppress(OSError):
+                stale = time.time() - path.stat().st_mtime > _ORPHAN_SECONDS
+        if stale:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _umask() -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ratioscope.figures.compare import CompareFigure, ComparePanel
 from ratioscope.render.figures import pyplot, save_figure
+from ratioscope.render.series import at_noise, finish_axes, power_of_ten
 
 COLUMNS = 3
 COLOR_A = "tab:blue"
@@ -65,10 +66,9 @@ def _plot_timelines(figure_data: CompareFigure, out: Path) -> None:
 
 
 def _panel(ax: Any, panel: ComparePanel, figure_data: CompareFigure) -> None:
-    biggest = max((abs(v) for v in (*panel.values_a, *panel.values_b)), default=0.0)
-    exponent = 0
-    if biggest and (biggest < 1e-2 or biggest >= 1e4):
-        exponent = math.floor(math.log10(biggest))
+    values = (*panel.values_a, *panel.values_b)
+    noise = at_noise(values, panel.noise_floor)
+    exponent = power_of_ten(values, panel.noise_floor)
     factor = 10.0**-exponent
     for step in panel.diverging:
         ax.axvline(step, color=COLOR_DIVERGING, lw=0.8, ls="--", alpha=0.6)
@@ -78,19 +78,17 @@ def _panel(ax: Any, panel: ComparePanel, figure_data: CompareFigure) -> None:
     ):
         ax.plot(steps, [v * factor for v in values], marker="o", markersize=3.5, color=color,
                 lw=1.4, label=label)  # fmt: skip
-    ax.set_title("\n".join(textwrap.wrap(panel.title, 44)), fontsize=9.5, loc="left")
-    unit = panel.unit if not exponent else f"{panel.unit} (×1e{exponent})"
-    ax.set_ylabel("\n".join(textwrap.wrap(unit, 22)), fontsize=8.5)
-    ax.tick_params(labelsize=8)
-    ax.grid(alpha=0.3)
-    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    finish_axes(ax, panel.title, panel.unit, exponent, panel.noise_floor, noise)
 
 
 def _plot_reports(figure_data: CompareFigure, out: Path) -> None:
     plt = pyplot()
     bars = figure_data.bars
     height = 0.42 * max(1, len(bars)) + 1.6
-    figure, ax = plt.subplots(figsize=(10.5, height))
+    figure, ax = plt.subplots(figsize=(12.5, height))
+    from matplotlib.transforms import blended_transform_factory
+
+    column = blended_transform_factory(ax.transAxes, ax.transData)
     positions = list(range(len(bars)))
     widths = [bar.rel_diff * 100 if bar.rel_diff is not None else 0.0 for bar in bars]
     colors = [COLOR_DIVERGING if bar.diverges else "0.6" for bar in bars]
@@ -99,6 +97,12 @@ def _plot_reports(figure_data: CompareFigure, out: Path) -> None:
         text = "n/a" if bar.rel_diff is None else f"{round(width, 1) + 0.0:+.1f} %"  # no "-0.0 %"
         ax.text(width, position, f" {text} ", va="center", fontsize=8,
                 ha="left" if width >= 0 else "right")  # fmt: skip
+        # the values themselves, in a column right of the axes: a relative difference
+        # alone hides whether both sides are large, tiny, or at float noise
+        values = f"{_value(bar.a)} → {_value(bar.b)}" + (" (float noise)" if bar.at_noise else "")
+        ax.text(1.02, position, values, transform=column, va="center", fontsize=8)
+    ax.text(1.02, -0.9, "A → B", transform=column, va="center", fontsize=8.5,
+            fontweight="bold")  # fmt: skip
     ax.set_yticks(positions)
     ax.set_yticklabels(["\n".join(textwrap.wrap(bar.label, 48)) for bar in bars], fontsize=8)
     ax.invert_yaxis()
@@ -108,5 +112,15 @@ def _plot_reports(figure_data: CompareFigure, out: Path) -> None:
     ax.margins(x=0.15)
     ax.tick_params(axis="x", labelsize=8)
     _header(figure, height, "Two runs: relative difference per headline", figure_data.subtitle)
-    figure.tight_layout(rect=(0, 0, 1, 1 - 0.7 / height))
+    figure.tight_layout(rect=(0, 0, 0.8, 1 - 0.7 / height))  # the A → B column at the right
     save_figure(figure, out)
+
+
+def _value(value: float | None) -> str:
+    """A headline value for the A → B column: 4 significant digits, a value just below 1
+    as 1 − its distance (an ESS of 0.9999999999998 reads "1 − 2e-13")."""
+    if value is None:
+        return "—"
+    if 0.0 < 1.0 - value < 1e-3:
+        return f"1 − {1.0 - value:.3g}"
+    return f"{value:.4g}"

@@ -113,7 +113,7 @@ def plot_similarity(
     skipped = [panel for panel in panels if not panel.similarity.shape[0]]
     count = len(drawn)
     figure, axes_row = plt.subplots(
-        1, count, figsize=(max(4.6 * count + 1.2, 7.5), 5.3), squeeze=False, layout="constrained",
+        1, count, figsize=(max(4.6 * count + 1.2, 7.5), 6.0), squeeze=False, layout="constrained",
         sharex=True, sharey=True,
     )  # fmt: skip
     size = max(panel.similarity.shape[0] for panel in drawn)

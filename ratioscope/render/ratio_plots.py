@@ -80,9 +80,11 @@ def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
     plt = pyplot()
     figure, axes = _figure(plt, (8.5, 5.2))
     drawn = 0
+    dropped: list[str] = []
     for variant, stats in ratios.items():
         spectrum = None if stats is None else stats.spectrum
         if stats is None or spectrum is None or not spectrum.power:
+            dropped.append(_why_no_spectrum(variant, stats is None))
             continue
         power = [p if p and p > 0 else math.nan for p in spectrum.power]
         lfr = known(stats.lfr)
@@ -107,9 +109,23 @@ def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
                   ha="center")  # fmt: skip
     axes.grid(alpha=0.3, which="both")
     handles, labels = axes.get_legend_handles_labels()
-    _legend_under(axes, handles, labels, columns=2)
+    for reason in dropped:  # a legend line without a mark: what is not drawn, and why
+        handles.append(plt.Line2D([], [], color="none"))
+        labels.append(reason)
+    _legend_under(axes, handles, labels, columns=1 if dropped else 2)
     _footer(figure, source)
     save_figure(figure, out)
+
+
+def _why_no_spectrum(variant: str, not_computed: bool) -> str:
+    """The legend line of a variant without a spectrum."""
+    name = LABELS.get(variant, variant)
+    if not_computed:
+        return f"not drawn: {name} (not in the report)"
+    if variant == "sequence":
+        # GSPO's ratio is one number per sequence, repeated at each of its tokens
+        return f"not drawn: {name}, one value per sequence: no fluctuation within a sequence"
+    return f"not drawn: {name}, no sequence long enough with fluctuating ratios"
 
 
 def _sequence_count(report: Report, counts: Sequence[int]) -> int:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 from typing import Any
 
 from ratioscope.figures.timeline import TimelineFigure, TimelinePanel
 from ratioscope.render.figures import pyplot, save_figure
+from ratioscope.render.series import at_noise, finish_axes, power_of_ten
 
 COLUMNS = 3
 
@@ -39,11 +39,9 @@ def plot_timeline(figure_data: TimelineFigure, out: Path) -> None:
 
 
 def _panel(ax: Any, panel: TimelinePanel) -> None:
-    biggest = max((abs(v) for v in panel.values), default=0.0)
-    exponent = 0
-    if biggest and (biggest < 1e-2 or biggest >= 1e4):
-        # the power of ten goes into the axis label, not over the title
-        exponent = math.floor(math.log10(biggest))
+    noise = at_noise(panel.values, panel.noise_floor)
+    # the power of ten goes into the axis label, not over the title
+    exponent = power_of_ten(panel.values, panel.noise_floor)
     factor = 10.0**-exponent
     values = [v * factor for v in panel.values]
     ax.plot(panel.steps, values, marker="o", markersize=3.5, color="tab:blue", lw=1.4)
@@ -52,9 +50,4 @@ def _panel(ax: Any, panel: TimelinePanel) -> None:
         if step in flagged:
             ax.axvline(step, color="tab:red", lw=0.8, ls="--", alpha=0.6)
             ax.plot([step], [value], marker="o", markersize=8, color="tab:red", zorder=3)
-    ax.set_title("\n".join(textwrap.wrap(panel.title, 44)), fontsize=9.5, loc="left")
-    unit = panel.unit if not exponent else f"{panel.unit} (×1e{exponent})"
-    ax.set_ylabel("\n".join(textwrap.wrap(unit, 22)), fontsize=8.5)
-    ax.tick_params(labelsize=8)
-    ax.grid(alpha=0.3)
-    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    finish_axes(ax, panel.title, panel.unit, exponent, panel.noise_floor, noise)

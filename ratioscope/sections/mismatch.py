@@ -26,7 +26,7 @@ from ratioscope.functional.mismatch import (
 from ratioscope.functional.surrogate import sequence_means
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
-from ratioscope.sections.state import Codec, mergeable
+from ratioscope.sections.state import Codec, check_fields, mergeable
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def partials_from_state(state: dict[str, Any]) -> MismatchPartials:
     # JSON has no -inf: an empty log-sum was written as null; Any: JSON values are
     # untyped, and the keys were checked against the fields above
     values: dict[str, Any] = {k: (-float("inf") if v is None else v) for k, v in state.items()}
-    return MismatchPartials(**values)
+    return check_fields(MismatchPartials(**values))
 
 
 #: the partials are written as their fields; reading accepts the older layouts

@@ -72,8 +72,10 @@ class Field:
         codec: Codec | None,
         optional: bool,
         legacy: Callable[[Any], Any] | None,
+        minimum: float | None = None,
     ) -> None:
         self.default = default
+        self.minimum = minimum
         self.reduce = _REDUCTIONS[reduce] if isinstance(reduce, str) else reduce
         self.key = key or ""
         self.codec = codec or Codec()
@@ -93,6 +95,7 @@ def mergeable(
     codec: Codec | None = None,
     optional: bool = False,
     legacy: Callable[[Any], Any] | None = None,
+    minimum: float | None = None,
 ) -> T:
     """Declare a piece of mergeable state as a class attribute of a :class:`Declared`.
 
@@ -107,12 +110,14 @@ def mergeable(
             the field existed); otherwise the key is required.
         legacy: like ``optional``, but the value for such reports is computed from the
             fields declared before this one.
+        minimum: the least value a number may take (a sum of non-negative values: 0);
+            a state with less is refused when read.
 
     Returns:
         The declaration, typed as the value: instances hold the value itself.
     """
     # typed as the value, as dataclasses.field is: the class holds the declaration
-    return cast(T, Field(default, reduce, key, codec, optional, legacy))
+    return cast(T, Field(default, reduce, key, codec, optional, legacy, minimum))
 
 
 class Declared:
@@ -151,11 +156,17 @@ class Declared:
         return block
 
     def load_state(self, block: dict[str, Any]) -> None:
-        """Restore the declared fields from a block :meth:`dump_state` wrote.
+        """Restore the declared fields from a block :meth:`dump_state` wrote, each checked
+        against its default: the same type, the same length for fixed layouts (a
+        histogram's bins, one entry a ratio state), counts non-negative integers, and
+        numbers never null (see :func:`load`).
 
         Raises:
             KeyError: a required key is missing.
+            StateError: a value that does not fit its field, naming the field.
         """
+        if not isinstance(block, dict):
+            raise StateError([], f"is {_kind(block)}, not an object")
         for f in self._declared:
             if f.codec.flat:
                 source: Any = block
@@ -169,7 +180,16 @@ class Declared:
             else:
                 raise KeyError(f.key)
             template = getattr(self, f.name)
-            setattr(self, f.name, f.codec.load(source) if f.codec.load else load(template, source))
+            path = [] if f.codec.flat else [f.key]
+            try:
+                value = f.codec.load(source) if f.codec.load else load(template, source)
+                if f.minimum is not None and not value >= f.minimum:
+                    raise StateError([], f"is {value!r}, below its least value {f.minimum}")
+            except StateError as error:
+                raise error.under(*path) from None
+            except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as error:
+                raise StateError(path, f"is malformed ({type(error).__name__}: {error})") from None
+            setattr(self, f.name, value)
 
 
 class Record(Declared):
@@ -209,29 +229,136 @@ def dump(value: Any) -> Any:
     return value
 
 
+class StateError(ValueError):
+    """A value of a report's ``state`` block that does not fit its field: wrong type,
+    null, a negative count, a length other than the field's layout."""
+
+    def __init__(self, path: list[str], problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        where = ".".join(path)
+        super().__init__(f"'{where}' {problem}" if where else problem)
+
+    def under(self, *keys: Any) -> StateError:
+        """The same problem, with ``keys`` in front of its path."""
+        return StateError([str(k) for k in keys] + self.path, self.problem)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_count(value: Any) -> int:
+    """A count read from a state block: an int (not a bool), at least 0.
+
+    >>> check_count(3)
+    3
+    >>> check_count(-1)
+    Traceback (most recent call last):
+    ratioscope.sections.state.StateError: is -1; a count cannot be negative
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StateError([], f"is {_kind(value)} {value!r:.40}, not a count")
+    if value < 0:
+        raise StateError([], f"is {value}; a count cannot be negative")
+    return value
+
+
+def check_number(value: Any) -> float:
+    """A float read from a state block: a number (not a bool, not null)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StateError([], f"is {_kind(value)} {value!r:.40}, not a number")
+    return float(value)
+
+
+def check_fields(value: Any) -> Any:
+    """A dataclass read from a state block, its int fields counts and its float fields
+    numbers (a log-sum may be -inf)."""
+    for f in fields(value):
+        item = getattr(value, f.name)
+        try:
+            if isinstance(f.default, int) and not isinstance(f.default, bool):
+                check_count(item)
+            elif isinstance(f.default, float):
+                check_number(item)
+        except StateError as error:
+            raise error.under(f.name) from None
+    return value
+
+
 def load(template: Any, value: Any) -> Any:
     """``value`` (JSON) read back in the type of ``template``, a field's default; items
-    of a list or dict take the type of the template's first item."""
+    of a list or dict take the type of the template's first item.
+
+    The value must fit the template: ints are counts (non-negative), floats numbers,
+    tensors of the template's shape when it has a fixed one (the bins of a histogram),
+    and integer tensors counts; lists as long as a non-empty template (one entry per
+    ratio state), dicts objects.
+
+    Raises:
+        StateError: naming where in ``value`` it does not fit.
+    """
     kind = type(template)
     if callable(getattr(kind, "from_state", None)):
         return kind.from_state(value)
     if isinstance(template, Tensor):
-        import torch
-
-        return torch.tensor(value, dtype=template.dtype)
+        return _load_tensor(template, value)
     if is_dataclass(template):
-        return kind(**value)
+        if not isinstance(value, dict):
+            raise StateError([], f"is {_kind(value)}, not an object")
+        return check_fields(kind(**value))
     if isinstance(template, (list, tuple)):
-        items = [load(template[0], item) for item in value] if template else list(value)
+        if not isinstance(value, list):
+            raise StateError([], f"is {_kind(value)}, not a list")
+        if template and len(value) != len(template):
+            raise StateError([], f"has {len(value)} entries, not {len(template)}")
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(load(template[index], item) if template else item)
+            except StateError as error:
+                raise error.under(index) from None
         return kind(items)
     if isinstance(template, dict):
+        if not isinstance(value, dict):
+            raise StateError([], f"is {_kind(value)}, not an object")
         if not template:
             return dict(value)
         first = next(iter(template.values()))
-        return {key: load(first, item) for key, item in value.items()}
-    if isinstance(template, (int, float)) and not isinstance(template, bool):
-        return kind(value)
+        loaded = {}
+        for key, item in value.items():
+            try:
+                loaded[key] = load(template.get(key, first), item)
+            except StateError as error:
+                raise error.under(key) from None
+        return loaded
+    if isinstance(template, bool):
+        if not isinstance(value, bool):
+            raise StateError([], f"is {_kind(value)}, not true or false")
+        return value
+    if isinstance(template, int):
+        return check_count(value)
+    if isinstance(template, float):
+        return check_number(value)
     return value
+
+
+def _load_tensor(template: Tensor, value: Any) -> Tensor:
+    import torch
+
+    if not isinstance(value, list):
+        raise StateError([], f"is {_kind(value)}, not a list")
+    try:
+        tensor = torch.tensor(value, dtype=template.dtype)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise StateError([], "is not a list of numbers") from None
+    if template.numel() and tensor.shape != template.shape:
+        raise StateError(
+            [], f"has the shape {list(tensor.shape)}, not {list(template.shape)} (its layout)"
+        )
+    if not template.is_floating_point() and bool((tensor < 0).any()):
+        raise StateError([], "holds a negative count")
+    return tensor
 
 
 # ------------------------------------------------------------------------- reductions

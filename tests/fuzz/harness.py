@@ -100,6 +100,7 @@ def _child(
     env: dict[str, str],
     stdin_path: str | None,
     stdout_closed: bool,
+    file_limit: int | None,
 ) -> None:
     """The case itself: the command line's entry, as ``python -m ratioscope`` runs it."""
     os.chdir(directory)
@@ -120,6 +121,8 @@ def _child(
     limit = _mapped_bytes() + memory
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if file_limit is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
     code: int = 0
     try:
         _command().main(args, prog_name="ratioscope")
@@ -145,8 +148,11 @@ def run(
     env: Mapping[str, str] | None = None,
     stdin: Path | None = None,
     stdout_closed: bool = False,
+    file_limit: int | None = None,
 ) -> Outcome:
-    """Run ``ratioscope ARGS`` contained, in ``directory`` (relative paths are in it)."""
+    """Run ``ratioscope ARGS`` contained, in ``directory`` (relative paths are in it):
+    ``stdout_closed`` gives it a pipe whose reader has gone, ``file_limit`` a file size
+    limit in bytes (``ulimit -f``)."""
     process = _context().Process(
         target=_child,
         args=(
@@ -156,6 +162,7 @@ def run(
             {"RATIOSCOPE_DEBUG": "0", "COLUMNS": "200", **(env or {})},
             None if stdin is None else str(stdin),
             stdout_closed,
+            file_limit,
         ),
     )
     process.start()
