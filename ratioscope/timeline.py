@@ -32,6 +32,7 @@ from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.steps import StepFiles, assign_steps
 
 if TYPE_CHECKING:
+    from ratioscope.functional.vitals import MechanicsFit
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.parallel import Runner
     from ratioscope.params import AnalysisParams
@@ -90,6 +91,13 @@ HEADLINES: tuple[Headline, ...] = (
         "dH step",
         "nats/token",
         "the step's updates raised the entropy of its own tokens",
+    ),
+    Headline(
+        "vitals.entropy_mechanics.covariance",
+        "Cov(log pi, A) over the step's tokens: entropy falls when positive (Cui et al. Thm 2)",
+        "cov(lp,A)",
+        "nats",
+        "the advantages favour tokens the policy already likes: entropy is predicted to fall",
     ),
     Headline(
         "vitals.length.mean",
@@ -347,6 +355,8 @@ class Timeline:
     warnings: tuple[str, ...] = ()
     pooled: Report | None = field(default=None, repr=False, compare=False)
     verdict: Any = None
+    #: predicted against observed entropy change over the steps (None: not followed)
+    entropy_mechanics: MechanicsFit | None = None
 
     def series(self, key: str) -> list[float | None]:
         """The values of headline ``key``, one per step."""
@@ -383,6 +393,7 @@ class Timeline:
                     for s in self.steps
                 ],
                 "verdict": verdict,
+                "entropy_mechanics": self.entropy_mechanics,
                 "warnings": list(self.warnings),
             }
         )
@@ -426,6 +437,7 @@ class Timeline:
                 steps=steps,
                 warnings=tuple(document.get("warnings") or ()),
                 verdict=document.get("verdict"),
+                entropy_mechanics=_read_mechanics(document.get("entropy_mechanics")),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ReportError(
@@ -617,7 +629,34 @@ def timeline(
         warnings=tuple(pooled.warnings),
         pooled=pooled,
         verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
+        entropy_mechanics=entropy_mechanics(steps),
     )
+
+
+#: the observed and the predicted entropy change of a step (Cui et al. 2025, Theorem 2)
+OBSERVED_CHANGE = "vitals.entropy.change_mean"
+COVARIANCE = "vitals.entropy_mechanics.covariance"
+
+
+def entropy_mechanics(steps: Sequence[TimelineStep]) -> MechanicsFit | None:
+    """Observed entropy change within each step against ``-Cov(log pi, A)``: their
+    correlation over the run, and one fitted step size (docs/timeline.md "Entropy
+    mechanics"). None when no step has both values."""
+    from ratioscope.functional.vitals import fit_entropy_mechanics
+
+    observed = [step.values.get(OBSERVED_CHANGE) for step in steps]
+    covariance = [step.values.get(COVARIANCE) for step in steps]
+    fit = fit_entropy_mechanics(observed, covariance)
+    return fit if fit.steps else None
+
+
+def _read_mechanics(block: Any) -> MechanicsFit | None:
+    if block is None:
+        return None
+    from ratioscope.functional.vitals import MechanicsFit
+    from ratioscope.report_io import from_jsonable
+
+    return from_jsonable(MechanicsFit, block, "$.entropy_mechanics")
 
 
 def _step_result(
