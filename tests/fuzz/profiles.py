@@ -1,0 +1,30 @@
+"""Settings of the fuzz suite's generators (docs/formats.md, "Limits").
+
+The default test run uses the fast profile: a few examples per generator, well under a
+minute in all. ``RATIOSCOPE_FUZZ=long python -m pytest -m fuzz tests/fuzz`` runs the
+long one (250 examples per generator, 2,500 cases in all; a number instead of
+``long`` sets the examples per generator). The settings are given
+to each test by :data:`FUZZ` rather than loaded as the global profile, so that the
+project's other property tests keep their own.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+#: examples per generator: the fast profile of the default run, or the long one
+_PROFILE = os.environ.get("RATIOSCOPE_FUZZ", "fast")
+EXAMPLES = int(_PROFILE) if _PROFILE.isdigit() else {"fast": 3, "long": 250}[_PROFILE]
+
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,  # a case's time is bounded by the harness's time limit instead
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+    database=None,
+)
