@@ -2,7 +2,7 @@
 
 The default test run uses the fast profile: a few examples per generator, well under a
 minute in all. ``RATIOSCOPE_FUZZ=long python -m pytest -m fuzz tests/fuzz`` runs the
-long one (250 examples per generator, 2,500 cases in all; a number instead of
+long one (200 examples per generator, 2,000 generated cases in all; a number instead of
 ``long`` sets the examples per generator). The settings are given
 to each test by :data:`FUZZ` rather than loaded as the global profile, so that the
 project's other property tests keep their own.
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 
 #: examples per generator: the fast profile of the default run, or the long one
 _PROFILE = os.environ.get("RATIOSCOPE_FUZZ", "fast")
-EXAMPLES = int(_PROFILE) if _PROFILE.isdigit() else {"fast": 3, "long": 250}[_PROFILE]
+EXAMPLES = int(_PROFILE) if _PROFILE.isdigit() else {"fast": 3, "long": 200}[_PROFILE]
 
 FUZZ = settings(
     max_examples=EXAMPLES,
