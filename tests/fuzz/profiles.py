@@ -11,6 +11,7 @@ project's other property tests keep their own.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 
@@ -28,3 +29,24 @@ FUZZ = settings(
     ],
     database=None,
 )
+
+#: whether the long profile runs (then every combination of a matrix of cases runs)
+LONG = EXAMPLES >= 50
+
+
+def matrix(
+    first: list[Any], second: list[Any], first_ids: list[str], second_ids: list[str]
+) -> list[Any]:
+    """Cases that pair each of ``first`` with each of ``second`` in the long profile, and
+    in the default run with one of ``second`` in turn (every value of both is still
+    tried once, in fewer runs)."""
+    import pytest
+
+    if LONG:
+        pairs = [(i, j) for i in range(len(first)) for j in range(len(second))]
+    else:
+        count = max(len(first), len(second))
+        pairs = [(k % len(first), k % len(second)) for k in range(count)]
+    return [
+        pytest.param(first[i], second[j], id=f"{first_ids[i]}-{second_ids[j]}") for i, j in pairs
+    ]
