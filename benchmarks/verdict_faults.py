@@ -288,8 +288,23 @@ def judge(report: Report, baseline: Report | None) -> Verdict:
     return verdict(report, baseline=baseline)
 
 
-def flagged_by(result: Verdict) -> list[str]:
-    return [f.key for f in result.findings if f.level != "green"]
+def levels(result: Verdict) -> dict[str, int]:
+    """Finding key -> level index (0 green, 1 yellow, 2 red); the worst where a key
+    repeats."""
+    from ratioscope.verdict import LEVELS
+
+    found: dict[str, int] = {}
+    for finding in result.findings:
+        found[finding.key] = max(found.get(finding.key, 0), LEVELS.index(finding.level))
+    return found
+
+
+def flagged_by(result: Verdict, healthy: Verdict | None = None) -> list[str]:
+    """The keys of the non-green findings of ``result``; with ``healthy``, only those
+    worse than in the healthy step's verdict (a fault is caught by what it changes, not
+    by what the real step already had)."""
+    before = {} if healthy is None else levels(healthy)
+    return [key for key, level in levels(result).items() if level > before.get(key, 0)]
 
 
 def evaluate(
@@ -308,19 +323,20 @@ def evaluate(
             if use_baseline and len(healthy) > 1:
                 baseline = healthy[1 if index == 0 else 0]
             cell = table["healthy"].setdefault(run.name, Cell())
-            _count(cell, judge(report, baseline))
+            control = judge(report, baseline)
+            _count(cell, flagged_by(control))
             context = Context(seed=index, previous=batches[index - 1] if index else None)
             for name in faults:
                 faulty = FAULTS[name](batch, context)
                 cell = table[name].setdefault(run.name, Cell())
                 if faulty is not None:
-                    _count(cell, judge(analyze(faulty, device="cpu"), baseline))
+                    result = judge(analyze(faulty, device="cpu"), baseline)
+                    _count(cell, flagged_by(result, control))
     return table
 
 
-def _count(cell: Cell, result: Verdict) -> None:
+def _count(cell: Cell, keys: list[str]) -> None:
     cell.steps += 1
-    keys = flagged_by(result)
     if keys:
         cell.flagged += 1
         cell.by.update(set(keys))

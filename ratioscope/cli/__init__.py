@@ -212,6 +212,7 @@ def _register() -> None:
         metrics,
         objectives,
         plot,
+        report,
         sweep,
         timeline,
     )
@@ -220,6 +221,7 @@ def _register() -> None:
     app.command("analyze")(analyze.analyze)
     app.command("sweep")(sweep.sweep)
     app.command("timeline")(timeline.timeline)
+    app.command("report")(report.report)
     app.command("compare")(compare.compare)
     app.command("objectives")(objectives.objectives)
     app.add_typer(plot.plot_app, name="plot")
