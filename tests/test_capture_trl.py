@@ -437,6 +437,9 @@ def test_analyze_takes_trls_clip_band_unless_an_option_is_given(step_run, tmp_pa
     # TRL: epsilon_high None means epsilon, so the band is (0.2, 0.2), not ratioscope's 0.28
     assert report["params"]["analysis"]["clip"] == [0.2, 0.2]
     assert report["params"]["trainer"]["applied"]["clip"].startswith("trainer settings")
+    # the length limit of the vitals: TRL's max_completion_length, said so
+    assert report["vitals"]["length"]["limit"] == 8
+    assert report["vitals"]["length"]["limit_source"] == "trainer settings"
     assert report["ratios"]["token"]["clip_fraction"] == pytest.approx(
         clip_fraction(step_run.dir, 0.2, 0.2), abs=1e-12
     )

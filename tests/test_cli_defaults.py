@@ -119,6 +119,7 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "--nonfinite": (load.nonfinite, same),
         "--unsafe-pickle": (load.unsafe_pickle, same),
         "--group-size": (load.group_size, same),
+        "--trainer": (load.trainer, same),
         "--chunk-elements": (_default(analyze, "chunk_elements"), same),
         "--step-from": (_default(timeline, "step_from"), same),
         "--top": (_default(run_report, "top"), same),
@@ -177,7 +178,7 @@ def test_every_analysis_option_is_compared():
     flags = {flag for _, flag, _ in _options()}
     set_by_cli = {name for flag, name in _analysis_names().items() if flag in flags}
     # fixed by the papers, not by an option
-    not_options = {"kalman_p0", "kalman_rho0", "quantiles"}
+    not_options = {"kalman_p0", "kalman_rho0", "quantiles", "max_length_source"}
     assert set_by_cli == {f.name for f in fields(AnalysisParams)} - not_options
 
 

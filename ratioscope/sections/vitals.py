@@ -233,7 +233,7 @@ def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
     so a response of that width is one the limit cut (an assumption, said in the note).
     """
     if params.max_length is not None:
-        return params.max_length, "option"
+        return params.max_length, params.max_length_source or "option"
     return batch.max_length, "padded width"
 
 
