@@ -116,9 +116,11 @@
     if (run.vitals) {
       const rows = [];
       flatten("", run.vitals, rows);
-      wrap.appendChild(table(["vital", "value"], rows.slice(0, 80).map(function (r) {
-        return el("tr", null, el("td", { class: "left", text: r[0] }), el("td", { text: fmt(r[1]) }));
-      }), { left: [0] }));
+      const list = el("div", { class: "vitals" });
+      rows.slice(0, 120).forEach(function (r) {
+        list.appendChild(el("div", { class: "vital" }, el("span", { class: "key", text: r[0] }), el("span", { class: "value", text: fmt(r[1]) })));
+      });
+      wrap.appendChild(list);
       return wrap;
     }
     if (!DRILL || !DRILL.steps.length) { wrap.appendChild(el("div", { class: "note", text: "No vitals in these inputs." })); return wrap; }
