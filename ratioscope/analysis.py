@@ -415,9 +415,7 @@ def merge_reports(
             first = _FirstReport(name, shard.params, _params_of(shard, name))
             present = [key for key in classes if key in shard.state]
             with one_thread():  # a report's state is small (histograms of 5,205 bins)
-                totals = {
-                    key: _restore(classes[key], first.params, shard, name) for key in present
-                }
+                totals = {key: _restore(classes[key], first.params, shard, name) for key in present}
         else:
             _check_same_run(name, shard, first, list(totals))
             with one_thread():
