@@ -58,7 +58,7 @@ _FLOAT32_OVERFLOW = (
 )
 _RELATIVE_MEASURED = (
     f"{_OURS}, measured on the bundled runs (sample_data/verl_steps/, verl/): every "
-    "quantity judged against a baseline stays within 0.13x to 4x of the run's first step"
+    "quantity judged against a baseline moves at most 4.1x its bad way from the run's first step"
 )
 
 
@@ -495,6 +495,7 @@ def verdict(
     findings += _vitals_findings(report, t)
     if baseline is not None:
         findings += relative_findings(report, baseline, t)
+        notes += _baseline_notes(report, baseline)
     notes += _analysis_notes(report)
     return Verdict(tuple(findings), t.overridden(), tuple(notes))
 
@@ -823,6 +824,29 @@ def _vitals_findings(report: Report, t: Thresholds) -> list[Finding]:
             )
         )  # fmt: skip
     return findings
+
+
+#: analysis parameters that change what a quantity judged against a baseline measures
+_COMPARED_PARAMS = ("clip", "token_on_band", "max_length")
+
+
+def _baseline_notes(report: Report, baseline: Report) -> list[Note]:
+    """A note when the baseline was analysed with other parameters that change what a
+    relative finding compares (the clip band, the on-policy band, the length limit)."""
+    mine = (report.params or {}).get("analysis") or {}
+    theirs = (baseline.params or {}).get("analysis") or {}
+    differ = [k for k in _COMPARED_PARAMS if k in mine and k in theirs and mine[k] != theirs[k]]
+    if not differ:
+        return []
+    shown = "; ".join(f"{k} {theirs[k]} there, {mine[k]} here" for k in differ)
+    return [
+        Note(
+            "relative.params", None,
+            f"baseline analysed with other parameters ({shown}): the findings against it "
+            "compare different things; analyse both alike",
+            "the report's params.analysis",
+        )
+    ]  # fmt: skip
 
 
 def _analysis_notes(report: Report) -> list[Note]:
