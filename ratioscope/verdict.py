@@ -880,40 +880,6 @@ def _analysis_notes(report: Report) -> list[Note]:
     return notes
 
 
-# ----------------------------------------------------------------------- baseline
-
-
-def read_baseline(path: str | Path) -> Report:
-    """The analyze report a ``--baseline`` file holds; an evaluation report, a timeline
-    or another ratioscope document is refused in one sentence naming what it is."""
-    from ratioscope.errors import ReportError
-    from ratioscope.report import Report
-    from ratioscope.report_io import read_json_report
-
-    document = read_json_report(path)
-    kind = document.get("kind")
-    if kind == "timeline":
-        raise ReportError(
-            path,
-            "is a timeline (ratioscope timeline --json), not an analyze report: give the "
-            "--json report of one run or step as the baseline (a timeline judges its "
-            "later steps against its own first steps)",
-        )
-    if "by_method" in document:
-        raise ReportError(
-            path,
-            "is an evaluation report (Pass@k/UCC@k of samples), not an analyze report of "
-            "training dumps: give a report written by 'ratioscope analyze --json'",
-        )
-    if kind is not None:
-        raise ReportError(
-            path,
-            f"is a {kind} document, not an analyze report: give a report written by "
-            "'ratioscope analyze --json'",
-        )
-    return Report.from_dict(document, source=path)
-
-
 # --------------------------------------------------------------------------- TOML
 
 
