@@ -36,6 +36,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ObjectivesReport": ("ratioscope.objectives", "ObjectivesReport"),
     "Verdict": ("ratioscope.verdict", "Verdict"),
     "Finding": ("ratioscope.verdict", "Finding"),
+    "Note": ("ratioscope.verdict", "Note"),
     "Thresholds": ("ratioscope.verdict", "Thresholds"),
     "load_thresholds": ("ratioscope.verdict", "load_thresholds"),
     # the HTML run report (ratioscope report)
@@ -66,7 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ratioscope.run_report import RunReport, run_report
     from ratioscope.sweep import SweepReport, sweep
     from ratioscope.timeline import Timeline, timeline
-    from ratioscope.verdict import Finding, Thresholds, Verdict, load_thresholds, verdict
+    from ratioscope.verdict import Finding, Note, Thresholds, Verdict, load_thresholds, verdict
 
 
 def __getattr__(name: str) -> Any:
@@ -89,6 +90,7 @@ __all__ = [
     "AnalysisParams",
     "Comparison",
     "Finding",
+    "Note",
     "ObjectivesReport",
     "Report",
     "RunReport",

@@ -685,8 +685,9 @@ def first_steps_findings(
             bad += [(step, f) for f in found if f.level != "green"]
         if bad:
             level = max((f.level for _, f in bad), key=LEVELS.index)
-            worst_step, worst = max(
-                bad, key=lambda pair: (LEVELS.index(pair[1].level), pair[1].value or 0.0)
+            sign = 1.0 if item.direction == "up" else -1.0  # the worst is the largest
+            worst_step, worst = max(  # multiple of the baseline: a large value, or a small
+                bad, key=lambda pair: (LEVELS.index(pair[1].level), sign * (pair[1].value or 0.0))
             )
             at = ", ".join(str(step) for step, _ in bad)
             findings.append(

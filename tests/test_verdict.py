@@ -618,3 +618,16 @@ def test_timeline_change_is_yellow_only_the_bad_way(document):
         if "changed at step" in f.text
     ]
     assert fall.level == "green"  # less drift is no problem
+
+
+def test_first_steps_worst_step_of_a_quantity_bad_when_small():
+    from ratioscope.verdict import first_steps_findings
+
+    entropy = [0.02, 0.021, 0.019, 0.018, 1e-3, 4e-4, 1.5e-3]
+    steps = [(i, {"vitals.entropy.mean": e}) for i, e in enumerate(entropy)]
+    (finding,) = first_steps_findings(steps)
+    # the median of steps 0-2 is 0.02; step 5 (4e-4, 1/50) is the worst, not step 6
+    assert finding.value == 4e-4 and "at step 5 (beyond the bound at steps 4, 5, 6)" in (
+        finding.text
+    )
+    assert finding.level == "yellow" and finding.short_name == "token entropy vs first steps"

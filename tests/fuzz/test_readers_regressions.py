@@ -180,6 +180,7 @@ def test_sparse_log_probs(tmp_path: Path) -> None:
     assert "sparse" in error_line(promise(["analyze", "s.pt", "-q"], tmp_path))
 
 
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_quantized_advantages(tmp_path: Path) -> None:
     advantages = torch.quantize_per_tensor(torch.randn(4), 0.1, 10, torch.quint8)
     _pt(tmp_path / "q.pt", advantages=advantages)
