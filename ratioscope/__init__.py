@@ -40,7 +40,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Thresholds": ("ratioscope.verdict", "Thresholds"),
     "load_thresholds": ("ratioscope.verdict", "load_thresholds"),
     # the HTML run report (ratioscope report)
-    "run_report": ("ratioscope.run_report", "run_report"),
+    "run_report": ("ratioscope.run_report", None),
     "RunReport": ("ratioscope.run_report", "RunReport"),
     # samples: Pass@k and UCC@k
     "load_samples": ("ratioscope.io.samples", "load_samples"),
