@@ -631,3 +631,12 @@ def test_first_steps_worst_step_of_a_quantity_bad_when_small():
         finding.text
     )
     assert finding.level == "yellow" and finding.short_name == "token entropy vs first steps"
+
+
+def test_baseline_with_other_parameters_gets_a_note(document):
+    other = copy.deepcopy(document)
+    other["params"]["analysis"]["clip"] = [0.1, 0.1]
+    result = verdict(Report.from_dict(document), None, Report.from_dict(other))
+    (note,) = [n for n in result.notes if n.key == "relative.params"]
+    assert "clip [0.1, 0.1] there, [0.2, 0.28] here" in note.text
+    assert verdict(Report.from_dict(document), None, Report.from_dict(document)).notes == ()
