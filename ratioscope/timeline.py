@@ -609,9 +609,9 @@ def timeline(
             if step_objectives is not None:
                 document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
-            section = document.get("future_policy")
-            if isinstance(section, Mapping) and section.get("method"):
-                fpa_steps.setdefault(str(section["method"]), []).append(group.step)
+            method = getattr(step_report.future_policy, "method", None)
+            if method:
+                fpa_steps.setdefault(str(method), []).append(group.step)
             relative_rows.append((group.step, relative_values(document)))
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
