@@ -114,6 +114,40 @@ def encode(text: str) -> list[int]:
     return ids
 
 
+def tokenizer_json() -> dict:
+    """:data:`VOCAB` as a Hugging Face ``tokenizer.json`` (a word-level model whose
+    pre-tokenizer splits the text like :func:`encode`), for token text in
+    ``ratioscope report --tokenizer``."""
+    specials = ("<pad>", "<bos>", "<eos>")
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": TOKEN_ID[token],
+                "content": token,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for token in specials
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": {"Regex": "-[3-9]|[0-9%:=,#]"},
+            "behavior": "Isolated",
+            "invert": False,
+        },
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": dict(TOKEN_ID), "unk_token": "<pad>"},
+    }
+
+
 def decode(ids: Sequence[int]) -> str:
     """Text of ``ids`` up to the first <eos>, without <pad>/<bos>."""
     out = []
@@ -264,10 +298,9 @@ class TinyCausalLM(nn.Module):
     def new_cache(self, batch: int) -> KVCache:
         c = self.config
         shape = (batch, c.n_heads, c.max_len, c.d_model // c.n_heads)
-        dtype = self.head.weight.dtype  # a bfloat16 copy keeps a bfloat16 cache
         return KVCache(
-            keys=[torch.zeros(shape, dtype=dtype) for _ in range(c.n_layers)],
-            values=[torch.zeros(shape, dtype=dtype) for _ in range(c.n_layers)],
+            keys=[torch.zeros(shape) for _ in range(c.n_layers)],
+            values=[torch.zeros(shape) for _ in range(c.n_layers)],
         )
 
     def step(self, token: Tensor, cache: KVCache, pos: int) -> Tensor:
@@ -290,7 +323,7 @@ class Rollout:
 
     responses: Tensor  # [B, T] int64
     mask: Tensor  # [B, T] bool
-    log_probs: Tensor  # [B, T] float32, the engine's reported log-probs (0 on padding)
+    log_probs: Tensor  # [B, T] float32, the sampler's log-probs (0 on padding)
 
 
 @torch.no_grad()
@@ -323,33 +356,6 @@ def sample(
             break
     mask = torch.arange(width)[None] < lengths[:, None]
     return Rollout(responses[:, :width], mask, log_probs[:, :width])
-
-
-@torch.no_grad()
-def engine_log_probs(model: TinyCausalLM, prompts: Tensor, rollout: Rollout) -> Tensor:
-    """The log-probs an inference engine running the policy in bfloat16 reports for the
-    sampled tokens: a bfloat16 copy of ``model`` reads ``prompts`` [B, P] and the
-    responses through the KV-cache path (weights, activations and cache in bfloat16, the
-    log-softmax of its logits in float32, as engines compute logprobs); [B, T] float32,
-    0 on padding.
-
-    The tokens themselves were sampled from the float32 model, so the run (and every
-    number but the engine's log-probs) is the one a float32 engine gives; what a bfloat16
-    engine changes is measured on the same tokens.
-    """
-    engine = copy.deepcopy(model).to(torch.bfloat16)
-    batch, prompt_len = prompts.shape
-    cache = engine.new_cache(batch)
-    for pos in range(prompt_len - 1):
-        engine.step(prompts[:, pos], cache, pos)
-    token = prompts[:, -1]
-    width = rollout.responses.shape[1]
-    log_probs = torch.zeros(batch, width)
-    for t in range(width):
-        logits = engine.step(token, cache, prompt_len - 1 + t).float()
-        token = rollout.responses[:, t]
-        log_probs[:, t] = torch.log_softmax(logits, dim=-1).gather(1, token[:, None])[:, 0]
-    return log_probs * rollout.mask
 
 
 def token_log_probs_and_entropy(logits: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -526,9 +532,6 @@ def grpo_step(
     rows = [p for p in problems for _ in range(group)]
     prompts = torch.tensor([[BOS, *encode(p.prompt)] for p in rows])
     rollout = sample(policy, prompts, config.max_new_tokens, generator)
-    # the engine reports the log-probs of a bfloat16 copy of the policy (the tokens, and
-    # so the whole run, are the float32 sampler's)
-    rollout.log_probs = engine_log_probs(policy, prompts, rollout)
     responses, mask = rollout.responses, rollout.mask
     texts = [decode(r.tolist()) for r in responses]
     rewards = torch.tensor([float(verify(p.prompt, t)) for p, t in zip(rows, texts, strict=True)])
@@ -892,6 +895,7 @@ def _generate(config: RunConfig, out_dir: Path, log: Callable[[str], None]) -> d
         "accuracy": {"base": _accuracy(samples, "base"), "grpo": _accuracy(samples, "grpo")},
     }
     _write_text(out_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    _write_text(out_dir / "tokenizer.json", json.dumps(tokenizer_json(), indent=1) + "\n")
     log(
         f"{elapsed()} held-out accuracy: base {manifest['accuracy']['base']:.3f}, "
         f"grpo {manifest['accuracy']['grpo']:.3f}"
