@@ -623,6 +623,22 @@ CATALOG: tuple[Entry, ...] = (
         "advantage",
         "mean over sequences longer than their batch's median length of their mean |A|",
     ),
+    Entry("vitals.entropy_mechanics.tokens", "tokens", "valid tokens of the covariances"),
+    Entry(
+        "vitals.entropy_mechanics.covariance",
+        "nats",
+        "Cov(log pi_k, A) over valid tokens, centred within each file (Cui et al. 2025 Thm 2)",
+    ),
+    Entry(
+        "vitals.entropy_mechanics.pg_covariance",
+        "nats",
+        "Cov(log pi_k, pi_k A) over valid tokens (Cui et al. 2025 Thm 1, vanilla PG)",
+    ),
+    Entry(
+        "vitals.entropy_mechanics.predicted_change_per_eta",
+        "nats/token",
+        "-covariance: the predicted entropy change per unit step size (its sign)",
+    ),
     Entry("vitals.equal_reward_groups.groups", "count", "groups (prompts) counted"),
     Entry("vitals.equal_reward_groups.equal", "count", "groups whose rewards are all equal"),
     Entry("vitals.equal_reward_groups.share", "fraction", "equal / groups"),

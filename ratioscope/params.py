@@ -58,6 +58,9 @@ class AnalysisParams:
     #: padded width of each file. Left out of ``to_dict`` while None, so reports made
     #: before it existed keep their parameters block (and merge with newer ones).
     max_length: int | None = None
+    #: where ``max_length`` came from when not an option: "trainer settings" when the
+    #: trainer's recorded (or ``--trainer``) length limit set it; None: an option
+    max_length_source: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -135,7 +138,7 @@ class AnalysisParams:
 
 #: parameters written only when set: a report made without them has the block of one
 #: made before they existed
-_OMITTED_WHEN_NONE = ("max_length",)
+_OMITTED_WHEN_NONE = ("max_length", "max_length_source")
 
 #: parameters added after reports were written, with the parameter whose value an older
 #: report used in their place

@@ -32,6 +32,7 @@ from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.steps import StepFiles, assign_steps
 
 if TYPE_CHECKING:
+    from ratioscope.functional.vitals import MechanicsFit
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.parallel import Runner
     from ratioscope.params import AnalysisParams
@@ -90,6 +91,13 @@ HEADLINES: tuple[Headline, ...] = (
         "dH step",
         "nats/token",
         "the step's updates raised the entropy of its own tokens",
+    ),
+    Headline(
+        "vitals.entropy_mechanics.covariance",
+        "Cov(log pi, A) over the step's tokens: entropy falls when positive (Cui et al. Thm 2)",
+        "cov(lp,A)",
+        "nats",
+        "the advantages favour tokens the policy already likes: entropy is predicted to fall",
     ),
     Headline(
         "vitals.length.mean",
@@ -347,6 +355,8 @@ class Timeline:
     warnings: tuple[str, ...] = ()
     pooled: Report | None = field(default=None, repr=False, compare=False)
     verdict: Any = None
+    #: predicted against observed entropy change over the steps (None: not followed)
+    entropy_mechanics: MechanicsFit | None = None
 
     def series(self, key: str) -> list[float | None]:
         """The values of headline ``key``, one per step."""
@@ -383,6 +393,7 @@ class Timeline:
                     for s in self.steps
                 ],
                 "verdict": verdict,
+                "entropy_mechanics": self.entropy_mechanics,
                 "warnings": list(self.warnings),
             }
         )
@@ -426,6 +437,7 @@ class Timeline:
                 steps=steps,
                 warnings=tuple(document.get("warnings") or ()),
                 verdict=document.get("verdict"),
+                entropy_mechanics=_read_mechanics(document.get("entropy_mechanics")),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ReportError(
@@ -588,7 +600,7 @@ def timeline(
             # the step is done (in this process or a task): the next one is under way
             label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
             report(progress, ProgressUpdate("steps", index + 1, len(by_step), label))
-            document = step_report.to_dict()
+            document = _sections_document(step_report)
             if step_objectives is not None:
                 document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
@@ -617,7 +629,34 @@ def timeline(
         warnings=tuple(pooled.warnings),
         pooled=pooled,
         verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
+        entropy_mechanics=entropy_mechanics(steps),
     )
+
+
+#: the observed and the predicted entropy change of a step (Cui et al. 2025, Theorem 2)
+OBSERVED_CHANGE = "vitals.entropy.change_mean"
+COVARIANCE = "vitals.entropy_mechanics.covariance"
+
+
+def entropy_mechanics(steps: Sequence[TimelineStep]) -> MechanicsFit | None:
+    """Observed entropy change within each step against ``-Cov(log pi, A)``: their
+    correlation over the run, and one fitted step size (docs/timeline.md "Entropy
+    mechanics"). None when no step has both values."""
+    from ratioscope.functional.vitals import fit_entropy_mechanics
+
+    observed = [step.values.get(OBSERVED_CHANGE) for step in steps]
+    covariance = [step.values.get(COVARIANCE) for step in steps]
+    fit = fit_entropy_mechanics(observed, covariance)
+    return fit if fit.steps else None
+
+
+def _read_mechanics(block: Any) -> MechanicsFit | None:
+    if block is None:
+        return None
+    from ratioscope.functional.vitals import MechanicsFit
+    from ratioscope.report_io import from_jsonable
+
+    return from_jsonable(MechanicsFit, block, "$.entropy_mechanics")
 
 
 def _step_result(
@@ -636,6 +675,16 @@ def _step_result(
         group, params, load_options, device, chunk_elements, sections, None, fixed_params
     ).to_dict()
     return document, (_step_objectives(group, load_options) if objectives else None)
+
+
+def _sections_document(step_report: Report) -> dict[str, Any]:
+    """The report's sections as JSON, what the headlines read: ``to_dict()`` without the
+    ``state`` sums, whose conversion was most of a small step's time."""
+    from ratioscope.report import OPTIONAL_SECTION_KEYS, SECTION_KEYS
+    from ratioscope.report_io import to_jsonable
+
+    keys = (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)
+    return dict(to_jsonable({key: getattr(step_report, key) for key in keys}))
 
 
 def _describe_step(group: StepFiles) -> str:
@@ -659,10 +708,11 @@ def timeline_verdict(
     headlines: Sequence[Headline] = HEADLINES,
     relative_rows: Sequence[tuple[int, Mapping[str, float | None]]] = (),
 ) -> Verdict:
-    """The health verdict of the pooled report, then one yellow finding per headline
-    whose series changes, naming the steps and the values before and at the change,
-    then the later steps judged against the run's own first steps (``relative_rows``:
-    (step, :func:`relative_values`) in step order; docs/health.md)."""
+    """The health verdict of the pooled report, then one finding per headline whose
+    series changes, naming the steps and the values before and at the change (yellow
+    when the first change goes the way :data:`BAD_CHANGE` calls bad, else green and
+    informational), then the later steps judged against the run's own first steps
+    (``relative_rows``: (step, :func:`relative_values`) in step order; docs/health.md)."""
     from ratioscope.verdict import Finding, Verdict, first_steps_findings, verdict
 
     judged = verdict(pooled, thresholds)
@@ -678,14 +728,15 @@ def timeline_verdict(
         )
         value = steps[first].values.get(item.key)
         named = ", ".join(str(steps[i].step) for i in at)
+        bad = _bad_change(item.key, before, value)
         text = (
             f"{item.label}: changed at step{'s' if len(at) > 1 else ''} {named} "
             f"({_short(before)} -> {_short(value)} at step {steps[first].step})"
-        )
+        ) + ("" if bad else " (informational)")
         changes.append(
             Finding(
                 key=item.key,
-                level="yellow",
+                level="yellow" if bad else "green",
                 value=value,
                 threshold=None,
                 text=text,
@@ -697,6 +748,34 @@ def timeline_verdict(
     return Verdict(
         judged.findings + tuple(changes) + tuple(relative), judged.overridden, judged.notes
     )
+
+
+#: the headlines whose change is a problem in one direction (the verdict judges them by
+#: a threshold too): a rise ("up") or a fall ("down"); a change of any other headline
+#: (a rising reward, the raw switch frequency) is informational
+BAD_CHANGE: dict[str, str] = {
+    "mismatch.policy.k3": "up",
+    "mismatch.policy.ess": "down",
+    "mismatch.rollout.k3": "up",
+    "mismatch.rollout.ess": "down",
+    "ratios.token.clip_fraction": "up",
+    "covariance.cumulative_share.0.01": "up",
+    "trust_region.degenerate_share": "up",
+    "vitals.entropy.mean": "down",
+    "vitals.length.at_limit_share": "up",
+    "vitals.advantages.zero_share": "up",
+    "vitals.equal_reward_groups.share": "up",
+}
+
+
+def _bad_change(key: str, before: float | None, value: float | None) -> bool:
+    """Whether a flagged change of headline ``key`` goes its bad way (unknown: yes)."""
+    direction = BAD_CHANGE.get(key)
+    if direction is None:
+        return False
+    if before is None or value is None:
+        return True
+    return value > before if direction == "up" else value < before
 
 
 def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:

@@ -225,8 +225,19 @@ WHOLE_BATCH = {
     "file, so two halves are not the file"
 }
 #: fields of a section that depend on the whole file, left out of the halves' comparison:
-#: the vitals' short/long split is at the file's median length (each half has its own)
-WHOLE_FILE_FIELDS = {"vitals": frozenset({"short_mean_abs", "long_mean_abs"})}
+#: the vitals' short/long split is at the file's median length (each half has its own),
+#: and the entropy-mechanics covariances are centred over the file (each half its own)
+WHOLE_FILE_FIELDS = {
+    "vitals": frozenset(
+        {
+            "short_mean_abs",
+            "long_mean_abs",
+            "covariance",
+            "pg_covariance",
+            "predicted_change_per_eta",
+        }
+    )
+}
 
 
 @parametrize

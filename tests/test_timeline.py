@@ -112,7 +112,8 @@ def test_json_layout(sample_timeline, tmp_path):
     sample_timeline.write_json(path)
     document = json.loads(path.read_text())
     assert list(document) == [
-        "schema_version", "kind", "tool", "params", "headlines", "steps", "verdict", "warnings"
+        "schema_version", "kind", "tool", "params", "headlines", "steps", "verdict",
+        "entropy_mechanics", "warnings",
     ]  # fmt: skip
     assert document["schema_version"] == 1 and document["kind"] == "timeline"
     assert {"analysis", "step_from", "change"} <= set(document["params"])

@@ -259,3 +259,73 @@ def test_timeline_vitals_per_step_equal_each_dump_computed_directly():
         width = mask.shape[1]
         at_limit = sum(1 for n in lengths if n >= width) / len(lengths)
         assert values["vitals.length.at_limit_share"] == pytest.approx(at_limit)
+        x = raw["old_log_probs"].double()[mask].numpy()
+        a = raw["advantages"].double()[mask].numpy()
+        covariance = float(np.mean((x - x.mean()) * (a - a.mean())))
+        assert values["vitals.entropy_mechanics.covariance"] == pytest.approx(covariance, rel=1e-9)
+    mechanics = document["entropy_mechanics"]
+    assert mechanics["steps"] == len(steps) and len(mechanics["predicted"]) == len(steps)
+
+
+def _plain_covariance(xs: list[float], ys: list[float]) -> float:
+    """(1/n) sum (x - mean x)(y - mean y), as a loop."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / n
+
+
+def test_entropy_mechanics_covariances_equal_a_plain_loop():
+    """Cui et al. 2025, Theorems 1-2: Cov(log pi_k, A) and Cov(log pi_k, pi_k A) over the
+    valid tokens of each file (log pi_k: the behaviour policy's old_log_probs), pooled
+    within files."""
+    paths = sorted(VERL.glob("*.pt"))[:2]
+    comoment = pg_comoment = 0.0
+    tokens = 0
+    for path in paths:
+        raw = _raw(path)
+        mask = raw["response_mask"].bool()
+        xs, ys = [], []
+        for row in range(mask.shape[0]):
+            for t in range(mask.shape[1]):
+                if mask[row, t]:
+                    xs.append(float(raw["old_log_probs"][row, t]))
+                    ys.append(float(raw["advantages"][row, t]))
+        pys = [math.exp(x) * y for x, y in zip(xs, ys, strict=True)]
+        comoment += _plain_covariance(xs, ys) * len(xs)
+        pg_comoment += _plain_covariance(xs, pys) * len(xs)
+        tokens += len(xs)
+    mechanics = ratioscope.analyze(paths, sections=["vitals"]).vitals.entropy_mechanics
+    assert mechanics is not None and mechanics.log_prob == "old_log_probs"
+    assert mechanics.tokens == tokens
+    assert mechanics.covariance == pytest.approx(comoment / tokens, rel=1e-9)
+    assert mechanics.pg_covariance == pytest.approx(pg_comoment / tokens, rel=1e-9)
+    assert mechanics.predicted_change_per_eta == -mechanics.covariance
+    # one file in small chunks: Chan's merge of the chunks' co-moments is the file's
+    one = ratioscope.analyze(paths[0], sections=["vitals"], chunk_elements=700)
+    whole = ratioscope.analyze(paths[0], sections=["vitals"])
+    assert one.vitals.entropy_mechanics.covariance == pytest.approx(
+        whole.vitals.entropy_mechanics.covariance, rel=1e-12
+    )
+
+
+def test_the_fit_of_a_run_equals_numpy():
+    from ratioscope.functional.vitals import fit_entropy_mechanics
+
+    rng = np.random.default_rng(3)
+    covariance = rng.normal(0.01, 0.005, size=12)
+    observed = -0.02 * covariance + rng.normal(0, 1e-5, size=12)
+    obs: list[float | None] = list(observed)
+    cov: list[float | None] = list(covariance)
+    obs[4] = None  # a step without entropies: left out of the fit, predicted still
+    fit = fit_entropy_mechanics(obs, cov)
+    keep = [i for i in range(12) if i != 4]
+    eta, *_ = np.linalg.lstsq(-covariance[keep, None], observed[keep], rcond=None)
+    assert fit.steps == 11
+    assert fit.eta == pytest.approx(float(eta[0]), rel=1e-9)
+    r = np.corrcoef(observed[keep], -covariance[keep])[0, 1]
+    assert fit.correlation == pytest.approx(float(r), rel=1e-9)
+    assert fit.predicted[4] == pytest.approx(-fit.eta * covariance[4])
+    expected = np.mean(np.sign(observed[keep]) == np.sign(-covariance[keep]))
+    assert fit.sign_agreement == pytest.approx(float(expected))
+    assert fit_entropy_mechanics([1.0, None], [None, 2.0]).steps == 0
+    assert fit_entropy_mechanics([1.0, 2.0], [0.0, 0.0]).eta is None

@@ -252,12 +252,21 @@ def row_parts(rows: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
-def map_row_parts(fn: Callable[[int, int], Part], rows: int) -> list[Part]:
+def map_row_parts(
+    fn: Callable[[int, int], Part], rows: int, elements: int | None = None
+) -> list[Part]:
     """``fn(start, stop)`` of each of :func:`row_parts`, in order, on up to
     ``torch.get_num_threads()`` threads: the kernels release the GIL (``nogil``), so
-    parts run at the same time. The parts are the same on any number of threads."""
+    parts run at the same time. The parts are the same on any number of threads.
+
+    ``elements``: the size of the work; at most :data:`ratioscope.threads.
+    SERIAL_ELEMENTS` runs the parts on the calling thread (handing a few microseconds
+    of work to the pool costs more than it saves)."""
+    from ratioscope.threads import SERIAL_ELEMENTS
+
     parts = row_parts(rows)
-    workers = min(torch.get_num_threads(), len(parts))
+    small = elements is not None and elements <= SERIAL_ELEMENTS
+    workers = 1 if small else min(torch.get_num_threads(), len(parts))
     if workers <= 1:
         return [fn(start, stop) for start, stop in parts]
     return list(_pool(workers).map(lambda part: fn(*part), parts))
@@ -341,7 +350,7 @@ def masked_zero(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     def part(start: int, stop: int) -> None:
         _compiled().masked_zero(values[start:stop], mask[start:stop], zero, out[start:stop])
 
-    map_row_parts(part, values.shape[0])
+    map_row_parts(part, values.shape[0], elements=values.size)
     return out
 
 

@@ -230,3 +230,128 @@ def equal_reward_groups(rewards: Tensor, group: Tensor, correct: Tensor | None) 
         counts.solved = int((equal & (right == size)).sum())
         counts.failed = int((equal & (right == 0)).sum())
     return counts
+
+
+# ----------------------------------------------------------------- entropy mechanics
+@dataclass
+class CoMoments:
+    """Count, means and co-moment ``C = sum (x - mean x)(y - mean y)`` of paired values;
+    ``merge`` is Chan's pairwise update, so chunks combine into the whole batch's
+    centred sum without a second pass.
+
+    >>> a = CoMoments(); a.add(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 3.0]))
+    >>> b = CoMoments(); b.add(torch.tensor([3.0]), torch.tensor([2.0])); a.merge(b)
+    >>> a.count, a.comoment
+    (3, 1.0)
+    """
+
+    count: int = 0
+    mean_x: float = 0.0
+    mean_y: float = 0.0
+    comoment: float = 0.0
+
+    def add(self, x: Tensor, y: Tensor) -> None:
+        """Add paired 1-D tensors of finite values."""
+        n = int(x.numel())
+        if n == 0:
+            return
+        x, y = x.double(), y.double()
+        mx, my = float(x.mean()), float(y.mean())
+        other = CoMoments(n, mx, my, float(((x - mx) * (y - my)).sum()))
+        self.merge(other)
+
+    def merge(self, other: CoMoments) -> None:
+        if other.count == 0:
+            return
+        total = self.count + other.count
+        dx, dy = other.mean_x - self.mean_x, other.mean_y - self.mean_y
+        self.comoment += other.comoment + dx * dy * self.count * other.count / total
+        self.mean_x += dx * other.count / total
+        self.mean_y += dy * other.count / total
+        self.count = total
+
+
+def mechanics_pairs(log_probs: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, ...]:
+    """The token values of the entropy-change covariances of Cui et al. (2025), valid
+    tokens only, row-major.
+
+    Args:
+        log_probs: [B, T] log pi_k(a|s) of the sampled tokens under the policy before the
+            update (the behaviour policy, ``old_log_probs``, where the dump has it).
+        advantages: [B, T] A(s, a).
+        mask: [B, T] bool.
+
+    Returns:
+        (x, A, pi * A): [N] float64 each, x = log pi_k; the pairs (x, A) feed the natural
+        policy gradient covariance (their Theorem 2), (x, pi * A) the vanilla policy
+        gradient one (Theorem 1).
+    """
+    x = log_probs[mask].double()
+    a = advantages[mask].double()
+    return x, a, torch.exp(x) * a
+
+
+@dataclass(frozen=True)
+class MechanicsFit:
+    """Predicted against observed entropy change over the steps of a run.
+
+    Attributes:
+        steps: steps with both an observed change and a covariance.
+        correlation: Pearson correlation of the observed change with ``-covariance``
+            (scale-free: it needs no step size); None for fewer than 3 steps or a
+            constant series.
+        eta: the one step size that fits ``observed ~ -eta * covariance`` by least
+            squares through the origin (None when every covariance is 0).
+        predicted: per step (None where a value is missing), ``-eta * covariance``.
+        sign_agreement: share of the steps whose observed change has the sign of
+            ``-covariance`` (a change or covariance of exactly 0 agrees with neither).
+    """
+
+    steps: int
+    correlation: float | None
+    eta: float | None
+    predicted: list[float | None]
+    sign_agreement: float | None = None
+
+
+def fit_entropy_mechanics(
+    observed: list[float | None], covariance: list[float | None]
+) -> MechanicsFit:
+    """Fit one step size to a run's observed entropy changes.
+
+    Cui et al. (2025), Theorem 2: under natural policy gradient with step size eta,
+    ``H(pi_k+1 | s) - H(pi_k | s) ~ -eta Cov_{a ~ pi_k}(log pi_k(a|s), A(s, a))``. eta is
+    not in a dump (an optimizer's effective step is not its learning rate), so it is fitted
+    once over the run: eta = -sum(o c) / sum(c^2) over the steps with both values.
+
+    >>> fit = fit_entropy_mechanics([-2.0, -4.0, 1.0], [1.0, 2.0, -0.5])
+    >>> fit.eta, fit.correlation, fit.predicted, fit.sign_agreement
+    (2.0, 1.0, [-2.0, -4.0, 1.0], 1.0)
+    """
+    pairs = [
+        (o, c) for o, c in zip(observed, covariance, strict=True) if o is not None and c is not None
+    ]
+    squares = sum(c * c for _, c in pairs)
+    eta = -sum(o * c for o, c in pairs) / squares if squares > 0 else None
+    predicted = [None if c is None or eta is None else 0.0 - eta * c for c in covariance]
+    agree = sum(1 for o, c in pairs if o * -c > 0)
+    return MechanicsFit(
+        steps=len(pairs),
+        correlation=_pearson([o for o, _ in pairs], [-c for _, c in pairs]),
+        eta=eta,
+        predicted=predicted,
+        sign_agreement=agree / len(pairs) if pairs else None,
+    )
+
+
+def _pearson(x: list[float], y: list[float]) -> float | None:
+    n = len(x)
+    if n < 3:
+        return None
+    mx, my = sum(x) / n, sum(y) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    sxx = sum((a - mx) ** 2 for a in x)
+    syy = sum((b - my) ** 2 for b in y)
+    if sxx <= 0 or syy <= 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)

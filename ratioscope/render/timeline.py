@@ -64,6 +64,25 @@ def show_timeline(
     print_table(console, table)
     for line in legend(timeline, shown):
         console.print(line, highlight=False)
+    mechanics = mechanics_line(timeline)
+    if mechanics:
+        console.print(mechanics, highlight=False)
+
+
+def mechanics_line(timeline: Timeline) -> str | None:
+    """The run's entropy mechanics in one sentence (None when not computed)."""
+    fit = timeline.entropy_mechanics
+    if fit is None:
+        return None
+    r = DASH if fit.correlation is None else f"{fit.correlation:.2f}"
+    eta = DASH if fit.eta is None else f"{fit.eta:.3g}"
+    agree = DASH if fit.sign_agreement is None else f"{fit.sign_agreement:.0%}"
+    return (
+        f"entropy mechanics (Cui et al. 2025, Thm 2: dH ~ -eta Cov(log pi, A)): over "
+        f"{fit.steps} steps the observed change within the step has the predicted sign in "
+        f"{agree} of them and correlates with -Cov at r = {r}; fitted eta = {eta} "
+        "(docs/timeline.md)"
+    )
 
 
 def _cell(value: float | None, flagged: bool) -> str | Text:

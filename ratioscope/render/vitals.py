@@ -77,6 +77,20 @@ def vitals_rows(section: VitalsSection) -> list[tuple[str, str, str]]:
                 f"{_maybe(adv.short_mean_abs)} / long {_maybe(adv.long_mean_abs)}",
             )
         )
+    mechanics = section.entropy_mechanics
+    if mechanics is not None:
+        direction = "fall" if mechanics.covariance > 0 else "rise"
+        observed = ""
+        if entropy is not None and entropy.change_mean is not None:
+            observed = f"; observed change {num(entropy.change_mean, 3)}"
+        rows.append(
+            (
+                "Cov(log pi, A)",
+                num(mechanics.covariance),
+                f"entropy predicted to {direction} (Cui et al. 2025, Thm 2: dH ~ -eta Cov)"
+                f"{observed}",
+            )
+        )
     if section.equal_reward_groups is not None:
         groups = section.equal_reward_groups
         rows.append(("equal-reward groups", share(groups.share), groups.text))

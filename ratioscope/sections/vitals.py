@@ -27,6 +27,7 @@ from torch import Tensor
 from ratioscope.batch import TokenBatch
 from ratioscope.functional.vitals import (
     AdvantageVitalSums,
+    CoMoments,
     GroupCounts,
     TokenSums,
     advantage_vital_sums,
@@ -35,6 +36,7 @@ from ratioscope.functional.vitals import (
     entropy_change_sums,
     equal_reward_groups,
     masked_sums,
+    mechanics_pairs,
     row_mean_abs,
 )
 from ratioscope.params import AnalysisParams
@@ -165,6 +167,39 @@ class EqualRewardGroups:
 
 
 @dataclass(frozen=True)
+class EntropyMechanics:
+    """The entropy change the step's advantages predict (Cui et al. 2025, Theorems 1-2).
+
+    Under natural policy gradient with step size eta, the entropy of a softmax policy
+    changes by about ``-eta Cov_{a ~ pi_k}(log pi_k(a|s), A(s, a))`` (Theorem 2); under
+    vanilla policy gradient the covariance is with ``pi_k(a|s) A(s, a)`` (Theorem 1).
+    Here the expectation over actions at one state is replaced by the sampled tokens of
+    the batch, centred over each file (one training batch), as Clip-Cov and KL-Cov
+    centre it.
+
+    Attributes:
+        tokens: valid tokens with a log-probability and an advantage.
+        log_prob: which log-probability is log pi_k: "old_log_probs" (the behaviour
+            policy), else "rollout_log_probs", else "log_probs" (several: joined by ", ").
+        covariance: token covariance of log pi_k and A (population, pooled within files).
+        pg_covariance: token covariance of log pi_k and pi_k * A.
+        predicted_change_per_eta: ``-covariance``, the predicted entropy change for a step
+            size of 1 (nats per token): its sign is the prediction; eta is unknown
+            (a timeline fits one over the run).
+    """
+
+    tokens: int
+    log_prob: str
+    covariance: float
+    pg_covariance: float
+    predicted_change_per_eta: float
+
+
+#: the log-probability taken as log pi_k, in order of preference
+MECHANICS_LOG_PROBS = ("old_log_probs", "rollout_log_probs", "log_probs")
+
+
+@dataclass(frozen=True)
 class VitalsSection:
     """The ``vitals`` report section (fields in docs/health.md "Vital signs").
 
@@ -176,6 +211,7 @@ class VitalsSection:
         correct_share: share of sequences that are correct (None without ``correct``).
         advantages: None without ``advantages``.
         equal_reward_groups: None without ``rewards`` and ``group``.
+        entropy_mechanics: None without ``advantages`` (reports made before it: None).
     """
 
     sequences: int
@@ -186,6 +222,7 @@ class VitalsSection:
     correct_share: float | None
     advantages: AdvantageVitals | None
     equal_reward_groups: EqualRewardGroups | None
+    entropy_mechanics: EntropyMechanics | None = None
 
 
 def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
@@ -196,7 +233,7 @@ def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
     so a response of that width is one the limit cut (an assumption, said in the note).
     """
     if params.max_length is not None:
-        return params.max_length, "option"
+        return params.max_length, params.max_length_source or "option"
     return batch.max_length, "padded width"
 
 
@@ -275,6 +312,12 @@ class VitalsAccumulator(Accumulator):
     #: input -> files that had it; and "input: file" for files that lacked it
     files_with: dict[str, int] = mergeable(dict, "sum")
     lacking: list[str] = mergeable(list, "extend")
+    #: entropy mechanics: tokens, and the co-moments of (log pi_k, A) and (log pi_k, pi A),
+    #: each centred within its file, summed over files
+    mechanics_tokens = mergeable(int, "sum", optional=True)
+    mechanics_comoment = mergeable(float, "sum", optional=True)
+    mechanics_pg_comoment = mergeable(float, "sum", optional=True)
+    mechanics_log_probs: list[str] = mergeable(list, "union", optional=True)
 
     def begin_file(self, batch: TokenBatch) -> bool:
         if not super().begin_file(batch):
@@ -290,6 +333,7 @@ class VitalsAccumulator(Accumulator):
         # the file's rows: what the short/long split and the groups need at its end
         self._rows: list[dict[str, Tensor | None]] = []
         self._zero_advantages = 0
+        self._npg, self._pg = CoMoments(), CoMoments()
 
     def update(self, ctx: Context) -> dict[str, Tensor]:
         """A whole file at once (a caller that feeds the section directly)."""
@@ -324,6 +368,7 @@ class VitalsAccumulator(Accumulator):
             row_abs, row_tokens = row_mean_abs(batch.advantages, mask)
             row["abs"], row["tokens"] = row_abs.cpu(), row_tokens.cpu()
             self._zero_advantages += int(((batch.advantages == 0) & mask).sum())
+            self._add_mechanics(batch, mask)
         if batch.rewards is not None and batch.group is not None:
             row["rewards"], row["group"] = batch.rewards.cpu(), batch.group.cpu()
             row["correct"] = None if batch.correct is None else batch.correct.cpu()
@@ -343,7 +388,22 @@ class VitalsAccumulator(Accumulator):
         if entropy is not None and old is not None:
             self.entropy_change.merge(entropy_change_sums(entropy, old, mask))
 
+    def _add_mechanics(self, batch: TokenBatch, mask: Tensor) -> None:
+        name = next((n for n in MECHANICS_LOG_PROBS if batch.has(n)), None)
+        if name is None or batch.advantages is None:
+            return
+        x, a, pa = mechanics_pairs(getattr(batch, name), batch.advantages, mask)
+        self._npg.add(x, a)
+        self._pg.add(x, pa)
+        if name not in self.mechanics_log_probs:
+            self.mechanics_log_probs.append(name)
+
     def end_pass(self, index: int) -> None:
+        # the file's centred co-moments join the run's sums (one batch, one centring)
+        self.mechanics_tokens += self._npg.count
+        self.mechanics_comoment += self._npg.comoment
+        self.mechanics_pg_comoment += self._pg.comoment
+        self._npg, self._pg = CoMoments(), CoMoments()
         rows, self._rows = self._rows, []
         if not rows:
             return
@@ -382,6 +442,20 @@ class VitalsAccumulator(Accumulator):
             correct_share=self.correct / self.correct_rows if self.correct_rows else None,
             advantages=self._advantages(),
             equal_reward_groups=self._groups(),
+            entropy_mechanics=self._mechanics(),
+        )
+
+    def _mechanics(self) -> EntropyMechanics | None:
+        n = self.mechanics_tokens
+        if n == 0:
+            return None
+        covariance = self.mechanics_comoment / n
+        return EntropyMechanics(
+            tokens=n,
+            log_prob=", ".join(self.mechanics_log_probs),
+            covariance=covariance,
+            pg_covariance=self.mechanics_pg_comoment / n,
+            predicted_change_per_eta=0.0 - covariance,
         )
 
     def _entropy(self) -> EntropyVitals | None:

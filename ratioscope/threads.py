@@ -1,0 +1,36 @@
+"""One thread for small files: torch's thread pool costs more than it saves on them.
+
+A file of a few thousand tokens runs hundreds of small torch operations and compiled
+loops, each of which may wake the intra-op threads (and, on a busy machine, wait for
+them to be scheduled: a 16 x 128 FFT took 13 ms with two threads on a loaded two-core
+machine, 7 µs with one). Below :data:`SERIAL_ELEMENTS` per tensor the numbers cannot
+change: torch runs a loop over fewer elements than its grain size (32,768, PyTorch's
+``at::internal::GRAIN_SIZE``) on the calling thread anyway, and the compiled loops cut
+rows into the same parts on any number of threads (:func:`ratioscope.functional.
+_kernels.map_row_parts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: tensors of at most this many elements are analysed on one thread (torch's grain size)
+SERIAL_ELEMENTS = 32768
+
+
+@contextmanager
+def serial_if_small(elements: int) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(1)`` when ``elements`` (the largest
+    tensor's) is at most :data:`SERIAL_ELEMENTS`; the thread count is restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if elements > SERIAL_ELEMENTS or threads <= 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
