@@ -8,8 +8,9 @@ A transcript is a ```text block preceded by a marker line:
     <!-- transcript | from TEXT | lines N -->  an excerpt: N lines from the first that
                                              contains TEXT (``offset -1``: from the line
                                              before it; ``until TEXT``: up to the next line
-                                             that contains TEXT; ``head N``: the first N
-                                             lines, then ``...``)
+                                             that contains TEXT; ``grep TEXT``: only the
+                                             lines that contain TEXT; ``head N``: the first
+                                             N lines, then ``...``)
 
 A transcript block whose lines start with ``$ `` is a session: each ``$ COMMAND`` line is
 followed by that command's output.
@@ -121,6 +122,8 @@ def _shown(output: str, options: dict[str, str]) -> str:
         if not ends:
             raise ValueError(f"no line of the output contains {options['until']!r}")
         lines = lines[: ends[0]]
+    if "grep" in options:
+        lines = [line for line in lines if options["grep"] in line]
     if "lines" in options:
         lines = lines[: int(options["lines"])]
     head = options.get("head")
@@ -157,7 +160,7 @@ def render(page: Path) -> tuple[str, list[str]]:
                 output = _session(block.text, directory)
             else:
                 if block.command:
-                    if block.command not in text:
+                    if block.command not in " ".join(text.split()):
                         raise ValueError(f"{page.name}:{block.start}: the page does not show "
                                          f"the command {block.command!r}")  # fmt: skip
                     script = block.command
