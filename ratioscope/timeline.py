@@ -21,7 +21,7 @@ import math
 import shutil
 import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -295,6 +295,9 @@ def lookup(document: Any, path: str) -> Any:
     """
     if not path:
         return document
+    if is_dataclass(document) and not isinstance(document, type):
+        # a report's section as it is built (no JSON conversion): its fields by name
+        document = {f.name: getattr(document, f.name) for f in fields(document)}
     if not isinstance(document, Mapping):
         return None
     parts = path.split(".")
@@ -308,6 +311,8 @@ def lookup(document: Any, path: str) -> Any:
 
 
 def _number(value: Any) -> float | None:
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()  # a numpy or torch scalar of a section not yet in JSON
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
@@ -678,13 +683,12 @@ def _step_result(
 
 
 def _sections_document(step_report: Report) -> dict[str, Any]:
-    """The report's sections as JSON, what the headlines read: ``to_dict()`` without the
-    ``state`` sums, whose conversion was most of a small step's time."""
+    """The report's sections, what the headlines read (:func:`lookup` walks the section
+    objects as it walks their JSON): converting the whole report to JSON, ``state``
+    included, was most of a small step's time."""
     from ratioscope.report import OPTIONAL_SECTION_KEYS, SECTION_KEYS
-    from ratioscope.report_io import to_jsonable
 
-    keys = (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)
-    return dict(to_jsonable({key: getattr(step_report, key) for key in keys}))
+    return {key: getattr(step_report, key) for key in (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)}
 
 
 def _describe_step(group: StepFiles) -> str:
