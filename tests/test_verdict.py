@@ -267,6 +267,14 @@ def test_file_without_thresholds_gives_defaults(tmp_path):
             {"rollout_ess_red": 0.9},
             "'rollout_ess_red' (0.9) must be at most 'rollout_ess_yellow' (0.5)",
         ),
+        (
+            {"entropy_red": 0.01},
+            "'entropy_red' (0.01) must be at most 'entropy_yellow' (0.001)",
+        ),
+        (
+            {"relative_red": 5},
+            "'relative_red' (5) must be at least 'relative_yellow' (10)",
+        ),
     ],
 )
 def test_bad_thresholds_are_one_sentence(table, message):
@@ -631,3 +639,12 @@ def test_first_steps_worst_step_of_a_quantity_bad_when_small():
         finding.text
     )
     assert finding.level == "yellow" and finding.short_name == "token entropy vs first steps"
+
+
+def test_baseline_with_other_parameters_gets_a_note(document):
+    other = copy.deepcopy(document)
+    other["params"]["analysis"]["clip"] = [0.1, 0.1]
+    result = verdict(Report.from_dict(document), None, Report.from_dict(other))
+    (note,) = [n for n in result.notes if n.key == "relative.params"]
+    assert "clip [0.1, 0.1] there, [0.2, 0.28] here" in note.text
+    assert verdict(Report.from_dict(document), None, Report.from_dict(document)).notes == ()

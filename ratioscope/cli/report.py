@@ -167,7 +167,12 @@ def report(
 
     Example: ratioscope report sample_data/verl_steps/ --out report.html
     """
-    from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
+    from ratioscope.cli._common import (
+        announce_written,
+        check_html_path,
+        check_output_paths,
+        progress_bar,
+    )
     from ratioscope.cli._options import (
         command_analysis_params,
         given_analysis_params,
@@ -219,11 +224,3 @@ def report(
         )
     result.write_html(out)
     announce_written([out], quiet)
-
-
-def check_html_path(path: Path | None, option: str) -> None:
-    """Refuse an HTML output whose name says another format."""
-    from ratioscope.errors import UsageError
-
-    if path is not None and path.suffix.lower() not in (".html", ".htm"):
-        raise UsageError(f"{option} writes an HTML file; name it *.html, not {path.name}")
