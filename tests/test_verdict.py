@@ -267,6 +267,14 @@ def test_file_without_thresholds_gives_defaults(tmp_path):
             {"rollout_ess_red": 0.9},
             "'rollout_ess_red' (0.9) must be at most 'rollout_ess_yellow' (0.5)",
         ),
+        (
+            {"entropy_red": 0.01},
+            "'entropy_red' (0.01) must be at most 'entropy_yellow' (0.001)",
+        ),
+        (
+            {"relative_red": 5},
+            "'relative_red' (5) must be at least 'relative_yellow' (10)",
+        ),
     ],
 )
 def test_bad_thresholds_are_one_sentence(table, message):
