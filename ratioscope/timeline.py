@@ -609,6 +609,9 @@ def timeline(
             if step_objectives is not None:
                 document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
+            method = getattr(step_report.future_policy, "method", None)
+            if method:
+                fpa_steps.setdefault(str(method), []).append(group.step)
             relative_rows.append((group.step, relative_values(document)))
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
@@ -616,11 +619,13 @@ def timeline(
             yield step_report
         report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
 
+    fpa_steps: dict[str, list[int]] = {}
     with _staged(reports_dir) as staging:
         pooled = merge_reports(
             step_reports(staging), names=[f"step {group.step}" for group in by_step]
         )
     steps = _flag(rows, rule, followed)
+    fpa_note = _fpa_methods_note(fpa_steps)
     return Timeline(
         tool=tool_info(),
         params={
@@ -631,10 +636,26 @@ def timeline(
         },
         headlines=followed,
         steps=steps,
-        warnings=tuple(pooled.warnings),
+        warnings=(*pooled.warnings, *fpa_note),
         pooled=pooled,
         verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
         entropy_mechanics=entropy_mechanics(steps),
+    )
+
+
+def _fpa_methods_note(by_method: Mapping[str, list[int]]) -> tuple[str, ...]:
+    """A warning when FPA's method differs between steps: its row then changes meaning."""
+    if len(by_method) < 2:
+        return ()
+    parts = "; ".join(
+        f"the {method} method in step(s) {', '.join(map(str, steps[:6]))}"
+        + (f" and {len(steps) - 6} more" if len(steps) > 6 else "")
+        for method, steps in sorted(by_method.items())
+    )
+    return (
+        f"future_policy: {parts}: the FPA row changes method between these steps, so its "
+        "values are not comparable across them (exact from logits, approximation from the "
+        "reference log-probs)",
     )
 
 
