@@ -17,11 +17,9 @@
   const CHART_CONFIG = { font: "-apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif",
     axis: { labelFontSize: 10, titleFontSize: 10, titleFontWeight: "normal" },
     header: { labelFontSize: 11, labelLimit: 300 }, view: { stroke: "#ddd" } };
-  function embed(node, spec, points) {
+  function embed(node, spec) {
     spec.config = CHART_CONFIG;
-    // SVG while small (crisp, inspectable); canvas for thousands of marks (a long run)
-    const options = Object.assign({}, EMBED, { renderer: points > 4000 ? "canvas" : "svg" });
-    return vegaEmbed(node, spec, options).catch(function (error) { console.error(error); });
+    return vegaEmbed(node, spec, EMBED).catch(function (error) { console.error(error); });
   }
 
   function el(tag, attrs) {
@@ -188,7 +186,7 @@
       },
       resolve: { scale: { y: "independent", x: "independent" } }
     };
-    return embed(node, spec, spec.data.values.length).then(function (result) {
+    return embed(node, spec).then(function (result) {
       if (!result) return;
       result.view.addEventListener("click", function (event, item) {
         const datum = item && item.datum;
@@ -367,7 +365,7 @@
           encoding: { x: x, y: y, opacity: { condition: { param: "hover", empty: false, value: 1 }, value: 0 },
             tooltip: [{ field: "i", title: "token" }, { field: "t", title: "text" }, { field: "v", title: chosen.key, format: ".4~g" }] } }
       ]
-    }, 2 * points.length);
+    });
   }
 
   function route() {
