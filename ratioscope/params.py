@@ -22,6 +22,8 @@ SPACES = ("log", "ratio")
 MASK_POLICIES = ("zero", "skip")
 KALMAN_IMPLS = ("scan", "reference")
 COV_SCOPES = ("auto", "group", "batch")
+#: where a stated length limit came from (the vitals' ``limit_source``)
+MAX_LENGTH_SOURCES = ("option", "trainer settings")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class AnalysisParams:
     #: padded width of each file. Left out of ``to_dict`` while None, so reports made
     #: before it existed keep their parameters block (and merge with newer ones).
     max_length: int | None = None
+    #: where ``max_length`` came from, as the vitals name it (``LIMIT_SOURCES`` of
+    #: ratioscope.sections.vitals): None is "option"; a reader of the trainer's recorded
+    #: settings sets "trainer settings"
+    max_length_source: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -104,6 +110,8 @@ class AnalysisParams:
             raise ParameterError(
                 "max_length", f"must be a positive whole number of tokens, got {self.max_length}"
             )
+        if self.max_length_source is not None:
+            _check_choice("max_length_source", self.max_length_source, MAX_LENGTH_SOURCES)
         if not 0 < self.fpa_threshold < 1:
             raise ParameterError("fpa_threshold", f"must be in (0, 1), got {self.fpa_threshold}")
 
@@ -135,7 +143,7 @@ class AnalysisParams:
 
 #: parameters written only when set: a report made without them has the block of one
 #: made before they existed
-_OMITTED_WHEN_NONE = ("max_length",)
+_OMITTED_WHEN_NONE = ("max_length", "max_length_source")
 
 #: parameters added after reports were written, with the parameter whose value an older
 #: report used in their place

@@ -197,6 +197,9 @@ def test_max_length_sets_the_limit_and_its_source(tmp_path):
     assert (length.limit, length.limit_source, length.note) == (140, "option", None)
     assert length.at_limit == int((lengths >= 140).sum())
     assert report.params["analysis"]["max_length"] == 140
+    recorded = AnalysisParams(max_length=140, max_length_source="trainer settings")
+    from_settings = ratioscope.analyze(VERL / "step_0008.pt", params=recorded).vitals.length
+    assert (from_settings.limit, from_settings.limit_source) == (140, "trainer settings")
     # unset, the parameter is not written: the block is that of reports made before it
     assert "max_length" not in ratioscope.analyze(VERL / "step_0008.pt").params["analysis"]
     refused = runner.invoke(app, ["analyze", str(VERL / "step_0008.pt"), "--max-length", "0"])
