@@ -169,7 +169,7 @@ def analyze(
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.parallel import analyze_in_tasks
-    from ratioscope.render.overview import show_analyze
+    from ratioscope.render.overview import Layout, show_analyze
     from ratioscope.render.terminal import show_warnings
     from ratioscope.verdict import Thresholds, load_thresholds, read_baseline, verdict
 
@@ -214,7 +214,7 @@ def analyze(
                 fixed_params=fixed,
             )
     health = verdict(report, limits, reference)
-    layout = "detail" if detail else "brief" if quiet else "default"
+    layout: Layout = "detail" if detail else "brief" if quiet else "default"
     show_analyze(report, health, stdout_console(), layout)
     if layout != "brief":  # -q: the verdict block and errors only (the JSON keeps them)
         show_warnings(report, stderr_console())
