@@ -227,7 +227,7 @@ def test_a_dump_without_entropy_or_rewards_still_has_lengths(tmp_path):
 
 
 def test_analyze_prints_the_vitals_table():
-    result = runner.invoke(app, ["analyze", str(VERL / "step_0008.pt"), "-q"])
+    result = runner.invoke(app, ["analyze", str(VERL / "step_0008.pt")])
     assert result.exit_code == 0
     out = result.stdout
     for label in ("token entropy", "response length", "equal-reward groups", "at the limit"):
