@@ -25,9 +25,12 @@ Each copy, and each real step as it is (the healthy control), is analysed and ju
 :func:`ratioscope.verdict.verdict` with the default thresholds: a step is *flagged* when
 any finding is yellow or red (notes do not count). The table gives, per fault and
 dump set, the share of steps flagged (a fault a dump cannot carry, e.g. entropy collapse
-in a dump without entropy, is ``n/a``) and the findings that fired most. ``--baseline``
-judges every step of a run that has several against the healthy report of the run's first
-step (its second for the first step itself), as ``analyze --baseline`` does.
+in a dump without entropy, is ``n/a``) and the findings that fired most. A faulty copy
+counts as flagged when one of its findings is worse than in its own healthy step's
+verdict (the real step 32 of ``verl/`` already has a yellow line: half its groups have
+equal rewards). Each step is judged alone, and, in a run of several steps, against the
+healthy report of the run's first step (its second for the first step itself), as
+``analyze --baseline`` does.
 
     python benchmarks/verdict_faults.py                # the table of docs/health.md
     python benchmarks/verdict_faults.py --steps 3 --faults noise,drift_x30
@@ -283,86 +286,131 @@ class Cell:
 def judge(report: Report, baseline: Report | None) -> Verdict:
     from ratioscope.verdict import verdict
 
-    if baseline is None:
-        return verdict(report)
     return verdict(report, baseline=baseline)
 
 
-def flagged_by(result: Verdict) -> list[str]:
-    return [f.key for f in result.findings if f.level != "green"]
+def levels(result: Verdict) -> dict[str, int]:
+    """Finding key -> level index (0 green, 1 yellow, 2 red); the worst where a key
+    repeats."""
+    from ratioscope.verdict import LEVELS
+
+    found: dict[str, int] = {}
+    for finding in result.findings:
+        found[finding.key] = max(found.get(finding.key, 0), LEVELS.index(finding.level))
+    return found
+
+
+def flagged_by(result: Verdict, healthy: Verdict | None = None) -> list[str]:
+    """The keys of the non-green findings of ``result``; with ``healthy``, only those
+    worse than in the healthy step's verdict (a fault is caught by what it changes, not
+    by what the real step already had)."""
+    before = {} if healthy is None else levels(healthy)
+    return [key for key, level in levels(result).items() if level > before.get(key, 0)]
+
+
+#: how a step is judged: alone, or against the healthy report of another step of its run
+MODES = ("alone", "baseline")
 
 
 def evaluate(
-    selected: Sequence[Run], faults: Sequence[str], steps: int | None, use_baseline: bool
-) -> dict[str, dict[str, Cell]]:
-    """fault (and ``healthy``) -> run name -> its cell."""
+    selected: Sequence[Run], faults: Sequence[str], steps: int | None = None
+) -> dict[str, dict[str, dict[str, Cell]]]:
+    """mode -> fault (and ``healthy``) -> run name -> its cell.
+
+    Each step (the first ``steps`` of each run) and each faulty copy of it is analysed
+    once and judged twice: alone, and, in a run of several steps, against the healthy
+    report of the run's first step (its second for the first step itself). A faulty copy
+    is flagged when a finding is worse than in the healthy step's own verdict.
+    """
     from ratioscope.analysis import analyze
 
-    table: dict[str, dict[str, Cell]] = {name: {} for name in ("healthy", *faults)}
+    table = {mode: {name: {} for name in ("healthy", *faults)} for mode in MODES}
     for run in selected:
         paths = run.paths[:steps] if steps else run.paths
         batches = [load_step(path, run) for path in paths]
         healthy = [analyze(batch, device="cpu") for batch in batches]
         for index, (batch, report) in enumerate(zip(batches, healthy, strict=True)):
-            baseline = None
-            if use_baseline and len(healthy) > 1:
-                baseline = healthy[1 if index == 0 else 0]
-            cell = table["healthy"].setdefault(run.name, Cell())
-            _count(cell, judge(report, baseline))
+            baselines: dict[str, Report | None] = {"alone": None}
+            if len(healthy) > 1:
+                baselines["baseline"] = healthy[1 if index == 0 else 0]
+            controls = {mode: judge(report, base) for mode, base in baselines.items()}
+            for mode, control in controls.items():
+                _count(table[mode]["healthy"].setdefault(run.name, Cell()), flagged_by(control))
             context = Context(seed=index, previous=batches[index - 1] if index else None)
             for name in faults:
                 faulty = FAULTS[name](batch, context)
-                cell = table[name].setdefault(run.name, Cell())
-                if faulty is not None:
-                    _count(cell, judge(analyze(faulty, device="cpu"), baseline))
+                result = None if faulty is None else analyze(faulty, device="cpu")
+                for mode, base in baselines.items():
+                    cell = table[mode][name].setdefault(run.name, Cell())
+                    if result is not None:
+                        _count(cell, flagged_by(judge(result, base), controls[mode]))
     return table
 
 
-def _count(cell: Cell, result: Verdict) -> None:
+def _count(cell: Cell, keys: list[str]) -> None:
     cell.steps += 1
-    keys = flagged_by(result)
     if keys:
         cell.flagged += 1
         cell.by.update(set(keys))
 
 
-def render(table: dict[str, dict[str, Cell]], run_names: Sequence[str]) -> str:
-    """A Markdown table: one row per fault, one column per run and the total."""
-    header = ["fault", *run_names, "all steps", "flagged by (most often)"]
+def _total(cells: dict[str, Cell], names: Sequence[str]) -> Cell:
+    total = Cell()
+    for name in names:
+        cell = cells.get(name, Cell())
+        total.steps += cell.steps
+        total.flagged += cell.flagged
+        total.by.update(cell.by)
+    return total
+
+
+def _share(cell: Cell) -> str:
+    rate = cell.rate()
+    return "n/a" if rate is None else f"{100 * rate:.0f} %"
+
+
+def render(table: dict[str, dict[str, dict[str, Cell]]], run_names: Sequence[str]) -> str:
+    """A Markdown table: one row per fault; the steps flagged per run judged alone, in
+    all, and judged against a baseline (runs of several steps); the findings that fired
+    most often."""
+    several = [n for n in run_names if table["baseline"]["healthy"].get(n, Cell()).steps]
+    header = [
+        "fault", *run_names, "all steps",
+        *(f"{n} (baseline)" for n in several), "all (baseline)", "flagged by (most often)",
+    ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    for fault, cells in table.items():
+    for fault in table["alone"]:
         row = [fault]
-        total = Cell()
-        for name in run_names:
-            cell = cells.get(name, Cell())
-            rate = cell.rate()
-            row.append("n/a" if rate is None else f"{cell.flagged}/{cell.steps}")
-            total.steps += cell.steps
-            total.flagged += cell.flagged
-            total.by.update(cell.by)
-        rate = total.rate()
-        row.append("n/a" if rate is None else f"{100 * rate:.0f} %")
-        row.append(", ".join(f"`{key}`" for key, _ in total.by.most_common(2)) or "—")
+        for mode, names in (("alone", run_names), ("baseline", several)):
+            cells = table[mode][fault]
+            for name in names:
+                cell = cells.get(name, Cell())
+                row.append("n/a" if cell.rate() is None else f"{cell.flagged}/{cell.steps}")
+            row.append(_share(_total(cells, names)))
+        found = _total(table["alone"][fault], run_names).by
+        found.update(_total(table["baseline"][fault], several).by)
+        row.append(", ".join(f"`{key}`" for key, _ in found.most_common(2)) or "—")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import time
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated")
     parser.add_argument("--steps", type=int, default=None, help="the first N steps a run")
     parser.add_argument("--runs", default=None, help="comma-separated run names")
-    parser.add_argument(
-        "--baseline", action="store_true", help="judge against the run's first step"
-    )
     args = parser.parse_args(argv)
     faults = [f for f in args.faults.split(",") if f]
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
         parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     selected = [r for r in runs() if args.runs is None or r.name in args.runs.split(",")]
-    table = evaluate(selected, faults, args.steps, args.baseline)
+    start = time.perf_counter()
+    table = evaluate(selected, faults, args.steps)
     print(render(table, [r.name for r in selected]))
+    print(f"\n{time.perf_counter() - start:.0f} s (analysis on the CPU)")
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -36,6 +37,7 @@ from ratioscope.report_io import check_schema_version, document_kind, tool_info
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
+from ratioscope.steps import step_from_name
 from ratioscope.threads import serial_if_small
 
 #: elements ([rows x tokens]) per chunk: 8 MB per float64 temporary, small enough for the
@@ -93,6 +95,7 @@ def analyze(
         chunk_elements=chunk_elements,
         per_sequence=per_sequence,
         progress=progress,
+        group_size=trainer.settings.group_size() if trainer.settings else None,
     )
     report = _build_report(
         run.inputs, params, load_options, run.totals, run.warnings, run.sequences
@@ -146,10 +149,16 @@ def run_accumulators(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
+    group_size: int | None = None,
 ) -> Run:
     """One streaming pass: every file gets fresh accumulators from ``make()``, fed chunk
-    by chunk, then merged into the totals (the merge ``ratioscope merge`` uses).
+    by chunk, then merged into the totals (the merge ``ratioscope merge`` uses). The
+    sections that work on whole groups (``joins_groups``) are fed once per training step
+    instead, with the groups joined across the step's files
+    (:mod:`ratioscope.group_join`; ``group_size``: the trainer's, when known).
     """
+    from ratioscope.group_join import StepGroupJoin
+
     target = resolve_device(device)
     sources = _sources(batch_or_paths)
     totals = make()
@@ -157,6 +166,10 @@ def run_accumulators(
     if per_sequence:
         run.sequences = SequenceTable()
     files = RunFiles(len(sources), load_options, notes=run.warnings)
+    joins = _JoinedSections(
+        StepGroupJoin(group_size, own_ids=bool(load_options.group_size)),
+        totals, make, params, run.sequences,
+    )  # fmt: skip
     # each file's SHA-256 is read on a second thread while the file is analysed
     # (hashlib and file reads release the GIL): the hash no longer adds to the time
     hasher = _hash_thread()
@@ -172,7 +185,7 @@ def run_accumulators(
             digest = hasher.submit(_sha256, source, stop) if isinstance(source, Path) else None
             if digest is not None:
                 digests.append(digest)
-            accumulators = make()
+            accumulators = [acc for acc in make() if not acc.joins_groups]
             if isinstance(opened, StreamedFile):
                 rows, columns = _analyse_stream(
                     opened, accumulators, params, target, chunk_elements, progress
@@ -187,10 +200,11 @@ def run_accumulators(
                     )
             run.inputs.append(_input_info(rows, digest))
             run.warnings.extend(warnings)
-            for total, acc in zip(totals, accumulators, strict=True):
+            for total, acc in zip(joins.per_file_totals, accumulators, strict=True):
                 total.merge(acc)
-            if run.sequences is not None:
-                run.sequences.append(_sequence_frame(rows, columns))
+            step = step_from_name(source) if isinstance(source, Path) else None
+            joins.add(step, len(run.inputs) - 1, rows, columns)
+        joins.finish()
     finally:
         stop.set()  # an error: the hash being read stops at its next block
         for digest in digests:  # the thread is the process's: leave it with no work
@@ -199,6 +213,94 @@ def run_accumulators(
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     files.check_any(bool(run.inputs))
     return run
+
+
+class _JoinedSections:
+    """The sections fed whole groups joined across a step's files, and the per-sequence
+    table, whose rows wait until the groups they belong to are fed."""
+
+    def __init__(
+        self,
+        join: Any,
+        totals: list[Accumulator],
+        make: Callable[[], list[Accumulator]],
+        params: AnalysisParams,
+        table: SequenceTable | None,
+    ) -> None:
+        self.join = join
+        self.make = make
+        self.params = params
+        self.table = table
+        self.per_file_totals = [acc for acc in totals if not acc.joins_groups]
+        self.joined_totals = [acc for acc in totals if acc.joins_groups]
+        #: file index -> its rows and per-sequence columns, until they are final
+        self._frames: dict[int, tuple[_FileRows, dict[str, Tensor]]] = {}
+
+    def add(self, step: Any, index: int, rows: _FileRows, columns: dict[str, Tensor]) -> None:
+        from ratioscope.group_join import FileSequences
+
+        if self.table is not None:
+            self._frames[index] = (rows, dict(columns))
+        if not self.joined_totals:
+            self._flush(index + 1)
+            return
+        sequences = FileSequences(
+            index, rows.source, rows.rewards, rows.correct, rows.group, rows.group_labels
+        )
+        for groups in self.join.add(step, sequences):
+            self._feed(groups)
+        self._flush(self.join.oldest_open_file(default=index))
+
+    def finish(self) -> None:
+        for groups in self.join.finish():
+            self._feed(groups)
+        self._flush(None)
+        for total in self.joined_totals:  # files without rewards or groups
+            total.skipped.extend(
+                f"{name} (no rewards or group)" for name in self.join.counts.without
+            )
+            total.record_join(self.join.counts)
+
+    def _feed(self, groups: Any) -> None:
+        batch = TokenBatch(
+            mask=torch.ones(groups.rewards.shape[0], 1, dtype=torch.bool),
+            log_ratio=torch.zeros(groups.rewards.shape[0], 1),
+            rewards=groups.rewards,
+            correct=groups.correct,
+            group=groups.group,
+            source=", ".join(groups.sources),
+        )
+        ctx = Context(batch, self.params)
+        accumulators = [acc for acc in self.make() if acc.joins_groups]
+        for acc in accumulators:
+            if not acc.begin_file(batch):
+                continue
+            for key, values in acc.update(ctx).items():
+                self._scatter(key, values, groups.files, groups.rows)
+        for total, acc in zip(self.joined_totals, accumulators, strict=True):
+            total.merge(acc)
+
+    def _scatter(self, key: str, values: Tensor, files: Tensor, rows: Tensor) -> None:
+        """Per-sequence ``values`` of joined rows back into their files' columns."""
+        for index, (file_rows, columns) in self._frames.items():
+            take = files == index
+            if not bool(take.any()):
+                continue
+            column = columns.get(key)
+            if column is None:
+                column = torch.full((file_rows.sequences,), math.nan, dtype=torch.float64)
+                columns[key] = column
+            column[rows[take]] = values[take].detach().to("cpu", torch.float64)
+
+    def _flush(self, before: int | None) -> None:
+        """Write the table rows of the files before ``before`` (None: every file)."""
+        if self.table is None:
+            return
+        for index in sorted(self._frames):
+            if before is not None and index >= before:
+                break
+            rows, columns = self._frames.pop(index)
+            self.table.append(_sequence_frame(rows, columns))
 
 
 def report_or_analysis(

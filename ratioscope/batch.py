@@ -253,6 +253,7 @@ class _Builder:
         values = self.token_tensors(mask.shape)
         sequence_values, labels = self.sequence_tensors(mask.shape[0])
         vocab = self.vocab_tensors(mask.shape)
+        self.check_token_range(mask, values, vocab)
         # Finiteness is checked before any shift so that reported positions are the file's.
         mask = self.check_finite(mask, values, sequence_values)
         padding = "right"
@@ -486,6 +487,24 @@ class _Builder:
                 "future-policy log-probs cannot be read out of them"
             )
         return values
+
+    def check_token_range(
+        self, mask: Tensor, values: dict[str, Tensor], vocab: dict[str, Tensor]
+    ) -> None:
+        """Token ids on valid tokens index the logits' vocabulary: 0 <= id < V (they are
+        gathered from the logits by index, where an id past the end is a wild read)."""
+        ids = values.get("token_ids")
+        if ids is None or not vocab:
+            return
+        size = next(iter(vocab.values())).shape[-1]
+        bad = mask & ((ids < 0) | (ids >= size))
+        if bool(bad.any()):
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise InputError(
+                self.source,
+                f"'{self.name('token_ids')}' holds {int(ids[first])} at (row, column) = "
+                f"{first}, outside the logits' vocabulary of {size}",
+            )
 
     def check_finite(
         self, mask: Tensor, values: dict[str, Tensor], sequence_values: dict[str, Tensor]

@@ -559,7 +559,7 @@ def _sums_in_tasks(
     import functools
 
     from ratioscope.io.loaders import RunFiles
-    from ratioscope.parallel import file_shards, ordered_results
+    from ratioscope.parallel import describe_shard, file_shards, ordered_results
 
     shards = file_shards(files)
     work = functools.partial(
@@ -567,7 +567,9 @@ def _sums_in_tasks(
     )
     sums = _Sums(totals=_Totals(names))
     report(progress, ProgressUpdate("files", 0, len(shards), runner.describe()))
-    for index, shard_sums in enumerate(ordered_results(work, shards, runner)):
+    for index, shard_sums in enumerate(
+        ordered_results(work, shards, runner, describe=describe_shard)
+    ):
         sums.merge(shard_sums)
         report(progress, ProgressUpdate("files", index + 1, len(shards), "merging"))
     RunFiles(len(files), options, []).check_any(bool(sums.inputs))

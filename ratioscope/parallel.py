@@ -367,12 +367,12 @@ def analyze_in_tasks(
     def documents() -> Iterator[dict[str, Any]]:
         report(progress, ProgressUpdate("files", 0, len(shards), runner.describe()))
         for index, document in enumerate(
-            ordered_results(work, shards, runner, describe=_describe_shard)
+            ordered_results(work, shards, runner, describe=describe_shard)
         ):
             report(progress, ProgressUpdate("files", index + 1, len(shards), "merging"))
             yield document
 
-    return merge_reports(documents(), names=[_describe_shard(shard) for shard in shards])
+    return merge_reports(documents(), names=[describe_shard(shard) for shard in shards])
 
 
 def _analyze_shard(
@@ -398,5 +398,5 @@ def _analyze_shard(
     ).to_dict()
 
 
-def _describe_shard(shard: tuple[Path, ...]) -> str:
+def describe_shard(shard: tuple[Path, ...]) -> str:
     return str(shard[0]) + (f" and {len(shard) - 1} more" if len(shard) > 1 else "")

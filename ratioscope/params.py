@@ -60,9 +60,8 @@ class AnalysisParams:
     #: padded width of each file. Left out of ``to_dict`` while None, so reports made
     #: before it existed keep their parameters block (and merge with newer ones).
     max_length: int | None = None
-    #: where ``max_length`` came from, as the vitals name it (``LIMIT_SOURCES`` of
-    #: ratioscope.sections.vitals): None is "option"; a reader of the trainer's recorded
-    #: settings sets "trainer settings"
+    #: where ``max_length`` came from when not an option: "trainer settings" when the
+    #: trainer's recorded (or ``--trainer``) length limit set it; None: an option
     max_length_source: str | None = None
 
     def __post_init__(self) -> None:

@@ -708,10 +708,11 @@ def timeline_verdict(
     headlines: Sequence[Headline] = HEADLINES,
     relative_rows: Sequence[tuple[int, Mapping[str, float | None]]] = (),
 ) -> Verdict:
-    """The health verdict of the pooled report, then one yellow finding per headline
-    whose series changes, naming the steps and the values before and at the change,
-    then the later steps judged against the run's own first steps (``relative_rows``:
-    (step, :func:`relative_values`) in step order; docs/health.md)."""
+    """The health verdict of the pooled report, then one finding per headline whose
+    series changes, naming the steps and the values before and at the change (yellow
+    when the first change goes the way :data:`BAD_CHANGE` calls bad, else green and
+    informational), then the later steps judged against the run's own first steps
+    (``relative_rows``: (step, :func:`relative_values`) in step order; docs/health.md)."""
     from ratioscope.verdict import Finding, Verdict, first_steps_findings, verdict
 
     judged = verdict(pooled, thresholds)
@@ -727,14 +728,15 @@ def timeline_verdict(
         )
         value = steps[first].values.get(item.key)
         named = ", ".join(str(steps[i].step) for i in at)
+        bad = _bad_change(item.key, before, value)
         text = (
             f"{item.label}: changed at step{'s' if len(at) > 1 else ''} {named} "
             f"({_short(before)} -> {_short(value)} at step {steps[first].step})"
-        )
+        ) + ("" if bad else " (informational)")
         changes.append(
             Finding(
                 key=item.key,
-                level="yellow",
+                level="yellow" if bad else "green",
                 value=value,
                 threshold=None,
                 text=text,
@@ -746,6 +748,34 @@ def timeline_verdict(
     return Verdict(
         judged.findings + tuple(changes) + tuple(relative), judged.overridden, judged.notes
     )
+
+
+#: the headlines whose change is a problem in one direction (the verdict judges them by
+#: a threshold too): a rise ("up") or a fall ("down"); a change of any other headline
+#: (a rising reward, the raw switch frequency) is informational
+BAD_CHANGE: dict[str, str] = {
+    "mismatch.policy.k3": "up",
+    "mismatch.policy.ess": "down",
+    "mismatch.rollout.k3": "up",
+    "mismatch.rollout.ess": "down",
+    "ratios.token.clip_fraction": "up",
+    "covariance.cumulative_share.0.01": "up",
+    "trust_region.degenerate_share": "up",
+    "vitals.entropy.mean": "down",
+    "vitals.length.at_limit_share": "up",
+    "vitals.advantages.zero_share": "up",
+    "vitals.equal_reward_groups.share": "up",
+}
+
+
+def _bad_change(key: str, before: float | None, value: float | None) -> bool:
+    """Whether a flagged change of headline ``key`` goes its bad way (unknown: yes)."""
+    direction = BAD_CHANGE.get(key)
+    if direction is None:
+        return False
+    if before is None or value is None:
+        return True
+    return value > before if direction == "up" else value < before
 
 
 def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:

@@ -256,8 +256,9 @@ class Applied:
 def apply(
     params: AnalysisParams, settings: TrainerSettings | None, fixed: Collection[str]
 ) -> tuple[AnalysisParams, Applied]:
-    """``params`` with the trainer's clip band, unless ``clip`` is in ``fixed`` (an
-    option the user gave); the sources of the values, for the report."""
+    """``params`` with the trainer's clip band and response-length limit (``clip``,
+    ``max_length``), each unless it is in ``fixed`` (an option the user gave); the
+    sources of the values, for the report."""
     applied = Applied(settings)
     if settings is None:
         return params, applied
@@ -273,7 +274,11 @@ def apply(
         applied.sources["group_size"] = f"trainer settings ({settings.name}: {size})"
     length = settings.max_response_length()
     if length is not None:
-        applied.sources["max_response_length"] = f"trainer settings ({settings.name}: {length})"
+        if "max_length" in fixed:
+            applied.sources["max_length"] = "option"
+        else:
+            params = replace(params, max_length=length, max_length_source="trainer settings")
+            applied.sources["max_length"] = f"trainer settings ({settings.name}: {length})"
     return params, applied
 
 

@@ -149,6 +149,47 @@ class Thresholds:
     log_ratio_max_red: float = _threshold(
         88.72, _FLOAT32_OVERFLOW, "largest |log-ratio| where exp overflows float32"
     )
+    entropy_yellow: float = _threshold(
+        1e-3,
+        f"{_OURS}, measured on the bundled run (healthy steps 0.015 to 0.024 nats per "
+        "token, a near-deterministic arithmetic task); runs that collapsed end near 0.05 "
+        "nats on MATH (QUATRO Table 2: GSPO, CISPO), so an absolute floor only catches an "
+        "entropy that is gone: a baseline or the run's first steps catch a collapse from "
+        "a higher level",
+        "token entropy: mean over valid tokens (nats) below this is yellow",
+    )
+    entropy_red: float = _threshold(
+        1e-4, _OURS, "token entropy: mean below this is red (near-deterministic sampling)"
+    )
+    length_limit_yellow: float = _threshold(
+        0.3,
+        f"{_OURS}, measured on the bundled run (2 % to 21 % of its responses reach the "
+        "152-token limit); verl logs the share as response_length/clip_ratio with no bound",
+        "share of responses that reach the length limit",
+    )
+    length_limit_red: float = _threshold(
+        0.8, _OURS, "share of responses at the length limit where red starts"
+    )
+    equal_groups_yellow: float = _threshold(
+        0.4,
+        f"{_OURS}, measured on the bundled run (0 to 25 % of the groups on 19 of its 20 "
+        "steps, 50 % on its last); such groups give every rollout A = 0, no gradient, and "
+        "DAPO's dynamic sampling drops them",
+        "share of groups whose rewards are all equal",
+    )
+    equal_groups_red: float = _threshold(
+        0.8, _OURS, "share of equal-reward groups where red starts"
+    )
+    zero_advantage_yellow: float = _threshold(
+        0.4,
+        f"{_OURS}, measured on the bundled run (0 to 26 % of the tokens on 19 of its 20 "
+        "steps, 50 % on its last): tokens with A = 0 exactly contribute no policy gradient "
+        "(prime-rl logs this share, PR #584)",
+        "share of valid tokens with advantage exactly 0",
+    )
+    zero_advantage_red: float = _threshold(
+        0.8, _OURS, "share of zero-advantage tokens where red starts"
+    )
     relative_yellow: float = _threshold(
         10.0,
         _RELATIVE_MEASURED,
@@ -451,6 +492,7 @@ def verdict(
     findings += _on_policy_findings(report, t)
     findings += _ratio_findings(report, t)
     findings += _objective_findings(report, t)
+    findings += _vitals_findings(report, t)
     if baseline is not None:
         findings += relative_findings(report, baseline, t)
     notes += _analysis_notes(report)
@@ -527,6 +569,11 @@ RELATIVE: tuple[Relative, ...] = (
     Relative(
         "ratios.token.proportion_pooled.on", "exactly on-policy tokens", "down", 0.01, share=True
     ),
+    Relative("vitals.entropy.mean", "token entropy", "down", 1e-6),
+    Relative(
+        "vitals.length.at_limit_share", "responses at the length limit", "up", 0.01, share=True
+    ),
+    Relative("vitals.advantages.zero_share", "zero-advantage tokens", "up", 0.01, share=True),
 )
 
 
@@ -725,6 +772,58 @@ def _objective_findings(report: Report, t: Thresholds) -> list[Finding]:
     return findings
 
 
+def _vitals_findings(report: Report, t: Thresholds) -> list[Finding]:
+    """Entropy level, responses at the length limit, equal-reward groups and
+    zero-advantage tokens, from the ``vitals`` section."""
+    vitals = getattr(report, "vitals", None)
+    if vitals is None:
+        return []
+    findings: list[Finding] = []
+    entropy = vitals.entropy
+    if entropy is not None and _finite(entropy.mean):
+        findings.append(
+            _below(
+                "vitals.entropy.mean", entropy.mean, "entropy_yellow", "entropy_red", t,
+                "token entropy: mean (nats)",
+                advice=": the policy samples almost deterministically (entropy collapse)",
+                name="entropy collapse",
+            )
+        )  # fmt: skip
+    length = vitals.length
+    if length is not None and _finite(length.at_limit_share):
+        findings.append(
+            _above(
+                "vitals.length.at_limit_share", length.at_limit_share, "length_limit_yellow",
+                "length_limit_red", t, "responses at the length limit", show=_pct,
+                unit=f" ({length.at_limit:,} of {vitals.sequences:,} at {length.limit} tokens, "
+                f"{length.limit_source})",
+                advice=": truncated responses (loops, rambling) get a reward for an "
+                "unfinished answer", name="length limit",
+            )
+        )  # fmt: skip
+    groups = vitals.equal_reward_groups
+    if groups is not None and groups.groups > 0:
+        findings.append(
+            _above(
+                "vitals.equal_reward_groups.share", groups.share, "equal_groups_yellow",
+                "equal_groups_red", t, "groups with all rewards equal", show=_pct,
+                unit=f" ({groups.equal} of {groups.groups}: {groups.solved} all correct, "
+                f"{groups.failed} all wrong)",
+                advice=": their rollouts get A = 0 and teach nothing", name="equal-reward groups",
+            )
+        )  # fmt: skip
+    advantages = vitals.advantages
+    if advantages is not None and _finite(advantages.zero_share):
+        findings.append(
+            _above(
+                "vitals.advantages.zero_share", advantages.zero_share, "zero_advantage_yellow",
+                "zero_advantage_red", t, "tokens with advantage exactly 0", show=_pct,
+                advice=": they contribute no policy gradient", name="zero-advantage tokens",
+            )
+        )  # fmt: skip
+    return findings
+
+
 def _analysis_notes(report: Report) -> list[Note]:
     """Notes on ratioscope's own estimates: where the FPA approximation and the exact
     value (from dumped logits) disagree on the direction of the change."""
@@ -817,7 +916,7 @@ def thresholds_from_table(table: Any, source: str | Path) -> Thresholds:
             if red not in names:
                 continue
             y, r = getattr(result, name), getattr(result, red)
-            below = name.startswith("rollout_ess")
+            below = name.startswith(("rollout_ess", "entropy"))
             if (r > y) if below else (r < y):
                 raise RulesError(
                     source,

@@ -114,6 +114,40 @@ def encode(text: str) -> list[int]:
     return ids
 
 
+def tokenizer_json() -> dict:
+    """:data:`VOCAB` as a Hugging Face ``tokenizer.json`` (a word-level model whose
+    pre-tokenizer splits the text like :func:`encode`), for token text in
+    ``ratioscope report --tokenizer``."""
+    specials = ("<pad>", "<bos>", "<eos>")
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": TOKEN_ID[token],
+                "content": token,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for token in specials
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": {"Regex": "-[3-9]|[0-9%:=,#]"},
+            "behavior": "Isolated",
+            "invert": False,
+        },
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": dict(TOKEN_ID), "unk_token": "<pad>"},
+    }
+
+
 def decode(ids: Sequence[int]) -> str:
     """Text of ``ids`` up to the first <eos>, without <pad>/<bos>."""
     out = []
@@ -861,6 +895,7 @@ def _generate(config: RunConfig, out_dir: Path, log: Callable[[str], None]) -> d
         "accuracy": {"base": _accuracy(samples, "base"), "grpo": _accuracy(samples, "grpo")},
     }
     _write_text(out_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    _write_text(out_dir / "tokenizer.json", json.dumps(tokenizer_json(), indent=1) + "\n")
     log(
         f"{elapsed()} held-out accuracy: base {manifest['accuracy']['base']:.3f}, "
         f"grpo {manifest['accuracy']['grpo']:.3f}"

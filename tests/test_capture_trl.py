@@ -170,7 +170,7 @@ def observing(base: type) -> type:
     return Observed
 
 
-def train(root: Path, trainer_class: type, capture: CaptureConfig):
+def train(root: Path, trainer_class: type, capture: CaptureConfig, **overrides):
     from datasets import Dataset
     from trl import GRPOConfig
 
@@ -187,7 +187,7 @@ def train(root: Path, trainer_class: type, capture: CaptureConfig):
         beta=0.04,  # ref_per_token_logps exist
         reward_weights=list(WEIGHTS),
         max_completion_length=8,
-        max_steps=STEPS,
+        max_steps=overrides.pop("max_steps", STEPS),
         learning_rate=5e-2,  # large enough for the ratio to move after one step
         use_cpu=True,
         bf16=False,
@@ -198,6 +198,7 @@ def train(root: Path, trainer_class: type, capture: CaptureConfig):
         log_completions=False,
         dataloader_num_workers=0,
         seed=0,
+        **overrides,
     )
     trainer = trainer_class(
         model=str(model_dir),
@@ -436,6 +437,9 @@ def test_analyze_takes_trls_clip_band_unless_an_option_is_given(step_run, tmp_pa
     # TRL: epsilon_high None means epsilon, so the band is (0.2, 0.2), not ratioscope's 0.28
     assert report["params"]["analysis"]["clip"] == [0.2, 0.2]
     assert report["params"]["trainer"]["applied"]["clip"].startswith("trainer settings")
+    # the length limit of the vitals: TRL's max_completion_length, said so
+    assert report["vitals"]["length"]["limit"] == 8
+    assert report["vitals"]["length"]["limit_source"] == "trainer settings"
     assert report["ratios"]["token"]["clip_fraction"] == pytest.approx(
         clip_fraction(step_run.dir, 0.2, 0.2), abs=1e-12
     )
@@ -505,3 +509,37 @@ def test_report_mode_logs_the_headlines_to_the_trainer_each_step(report_run):
         assert "loss" not in entry  # apart from TRL's own entry of the step
     # TRL's own metrics still come once per logging step, not merged into ratioscope's
     assert sum("loss" in entry for entry in report_run.trainer.state.log_history) == STEPS
+
+
+# ------------------------------------------- a generation batch over two optimizer steps
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory):
+    """steps_per_generation 4 > gradient_accumulation_steps 2: one generation batch of
+    4 prompts x 4 completions is shuffled over two optimizer steps, so each step's file
+    holds parts of groups."""
+    root = tmp_path_factory.mktemp("trl_split")
+    trainer_class = observing(with_capture(trl.GRPOTrainer))
+    return train(
+        root, trainer_class, CaptureConfig(root / "captures"), max_steps=2, steps_per_generation=4
+    )
+
+
+def test_groups_split_over_two_steps_are_joined_whole(split_run):
+    files = parts(split_run.dir)
+    assert len(files) == 2
+    sizes = [Counter(load(p)["group"].tolist()) for p in files]
+    assert any(n != GENERATIONS for s in sizes for n in s.values())  # each step: parts
+    together = sizes[0] + sizes[1]
+    assert sorted(together.values()) == [GENERATIONS] * 4  # the generation batch: whole
+    report = ratioscope.analyze(split_run.dir)
+    section = report.trust_region
+    assert section.groups == 4 and section.group_sizes == {str(GENERATIONS): 4}
+    assert any("completed from the next step" in w for w in report.warnings)
+    # equal-reward groups, from the stored rewards of both steps
+    rewards = defaultdict(list)
+    for path in files:
+        stored = load(path)
+        for g, r in zip(stored["group"].tolist(), stored["rewards"].tolist(), strict=True):
+            rewards[g].append(r)
+    equal = sum(max(v) - min(v) == 0 for v in rewards.values())
+    assert section.degenerate_all_equal == equal

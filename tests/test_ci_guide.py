@@ -203,6 +203,9 @@ def test_outputs_quoted_in_the_guide_are_real(walk):
         assert line in stdout
     for prefix in reasons:
         assert f"\n{prefix}:" in stdout
+    # the verdict's bottom line of the degraded run, as the guide quotes it
+    (headline,) = re.findall(r"^(health: 1 problem: trainer noise) \(", quoted, re.M)
+    assert f"\n{headline} (" in stdout
     # every report the walk-through names was written
     cwd, _, _ = walk
     for name in ("run.json", "eval.json", "degraded.json", "regressed.json"):

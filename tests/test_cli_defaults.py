@@ -39,6 +39,8 @@ CLI_ONLY = {
     "--per-problem",
     "--out",
     "--quiet",
+    # analyze: how much the terminal shows (the report is the same)
+    "--detail",
     "--rules",
     "--baseline",
     "--junit",
@@ -54,6 +56,8 @@ CLI_ONLY = {
     # objectives headlines (off, as ratioscope.timeline's objectives=False)
     "--columns",
     "--objectives",
+    # timeline --html: where to write the run report (none by default)
+    "--html",
     # objectives: which methods (default all: methods=None), overrides (none), --list
     "--methods",
     "--set",
@@ -102,6 +106,7 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.samples import DEFAULT_DATASET_FIELD, DEFAULT_METHOD_FIELD, SampleFields
     from ratioscope.metrics_catalog import metrics
+    from ratioscope.run_report import run_report
     from ratioscope.sweep import sweep
     from ratioscope.timeline import timeline
 
@@ -116,8 +121,13 @@ def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
         "--nonfinite": (load.nonfinite, same),
         "--unsafe-pickle": (load.unsafe_pickle, same),
         "--group-size": (load.group_size, same),
+        "--trainer": (load.trainer, same),
         "--chunk-elements": (_default(analyze, "chunk_elements"), same),
         "--step-from": (_default(timeline, "step_from"), same),
+        "--top": (_default(run_report, "top"), same),
+        "--token-budget": (_default(run_report, "token_bytes"), lambda mib: int(mib * 2**20)),
+        "--tokenizer": (_default(run_report, "tokenizer"), same),
+        "--title": (_default(run_report, "title"), same),
         "--reports-dir": (_default(timeline, "reports_dir"), same),
         "--rel": (_default(compare, "rel"), same),
         "--search": (_default(metrics, "search"), same),

@@ -1,4 +1,4 @@
-"""The scale-out examples: Ray task functions (with a stand-in for Ray) and Slurm scripts.
+"""Scale-out: the tasks of --workers/--ray (in this process) and the Slurm scripts.
 
 A sharded analysis (one analyze per shard of files, then merge) must give the report of
 one analyze over all the files; the token count and log-ratio moments are also checked
@@ -7,7 +7,6 @@ against numpy on the raw arrays.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -25,16 +24,6 @@ import ratioscope
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "examples" / "slurm"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("ray_analyze", ROOT / "examples/ray_analyze.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ray_analyze = load_example()
 
 
 def write_shards(directory: Path, count: int) -> tuple[list[Path], list]:
@@ -60,23 +49,6 @@ def write_shards(directory: Path, count: int) -> tuple[list[Path], list]:
         paths.append(path)
         refs.append(ref)
     return paths, refs
-
-
-class StandInRemoteFunction:
-    """What ``ray.remote(f)`` returns, run in this process: ``.remote`` calls ``f`` now."""
-
-    def __init__(self, function):
-        self.function = function
-        self.calls = 0
-
-    def remote(self, *args):
-        self.calls += 1
-        return self.function(*args)
-
-
-def stand_in_get(results: list) -> list:
-    # Ray serialises what a task returns; a JSON round trip proves the report travels
-    return [json.loads(json.dumps(result, allow_nan=True)) for result in results]
 
 
 def assert_same_report(left, right, path=""):
@@ -121,49 +93,20 @@ def check_against_numpy(document: dict, refs: list) -> None:
     assert document["mismatch"]["policy"]["k1"] == pytest.approx(-z.mean(), abs=1e-6)
 
 
-@pytest.mark.parametrize(
-    ("count", "per_task", "expected"),
-    [(5, 2, [[0, 1], [2, 3], [4]]), (3, 3, [[0, 1, 2]]), (2, 5, [[0, 1]]), (3, 1, [[0], [1], [2]])],
-)
-def test_split_files_consecutive_runs(count, per_task, expected):
-    files = [f"f{i}.pt" for i in range(count)]
-    assert ray_analyze.split_files(files, per_task) == [[f"f{i}.pt" for i in s] for s in expected]
+def test_sharded_tasks_equal_one_analyze(tmp_path):
+    """The tasks --workers/--ray run (one analyze per step, merged in order), here in
+    this process: the report of one analyze, and numpy's numbers on the raw arrays."""
+    from ratioscope.parallel import Runner, analyze_in_tasks, file_shards
+    from ratioscope.params import AnalysisParams
 
-
-def test_split_files_refuses_zero_per_task():
-    with pytest.raises(ValueError):
-        ray_analyze.split_files(["a.pt"], 0)
-
-
-def test_sharded_tasks_with_a_stand_in_for_ray_equal_one_analyze(tmp_path):
     paths, refs = write_shards(tmp_path, 5)
-    shards = ray_analyze.split_files(paths, 2)  # 2 + 2 + 1 files
-    wrapped = []
-
-    def remote(function):
-        wrapped.append(StandInRemoteFunction(function))
-        return wrapped[0]
-
-    options = {"kalman_q": 1e-4, "window": 8}
-    # merge_batch=2: the third report is merged into the merge of the first two
-    merged = ray_analyze.analyze_sharded(
-        shards, options, remote=remote, get=stand_in_get, merge_batch=2
-    )
-    assert len(wrapped) == 1 and wrapped[0].calls == 3
-    direct = ratioscope.analyze([str(p) for p in paths], **options).to_dict()
+    assert len(file_shards(paths)) == 5  # one step a file
+    params = AnalysisParams(kalman_q=1e-4, window=8)
+    merged = analyze_in_tasks([str(p) for p in paths], Runner(), params=params).to_dict()
+    direct = ratioscope.analyze([str(p) for p in paths], kalman_q=1e-4, window=8).to_dict()
     assert_same_report(without_tool(merged), without_tool(direct))
     assert merged["params"]["analysis"]["kalman_q"] == 1e-4
     check_against_numpy(merged, refs)
-
-
-def test_shard_function_returns_a_mergeable_report(tmp_path):
-    paths, _ = write_shards(tmp_path, 2)
-    documents = [ray_analyze.analyze_shard([str(p)], {}) for p in paths]
-    for document in documents:
-        assert "state" in document and len(document["inputs"]) == 1
-    merged = ray_analyze.merge_documents(documents, ["a", "b"])
-    direct = ratioscope.analyze([str(p) for p in paths]).to_dict()
-    assert_same_report(without_tool(merged), without_tool(direct))
 
 
 @pytest.mark.parametrize("script", ["analyze_array.sbatch", "merge.sbatch"])

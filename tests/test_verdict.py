@@ -506,3 +506,115 @@ def test_baseline_that_is_no_analyze_report_is_one_sentence(tmp_path, document, 
     assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert f"{path}: {what}" in line and "not an analyze report" in line
+
+
+def test_compact_verdict_folds_the_green_findings_into_one_line(document):
+    from rich.console import Console
+
+    from ratioscope.render.verdict import show_verdict
+
+    doc = document_with(document, **{"ratios/token/clip_fraction": 0.2})
+    console = Console(width=300, record=True, color_system=None)
+    show_verdict(console, verdict(Report.from_dict(doc)), compact=True)
+    lines = console.export_text().splitlines()
+    assert len(lines) == 3
+    assert lines[1].startswith("  yellow  PPO clip fraction")
+    # 8 green findings; the train/inference mismatch's three are one name
+    assert lines[2] == (
+        "  green   8 checks within their thresholds: train/inference mismatch, policy drift, "
+        "extreme log-ratio, raw ratio noise, covariance concentration, degenerate groups"
+    )
+
+
+# ---------------------------------------------------------------- vitals-based rules
+
+
+@pytest.fixture(scope="module")
+def with_vitals(document) -> dict:
+    """The stored report with the vitals section of the same step (verl step 32)."""
+    import ratioscope
+
+    vitals = ratioscope.analyze("sample_data/verl/step_0032.pt", sections=["vitals"]).to_dict()
+    return {**copy.deepcopy(document), "vitals": vitals["vitals"]}
+
+
+@pytest.mark.parametrize(
+    ("mean", "level"), [(0.0161, "green"), (1e-3, "green"), (5e-4, "yellow"), (5e-5, "red")]
+)
+def test_entropy_level(with_vitals, mean, level):
+    finding = judged(with_vitals, **{"vitals/entropy/mean": mean})["vitals.entropy.mean"]
+    assert finding.level == level and finding.value == mean
+    if level != "green":
+        assert finding.short_name == "entropy collapse" and "QUATRO Table 2" in (
+            Thresholds.source("entropy_yellow")
+        )
+
+
+def test_no_entropy_no_entropy_line(with_vitals):
+    assert "vitals.entropy.mean" not in judged(with_vitals, **{"vitals/entropy": None})
+
+
+def test_length_limit_share(with_vitals):
+    length = with_vitals["vitals"]["length"]
+    assert (length["at_limit"], length["limit"]) == (11, 152)  # 11 of 128 at 152 tokens
+    green = judged(with_vitals)["vitals.length.at_limit_share"]
+    assert green.level == "green" and green.value == 11 / 128
+    assert "(11 of 128 at 152 tokens, padded width)" in green.text
+    for share, level in [(0.5, "yellow"), (1.0, "red")]:
+        found = judged(with_vitals, **{"vitals/length/at_limit_share": share})
+        assert found["vitals.length.at_limit_share"].level == level
+
+
+def test_half_the_groups_equal_is_not_green(with_vitals):
+    # verl step 32 (and its prime-rl export): 8 of 16 groups with equal rewards, and
+    # 50.5 % of the tokens with A = 0
+    findings = judged(with_vitals)
+    groups = findings["vitals.equal_reward_groups.share"]
+    assert groups.level == "yellow" and groups.value == 0.5
+    assert "(8 of 16: 7 all correct, 1 all wrong)" in groups.text
+    zero = findings["vitals.advantages.zero_share"]
+    assert zero.level == "yellow" and zero.value == pytest.approx(0.505, abs=5e-4)
+    all_equal = judged(with_vitals, **{"vitals/equal_reward_groups/share": 1.0})
+    assert all_equal["vitals.equal_reward_groups.share"].level == "red"
+
+
+def test_prime_rl_sample_with_half_its_groups_equal_is_yellow():
+    result = runner.invoke(app, ["analyze", "sample_data/prime_rl", "-q"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("health: 2 problems: equal-reward groups, zero-advantage")
+    assert "  yellow  groups with all rewards equal = 50 % (8 of 16" in result.stdout
+
+
+def test_entropy_collapse_against_a_baseline(with_vitals):
+    mean = with_vitals["vitals"]["entropy"]["mean"]
+    collapsed = document_with(with_vitals, **{"vitals/entropy/mean": mean * 0.02})
+    finding = relative(collapsed, with_vitals)["relative.vitals.entropy.mean"]
+    # 50x smaller: beyond 1/10, within 1/100
+    assert finding.level == "yellow" and "0.02x the baseline's 0.0161: below 1/10" in (finding.text)
+
+
+def test_timeline_change_is_yellow_only_the_bad_way(document):
+    from ratioscope.timeline import HEADLINES, TimelineStep, timeline_verdict
+
+    def step(n: int, k3: float, switch: float, flags: tuple[str, ...] = ()) -> TimelineStep:
+        values = {"mismatch.policy.k3": k3, "ratios.token.switch_frequency": switch}
+        return TimelineStep(step=n, inputs=(), values=values, flags=flags)
+
+    steps = [
+        step(1, 1e-4, 0.41),
+        step(2, 1e-3, 0.46, ("mismatch.policy.k3", "ratios.token.switch_frequency")),
+        step(3, 1e-4, 0.41),
+    ]
+    result = timeline_verdict(Report.from_dict(document), steps, None, HEADLINES)
+    changes = {f.key: f for f in result.findings if "changed at step" in f.text}
+    # k3 rose: its bad way; the raw switch frequency changed: informational
+    assert changes["mismatch.policy.k3"].level == "yellow"
+    switch = changes["ratios.token.switch_frequency"]
+    assert switch.level == "green" and switch.text.endswith("(informational)")
+    falling = [step(1, 1e-3, 0.41), step(2, 1e-4, 0.41, ("mismatch.policy.k3",))]
+    (fall,) = [
+        f
+        for f in timeline_verdict(Report.from_dict(document), falling, None, HEADLINES)
+        if "changed at step" in f.text
+    ]
+    assert fall.level == "green"  # less drift is no problem

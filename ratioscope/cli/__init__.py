@@ -144,6 +144,15 @@ class _BoundaryGroup(TyperGroup):
         except KeyboardInterrupt:
             _stderr_line("interrupted")
             raise typer.Exit(130) from None
+        except MemoryError:
+            # the machine, not the input or ratioscope: say what to change
+            from ratioscope.io.limits import MAX_BYTES_VARIABLE
+
+            _stderr_line(
+                "out of memory; give fewer or smaller files at once, or set "
+                f"{MAX_BYTES_VARIABLE} lower so that large files are refused up front"
+            )
+            raise typer.Exit(UsageError.exit_code) from None
         except Exception as error:  # the boundary: anything else is our bug
             if os.environ.get("RATIOSCOPE_DEBUG") == "1":
                 raise
@@ -203,6 +212,7 @@ def _register() -> None:
         metrics,
         objectives,
         plot,
+        report,
         sweep,
         timeline,
     )
@@ -211,6 +221,7 @@ def _register() -> None:
     app.command("analyze")(analyze.analyze)
     app.command("sweep")(sweep.sweep)
     app.command("timeline")(timeline.timeline)
+    app.command("report")(report.report)
     app.command("compare")(compare.compare)
     app.command("objectives")(objectives.objectives)
     app.add_typer(plot.plot_app, name="plot")

@@ -432,6 +432,10 @@ PARAMETER_OPTIONS = {
     "rel": "--rel",
     # objectives
     "methods": "--methods",
+    # the run report
+    "top": "--top",
+    "length_limit": "--max-length",
+    "tokenizer": "--tokenizer",
     "settings": "--set",
     "batch_rows": "--batch-rows",
     # evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)

@@ -97,6 +97,22 @@ WithObjectives = Annotated[
         rich_help_panel="Run",
     ),
 ]
+TimelineHtml = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Also write the run report there (the HTML file of ratioscope report).",
+        rich_help_panel="Output",
+    ),
+]
+HtmlTokenizer = Annotated[
+    Path | None,
+    typer.Option(
+        "--tokenizer",
+        help="With --html: a local Hugging Face tokenizer.json for token text (never downloads).",
+        rich_help_panel="Output",
+    ),
+]
 TensorBoardDir = Annotated[
     Path | None,
     typer.Option(
@@ -141,6 +157,8 @@ def timeline(
     paths: TimelinePaths,
     json_out: TimelineJson = None,
     parquet_out: TimelineParquet = None,
+    html_out: TimelineHtml = None,
+    tokenizer: HtmlTokenizer = None,
     step_from: StepFrom = None,
     reports_dir: ReportsDir = None,
     columns: Columns = None,
@@ -218,26 +236,38 @@ def timeline(
     require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
     runner = runner_of(workers, ray)
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
-    check_output_paths(inputs, [json_out, parquet_out])
+    check_output_paths(inputs, [json_out, parquet_out, html_out])
     check_suffix(json_out, ".json", "--json")
     check_suffix(parquet_out, ".parquet", "--parquet")
     compile_step_from(step_from)  # a bad pattern fails before any file is read
+    if tokenizer is not None and html_out is None:
+        from ratioscope.errors import UsageError
+
+        raise UsageError("--tokenizer gives token text to the HTML report: add --html FILE")
+    if html_out is not None:
+        from ratioscope.cli.report import check_html_path
+        from ratioscope.io.tokenizer import TokenText
+
+        check_html_path(html_out, "--html")
+        if tokenizer is not None:
+            TokenText(tokenizer)
     limits = None if thresholds is None else load_thresholds(thresholds)
     params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
+        load = load_options(
+            format,
+            mapping,
+            nonfinite,
+            unsafe_pickle,
+            group_size,
+            correct_field,
+            correct_threshold,
+            trainer,
+        )
         result = ratioscope.timeline(
             paths,
             params=params,
-            load_options=load_options(
-                format,
-                mapping,
-                nonfinite,
-                unsafe_pickle,
-                group_size,
-                correct_field,
-                correct_threshold,
-                trainer,
-            ),
+            load_options=load,
             fixed_params=given_analysis_params(ctx),
             device=device,
             chunk_elements=chunk_elements,
@@ -248,6 +278,13 @@ def timeline(
             progress=progress,
             runner=runner,
         )
+        html_report = None
+        if html_out is not None:
+            from ratioscope.run_report import report_from_timeline
+
+            html_report = report_from_timeline(
+                result, params=params, load_options=load, tokenizer=tokenizer, progress=progress
+            )
     console = stdout_console()
     if result.verdict is not None:
         show_verdict(console, result.verdict)
@@ -256,8 +293,10 @@ def timeline(
         result.write_json(json_out)
     if parquet_out is not None:
         result.write_parquet(parquet_out)
+    if html_report is not None and html_out is not None:
+        html_report.write_html(html_out)
     log_timeline(result, open_trackers(tensorboard=tensorboard, mlflow=mlflow, wandb=wandb))
-    announce_written([json_out, parquet_out, reports_dir, tensorboard], quiet)
+    announce_written([json_out, parquet_out, html_out, reports_dir, tensorboard], quiet)
 
 
 PlotInputs = Annotated[

@@ -176,9 +176,12 @@ def safetensors_header(
 
 
 def check_safetensors(path: Path) -> None:
-    """:func:`safetensors_header` of the file, for the reader that reads it whole."""
+    """:func:`safetensors_header` of the file, and its tensors within the memory budget,
+    for the reader that reads it whole."""
     with path.open("rb") as handle:
-        safetensors_header(path, handle)
+        entries, _ = safetensors_header(path, handle)
+    declared = sum(math.prod(shape) * SAFETENSORS_ITEMSIZE[d] for d, shape, _ in entries.values())
+    check_budget(path, "its tensors", declared)
 
 
 # ------------------------------------------------------------------------------- npz

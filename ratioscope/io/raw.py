@@ -93,10 +93,9 @@ def check_bool_bytes(path: Any, columns: dict[str, Any]) -> None:
             if not isinstance(row, torch.Tensor) or row.dtype != torch.bool or not row.numel():
                 continue
             data = row.view(torch.uint8)  # same item size: a view of any layout
-            bad = data > 1
-            if not bool(bad.any()):
+            if int(data.max()) <= 1:  # one pass, no temporary: the usual case
                 continue
-            index = tuple(int(i) for i in bad.nonzero()[0])
+            index = tuple(int(i) for i in (data > 1).nonzero()[0])
             where = (number, *index) if isinstance(value, list) else index
             raise CorruptFileError(
                 path,

@@ -56,11 +56,27 @@ def note_line(text: str) -> Text:
     return Text.assemble((f"  {NOTE_TAG:<8}", NOTE_STYLE), text)
 
 
-def show_verdict(console: Console, verdict: Verdict) -> None:
+def green_summary(verdict: Verdict) -> str | None:
+    """``12 checks within their thresholds: train/inference mismatch, policy drift, ...``
+    (each short name once), or None when no finding is green."""
+    greens = [f for f in verdict.findings if f.level == "green"]
+    if not greens:
+        return None
+    names = list(dict.fromkeys(f.short_name for f in greens))
+    checks = f"{len(greens)} check{'s' if len(greens) > 1 else ''}"
+    return f"{checks} within their thresholds: {', '.join(names)}"
+
+
+def show_verdict(console: Console, verdict: Verdict, compact: bool = False) -> None:
     """Print the verdict block: a headline with the bottom line, one line per finding,
-    then one per note."""
+    then one per note. ``compact`` prints the yellow and red findings one a line and
+    the green ones as one line of their short names."""
     console.print(Text(verdict_headline(verdict), style=STYLES[verdict.level]))
     for finding in verdict.findings:
-        console.print(finding_line(finding.level, finding.text))
+        if not compact or finding.level != "green":
+            console.print(finding_line(finding.level, finding.text))
+    summary = green_summary(verdict) if compact else None
+    if summary is not None:
+        console.print(finding_line("green", summary))
     for note in verdict.notes:
         console.print(note_line(note.text))

@@ -59,6 +59,11 @@ class Accumulator(Declared, ABC):
     name: ClassVar[str]
     #: True when the section needs whole files (complete groups), not row chunks
     per_file: ClassVar[bool] = False
+    #: True for a ``per_file`` section that works on per-sequence values of whole groups
+    #: only: it is fed once per training step, with the groups of every file of the
+    #: step joined by group id (:mod:`ratioscope.group_join`), a [N, 1] mask standing
+    #: in for the tokens
+    joins_groups: ClassVar[bool] = False
     #: canonical tensors the section cannot do without
     requires: ClassVar[tuple[str, ...]] = ()
     #: for a ``per_file`` section: the passes it makes over a file's chunks instead of
@@ -121,6 +126,10 @@ class Accumulator(Declared, ABC):
 
     def end_pass(self, index: int) -> None:
         """Every chunk of the file went through pass ``index``."""
+
+    def record_join(self, counts: Any) -> None:
+        """A ``joins_groups`` section: what the join of the run's steps did
+        (:class:`ratioscope.group_join.JoinCounts`), for its state and notes."""
 
     def merge(self, other: Accumulator) -> None:
         """Fold another accumulator of the same class and parameters into this one."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -131,6 +132,7 @@ class TrustRegionAccumulator(Accumulator):
 
     name = "trust_region"
     per_file = True
+    joins_groups = True
     requires = ("rewards", "group")
 
     #: params.delta first, then the sweep's other radii, each solved once
@@ -144,6 +146,11 @@ class TrustRegionAccumulator(Accumulator):
     grpo = mergeable(Histogram, "merge")
     #: "size,correct" -> the sums of _CELL_FIELDS over the groups of that cell
     cells: dict[str, list[float]] = mergeable(dict, "sum")
+    #: groups joined across the files of a step, completed from the next step, and
+    #: left out incomplete (size -> groups) (ratioscope.group_join)
+    groups_joined = mergeable(int, "sum", optional=True)
+    groups_completed = mergeable(int, "sum", optional=True)
+    groups_incomplete: dict[str, int] = mergeable(dict, "sum", optional=True)
 
     def __init__(self, params: AnalysisParams) -> None:
         super().__init__(params)
@@ -256,7 +263,23 @@ class TrustRegionAccumulator(Accumulator):
             grpo={"eps": GRPO_EPS, "std_ddof": GRPO_STD_DDOF},
         )
 
+    def record_join(self, counts: Any) -> None:
+        self.groups_joined += counts.joined
+        self.groups_completed += counts.completed
+        for size, n in counts.incomplete_sizes.items():
+            self.groups_incomplete[str(size)] = self.groups_incomplete.get(str(size), 0) + n
+
     def warnings(self) -> list[str]:
+        from ratioscope.group_join import join_notes
+
+        incomplete = sum(self.groups_incomplete.values())
+        notes = join_notes(
+            self.name, self.groups_joined, self.groups_completed, incomplete,
+            self.groups_incomplete,
+        )  # fmt: skip
+        return self._input_warnings() + notes
+
+    def _input_warnings(self) -> list[str]:
         if not self.skipped:
             return []
         where = self._where()

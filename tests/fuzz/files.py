@@ -52,7 +52,7 @@ def valid_safetensors(path: Path, rows: int = 4, width: int = 8) -> None:
 
 def npy_bytes(header: dict[str, object], data: bytes) -> bytes:
     """A .npy member with a hand-written header (any shape or dtype it claims)."""
-    text = repr(header).encode("latin1")
+    text = repr(header).encode("latin1", "replace")
     pad = 64 - (10 + len(text) + 1) % 64
     text += b" " * pad + b"\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + data

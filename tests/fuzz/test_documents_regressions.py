@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from fuzz import files
 from fuzz.harness import error_line, promise
+from fuzz.profiles import matrix
 
 pytestmark = pytest.mark.fuzz
 
@@ -21,19 +22,23 @@ DEEP = files.nested(100_000)
 DIGITS = '{"schema_version": 1, "x": ' + "7" * 5000 + "}"
 
 
+REPORT_COMMANDS = [
+    ["merge", "bad.json", "bad.json", "--out", "m.json"],
+    ["check", "bad.json", "--rules", str(RULES)],
+    ["compare", "bad.json", "bad.json"],
+    ["timeline", "bad.json"],
+    ["metrics", "bad.json"],
+]
+
+
 @pytest.mark.parametrize(
-    "text", [DEEP, files.nested(900, "{"), DIGITS], ids=["deep", "deep-dict", "digits"]
-)
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["merge", "bad.json", "bad.json", "--out", "m.json"],
-        ["check", "bad.json", "--rules", str(RULES)],
-        ["compare", "bad.json", "bad.json"],
-        ["timeline", "bad.json"],
-        ["metrics", "bad.json"],
-    ],
-    ids=lambda c: c[0] if isinstance(c, list) and c[0] != "plot" else "plot",
+    ("command", "text"),
+    matrix(
+        REPORT_COMMANDS,
+        [DEEP, files.nested(900, "{"), DIGITS],
+        [c[0] for c in REPORT_COMMANDS],
+        ["deep", "deep-dict", "digits"],
+    ),
 )
 def test_report_json(tmp_path: Path, command: list[str], text: str) -> None:
     (tmp_path / "bad.json").write_text(text)
@@ -52,11 +57,14 @@ def test_check_baseline(tmp_path: Path, text: str, report: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "line_text",
-    [DEEP, '{"mask": [' + "1" * 5000 + "]}", '{"problem_id": 1, "response": ' + DEEP + "}"],
-    ids=["deep", "digits", "deep-field"],
+    ("command", "line_text"),
+    matrix(
+        ["analyze", "eval-passk", "eval-ucc", "info"],
+        [DEEP, '{"mask": [' + "1" * 5000 + "]}", '{"problem_id": 1, "response": ' + DEEP + "}"],
+        ["analyze", "eval-passk", "eval-ucc", "info"],
+        ["deep", "digits", "deep-field"],
+    ),
 )
-@pytest.mark.parametrize("command", ["analyze", "eval-passk", "eval-ucc", "info"])
 def test_jsonl_lines(tmp_path: Path, command: str, line_text: str) -> None:
     (tmp_path / "a.jsonl").write_text(SAMPLES.read_text().splitlines()[0] + "\n" + line_text + "\n")
     args = [command, "a.jsonl"] + (["-q"] if command == "analyze" else [])

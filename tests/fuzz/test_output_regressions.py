@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from fuzz import files
 from fuzz.harness import error_line, promise
 
 pytestmark = pytest.mark.fuzz
 
 ROOT = Path(__file__).resolve().parents[2]
-DUMP = ROOT / "sample_data" / "verl" / "step_0008.pt"
+DUMP = "d.npz"  # a small dump each test writes (tests/fuzz/files.py)
 SAMPLES = ROOT / "sample_data" / "samples.jsonl"
 
 
@@ -32,6 +33,7 @@ SAMPLES = ROOT / "sample_data" / "samples.jsonl"
 )
 def test_file_size_limit(tmp_path: Path, report: Path, args: list[str], out: str) -> None:
     (tmp_path / "run.json").write_bytes(report.read_bytes())
+    files.write_npz(tmp_path / DUMP, files.valid_npz_members(8, 16))
     line = error_line(promise(args, tmp_path, file_limit=2048))
     assert "file size limit" in line and not (tmp_path / out).exists()
 
@@ -42,6 +44,7 @@ def test_file_size_limit(tmp_path: Path, report: Path, args: list[str], out: str
     ids=["info", "help", "analyze-json"],
 )
 def test_closed_stdout(tmp_path: Path, args: list[str]) -> None:
+    files.write_npz(tmp_path / DUMP, files.valid_npz_members(8, 16))
     written = ["o.json"] if "o.json" in args else []
     outcome = promise(args, tmp_path, stdout_closed=True, codes=[0], written=written)
     assert "error" not in outcome.stderr and "Broken" not in outcome.stderr
@@ -82,6 +85,7 @@ def test_sigterm_exit_line(tmp_path: Path) -> None:
     import subprocess
     import sys
 
+    dump = ROOT / "sample_data" / "verl" / "step_0008.pt"  # long enough to be interrupted
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     process = subprocess.Popen(
         [
@@ -90,7 +94,7 @@ def test_sigterm_exit_line(tmp_path: Path) -> None:
             "import os, signal, time; from ratioscope.cli import app; "
             "signal.setitimer(signal.ITIMER_REAL, 0.8); "
             "signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGTERM)); "
-            f"app(['analyze', {str(DUMP)!r}, '-q', '--json', 'o.json'])",
+            f"app(['analyze', {str(dump)!r}, '-q', '--json', 'o.json'])",
         ],
         cwd=tmp_path,
         env=env,

@@ -180,6 +180,7 @@ def test_sparse_log_probs(tmp_path: Path) -> None:
     assert "sparse" in error_line(promise(["analyze", "s.pt", "-q"], tmp_path))
 
 
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_quantized_advantages(tmp_path: Path) -> None:
     advantages = torch.quantize_per_tensor(torch.randn(4), 0.1, 10, torch.quint8)
     _pt(tmp_path / "q.pt", advantages=advantages)
@@ -193,3 +194,23 @@ def test_list_of_2d_tensors(tmp_path: Path) -> None:
         tmp_path / "l.pt",
     )
     assert "2-D tensors" in error_line(promise(["analyze", "l.pt", "-q"], tmp_path))
+
+
+def test_safetensors_read_whole_past_the_budget(tmp_path: Path) -> None:
+    files.valid_safetensors(tmp_path / "b.safetensors", rows=64, width=64)
+    budget = {"RATIOSCOPE_MAX_BYTES": "10K"}
+    line = error_line(promise(["analyze", "b.safetensors", "-q"], tmp_path, env=budget))
+    assert "memory budget" in line
+
+
+def test_token_ids_outside_the_vocabulary(tmp_path: Path) -> None:
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    ids[1, 2] = 50_000
+    _pt(
+        tmp_path / "t.pt",
+        token_ids=ids,
+        logits=torch.randn(4, 8, 16),
+        ref_logits=torch.randn(4, 8, 16),
+    )
+    line = error_line(promise(["analyze", "t.pt", "-q"], tmp_path))
+    assert "50000" in line and "vocabulary of 16" in line

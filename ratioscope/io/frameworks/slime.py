@@ -186,6 +186,9 @@ def _rollout_samples(path: Path, raw: RawDump) -> list[dict[str, Any]] | None:
     for directory in (path.parent.parent / "rollout_data", path.parent / "rollout_data"):
         candidate = directory / f"{rollout_id}.pt"
         if candidate.is_file():
+            from ratioscope.io.limits import check_torch_zip
+
+            check_torch_zip(candidate)  # its storages within the memory budget
             try:
                 obj = torch.load(candidate, map_location="cpu", weights_only=True)
             except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, zipfile.BadZipFile):

@@ -1,0 +1,225 @@
+"""``ratioscope report``: the run report, one self-contained HTML file (docs/report.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ratioscope.cli._options import (
+    CHUNK_ELEMENTS_DEFAULT,
+    DEFAULTS,
+    DEVICE_DEFAULT,
+    FORMAT_DEFAULT,
+    NONFINITE_DEFAULT,
+    ChunkElements,
+    Clip,
+    CovScope,
+    Delta,
+    DeltaSweep,
+    Device,
+    DumpCorrectField,
+    DumpCorrectThreshold,
+    Format,
+    FpaLambda,
+    FpaLambdaSweep,
+    FpaThreshold,
+    GroupSize,
+    IsThreshold,
+    KalmanImpl,
+    KalmanQ,
+    KalmanV,
+    LfrCutoff,
+    Mapping,
+    MaskPolicy,
+    MaxLength,
+    NonFinite,
+    OnBand,
+    Quiet,
+    SeqClip,
+    SeqOnBand,
+    Space,
+    ThresholdsFile,
+    TokenOnBand,
+    Trainer,
+    UnsafePickle,
+    Window,
+    band_text,
+    option_text,
+)
+from ratioscope.cli.timeline import StepFrom
+from ratioscope.drilldown import DEFAULT_TOKEN_BYTES, DEFAULT_TOP
+
+ReportPaths = Annotated[
+    list[str],
+    typer.Argument(
+        help="The run: dumps (files, directories, globs) of several steps, or analyze report "
+        "JSON files (a run page without drill-down).",
+        show_default=False,
+    ),
+]
+ReportOut = Annotated[
+    Path,
+    typer.Option("--out", "-o", help="The HTML file to write (atomically).", show_default=False),
+]
+Baseline = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--baseline",
+        help="Another run (its dumps, reports or a timeline JSON file) drawn beside this one; "
+        "repeat for several paths.",
+        show_default=False,
+    ),
+]
+Tokenizer = Annotated[
+    Path | None,
+    typer.Option(
+        "--tokenizer",
+        help="A local Hugging Face tokenizer.json: token text instead of ids (never downloads).",
+        rich_help_panel="Report",
+    ),
+]
+Top = Annotated[
+    int,
+    typer.Option("--top", help="Sequences kept per ranking and step.", rich_help_panel="Report"),
+]
+TokenBudget = Annotated[
+    float,
+    typer.Option(
+        "--token-budget",
+        help="MiB of per-token data the file may hold; the rankings' first sequences are kept "
+        "first (docs/report.md).",
+        rich_help_panel="Report",
+    ),
+]
+ReportMethods = Annotated[
+    str | None,
+    typer.Option(
+        "--methods",
+        help="Objectives whose per-token coefficients the sequence page offers, comma-separated "
+        "(default: grpo,gspo,gmpo,cispo,sapo,kpo,tepo,tis,icepop,opsm; 'all' for every method).",
+        rich_help_panel="Report",
+        show_default=False,
+    ),
+]
+Title = Annotated[
+    str | None,
+    typer.Option("--title", help="The page title.", rich_help_panel="Report", show_default=False),
+]
+
+
+def report(
+    ctx: typer.Context,
+    paths: ReportPaths,
+    out: ReportOut,
+    baseline: Baseline = None,
+    tokenizer: Tokenizer = None,
+    top: Top = DEFAULT_TOP,
+    token_budget: TokenBudget = DEFAULT_TOKEN_BYTES / 2**20,
+    methods: ReportMethods = None,
+    title: Title = None,
+    step_from: StepFrom = None,
+    thresholds: ThresholdsFile = None,
+    device: Device = DEVICE_DEFAULT,
+    format: Format = FORMAT_DEFAULT,
+    mapping: Mapping = None,
+    nonfinite: NonFinite = NONFINITE_DEFAULT,
+    unsafe_pickle: UnsafePickle = False,
+    group_size: GroupSize = None,
+    correct_field: DumpCorrectField = None,
+    correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
+    clip: Clip = option_text(DEFAULTS.clip),
+    seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
+    is_threshold: IsThreshold = DEFAULTS.is_threshold,
+    on_band: OnBand = band_text(DEFAULTS.on_band),
+    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
+    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    window: Window = DEFAULTS.window,
+    lfr_cutoff: LfrCutoff = DEFAULTS.lfr_cutoff,
+    space: Space = DEFAULTS.space,
+    kalman_q: KalmanQ = DEFAULTS.kalman_q,
+    kalman_v: KalmanV = DEFAULTS.kalman_v,
+    mask_policy: MaskPolicy = DEFAULTS.mask_policy,
+    kalman_impl: KalmanImpl = DEFAULTS.kalman_impl,
+    cov_scope: CovScope = DEFAULTS.cov_scope,
+    fpa_lambda: FpaLambda = DEFAULTS.fpa_lambda,
+    fpa_lambda_sweep: FpaLambdaSweep = option_text(DEFAULTS.fpa_lambdas),
+    fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
+    delta: Delta = DEFAULTS.delta,
+    delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    max_length: MaxLength = None,
+    chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
+    quiet: Quiet = False,
+) -> None:
+    """The run report: one self-contained HTML file, from the trend to a step, a sequence
+    and its tokens.
+
+    The run page holds the verdict, the vitals, the timeline as interactive small
+    multiples and the per-step table; click a step for its sequences ranked (largest
+    mismatch, most clipped, largest gradient share, entropy drop, longest,
+    length-limited), and a sequence for its tokens coloured by a chosen quantity.
+    Opens from a file:// URL with no network access.
+
+    Example: ratioscope report sample_data/verl_steps/ --out report.html
+    """
+    from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
+    from ratioscope.cli._options import (
+        command_analysis_params,
+        given_analysis_params,
+        load_options,
+    )
+    from ratioscope.drilldown import DEFAULT_METHODS
+    from ratioscope.errors import UsageError
+    from ratioscope.io.loaders import expand_paths
+    from ratioscope.run_report import run_report
+    from ratioscope.steps import compile_step_from
+    from ratioscope.verdict import load_thresholds
+
+    check_html_path(out, "--out")
+    if token_budget < 0:
+        raise UsageError(f"--token-budget must be >= 0 MiB, got {token_budget}")
+    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    if baseline:
+        inputs += expand_paths(baseline)
+    check_output_paths(inputs, [out])
+    compile_step_from(step_from)
+    limits = None if thresholds is None else load_thresholds(thresholds)
+    with progress_bar(not quiet) as progress:
+        result = run_report(
+            paths,
+            baseline=baseline or None,
+            params=command_analysis_params(ctx),
+            load_options=load_options(
+                format,
+                mapping,
+                nonfinite,
+                unsafe_pickle,
+                group_size,
+                correct_field,
+                correct_threshold,
+                trainer,
+            ),
+            fixed_params=given_analysis_params(ctx),
+            device=device,
+            chunk_elements=chunk_elements,
+            step_from=step_from,
+            thresholds=limits,
+            tokenizer=tokenizer,
+            methods=methods.split(",") if methods else DEFAULT_METHODS,
+            top=top,
+            token_bytes=int(token_budget * 2**20),
+            title=title,
+            progress=progress,
+        )
+    result.write_html(out)
+    announce_written([out], quiet)
+
+
+def check_html_path(path: Path | None, option: str) -> None:
+    """Refuse an HTML output whose name says another format."""
+    from ratioscope.errors import UsageError
+
+    if path is not None and path.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(f"{option} writes an HTML file; name it *.html, not {path.name}")

@@ -1,0 +1,27 @@
+"""The run report of the bundled 16-step run, built once per test session and shared by
+tests/test_run_report.py and tests/test_report_browser.py."""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from pathlib import Path
+
+import ratioscope.run_report
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ROOT / "sample_data" / "verl_steps"
+TOKENIZER = ROOT / "sample_data" / "tokenizer.json"
+
+
+@functools.cache
+def sample_report() -> tuple[ratioscope.run_report.RunReport, Path, int]:
+    """(the report with token text, its HTML file, the file's size in bytes)."""
+    # the run as a user names it from the repository (the page shows the paths given)
+    relative = os.path.relpath(STEPS)
+    steps = relative if not relative.startswith("..") else STEPS
+    result = ratioscope.run_report.run_report(steps, tokenizer=TOKENIZER)
+    out = Path(tempfile.mkdtemp(prefix="ratioscope-report-")) / "report.html"
+    size = result.write_html(out)
+    return result, out, size
