@@ -389,7 +389,9 @@ def render(table: dict[str, dict[str, dict[str, Cell]]], run_names: Sequence[str
             row.append(_share(_total(cells, names)))
         found = _total(table["alone"][fault], run_names).by
         found.update(_total(table["baseline"][fault], several).by)
-        row.append(", ".join(f"`{key}`" for key, _ in found.most_common(2)) or "—")
+        # ties by name: the table reads the same on every run
+        top = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:2]
+        row.append(", ".join(f"`{key}`" for key, _ in top) or "—")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

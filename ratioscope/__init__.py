@@ -36,8 +36,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ObjectivesReport": ("ratioscope.objectives", "ObjectivesReport"),
     "Verdict": ("ratioscope.verdict", "Verdict"),
     "Finding": ("ratioscope.verdict", "Finding"),
+    "Note": ("ratioscope.verdict", "Note"),
     "Thresholds": ("ratioscope.verdict", "Thresholds"),
     "load_thresholds": ("ratioscope.verdict", "load_thresholds"),
+    # the HTML run report (ratioscope report)
+    "run_report": ("ratioscope.run_report", None),
+    "RunReport": ("ratioscope.run_report", "RunReport"),
     # samples: Pass@k and UCC@k
     "load_samples": ("ratioscope.io.samples", "load_samples"),
     "evaluate_passk": ("ratioscope.evaluation", "evaluate_passk"),
@@ -60,9 +64,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ratioscope.objectives import ObjectivesReport, objectives
     from ratioscope.params import AnalysisParams
     from ratioscope.report import Report
+    from ratioscope.run_report import RunReport, run_report
     from ratioscope.sweep import SweepReport, sweep
     from ratioscope.timeline import Timeline, timeline
-    from ratioscope.verdict import Finding, Thresholds, Verdict, load_thresholds, verdict
+    from ratioscope.verdict import Finding, Note, Thresholds, Verdict, load_thresholds, verdict
 
 
 def __getattr__(name: str) -> Any:
@@ -85,8 +90,10 @@ __all__ = [
     "AnalysisParams",
     "Comparison",
     "Finding",
+    "Note",
     "ObjectivesReport",
     "Report",
+    "RunReport",
     "SweepReport",
     "Thresholds",
     "Timeline",
@@ -105,6 +112,7 @@ __all__ = [
     "load_thresholds",
     "merge_reports",
     "objectives",
+    "run_report",
     "sweep",
     "timeline",
     "verdict",

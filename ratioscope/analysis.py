@@ -38,7 +38,7 @@ from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
 from ratioscope.steps import step_from_name
-from ratioscope.threads import serial_if_small
+from ratioscope.threads import one_thread, serial_if_small
 
 #: elements ([rows x tokens]) per chunk: 8 MB per float64 temporary, small enough for the
 #: allocator to reuse freed blocks (see ratioscope.allocator) and for caches to help
@@ -272,11 +272,12 @@ class _JoinedSections:
         )
         ctx = Context(batch, self.params)
         accumulators = [acc for acc in self.make() if acc.joins_groups]
-        for acc in accumulators:
-            if not acc.begin_file(batch):
-                continue
-            for key, values in acc.update(ctx).items():
-                self._scatter(key, values, groups.files, groups.rows)
+        with serial_if_small(batch.num_sequences):
+            for acc in accumulators:
+                if not acc.begin_file(batch):
+                    continue
+                for key, values in acc.update(ctx).items():
+                    self._scatter(key, values, groups.files, groups.rows)
         for total, acc in zip(self.joined_totals, accumulators, strict=True):
             total.merge(acc)
 
@@ -413,16 +414,12 @@ def merge_reports(
         if first is None:
             first = _FirstReport(name, shard.params, _params_of(shard, name))
             present = [key for key in classes if key in shard.state]
-            totals = {key: _restore(classes[key], first.params, shard, name) for key in present}
+            with one_thread():  # a report's state is small (histograms of 5,205 bins)
+                totals = {key: _restore(classes[key], first.params, shard, name) for key in present}
         else:
             _check_same_run(name, shard, first, list(totals))
-            for key in classes:
-                if key not in shard.state:
-                    continue  # an optional section this shard has no data for
-                if key in totals:
-                    _fold(totals[key], _restore(classes[key], first.params, shard, name), name)
-                else:  # an optional section that earlier shards had no data for
-                    totals[key] = _restore(classes[key], first.params, shard, name)
+            with one_thread():
+                _fold_shard(totals, classes, first.params, shard, name)
         for entry in shard.inputs:
             if entry.sha256 and any(
                 (entry.path, entry.sha256) == (seen.path, seen.sha256) for seen in inputs
@@ -442,6 +439,23 @@ def merge_reports(
     if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
         merged.params["trainer"] = first.params_block["trainer"]
     return merged
+
+
+def _fold_shard(
+    totals: dict[str, Accumulator],
+    classes: Mapping[str, type[Accumulator]],
+    params: AnalysisParams,
+    shard: Report,
+    name: str,
+) -> None:
+    """Fold every section of ``shard`` into ``totals`` (a section new to them joins)."""
+    for key in classes:
+        if key not in shard.state:
+            continue  # an optional section this shard has no data for
+        if key in totals:
+            _fold(totals[key], _restore(classes[key], params, shard, name), name)
+        else:  # an optional section that earlier shards had no data for
+            totals[key] = _restore(classes[key], params, shard, name)
 
 
 def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
@@ -1010,10 +1024,11 @@ def _build_report(
     sections: dict[str, Any] = dict.fromkeys(SECTION_KEYS)
     warnings = list(dict.fromkeys(loader_warnings))
     state: dict[str, Any] = {"loader_warnings": list(dict.fromkeys(loader_warnings))}
-    for acc in totals:
-        sections[acc.name] = acc.result()
-        warnings.extend(acc.warnings())
-        state[acc.name] = acc.state()
+    with one_thread():  # sections and state are read from the small merged sums
+        for acc in totals:
+            sections[acc.name] = acc.result()
+            warnings.extend(acc.warnings())
+            state[acc.name] = acc.state()
     # sections left out with --sections stay null without a warning: the user asked
     return Report(
         tool=tool_info(),

@@ -121,6 +121,8 @@ class Comparison:
         headlines: one row per headline, in :data:`~ratioscope.timeline.HEADLINES` order.
         steps: for timelines, one row per step both have, in step order.
         only_a, only_b: for timelines, the steps that only A (only B) has.
+        notes: sentences on what is not compared (FPA by the exact method in one run and
+            by the approximation in the other: its rows get no difference).
     """
 
     kind: Literal["reports", "timelines"]
@@ -132,6 +134,8 @@ class Comparison:
     steps: tuple[StepComparison, ...] = ()
     only_a: tuple[int, ...] = ()
     only_b: tuple[int, ...] = ()
+    #: what is not compared and why (FPA of different methods in A and B)
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison JSON document (``"kind": "comparison"``)."""
@@ -199,10 +203,46 @@ def compare(
     if isinstance(side_a, Timeline) and isinstance(side_b, Timeline):
         return _timelines(side_a, side_b, name_a, name_b, rel, floor)
     assert not isinstance(side_a, Timeline) and not isinstance(side_b, Timeline)
+    methods = (fpa_method(side_a), fpa_method(side_b))
+    unlike = _unlike_methods(*methods)
     rows = tuple(
-        _row(h, difference(h.value(side_a), h.value(side_b), rel, floor)) for h in HEADLINES
+        _row(
+            h,
+            _apart(h.value(side_a), h.value(side_b))
+            if unlike and h.key.startswith(FPA_PREFIX)
+            else difference(h.value(side_a), h.value(side_b), rel, floor),
+        )
+        for h in HEADLINES
     )
-    return Comparison("reports", name_a, name_b, rel, floor, rows)
+    notes = (_fpa_note(*methods),) if unlike else ()
+    return Comparison("reports", name_a, name_b, rel, floor, rows, notes=notes)
+
+
+#: the headlines read from the FPA section
+FPA_PREFIX = "future_policy."
+
+
+def fpa_method(document: Mapping[str, Any]) -> str | None:
+    """The FPA method of a report document: "exact", "approximation", "mixed" or None."""
+    section = document.get("future_policy")
+    return section.get("method") if isinstance(section, Mapping) else None
+
+
+def _unlike_methods(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and (a != b or a == "mixed")
+
+
+def _apart(a: float | None, b: float | None) -> Difference:
+    """A and B side by side, without a difference: they measure different things."""
+    return Difference(a, b, None, None, False)
+
+
+def _fpa_note(a: str | None, b: str | None) -> str:
+    return (
+        f"FPA not compared: A's is the {a} method, B's the {b} one (exact from logits, "
+        "approximation from the reference log-probs; docs/metrics-objectives.md); analyse "
+        "both with the same inputs to compare them"
+    )
 
 
 def _row(item: Headline, total: Difference, steps: tuple[int, ...] = ()) -> HeadlineComparison:
@@ -217,12 +257,21 @@ def _timelines(
     by_step_a = {s.step: s for s in a.steps}
     by_step_b = {s.step: s for s in b.steps}
     shared = sorted(by_step_a.keys() & by_step_b.keys())
+    methods = (fpa_method(a.pooled.to_dict()) if a.pooled else None,
+               fpa_method(b.pooled.to_dict()) if b.pooled else None)  # fmt: skip
+    unlike = _unlike_methods(*methods)
+
+    def step_difference(key: str, x: float | None, y: float | None) -> Difference:
+        if unlike and key.startswith(FPA_PREFIX):
+            return _apart(x, y)
+        return difference(x, y, rel, floor)
+
     steps = tuple(
         StepComparison(
             step,
             {
-                h.key: difference(
-                    by_step_a[step].values.get(h.key), by_step_b[step].values.get(h.key), rel, floor
+                h.key: step_difference(
+                    h.key, by_step_a[step].values.get(h.key), by_step_b[step].values.get(h.key)
                 )
                 for h in HEADLINES
             },
@@ -237,7 +286,8 @@ def _timelines(
         mean_a = sum(p.a for p in pairs if p.a is not None) / len(pairs) if pairs else None
         mean_b = sum(p.b for p in pairs if p.b is not None) / len(pairs) if pairs else None
         diverging = tuple(s.step for s in steps if s.values[item.key].diverges)
-        rows.append(_row(item, difference(mean_a, mean_b, rel, floor), diverging))
+        total = step_difference(item.key, mean_a, mean_b)
+        rows.append(_row(item, total, diverging))
     return Comparison(
         "timelines",
         name_a,
@@ -248,6 +298,7 @@ def _timelines(
         steps,
         only_a=tuple(sorted(by_step_a.keys() - by_step_b.keys())),
         only_b=tuple(sorted(by_step_b.keys() - by_step_a.keys())),
+        notes=(_fpa_note(*methods),) if unlike else (),
     )
 
 

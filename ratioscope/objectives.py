@@ -480,9 +480,38 @@ class _Sums:
     inputs: list[dict[str, Any]] = field(default_factory=list)
     #: the loader's notes about files skipped in a walk (rank copies, side tables)
     run_notes: list[str] = field(default_factory=list)
+    #: FPA's method in this run ("exact" or "approximation"), the first one it used;
+    #: batches that could only use the other are left out of FPA, never pooled with it
+    fpa_method: str | None = None
+    fpa_left_out: list[str] = field(default_factory=list)
+
+    def keep_one_fpa_method(
+        self, coefficients: dict[str, Coefficients], notes: dict[str, str], label: str
+    ) -> None:
+        """Drop FPA's coefficients of a batch whose method is not the run's (noted)."""
+        note = notes.get("fpa")
+        if note is not None and "fpa" in coefficients:
+            method = note.rsplit(" ", 1)[-1]
+            if self.fpa_method is None:
+                self.fpa_method = method
+            if method != self.fpa_method:
+                del coefficients["fpa"]
+                del notes["fpa"]
+                if label not in self.fpa_left_out:
+                    self.fpa_left_out.append(label)
+        self.notes.update(notes)
 
     def merge(self, other: _Sums) -> None:
         """Add a later shard's sums (files in order)."""
+        if other.fpa_method is not None and self.fpa_method is None:
+            self.fpa_method = other.fpa_method
+        elif other.fpa_method is not None and other.fpa_method != self.fpa_method:
+            # the shard's FPA used the other method: left out, never pooled
+            other.totals.methods.pop("fpa", None)
+            other.totals.pairs = {k: v for k, v in other.totals.pairs.items() if "fpa" not in k}
+            other.notes.pop("fpa", None)
+            self.fpa_left_out.extend(str(i["path"]) for i in other.inputs)
+        self.fpa_left_out.extend(other.fpa_left_out)
         self.totals.merge(other.totals)
         self.advantages.merge(other.advantages)
         self.rollout.merge(other.rollout)
@@ -519,7 +548,9 @@ def _file_sums(
             profile = batch.profile
             sequences += batch.num_sequences
             tokens += int(batch.mask.sum())
-            coefficients = batch_coefficients(batch, names, chosen, sums.skipped, sums.notes)
+            batch_notes: dict[str, str] = {}
+            coefficients = batch_coefficients(batch, names, chosen, sums.skipped, batch_notes)
+            sums.keep_one_fpa_method(coefficients, batch_notes, str(label))
             longer = long_rows(batch.mask)
             sums.totals.add(coefficients, batch.mask, longer)
             sums.advantages.add(batch, longer)
@@ -582,6 +613,15 @@ def _objectives_report(
     from ratioscope.report_io import tool_info
 
     warnings = [*sums.warnings, *sums.run_notes]
+    if sums.fpa_left_out:
+        other = "approximation" if sums.fpa_method == "exact" else "exact"
+        files = "; ".join(sums.fpa_left_out[:3]) + (
+            f" and {len(sums.fpa_left_out) - 3} more" if len(sums.fpa_left_out) > 3 else ""
+        )
+        warnings.append(
+            f"FPA: its row is the {sums.fpa_method} method; {len(sums.fpa_left_out)} file(s) "
+            f"allowed only the {other} and are left out of it, not pooled ({files})"
+        )
     skipped = dict(sums.skipped)
     totals = sums.totals
     for name in list(skipped):

@@ -312,7 +312,8 @@ def file_shards(files: Sequence[Path]) -> list[tuple[Path, ...]]:
     same training step (a step's rank files are analysed together, as one process
     would see them); a file whose name gives no step is a task of its own.
 
-    >>> [len(s) for s in file_shards([Path("step_1/r0.pt"), Path("step_1/r1.pt"), Path("x.pt")])]
+    >>> files = [Path("step_1/rank_0.pt"), Path("step_1/rank_1.pt"), Path("x.pt")]
+    >>> [len(s) for s in file_shards(files)]
     [2, 1]
     """
     from ratioscope.steps import step_from_name

@@ -234,3 +234,30 @@ class SequenceTable:
                 return
             scans = [pl.scan_parquet(p) for p in self._parts]
             pl.concat(scans, how="diagonal_relaxed").sink_parquet(tmp)
+
+
+def read_baseline(path: str | Path) -> Report:
+    """The analyze report a ``--baseline`` file holds; an evaluation report, a timeline
+    or another ratioscope document is refused in one sentence naming what it is."""
+    document = read_json_report(path)
+    kind = document.get("kind")
+    if kind == "timeline":
+        raise ReportError(
+            path,
+            "is a timeline (ratioscope timeline --json), not an analyze report: give the "
+            "--json report of one run or step as the baseline (a timeline judges its "
+            "later steps against its own first steps)",
+        )
+    if "by_method" in document:
+        raise ReportError(
+            path,
+            "is an evaluation report (Pass@k/UCC@k of samples), not an analyze report of "
+            "training dumps: give a report written by 'ratioscope analyze --json'",
+        )
+    if kind is not None:
+        raise ReportError(
+            path,
+            f"is a {kind} document, not an analyze report: give a report written by "
+            "'ratioscope analyze --json'",
+        )
+    return Report.from_dict(document, source=path)

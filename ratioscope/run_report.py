@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratioscope._callable_module import make_callable
 from ratioscope.drilldown import DEFAULT_METHODS, DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
 if TYPE_CHECKING:
     from ratioscope.drilldown import Drilldown
     from ratioscope.io.loaders import LoadOptions
+    from ratioscope.parallel import Runner
     from ratioscope.params import AnalysisParams
     from ratioscope.progress import ProgressCallback
     from ratioscope.timeline import Timeline
@@ -191,6 +193,7 @@ def run_report(
     title: str | None = None,
     progress: ProgressCallback | None = None,
     fixed_params: Collection[str] = (),
+    runner: Runner | None = None,
 ) -> RunReport:
     """The run report of a run's dumps (and a baseline run's, drawn beside it).
 
@@ -207,6 +210,8 @@ def run_report(
         title: the page title.
         progress: progress callback.
         fixed_params: as for :func:`ratioscope.timeline`.
+        runner: where the timelines' steps are analysed, as for
+            :func:`ratioscope.timeline` (the drill-down then reads the kept steps here).
 
     Returns:
         :class:`RunReport`; :meth:`RunReport.write_html` writes the file.
@@ -231,6 +236,7 @@ def run_report(
         "thresholds": thresholds,
         "progress": progress,
         "fixed_params": tuple(fixed_params),
+        "runner": runner,
     }
     result = timeline(paths, **options)  # type: ignore[arg-type]
     other = None
@@ -267,3 +273,7 @@ def _baseline_timeline(
         if isinstance(document, dict) and document.get("kind") == "timeline":
             return Timeline.from_dict(document, source=listed[0])
     return timeline(listed, **options)
+
+
+# ``ratioscope.run_report(...)`` calls the function whatever was imported first
+make_callable(__name__)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 #: tensors of at most this many elements are analysed on one thread (torch's grain size)
 SERIAL_ELEMENTS = 32768
@@ -34,3 +35,9 @@ def serial_if_small(elements: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def one_thread() -> Any:
+    """:func:`serial_if_small` always: for work on small tensors only (a report's state,
+    the sections built from it)."""
+    return serial_if_small(0)

@@ -21,7 +21,7 @@ import math
 import shutil
 import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -295,6 +295,9 @@ def lookup(document: Any, path: str) -> Any:
     """
     if not path:
         return document
+    if is_dataclass(document) and not isinstance(document, type):
+        # a report's section as it is built (no JSON conversion): its fields by name
+        document = {f.name: getattr(document, f.name) for f in fields(document)}
     if not isinstance(document, Mapping):
         return None
     parts = path.split(".")
@@ -308,6 +311,8 @@ def lookup(document: Any, path: str) -> Any:
 
 
 def _number(value: Any) -> float | None:
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()  # a numpy or torch scalar of a section not yet in JSON
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
@@ -604,6 +609,9 @@ def timeline(
             if step_objectives is not None:
                 document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
+            method = getattr(step_report.future_policy, "method", None)
+            if method:
+                fpa_steps.setdefault(str(method), []).append(group.step)
             relative_rows.append((group.step, relative_values(document)))
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
@@ -611,11 +619,13 @@ def timeline(
             yield step_report
         report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
 
+    fpa_steps: dict[str, list[int]] = {}
     with _staged(reports_dir) as staging:
         pooled = merge_reports(
             step_reports(staging), names=[f"step {group.step}" for group in by_step]
         )
     steps = _flag(rows, rule, followed)
+    fpa_note = _fpa_methods_note(fpa_steps)
     return Timeline(
         tool=tool_info(),
         params={
@@ -626,10 +636,26 @@ def timeline(
         },
         headlines=followed,
         steps=steps,
-        warnings=tuple(pooled.warnings),
+        warnings=(*pooled.warnings, *fpa_note),
         pooled=pooled,
         verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
         entropy_mechanics=entropy_mechanics(steps),
+    )
+
+
+def _fpa_methods_note(by_method: Mapping[str, list[int]]) -> tuple[str, ...]:
+    """A warning when FPA's method differs between steps: its row then changes meaning."""
+    if len(by_method) < 2:
+        return ()
+    parts = "; ".join(
+        f"the {method} method in step(s) {', '.join(map(str, steps[:6]))}"
+        + (f" and {len(steps) - 6} more" if len(steps) > 6 else "")
+        for method, steps in sorted(by_method.items())
+    )
+    return (
+        f"future_policy: {parts}: the FPA row changes method between these steps, so its "
+        "values are not comparable across them (exact from logits, approximation from the "
+        "reference log-probs)",
     )
 
 
@@ -678,13 +704,12 @@ def _step_result(
 
 
 def _sections_document(step_report: Report) -> dict[str, Any]:
-    """The report's sections as JSON, what the headlines read: ``to_dict()`` without the
-    ``state`` sums, whose conversion was most of a small step's time."""
+    """The report's sections, what the headlines read (:func:`lookup` walks the section
+    objects as it walks their JSON): converting the whole report to JSON, ``state``
+    included, was most of a small step's time."""
     from ratioscope.report import OPTIONAL_SECTION_KEYS, SECTION_KEYS
-    from ratioscope.report_io import to_jsonable
 
-    keys = (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)
-    return dict(to_jsonable({key: getattr(step_report, key) for key in keys}))
+    return {key: getattr(step_report, key) for key in (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)}
 
 
 def _describe_step(group: StepFiles) -> str:

@@ -58,7 +58,7 @@ _FLOAT32_OVERFLOW = (
 )
 _RELATIVE_MEASURED = (
     f"{_OURS}, measured on the bundled runs (sample_data/verl_steps/, verl/): every "
-    "quantity judged against a baseline stays within 0.13x to 4x of the run's first step"
+    "quantity judged against a baseline moves at most 4.1x its bad way from the run's first step"
 )
 
 
@@ -495,6 +495,7 @@ def verdict(
     findings += _vitals_findings(report, t)
     if baseline is not None:
         findings += relative_findings(report, baseline, t)
+        notes += _baseline_notes(report, baseline)
     notes += _analysis_notes(report)
     return Verdict(tuple(findings), t.overridden(), tuple(notes))
 
@@ -685,8 +686,9 @@ def first_steps_findings(
             bad += [(step, f) for f in found if f.level != "green"]
         if bad:
             level = max((f.level for _, f in bad), key=LEVELS.index)
-            worst_step, worst = max(
-                bad, key=lambda pair: (LEVELS.index(pair[1].level), pair[1].value or 0.0)
+            sign = 1.0 if item.direction == "up" else -1.0  # the worst is the largest
+            worst_step, worst = max(  # multiple of the baseline: a large value, or a small
+                bad, key=lambda pair: (LEVELS.index(pair[1].level), sign * (pair[1].value or 0.0))
             )
             at = ", ".join(str(step) for step, _ in bad)
             findings.append(
@@ -824,6 +826,29 @@ def _vitals_findings(report: Report, t: Thresholds) -> list[Finding]:
     return findings
 
 
+#: analysis parameters that change what a quantity judged against a baseline measures
+_COMPARED_PARAMS = ("clip", "token_on_band", "max_length")
+
+
+def _baseline_notes(report: Report, baseline: Report) -> list[Note]:
+    """A note when the baseline was analysed with other parameters that change what a
+    relative finding compares (the clip band, the on-policy band, the length limit)."""
+    mine = (report.params or {}).get("analysis") or {}
+    theirs = (baseline.params or {}).get("analysis") or {}
+    differ = [k for k in _COMPARED_PARAMS if k in mine and k in theirs and mine[k] != theirs[k]]
+    if not differ:
+        return []
+    shown = "; ".join(f"{k} {theirs[k]} there, {mine[k]} here" for k in differ)
+    return [
+        Note(
+            "relative.params", None,
+            f"baseline analysed with other parameters ({shown}): the findings against it "
+            "compare different things; analyse both alike",
+            "the report's params.analysis",
+        )
+    ]  # fmt: skip
+
+
 def _analysis_notes(report: Report) -> list[Note]:
     """Notes on ratioscope's own estimates: where the FPA approximation and the exact
     value (from dumped logits) disagree on the direction of the change."""
@@ -853,40 +878,6 @@ def _analysis_notes(report: Report) -> list[Note]:
             )
         )
     return notes
-
-
-# ----------------------------------------------------------------------- baseline
-
-
-def read_baseline(path: str | Path) -> Report:
-    """The analyze report a ``--baseline`` file holds; an evaluation report, a timeline
-    or another ratioscope document is refused in one sentence naming what it is."""
-    from ratioscope.errors import ReportError
-    from ratioscope.report import Report
-    from ratioscope.report_io import read_json_report
-
-    document = read_json_report(path)
-    kind = document.get("kind")
-    if kind == "timeline":
-        raise ReportError(
-            path,
-            "is a timeline (ratioscope timeline --json), not an analyze report: give the "
-            "--json report of one run or step as the baseline (a timeline judges its "
-            "later steps against its own first steps)",
-        )
-    if "by_method" in document:
-        raise ReportError(
-            path,
-            "is an evaluation report (Pass@k/UCC@k of samples), not an analyze report of "
-            "training dumps: give a report written by 'ratioscope analyze --json'",
-        )
-    if kind is not None:
-        raise ReportError(
-            path,
-            f"is a {kind} document, not an analyze report: give a report written by "
-            "'ratioscope analyze --json'",
-        )
-    return Report.from_dict(document, source=path)
 
 
 # --------------------------------------------------------------------------- TOML

@@ -60,7 +60,8 @@ def test_a_single_sequence_and_a_single_token():
     tiny = {"mask": torch.ones(1, 1, dtype=torch.bool), "log_ratio": torch.tensor([[0.25]])}
     report = ratioscope.analyze(ratioscope.TokenBatch.from_tensors(tiny))
     assert report.ratios["token"].switch_frequency == 0.0
-    assert report.ratios["token"].lfr is None and report.ratios["token"].lfr_excluded == 1
+    # one token: shorter than the spectral minimum, so counted apart and no LFR
+    assert report.ratios["token"].lfr is None and report.ratios["token"].short_excluded == 1
 
 
 def test_zero_width_dump_is_an_empty_dump_error(tmp_path):

@@ -137,3 +137,17 @@ def test_ray_retries_the_task_of_a_killed_worker(tmp_path, local_ray):
     assert marker.exists() and int(marker.read_text()) != results[2][1]  # another process
     with pytest.raises(TaskFailed, match=r"shard_3\.pt: holds no mask"):
         list(ordered_results(parallel_tasks.fail_on_three, range(5), Runner(ray="local")))
+
+
+@pytest.mark.slow
+def test_report_with_workers_equals_the_sequential_report(tmp_path):
+    import re
+
+    run = _steps(tmp_path, 3)
+    pages = []
+    for options in ((), ("--workers", "2")):
+        out = tmp_path / f"report{len(options)}.html"
+        _cli("report", str(run), "--out", str(out), *options)
+        # the creation time is the only difference a run may make
+        pages.append(re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+\d:Z]*", "T", out.read_text()))
+    assert pages[0] == pages[1]

@@ -26,6 +26,10 @@ def test_timeline_prints_the_verdict_and_the_table_and_writes_json(tmp_path):
         8, 16, 24, 32
     ]  # fmt: skip
     assert document["verdict"]["kind"] == "verdict"
+    # step 32 judged against the first three steps: all within 10x (docs/health.md)
+    (relative,) = [f for f in document["verdict"]["findings"] if f["key"] == "relative"]
+    assert relative["level"] == "green"
+    assert relative["text"].startswith("against its first steps (8, 16, 24): every later step")
 
 
 def test_timeline_reports_dir_is_accepted_by_merge(tmp_path):

@@ -267,6 +267,14 @@ def test_file_without_thresholds_gives_defaults(tmp_path):
             {"rollout_ess_red": 0.9},
             "'rollout_ess_red' (0.9) must be at most 'rollout_ess_yellow' (0.5)",
         ),
+        (
+            {"entropy_red": 0.01},
+            "'entropy_red' (0.01) must be at most 'entropy_yellow' (0.001)",
+        ),
+        (
+            {"relative_red": 5},
+            "'relative_red' (5) must be at least 'relative_yellow' (10)",
+        ),
     ],
 )
 def test_bad_thresholds_are_one_sentence(table, message):
@@ -618,3 +626,25 @@ def test_timeline_change_is_yellow_only_the_bad_way(document):
         if "changed at step" in f.text
     ]
     assert fall.level == "green"  # less drift is no problem
+
+
+def test_first_steps_worst_step_of_a_quantity_bad_when_small():
+    from ratioscope.verdict import first_steps_findings
+
+    entropy = [0.02, 0.021, 0.019, 0.018, 1e-3, 4e-4, 1.5e-3]
+    steps = [(i, {"vitals.entropy.mean": e}) for i, e in enumerate(entropy)]
+    (finding,) = first_steps_findings(steps)
+    # the median of steps 0-2 is 0.02; step 5 (4e-4, 1/50) is the worst, not step 6
+    assert finding.value == 4e-4 and "at step 5 (beyond the bound at steps 4, 5, 6)" in (
+        finding.text
+    )
+    assert finding.level == "yellow" and finding.short_name == "token entropy vs first steps"
+
+
+def test_baseline_with_other_parameters_gets_a_note(document):
+    other = copy.deepcopy(document)
+    other["params"]["analysis"]["clip"] = [0.1, 0.1]
+    result = verdict(Report.from_dict(document), None, Report.from_dict(other))
+    (note,) = [n for n in result.notes if n.key == "relative.params"]
+    assert "clip [0.1, 0.1] there, [0.2, 0.28] here" in note.text
+    assert verdict(Report.from_dict(document), None, Report.from_dict(document)).notes == ()

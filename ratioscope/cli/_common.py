@@ -183,3 +183,9 @@ def check_suffix(path: Path | None, suffix: str, option: str) -> None:
     """Refuse an output whose suffix names another format (``--parquet x.csv``)."""
     if path is not None and path.suffix.lower() != suffix:
         raise UsageError(f"{option} writes {suffix} files; name it *{suffix}, not {path.name}")
+
+
+def check_html_path(path: Path | None, option: str) -> None:
+    """Refuse an HTML output whose name says another format."""
+    if path is not None and path.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(f"{option} writes an HTML file; name it *.html, not {path.name}")

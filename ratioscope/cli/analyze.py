@@ -171,7 +171,8 @@ def analyze(
     from ratioscope.parallel import analyze_in_tasks
     from ratioscope.render.overview import Layout, show_analyze
     from ratioscope.render.terminal import show_warnings
-    from ratioscope.verdict import Thresholds, load_thresholds, read_baseline, verdict
+    from ratioscope.report import read_baseline
+    from ratioscope.verdict import Thresholds, load_thresholds, verdict
 
     inputs = [*expand_paths(paths), *(p for p in (thresholds, baseline) if p is not None)]
     check_output_paths(inputs, [json_out, parquet_out, verdict_json])

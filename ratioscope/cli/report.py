@@ -48,6 +48,7 @@ from ratioscope.cli._options import (
     band_text,
     option_text,
 )
+from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 from ratioscope.cli.timeline import StepFrom
 from ratioscope.drilldown import DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
@@ -151,6 +152,8 @@ def report(
     delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
     max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
+    workers: Workers = 1,
+    ray: RayAddress = None,
     quiet: Quiet = False,
 ) -> None:
     """The run report: one self-contained HTML file, from the trend to a step, a sequence
@@ -164,7 +167,12 @@ def report(
 
     Example: ratioscope report sample_data/verl_steps/ --out report.html
     """
-    from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
+    from ratioscope.cli._common import (
+        announce_written,
+        check_html_path,
+        check_output_paths,
+        progress_bar,
+    )
     from ratioscope.cli._options import (
         command_analysis_params,
         given_analysis_params,
@@ -212,14 +220,7 @@ def report(
             token_bytes=int(token_budget * 2**20),
             title=title,
             progress=progress,
+            runner=runner_of(workers, ray),
         )
     result.write_html(out)
     announce_written([out], quiet)
-
-
-def check_html_path(path: Path | None, option: str) -> None:
-    """Refuse an HTML output whose name says another format."""
-    from ratioscope.errors import UsageError
-
-    if path is not None and path.suffix.lower() not in (".html", ".htm"):
-        raise UsageError(f"{option} writes an HTML file; name it *.html, not {path.name}")

@@ -245,7 +245,7 @@ def timeline(
 
         raise UsageError("--tokenizer gives token text to the HTML report: add --html FILE")
     if html_out is not None:
-        from ratioscope.cli.report import check_html_path
+        from ratioscope.cli._common import check_html_path
         from ratioscope.io.tokenizer import TokenText
 
         check_html_path(html_out, "--html")

@@ -537,7 +537,12 @@ def _canonical_columns(
     mask = columns.get("mask")
     for canonical in ("rewards", "correct"):
         value = columns.get(canonical)
-        if isinstance(value, Tensor) and value.dim() == 2 and isinstance(mask, Tensor):
+        if (
+            isinstance(value, Tensor)
+            and value.dim() == 2
+            and isinstance(mask, Tensor)
+            and value.shape == mask.shape  # else validation names the mismatch
+        ):
             how = profile.reducers.get(canonical, "sum")
             columns[canonical] = _reduce_per_token(value, _as_bool(mask), how)
     if correct_threshold is not None and "correct" in columns:

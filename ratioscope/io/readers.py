@@ -100,7 +100,9 @@ def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
                 detail = "the file holds Python objects beyond tensors and plain containers"
             raise UnsafePickleError(path, detail) from None
         obj = _unsafe_torch_load(path)
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as error:
+    except InputError:
+        raise
+    except Exception as error:  # weights_only runs nothing: any other failure is corruption
         raise CorruptFileError(path, _torch_load_problem(path, error)) from None
     return _from_object(path, obj, "pt")
 

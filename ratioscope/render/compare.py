@@ -42,6 +42,8 @@ def show_comparison(comparison: Comparison, console: Console) -> None:
         "see docs/timeline.md",
         highlight=False,
     )
+    for note in comparison.notes:
+        console.print(f"note: {note}", highlight=False)
     if comparison.only_a or comparison.only_b:
         console.print(
             f"steps only in A: {_steps(comparison.only_a, None)}; "

@@ -74,6 +74,16 @@ def _legend_under(
                        frameon=False, **options)  # fmt: skip
 
 
+def _note_short_sequences(axes: Any, ratios: Mapping[str, Any]) -> None:
+    """A line in the corner saying how many sequences were too short to be drawn."""
+    from ratioscope.render.terminal import short_sequences_note
+
+    note = short_sequences_note(list(ratios.items()))
+    if note:
+        axes.text(0.01, 0.01, note, transform=axes.transAxes, fontsize=8, color="0.3",
+                  va="bottom")  # fmt: skip
+
+
 def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
     """Mean periodogram per variant on the normalised-frequency grid, LFR band marked."""
     ratios, params = _ratios(report), _params(report)
@@ -107,6 +117,7 @@ def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
     if drawn == 0:
         axes.text(0.5, 0.5, "no sequence with fluctuating ratios", transform=axes.transAxes,
                   ha="center")  # fmt: skip
+    _note_short_sequences(axes, ratios)
     axes.grid(alpha=0.3, which="both")
     handles, labels = axes.get_legend_handles_labels()
     for reason in dropped:  # a legend line without a mark: what is not drawn, and why
@@ -195,6 +206,7 @@ def plot_windows(report: Report, out: Path, source: str = "") -> None:
     if not curves:
         axes.text(0.5, 0.5, "no sequence has a full window", transform=axes.transAxes,
                   ha="center")  # fmt: skip
+    _note_short_sequences(axes, ratios)
     _count_panel(count_axes, counts, reached, sequences)
     count_axes.set_xlabel(f"window index ({window} valid tokens per window)")
     count_axes.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -307,7 +307,27 @@ def _state_caption(rows: Sequence[tuple[str, VariantStats | None]]) -> str | Non
         lines.append("on: " + "; ".join(clauses) + ". Proportions: mean over sequences.")
     if any(s is not None and not s.proportion and s.proportion_pooled for _, s in rows):
         lines.append("* pooled over tokens: the report predates per-sequence proportions.")
+    short = short_sequences_note(rows)
+    if short:
+        lines.append(short)
     return "\n".join(lines) or None
+
+
+def short_sequences_note(rows: Sequence[tuple[str, VariantStats | None]]) -> str | None:
+    """The sentence saying how many sequences were too short for the LFR, the spectrum
+    and the window statistics (None when none was)."""
+    counted = [
+        (s.short_excluded, s.spectral_min_length)
+        for _, s in rows
+        if s is not None and s.short_excluded and s.spectral_min_length
+    ]
+    if not counted:
+        return None
+    excluded, length = counted[0]
+    return (
+        f"LFR, spectrum and windows: {excluded} sequence(s) shorter than {length} tokens "
+        "are left out (too short for a spectrum)."
+    )
 
 
 def show_sweep(sweep: SweepReport | Mapping[str, Any], console: Console) -> None:

@@ -15,6 +15,7 @@ the raw token and sequence ratios, the paper's band for the Kalman-filtered one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -97,6 +98,12 @@ class VariantStats:
     variance: dict[str, float] | None = None
     window_frequency: dict[str, list[float]] | None = None
     spectrum: Spectrum | None = None
+    #: sequences shorter than ``spectral_min_length`` tokens, left out of ``lfr``,
+    #: ``spectrum`` and ``window_frequency`` (None in reports written before)
+    short_excluded: int | None = None
+    #: the minimum length of those statistics: the window, and at least 2 / lfr_cutoff
+    #: tokens so that the LFR band holds a frequency above 0
+    spectral_min_length: int | None = None
     #: the kalman row with kalman_impl='reference': where the closed form leaves
     #: the exact filter on these data (None on the other rows and with the exact filter)
     closed_form_deviation: ClosedFormDeviation | None = None
@@ -158,10 +165,16 @@ class _StateSums(Record):
     windows = mergeable(WindowMoments.empty, "merge", codec=_WINDOW_LISTS)
     spectrum_sum = mergeable(Vector, "merge")
     spectrum_count = mergeable(int, "sum")
+    #: sequences shorter than the spectral minimum length, left out of the LFR, the
+    #: spectrum and the window statistics
+    short_excluded = mergeable(int, "sum", optional=True)
 
-    def add(self, stats: SignalStatistics, nonempty: Tensor) -> None:
-        """Fold the statistics of a chunk's rows in (``nonempty`` ones only)."""
+    def add(self, stats: SignalStatistics, nonempty: Tensor, long: Tensor | None = None) -> None:
+        """Fold the statistics of a chunk's rows in (``nonempty`` ones only; the LFR,
+        spectrum and windows of the ``long`` ones only, the others counted)."""
         rows = nonempty
+        long = nonempty if long is None else long & nonempty
+        self.short_excluded += int((nonempty & ~long).sum())
         counts = stats.state_counts[rows].sum(dim=0)
         shares = state_shares(stats.state_counts[rows]).sum(dim=0)
         for j in range(3):
@@ -177,15 +190,15 @@ class _StateSums(Record):
             self.run_histogram[j].add_tensor(lengths, histogram[lengths])
         self.sequences += int(rows.sum())
         self.switch_sum += float(stats.switch_frequency[rows].sum())
-        lfr = stats.low_frequency_ratio[rows]
+        lfr = stats.low_frequency_ratio[long]
         finite = ~torch.isnan(lfr)
         self.lfr_sum += float(lfr[finite].sum())
         self.lfr_count += int(finite.sum())
         self.lfr_excluded += int((~finite).sum())
         self.var_global_sum += float(stats.global_variance[rows].sum())
         self.var_local_sum += float(stats.local_variance[rows].sum())
-        self.windows = self.windows.merge(window_moments(stats.window_frequency[rows]).cpu())
-        spectra = stats.periodogram[rows][finite]
+        self.windows = self.windows.merge(window_moments(stats.window_frequency[long]).cpu())
+        spectra = stats.periodogram[long][finite]
         self.spectrum_sum.add(spectra.sum(dim=0))
         self.spectrum_count += int(spectra.shape[0])
 
@@ -217,6 +230,7 @@ class _StateSums(Record):
             "switch_frequency": self.switch_sum / self.sequences,
             "lfr": self.lfr_sum / self.lfr_count if self.lfr_count else None,
             "lfr_excluded": self.lfr_excluded,
+            "short_excluded": self.short_excluded,
             "variance": {
                 "global": self.var_global_sum / self.sequences,
                 "window_local": self.var_local_sum / self.sequences,
@@ -366,10 +380,12 @@ class RatiosAccumulator(Accumulator):
                 cutoff=p.lfr_cutoff,
                 space=space,
             )
-        state.states.add(stats, ctx.nonempty)
+        long = ctx.lengths >= spectral_min_length(p)
+        state.states.add(stats, ctx.nonempty, long)
+        nan = torch.full((), math.nan, dtype=stats.low_frequency_ratio.dtype)
         return {
             f"{variant}_switch_frequency": stats.switch_frequency,
-            f"{variant}_lfr": stats.low_frequency_ratio,
+            f"{variant}_lfr": torch.where(long, stats.low_frequency_ratio, nan),
             f"{variant}_var_global": stats.global_variance,
             f"{variant}_var_window": stats.local_variance,
         }
@@ -396,6 +412,7 @@ class RatiosAccumulator(Accumulator):
             if has_adv
             else None,
             closed_form_deviation=self.closed_form_deviation() if variant == "kalman" else None,
+            spectral_min_length=spectral_min_length(self.params),
         )
 
     def closed_form_deviation(self) -> ClosedFormDeviation | None:
@@ -466,6 +483,14 @@ def _add_constant_rows(histogram: Histogram, values: Tensor, lengths: Tensor) ->
     m2 = float((weights * (row_values - mean).square()).sum())
     low, high = float(row_values.min()), float(row_values.max())
     histogram.moments.merge(Moments(int(tokens), mean, m2, low, high))
+
+
+def spectral_min_length(params: AnalysisParams) -> int:
+    """The fewest valid tokens a sequence needs for the LFR, the spectrum and the window
+    statistics: the window W, and at least 2 / f_c so that the LFR band
+    ``k_c = floor(f_c L / 2)`` holds a frequency above 0 (below it the band is the mean
+    alone, which the LFR removes: 0 up to rounding, the "1e-17" of short responses)."""
+    return max(int(params.window), math.ceil(2.0 / params.lfr_cutoff - 1e-9))
 
 
 def _frequency_grid() -> list[float]:

@@ -192,7 +192,7 @@ def tensors(draw: st.DrawFn) -> Any:
     )
     shape = draw(st.lists(st.integers(0, 5), min_size=0, max_size=3))
     tensor = torch.from_numpy(
-        np.frombuffer(bytes(draw(st.binary(min_size=64, max_size=64))) * 8, dtype=np.uint8).copy()
+        np.frombuffer(bytes(draw(st.binary(min_size=64, max_size=64))) * 16, dtype=np.uint8).copy()
     )
     count = int(np.prod(shape)) if shape else 1
     raw = tensor[: count * torch.empty((), dtype=dtype).element_size()]
