@@ -459,12 +459,43 @@ def objectives(
     else:
         listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
         sources = list(expand_paths(listed))
+    trainer = _trainer_clip(sources, options, chosen, settings or {})
     if runner is not None and runner.parallel and not isinstance(paths, TokenBatch):
         sums = _sums_in_tasks([p for p in sources if isinstance(p, Path)], names, chosen,
                               options, batch_rows, runner, progress)  # fmt: skip
     else:
         sums = _file_sums(sources, names, chosen, options, batch_rows, progress)
-    return _objectives_report(sums, names, chosen, batch_rows)
+    result = _objectives_report(sums, names, chosen, batch_rows)
+    if trainer is not None:
+        result.params["trainer"] = trainer
+    return result
+
+
+def _trainer_clip(
+    sources: Sequence[TokenBatch | Path],
+    options: LoadOptions,
+    chosen: dict[str, dict[str, Any]],
+    overrides: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any] | None:
+    """The reference method's clip band from the trainer's settings (recorded, or
+    ``options.trainer``'s documented defaults), unless ``--set`` gave it; the report's
+    ``params.trainer`` block, or None without settings."""
+    from ratioscope import trainer_settings
+
+    first = next((p for p in sources if isinstance(p, Path)), None)
+    settings = trainer_settings.resolve(options.trainer, first)
+    if settings is None:
+        return None
+    applied: dict[str, str] = {}
+    clip = settings.clip()
+    if clip is not None and REFERENCE in chosen:
+        key = f"{REFERENCE}.clip"
+        if "clip" in overrides.get(REFERENCE, {}):
+            applied[key] = "option"
+        else:
+            chosen[REFERENCE]["clip"] = clip[0]
+            applied[key] = f"trainer settings ({settings.name} {clip[1]})"
+    return {**settings.to_dict(), "applied": applied}
 
 
 @dataclass

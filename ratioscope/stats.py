@@ -193,7 +193,10 @@ class Histogram:
         return bins.quantile_from_counts(self.counts, q, self.moments.minimum, self.moments.maximum)
 
     def quantiles(self, qs: tuple[float, ...]) -> dict[str, float]:
-        return {_q_key(q): self.quantile(q) for q in qs}
+        values = bins.quantiles_from_counts(
+            self.counts, qs, self.moments.minimum, self.moments.maximum
+        )
+        return {_q_key(q): value for q, value in zip(qs, values, strict=True)}
 
     def state(self) -> dict[str, Any]:
         nonzero = self.counts.nonzero().flatten()

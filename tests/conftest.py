@@ -1,9 +1,28 @@
-"""Shared pytest fixtures (helpers live in tests/dumps.py, importable as ``dumps``)."""
+"""Shared pytest fixtures (helpers live in tests/dumps.py, importable as ``dumps``), and
+the slow tier: the tests listed in tests/slow_tests.txt get the ``slow`` marker, which the
+default run (pyproject.toml: ``-m 'not slow'``) leaves out."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from dumps import Reference, make_reference
+
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def slow_ids() -> set[str]:
+    """The node ids of tests/slow_tests.txt (comments and blank lines left out)."""
+    lines = SLOW_LIST.read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    listed = slow_ids()
+    for item in items:
+        if item.nodeid in listed or item.nodeid.split("[")[0] in listed:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

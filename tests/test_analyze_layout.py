@@ -1,8 +1,8 @@
 """analyze leads with the answer: line budgets of its layouts, and the transcripts of
 README.md and docs/getting-started.md, which must be what analyze prints.
 
-Regenerate a transcript after a change of the output with
-``COLUMNS=100 ratioscope analyze sample_data/verl/`` (the first lines for the README).
+Regenerate docs/getting-started.md with ``python docs/transcripts.py`` and the README's
+with ``COLUMNS=100 ratioscope analyze sample_data/verl/`` (its first lines).
 """
 
 from __future__ import annotations
@@ -64,19 +64,26 @@ def test_detail_prints_every_table(printed):
     assert "vitals:" in text
 
 
-def _transcript(page: str) -> list[str]:
-    """The text block after the page's transcript marker, without the ``$`` line."""
+def _transcript(page: str, mark: str = MARK, after: str = "") -> list[str]:
+    """The text block after the page's marker ``mark`` (the first after ``after``),
+    without the ``$`` line."""
     text = (ROOT / page).read_text()
-    assert MARK in text, f"{page} has no {MARK}"
-    block = re.search(re.escape(MARK) + r"\s*```text\n(.*?)```", text, re.S)
-    assert block is not None, f"{page}: no text block after {MARK}"
+    text = text[text.index(after) :] if after else text
+    assert mark in text, f"{page} has no {mark}"
+    block = re.search(re.escape(mark) + r"\s*```text\n(.*?)```", text, re.S)
+    assert block is not None, f"{page}: no text block after {mark}"
     lines = block.group(1).rstrip("\n").splitlines()
     return [line for line in lines if not line.startswith("$ ")]
 
 
 def test_the_getting_started_transcript_is_what_analyze_prints(printed):
+    """Its transcript (docs/transcripts.py: stdout, then the warnings of stderr, then the
+    files written) opens with the default layout, whole."""
     stdout, _ = printed["default"]
-    assert _transcript("docs/getting-started.md") == [line.rstrip() for line in stdout]
+    page = "docs/getting-started.md"
+    shown = _transcript(page, "<!-- transcript -->", after="## Analyse")
+    assert shown[: len(stdout)] == [line.rstrip() for line in stdout]
+    assert shown[len(stdout)].startswith("warning: ")
 
 
 def test_the_readme_transcript_opens_what_analyze_prints(printed):

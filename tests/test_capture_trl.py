@@ -35,7 +35,10 @@ for _name, _value in {
 trl = pytest.importorskip("trl")
 
 # transformers 5 renames gradient_checkpointing; TRL 1.16 still uses the old names
-pytestmark = pytest.mark.filterwarnings("ignore:.*checkpointing.*deprecated:FutureWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*checkpointing.*deprecated:FutureWarning"),
+    pytest.mark.slow,  # a real GRPOTrainer run: the slow tier (pytest -m slow, .ci/run)
+]
 
 import torch  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402

@@ -29,10 +29,13 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 STATED = re.compile(r'^echo "exit code: \$\?"\s*#\s*(\d+)', re.M)
 ECHOED = re.compile(r"^exit code: (\d+)$", re.M)
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("bash") is None or shutil.which("sed") is None,
-    reason="the guide's commands need bash and sed",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("bash") is None or shutil.which("sed") is None,
+        reason="the guide's commands need bash and sed",
+    ),
+    pytest.mark.slow,  # the whole guide, analyses included: the slow tier
+]
 
 
 # ------------------------------------------------------------------ reading the guide

@@ -281,3 +281,14 @@ def test_merge_prints_the_verdict_of_the_merged_report(documents, tmp_path):
         assert line.split()[0] == finding.level
     full = runner.invoke(app, ["merge", str(report), str(copy), "--out", str(out)])
     assert full.stdout.startswith(result.stdout) and len(full.stdout) > 3 * len(result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "named"),
+    [("eval", "is an evaluation report"), ("timeline", "is a timeline (ratioscope timeline")],
+)
+def test_analyze_names_a_baseline_of_another_kind(documents, dump, baseline, named):
+    base = documents[baseline]
+    line = one_error_line(runner.invoke(app, ["analyze", str(dump), "--baseline", str(base)]))
+    assert line.startswith(f"ratioscope: error: {base}: {named}"), line
+    assert "not an analyze report" in line

@@ -37,6 +37,8 @@ from ratioscope.functional import corrections as C
 from ratioscope.functional import objectives as F
 from ratioscope.objective_methods import METHODS, MethodInputs
 
+pytestmark = pytest.mark.slow  # the frameworks' own losses (verl, TRL imported): the slow tier
+
 DOUBLE = torch.float64
 
 # ----------------------------------------------------------------------- the batch

@@ -22,6 +22,8 @@ from dumps import make_reference
 
 import ratioscope
 
+pytestmark = pytest.mark.slow  # the scale examples in fresh processes: the slow tier
+
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "examples" / "slurm"
 

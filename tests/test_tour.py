@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every command of the tour, in order: the slow tier
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 import ratioscope
 from ratioscope.capture import CaptureWriter
 from ratioscope.cli import app
+from ratioscope.io.loaders import LoadOptions
 from ratioscope.trainer_settings import (
     SETTINGS_KEY,
     documented_defaults,
@@ -135,3 +136,23 @@ def test_timeline_and_the_terminal_use_and_name_the_recorded_band(tmp_path):
     out = " ".join(CliRunner().invoke(app, ["analyze", str(tmp_path / "c")]).output.split())
     assert "trainer settings: recorded by the capture" in out
     assert "clip from trainer settings (verl clip_ratio_low=0.2, clip_ratio_high=0.28)" in out
+
+
+def test_objectives_take_grpos_clip_band_from_the_trainer(tmp_path):
+    capture(tmp_path / "c", verl_settings(verl_config(clip_ratio_high=0.3)))
+    result = ratioscope.objectives(tmp_path / "c", methods=["grpo", "dapo"])
+    # GRPO's row: verl's (0.2, 0.3) instead of the paper's (0.2, 0.2); DAPO keeps its own
+    assert tuple(result.params["settings"]["grpo"]["clip"]) == (0.2, 0.3)
+    assert tuple(result.params["settings"]["dapo"]["clip"]) == (0.2, 0.28)
+    assert result.params["trainer"]["applied"]["grpo.clip"].startswith("trainer settings")
+    given = ratioscope.objectives(
+        tmp_path / "c", methods=["grpo"], settings={"grpo": {"clip": (0.1, 0.1)}}
+    )
+    assert tuple(given.params["settings"]["grpo"]["clip"]) == (0.1, 0.1)
+    assert given.params["trainer"]["applied"]["grpo.clip"] == "option"
+    assert (
+        "trainer"
+        not in ratioscope.objectives(
+            tmp_path / "c", methods=["grpo"], load_options=LoadOptions(trainer="none")
+        ).params
+    )

@@ -17,6 +17,7 @@ from ratioscope.cli._options import (
     Mapping,
     NonFinite,
     Quiet,
+    Trainer,
     UnsafePickle,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
@@ -90,6 +91,7 @@ def objectives(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
+    trainer: Trainer = "auto",
     workers: Workers = 1,
     ray: RayAddress = None,
     quiet: Quiet = False,
@@ -140,6 +142,7 @@ def objectives(
                 group_size,
                 correct_field,
                 correct_threshold,
+                trainer,
             ),
             batch_rows=batch_rows,
             progress=progress,

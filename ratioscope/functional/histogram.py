@@ -16,6 +16,7 @@ whenever 10^MIN_EXP <= |q| < 10^MAX_EXP; below that its absolute error is at mos
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -100,24 +101,35 @@ def quantile_from_counts(
     ``lower``/``upper`` (the exact minimum and maximum, when known) clamp the result,
     which also bounds the over-flow bins. NaN when the histogram is empty.
     """
+    return quantiles_from_counts(counts, (q,), lower, upper)[0]
+
+
+def quantiles_from_counts(
+    counts: Tensor, qs: Sequence[float], lower: float | None = None, upper: float | None = None
+) -> list[float]:
+    """:func:`quantile_from_counts` of every q in ``qs``, the cumulative counts summed
+    once (a report reads a dozen quantiles of each histogram)."""
     counts = counts.detach().cpu().double()
     total = float(counts.sum())
     if total == 0:
-        return math.nan
-    k = max(1.0, math.ceil(q * total - 1e-9))
+        return [math.nan for _ in qs]
     cumulative = torch.cumsum(counts, 0)
-    index = int(torch.searchsorted(cumulative, torch.tensor([k], dtype=torch.float64)))
-    index = min(index, NUM_BINS - 1)
-    before = float(cumulative[index - 1]) if index > 0 else 0.0
-    inside = float(counts[index])
-    fraction = (k - before - 0.5) / inside if inside else 0.5
-    fraction = min(max(fraction, 0.0), 1.0)
-    value = _interpolate(index, fraction)
-    if lower is not None:
-        value = max(value, lower)
-    if upper is not None:
-        value = min(value, upper)
-    return value
+    values = []
+    for q in qs:
+        k = max(1.0, math.ceil(q * total - 1e-9))
+        index = int(torch.searchsorted(cumulative, torch.tensor([k], dtype=torch.float64)))
+        index = min(index, NUM_BINS - 1)
+        before = float(cumulative[index - 1]) if index > 0 else 0.0
+        inside = float(counts[index])
+        fraction = (k - before - 0.5) / inside if inside else 0.5
+        fraction = min(max(fraction, 0.0), 1.0)
+        value = _interpolate(index, fraction)
+        if lower is not None:
+            value = max(value, lower)
+        if upper is not None:
+            value = min(value, upper)
+        values.append(value)
+    return values
 
 
 def _interpolate(index: int, fraction: float) -> float:

@@ -298,7 +298,10 @@ def skyrl_states(draw: st.DrawFn) -> dict[str, Any]:
     for _ in range(draw(st.integers(1, 4))):
         target = draw(st.sampled_from(["tensor", "metadata", "batch"]))
         if target == "tensor":
-            encoded = state["batch_dict"][draw(st.sampled_from(sorted(state["batch_dict"])))]
+            tensors = sorted(k for k, v in state["batch_dict"].items() if isinstance(v, dict))
+            if not tensors:
+                continue
+            encoded = state["batch_dict"][draw(st.sampled_from(tensors))]
             field = draw(st.sampled_from(["dtype", "shape", "data", "format"]))
             encoded[field] = draw(
                 st.one_of(

@@ -239,7 +239,12 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
         if None not in labels:
             columns[PROMPT_GROUP] = labels
     sequences, mask = columns.get("sequences"), columns.get("loss_mask")
-    if isinstance(sequences, torch.Tensor) and isinstance(mask, torch.Tensor):
+    if (
+        isinstance(sequences, torch.Tensor)
+        and isinstance(mask, torch.Tensor)
+        and sequences.dim() == 2
+        and mask.dim() == 2
+    ):
         columns[RESPONSE_IDS] = sequences[:, sequences.shape[1] - mask.shape[1] :]
     if "action_log_probs" not in columns:
         raise InputError(
@@ -254,4 +259,6 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
 
 def _rows(columns: dict[str, Any]) -> int:
     mask = columns.get("loss_mask")
-    return int(mask.shape[0]) if isinstance(mask, torch.Tensor) else 0
+    if not isinstance(mask, torch.Tensor):
+        return 0
+    return int(mask.shape[0]) if mask.dim() >= 1 else 0  # validation names a 0-d mask
