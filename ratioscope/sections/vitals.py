@@ -231,7 +231,9 @@ class VitalsSection:
 def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
     """The length limit of ``batch``'s responses and where it came from.
 
-    The ``max_length`` parameter when set (``"option"``), else the padded width of the
+    The ``max_length`` parameter when set (source ``max_length_source``, default
+    ``"option"``; ``"trainer settings"`` where a reader took it from the trainer's
+    recorded settings), else the padded width of the
     batch (``"padded width"``): a trainer pads its responses to its generation limit,
     so a response of that width is one the limit cut (an assumption, said in the note).
     """
