@@ -154,7 +154,8 @@ def run_accumulators(
     """One streaming pass: every file gets fresh accumulators from ``make()``, fed chunk
     by chunk, then merged into the totals (the merge ``ratioscope merge`` uses). The
     sections that work on whole groups (``joins_groups``) are fed once per training step
-    instead, with the groups joined across the step's files
+    instead, and those that take groups besides (``takes_groups``) get their groups
+    there, with the groups joined across the step's files
     (:mod:`ratioscope.group_join`; ``group_size``: the trainer's, when known).
     """
     from ratioscope.group_join import StepGroupJoin
@@ -233,6 +234,8 @@ class _JoinedSections:
         self.table = table
         self.per_file_totals = [acc for acc in totals if not acc.joins_groups]
         self.joined_totals = [acc for acc in totals if acc.joins_groups]
+        #: per-file sections whose group-level numbers take the joined groups too
+        self.group_takers = [acc for acc in self.per_file_totals if acc.takes_groups]
         #: file index -> its rows and per-sequence columns, until they are final
         self._frames: dict[int, tuple[_FileRows, dict[str, Tensor]]] = {}
 
@@ -241,7 +244,7 @@ class _JoinedSections:
 
         if self.table is not None:
             self._frames[index] = (rows, dict(columns))
-        if not self.joined_totals:
+        if not self.joined_totals and not self.group_takers:
             self._flush(index + 1)
             return
         sequences = FileSequences(
@@ -262,6 +265,8 @@ class _JoinedSections:
             total.record_join(self.join.counts)
 
     def _feed(self, groups: Any) -> None:
+        for taker in self.group_takers:
+            taker.update_groups(groups)
         batch = TokenBatch(
             mask=torch.ones(groups.rewards.shape[0], 1, dtype=torch.bool),
             log_ratio=torch.zeros(groups.rewards.shape[0], 1),

@@ -5,7 +5,8 @@ or a capture that writes one file per loss micro-batch (TRL's ``granularity=
 "micro_batch"``) spreads a prompt's samples over several files; TRL with
 ``steps_per_generation > gradient_accumulation_steps`` even spreads them over two
 optimizer steps. The sections that work on whole groups (``Accumulator.joins_groups``:
-QUATRO's duals, the GRPO advantages and equal-reward groups of ``trust_region``) are
+QUATRO's duals, the GRPO advantages and equal-reward groups of ``trust_region``; the
+equal-reward groups of ``vitals`` through ``Accumulator.takes_groups``) are
 therefore fed once per *step*, with the per-sequence values of every file of the step
 joined by group label, never once per file.
 
@@ -230,8 +231,7 @@ def join_notes(
         notes.append(
             f"{name}: {joined} group(s) had samples in more than one file of their step and "
             "were joined by group id before the group-level numbers (the covariance "
-            "section's per-group centring and the vitals' equal-reward groups are still "
-            "per file)"
+            "section's per-group centring is still per file)"
         )
     if completed:
         notes.append(

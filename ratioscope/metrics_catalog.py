@@ -633,6 +633,11 @@ CATALOG: tuple[Entry, ...] = (
         "advantage",
         "mean over sequences longer than their batch's median length of their mean |A|",
     ),
+    Entry("vitals.equal_reward_groups.groups", "count", "groups (prompts) counted"),
+    Entry("vitals.equal_reward_groups.equal", "count", "groups whose rewards are all equal"),
+    Entry("vitals.equal_reward_groups.share", "fraction", "equal / groups"),
+    Entry("vitals.equal_reward_groups.solved", "count", "equal-reward groups all correct"),
+    Entry("vitals.equal_reward_groups.failed", "count", "equal-reward groups all incorrect"),
     Entry("vitals.entropy_mechanics.tokens", "tokens", "valid tokens of the covariances"),
     Entry(
         "vitals.entropy_mechanics.covariance",
@@ -649,11 +654,6 @@ CATALOG: tuple[Entry, ...] = (
         "nats/token",
         "-covariance: the predicted entropy change per unit step size (its sign)",
     ),
-    Entry("vitals.equal_reward_groups.groups", "count", "groups (prompts) counted"),
-    Entry("vitals.equal_reward_groups.equal", "count", "groups whose rewards are all equal"),
-    Entry("vitals.equal_reward_groups.share", "fraction", "equal / groups"),
-    Entry("vitals.equal_reward_groups.solved", "count", "equal-reward groups all correct"),
-    Entry("vitals.equal_reward_groups.failed", "count", "equal-reward groups all incorrect"),
 )
 
 

@@ -6,9 +6,11 @@ and folds them into mergeable sums: counts, sums of ``|c|`` and ``c^2``, the pai
 sums behind the correlations, and log-magnitude histograms for the top shares, the Gini
 coefficient and the concentration curves. A file is the unit because the methods
 normalise over a batch (token-mean, CW-GRPO's sigma, the groups of Dr. GRPO and QUATRO);
-pooling several files treats them as one batch. Counts, sums, shares, ESS, sign flips and
-correlations are exact; top shares, Gini and curves are read from the histograms, within
-their 1.16 % relative bin width (docs/objectives.md).
+pooling several files treats them as one batch. The advantage schemes (GRPO, Dr. GRPO,
+QUATRO, the dump's) work on whole groups instead: on the groups of each training step
+joined by group id across the step's files (:mod:`ratioscope.group_join`). Counts, sums,
+shares, ESS, sign flips and correlations are exact; top shares, Gini and curves are read
+from the histograms, within their 1.16 % relative bin width (docs/objectives.md).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
     from ratioscope.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
+    from ratioscope.group_join import JoinedGroups
     from ratioscope.io.loaders import LoadOptions, RunFiles
     from ratioscope.parallel import Runner
 
@@ -566,10 +569,13 @@ def _file_sums(
     """The sums of ``sources``, read one batch at a time."""
     from ratioscope.batch import TokenBatch
     from ratioscope.io.loaders import RunFiles
+    from ratioscope.steps import step_from_name
 
     sums = _Sums(totals=_Totals(names))
     run = RunFiles(len(sources), options, sums.run_notes)
+    steps = _StepAdvantages(sums.advantages, own_ids=bool(options.group_size))
     for index, source in enumerate(sources):
+        step = step_from_name(source) if isinstance(source, Path) else None
         label = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), Path(label).name))
         sequences = tokens = 0
@@ -584,12 +590,13 @@ def _file_sums(
             sums.keep_one_fpa_method(coefficients, batch_notes, str(label))
             longer = long_rows(batch.mask)
             sums.totals.add(coefficients, batch.mask, longer)
-            sums.advantages.add(batch, longer)
+            steps.add(step, batch, longer)
             sums.rollout.add(batch)
         if profile is not None:
             sums.inputs.append(
                 {"path": str(label), "format": profile, "sequences": sequences, "tokens": tokens}
             )
+    sums.warnings.extend(steps.finish())
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     if check_any:
         run.check_any(bool(sums.inputs))
@@ -754,29 +761,33 @@ class _AdvantageSums:
     sequences: int = 0
     schemes: dict[str, _SchemeSums] = field(default_factory=dict)
 
-    def add(self, batch: TokenBatch, longer: Tensor) -> None:
-        """Fold one batch in; ``longer`` [B] bool is :func:`long_rows` of its mask."""
+    def add(self, groups: JoinedGroups, side: Mapping[int, _RowFacts]) -> None:
+        """Fold in the whole groups of one step (:mod:`ratioscope.group_join`), their
+        rows' length split, presence and dump advantage taken from ``side`` (batch index
+        -> :class:`_RowFacts`) by each row's batch and row."""
+        import torch
+
         from ratioscope.functional.objectives import dr_grpo_advantages, zero_variance_groups
         from ratioscope.functional.quatro import grpo_advantages, quatro_duals
 
-        if batch.rewards is None or batch.group is None:
-            return
-        mask = batch.mask
-        present = mask.any(dim=1)
-        rewards = batch.rewards.double()
-        zero, groups = zero_variance_groups(rewards, batch.group)
-        self.groups += groups
+        rewards, group = groups.rewards, groups.group
+        longer, present, dump = _gathered_facts(side, groups.files, groups.rows)
+        zero, count = zero_variance_groups(rewards, group)
+        self.groups += count
         self.zero_variance += zero
         self.sequences += int(present.sum())
         per_scheme = {
-            "grpo": grpo_advantages(rewards, batch.group),
-            "dr_grpo": dr_grpo_advantages(rewards, batch.group),
-            "quatro": quatro_duals(rewards, batch.group).adv,
+            "grpo": grpo_advantages(rewards, group),
+            "dr_grpo": dr_grpo_advantages(rewards, group),
+            "quatro": quatro_duals(rewards, group).adv,
         }
-        if batch.advantages is not None:
-            per_scheme["dump"] = _first_valid(batch.advantages, mask)
         for name, values in per_scheme.items():
             self.schemes.setdefault(name, _SchemeSums()).add(values, longer, present)
+        has_dump = ~torch.isnan(dump)
+        if bool(has_dump.any()):
+            self.schemes.setdefault("dump", _SchemeSums()).add(
+                dump.nan_to_num(0.0), longer, present & has_dump
+            )
 
     def merge(self, other: _AdvantageSums) -> None:
         self.groups += other.groups
@@ -794,6 +805,91 @@ class _AdvantageSums:
             sequences=self.sequences,
             schemes={name: sums.scheme() for name, sums in self.schemes.items()},
         )
+
+
+@dataclass
+class _RowFacts:
+    """Per-sequence facts of one batch that the advantage schemes need besides the
+    groups: ``longer`` [B] bool (:func:`long_rows`), ``present`` [B] bool (a valid
+    token), ``dump`` [B] float64 (the dump's advantage, NaN without one)."""
+
+    longer: Tensor
+    present: Tensor
+    dump: Tensor
+
+
+def _gathered_facts(
+    side: Mapping[int, _RowFacts], files: Tensor, rows: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """[N] longer, present and dump advantage of joined rows (batch ``files``, row
+    ``rows``)."""
+    import torch
+
+    n = int(files.numel())
+    longer = torch.zeros(n, dtype=torch.bool)
+    present = torch.zeros(n, dtype=torch.bool)
+    dump = torch.full((n,), math.nan, dtype=torch.float64)
+    for index in files.unique().tolist():
+        take = files == index
+        facts, at = side[int(index)], rows[take]
+        longer[take], present[take], dump[take] = (
+            facts.longer[at], facts.present[at], facts.dump[at]
+        )  # fmt: skip
+    return longer, present, dump
+
+
+class _StepAdvantages:
+    """Feeds :class:`_AdvantageSums` the groups of each step joined across its batches
+    (files, rank files, ``batch_rows`` cuts) by group id, as ``analyze``'s group-level
+    sections are fed (:class:`ratioscope.group_join.StepGroupJoin`): a prompt's samples
+    split over two rank files are one group, not two."""
+
+    def __init__(self, sums: _AdvantageSums, own_ids: bool) -> None:
+        from ratioscope.group_join import StepGroupJoin
+
+        self.sums = sums
+        self.join = StepGroupJoin(None, own_ids=own_ids)
+        self.side: dict[int, _RowFacts] = {}
+        self.batches = 0
+
+    def add(self, step: Any, batch: TokenBatch, longer: Tensor) -> None:
+        """One batch of step ``step`` (None: a step of its own)."""
+        import torch
+
+        from ratioscope.group_join import FileSequences
+
+        if batch.rewards is None or batch.group is None:
+            return
+        index, self.batches = self.batches, self.batches + 1
+        mask = batch.mask
+        dump = (
+            _first_valid(batch.advantages, mask).detach().to("cpu", torch.float64)
+            if batch.advantages is not None
+            else torch.full((batch.num_sequences,), math.nan, dtype=torch.float64)
+        )
+        self.side[index] = _RowFacts(longer.cpu(), mask.any(dim=1).cpu(), dump)
+        sequences = FileSequences(
+            index, batch.source, batch.rewards, batch.correct, batch.group, batch.group_labels
+        )
+        for groups in self.join.add(step, sequences):
+            self.sums.add(groups, self.side)
+        oldest = self.join.oldest_open_file(default=index + 1)
+        for done in [i for i in self.side if i < oldest]:
+            del self.side[done]
+
+    def finish(self) -> list[str]:
+        """Close the last step; the join's notes."""
+        from ratioscope.group_join import join_notes
+
+        for groups in self.join.finish():
+            self.sums.add(groups, self.side)
+        self.side = {}
+        counts = self.join.counts
+        sizes = {str(k): v for k, v in counts.incomplete_sizes.items()}
+        return join_notes(
+            "objectives' advantage schemes", counts.joined, counts.completed,
+            counts.incomplete, sizes,
+        )  # fmt: skip
 
 
 def _first_valid(advantages: Tensor, mask: Tensor) -> Tensor:

@@ -22,6 +22,8 @@ SPACES = ("log", "ratio")
 MASK_POLICIES = ("zero", "skip")
 KALMAN_IMPLS = ("scan", "reference")
 COV_SCOPES = ("auto", "group", "batch")
+#: where a stated length limit came from (the vitals' ``limit_source``)
+MAX_LENGTH_SOURCES = ("option", "trainer settings")
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class AnalysisParams:
             raise ParameterError(
                 "max_length", f"must be a positive whole number of tokens, got {self.max_length}"
             )
+        if self.max_length_source is not None:
+            _check_choice("max_length_source", self.max_length_source, MAX_LENGTH_SOURCES)
         if not 0 < self.fpa_threshold < 1:
             raise ParameterError("fpa_threshold", f"must be in (0, 1), got {self.fpa_threshold}")
 

@@ -3,8 +3,10 @@ tests/test_run_report.py and tests/test_report_browser.py."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +24,8 @@ def sample_report() -> tuple[ratioscope.run_report.RunReport, Path, int]:
     relative = os.path.relpath(STEPS)
     steps = relative if not relative.startswith("..") else STEPS
     result = ratioscope.run_report.run_report(steps, tokenizer=TOKENIZER)
-    out = Path(tempfile.mkdtemp(prefix="ratioscope-report-")) / "report.html"
+    directory = tempfile.mkdtemp(prefix="ratioscope-report-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    out = Path(directory) / "report.html"
     size = result.write_html(out)
     return result, out, size

@@ -216,9 +216,8 @@ def test_cli_info_and_analyze_on_each_layout(tmp_path, layout):
     assert result.exit_code == 0, result.stderr
     assert f"layout {layout}" in result.stdout
     out_json, out_parquet = tmp_path / "r.json", tmp_path / "r.parquet"
-    result = runner.invoke(
-        app, ["analyze", str(path), "--json", str(out_json), "--parquet", str(out_parquet), "-q"]
-    )
+    outputs = ["--json", str(out_json), "--parquet", str(out_parquet)]
+    result = runner.invoke(app, ["analyze", str(path), *outputs, "-q", "--detail"])
     assert result.exit_code == 0, result.stderr
     assert "importance ratios" in result.stdout
     document = json.loads(out_json.read_text())
@@ -307,8 +306,9 @@ def test_sections_option_computes_only_the_requested_sections(verl_dump, tmp_pat
 
 def test_narrow_terminals_get_transposed_tables_with_whole_numbers(verl_dump):
     _, path = verl_dump
-    wide = runner.invoke(app, ["analyze", str(path), "-q"], env={"COLUMNS": "200"})
-    narrow = runner.invoke(app, ["analyze", str(path), "-q"], env={"COLUMNS": "80"})
+    detail = ["analyze", str(path), "-q", "--detail"]
+    wide = runner.invoke(app, detail, env={"COLUMNS": "200"})
+    narrow = runner.invoke(app, detail, env={"COLUMNS": "80"})
     assert wide.exit_code == 0 and narrow.exit_code == 0
     assert "…" not in narrow.stdout
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 80

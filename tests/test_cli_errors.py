@@ -116,7 +116,8 @@ def test_nonfinite_mask_option_masks_and_warns(tmp_path):
     z = torch.zeros(3, 4)
     z[1, 2] = float("nan")
     path = save(tmp_path / "d.pt", mask=torch.ones(3, 4), log_ratio=z)
-    result, outputs = run_analyze(tmp_path, str(path), "--nonfinite", "mask")
+    # -q alone prints the verdict block only; --detail keeps the warnings
+    result, outputs = run_analyze(tmp_path, str(path), "--nonfinite", "mask", "--detail")
     assert result.exit_code == 0, result.stderr
     assert "masked 1 token(s)" in result.stderr
     assert outputs[0].exists()

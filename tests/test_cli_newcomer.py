@@ -65,7 +65,8 @@ def test_an_eps_of_one_or_more_is_a_parameter_error_on_either_side(clip):
 
 
 def test_the_clip_band_column_shows_the_band_not_the_eps(dump):
-    result = runner.invoke(app, ["analyze", str(dump), "-q"], env={"COLUMNS": "240"})
+    args = ["analyze", str(dump), "-q", "--detail"]
+    result = runner.invoke(app, args, env={"COLUMNS": "240"})
     assert result.exit_code == 0, result.stderr
     assert "[0.8, 1.28]" in result.stdout and "[0.9997, 1.0004]" in result.stdout
     assert "0.2, 0.28" not in result.stdout
@@ -138,7 +139,7 @@ def test_flowing_joins_the_lines_of_a_paragraph():
 def test_a_directory_skips_a_samples_file_with_one_note(tmp_path):
     write_layout(make_reference(seed=4, rows=4, width=20), "verl", tmp_path, "step_1")
     shutil.copy(SAMPLES, tmp_path / "samples.jsonl")
-    result = runner.invoke(app, ["analyze", str(tmp_path), "-q"])
+    result = runner.invoke(app, ["analyze", str(tmp_path), "-q", "--detail"])
     assert result.exit_code == 0, result.stderr
     skipped = [line for line in result.stderr.splitlines() if "skipped" in line]
     assert len(skipped) == 1 and "samples.jsonl: this is a samples file" in skipped[0]

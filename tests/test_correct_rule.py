@@ -82,7 +82,8 @@ def test_every_dump_command_takes_the_rule_and_says_it(tmp_path, command):
     shaped_dump(path)
     out = tmp_path / "out.json"
     args = [command, str(path), "--correct-field", "accuracy", "--correct-threshold", "1"]
-    result = CliRunner().invoke(app, [*args, "--json", str(out), "-q"])
+    detail = ["--detail"] if command == "analyze" else []  # -q alone: the verdict only
+    result = CliRunner().invoke(app, [*args, "--json", str(out), "-q", *detail])
     assert result.exit_code == 0, result.output
     if command == "analyze":
         assert "correct: accuracy >= 1" in result.output

@@ -132,6 +132,66 @@ def test_one_rank_and_two_ranks_give_the_same_section(tmp_path):
     assert two["group_sizes"] == one["group_sizes"] == {str(SAMPLES): PROMPTS}
 
 
+def equal_groups_by_loop(members):
+    """(groups, equal-reward groups) of the rollout positions grouped by ``members``:
+    a list of position lists, one per group (plain Python, independent of the code)."""
+    return len(members), sum(len({REWARDS[p] for p in m}) == 1 for m in members)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("layout", ["strided", "balanced"])
+def test_vitals_count_equal_reward_groups_on_the_joined_groups(tmp_path, version, layout):
+    (write_v1 if version == "v1" else write_v2)(tmp_path, PARTITIONS[layout])
+    section = ratioscope.analyze(tmp_path / "train_data").vitals.equal_reward_groups
+    whole = [[p for p in range(16) if GROUPS[p] == g] for g in range(PROMPTS)]
+    groups, equal = equal_groups_by_loop(whole)
+    assert (section.groups, section.equal) == (groups, equal) == (4, 1)
+    assert section.share == pytest.approx(equal / groups)
+    # counted per rank file instead, the split groups would give other numbers
+    per_file = [
+        [[p for p in part if GROUPS[p] == g] for g in sorted({GROUPS[p] for p in part})]
+        for part in PARTITIONS[layout]
+    ]
+    split = [equal_groups_by_loop(members) for members in per_file]
+    assert (sum(g for g, _ in split), sum(e for _, e in split)) != (groups, equal)
+
+
+def mean_abs_by_loop(members, eps):
+    """Mean |A| over the rollout's rows of Dr. GRPO (eps None: R - mean) or GRPO
+    ((R - mean) / (std + eps), population std) on the groups ``members``."""
+    values = []
+    for m in members:
+        r = np.array([REWARDS[p] for p in m], dtype=float)
+        a = r - r.mean()
+        values += list(np.abs(a if eps is None else a / (r.std() + eps)))
+    return float(np.mean(values))
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("layout", ["strided", "balanced"])
+def test_objectives_advantage_schemes_on_the_joined_groups(tmp_path, version, layout):
+    (write_v1 if version == "v1" else write_v2)(tmp_path, PARTITIONS[layout])
+    result = ratioscope.objectives(tmp_path / "train_data", methods=["grpo"])
+    advantages = result.advantages
+    whole = [[p for p in range(16) if GROUPS[p] == g] for g in range(PROMPTS)]
+    assert (advantages.groups, advantages.zero_variance_groups) == equal_groups_by_loop(whole)
+    assert advantages.sequences == PROMPTS * SAMPLES
+    schemes = advantages.schemes
+    assert schemes["dr_grpo"].mean_abs == pytest.approx(mean_abs_by_loop(whole, None))
+    assert schemes["grpo"].mean_abs == pytest.approx(mean_abs_by_loop(whole, 1e-6))
+    zero = sum(1 for m in whole if len({REWARDS[p] for p in m}) == 1) * SAMPLES
+    assert schemes["grpo"].zero_share == pytest.approx(zero / 16)
+    # on the groups cut by the rank files the numbers would differ
+    per_file = [
+        [[p for p in part if GROUPS[p] == g] for g in sorted({GROUPS[p] for p in part})]
+        for part in PARTITIONS[layout]
+    ]
+    split = [m for members in per_file for m in members]
+    assert mean_abs_by_loop(split, None) != pytest.approx(mean_abs_by_loop(whole, None))
+    if version == "v1":
+        assert any("objectives' advantage schemes" in w for w in result.warnings)
+
+
 def rows(index, labels, rewards, step_files=None):
     ids = {label: i for i, label in enumerate(dict.fromkeys(labels))}
     return FileSequences(

@@ -209,10 +209,9 @@ def test_the_docs_show_the_real_table():
     printed = [line.rstrip() for line in buffer.getvalue().splitlines()]
     page = (Path(__file__).resolve().parents[1] / "docs" / "objectives.md").read_text()
     blocks = [b.splitlines() for b in re.findall(r"```text\n(.*?)```", page, re.S)]
-    table, schemes = blocks[0], blocks[1]
-    assert printed[: len(table)] == table
-    start = printed.index(schemes[0])
-    assert printed[start : start + len(schemes)] == schemes
+    # the page's transcript is the whole command's output (docs/transcripts.py), which
+    # opens with what show_objectives prints
+    assert blocks[0][: len(printed)] == printed
 
 
 def test_check_gates_an_objectives_report(tmp_path):

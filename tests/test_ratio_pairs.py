@@ -81,7 +81,7 @@ def test_terminal_and_json_label_the_pair(tmp_path):
     path = tmp_path / "dump.pt"
     torch.save(_tensors(ref, "old_log_probs", "rollout_log_probs"), path)
     out = tmp_path / "r.json"
-    result = CliRunner().invoke(app, ["analyze", str(path), "--json", str(out)])
+    result = CliRunner().invoke(app, ["analyze", str(path), "--json", str(out), "--detail"])
     assert result.exit_code == 0, result.output
     assert "old policy (trainer) / inference engine" in result.stdout
     assert "rollout: old / engine" in result.stdout

@@ -584,7 +584,7 @@ def test_cli_options_change_the_numbers_as_expected(tmp_path, three_files):
     options = ["--cov-scope", "batch", "--fpa-lambda", "5", "--fpa-lambda-sweep", "0,5",
                "--fpa-threshold", "0.35", "--delta", "0.1", "--delta-sweep", "0.1,0.02",
                "--seq-clip", "0.02,0.03"]  # fmt: skip
-    result = runner.invoke(app, ["analyze", *paths, "-q", "--json", str(out), *options])
+    result = runner.invoke(app, ["analyze", *paths, "-q", "--detail", "--json", str(out), *options])
     assert result.exit_code == 0, result.stderr
     document = json.loads(out.read_text())
     expected = ratioscope.analyze(

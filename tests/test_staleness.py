@@ -345,7 +345,7 @@ def test_a_bad_index_is_one_line_and_exit_2(tmp_path):
 
 # ------------------------------------------------------------------ command line
 def test_analyze_prints_the_table():
-    args = ["analyze", str(VERL / "step_0032.pt"), "-q"]
+    args = ["analyze", str(VERL / "step_0032.pt"), "-q", "--detail"]
     result = runner.invoke(app, args, env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.stderr
     out = result.stdout
@@ -359,7 +359,7 @@ def test_analyze_prints_the_table():
 
 def test_analyze_of_a_dump_without_the_key_prints_no_table():
     trl = ROOT / "sample_data" / "trl" / "step_0032.pt"
-    result = runner.invoke(app, ["analyze", str(trl), "-q"])
+    result = runner.invoke(app, ["analyze", str(trl), "-q", "--detail"])
     assert result.exit_code == 0 and "by mini-batch" not in result.stdout
     assert "staleness" not in result.stderr
 

@@ -303,8 +303,8 @@ def test_analyze_opens_with_the_verdict(tmp_path):
     out = tmp_path / "verdict.json"
     result = runner.invoke(
         app,
-        ["analyze", "sample_data/verl/step_0032.pt", "--quiet", "--thresholds", str(limits),
-         "--verdict-json", str(out)],
+        ["analyze", "sample_data/verl/step_0032.pt", "--quiet", "--detail", "--thresholds",
+         str(limits), "--verdict-json", str(out)],
         env={"COLUMNS": "200"},
     )  # fmt: skip
     assert result.exit_code == 0, result.output

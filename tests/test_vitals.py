@@ -197,6 +197,9 @@ def test_max_length_sets_the_limit_and_its_source(tmp_path):
     assert (length.limit, length.limit_source, length.note) == (140, "option", None)
     assert length.at_limit == int((lengths >= 140).sum())
     assert report.params["analysis"]["max_length"] == 140
+    recorded = AnalysisParams(max_length=140, max_length_source="trainer settings")
+    from_settings = ratioscope.analyze(VERL / "step_0008.pt", params=recorded).vitals.length
+    assert (from_settings.limit, from_settings.limit_source) == (140, "trainer settings")
     # unset, the parameter is not written: the block is that of reports made before it
     assert "max_length" not in ratioscope.analyze(VERL / "step_0008.pt").params["analysis"]
     refused = runner.invoke(app, ["analyze", str(VERL / "step_0008.pt"), "--max-length", "0"])
@@ -224,7 +227,7 @@ def test_a_dump_without_entropy_or_rewards_still_has_lengths(tmp_path):
 
 
 def test_analyze_prints_the_vitals_table():
-    result = runner.invoke(app, ["analyze", str(VERL / "step_0008.pt"), "-q"])
+    result = runner.invoke(app, ["analyze", str(VERL / "step_0008.pt")])
     assert result.exit_code == 0
     out = result.stdout
     for label in ("token entropy", "response length", "equal-reward groups", "at the limit"):

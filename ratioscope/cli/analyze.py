@@ -38,7 +38,6 @@ from ratioscope.cli._options import (
     NonFinite,
     OnBand,
     Paths,
-    Quiet,
     SeqClip,
     SeqOnBand,
     Space,
@@ -70,6 +69,26 @@ VerdictBaseline = Annotated[
         "relative to it, e.g. 'policy drift k3 = 1.5e-2, 97x the baseline's 1.5e-4' "
         "(docs/health.md).",
         rich_help_panel="Output",
+    ),
+]
+Detail = Annotated[
+    bool,
+    typer.Option(
+        "--detail",
+        help="Every table: the full verdict, KPO Table 2, CW-GRPO Table 1 and Fig. 3, FPA "
+        "lambda sweeps, TEPO quadrants, QUATRO delta sweep, staleness by mini-batch. "
+        "Default: the verdict, the vitals and the key numbers of each section.",
+        rich_help_panel="Output",
+    ),
+]
+AnalyzeQuiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Only the verdict block and errors (with --detail: every table and the "
+        "warnings, without the progress bar).",
+        rich_help_panel="Run",
     ),
 ]
 ParquetOut = Annotated[
@@ -121,11 +140,15 @@ def analyze(
     baseline: VerdictBaseline = None,
     workers: Workers = 1,
     ray: RayAddress = None,
-    quiet: Quiet = False,
+    detail: Detail = False,
+    quiet: AnalyzeQuiet = False,
 ) -> None:
-    """Diagnose importance ratios in one or more dumps (files are streamed one by one).
+    """Diagnose a run from its dumps: the verdict, the vital signs and the key numbers of
+    each section (files are streamed one by one).
 
     Example: ratioscope analyze sample_data/verl/ --json report.json --parquet seqs.parquet
+
+    Example: ratioscope analyze sample_data/verl/ --detail   (every table)
 
     Example: ratioscope analyze 'dump/step_*' --ray auto --json report.json
     """
@@ -146,8 +169,8 @@ def analyze(
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.parallel import analyze_in_tasks
-    from ratioscope.render.terminal import show_report, show_warnings
-    from ratioscope.render.verdict import show_verdict
+    from ratioscope.render.overview import Layout, show_analyze
+    from ratioscope.render.terminal import show_warnings
     from ratioscope.report import read_baseline
     from ratioscope.verdict import Thresholds, load_thresholds, verdict
 
@@ -192,9 +215,10 @@ def analyze(
                 fixed_params=fixed,
             )
     health = verdict(report, limits, reference)
-    show_verdict(stdout_console(), health)
-    show_report(report, stdout_console())
-    show_warnings(report, stderr_console())
+    layout: Layout = "detail" if detail else "brief" if quiet else "default"
+    show_analyze(report, health, stdout_console(), layout)
+    if layout != "brief":  # -q: the verdict block and errors only (the JSON keeps them)
+        show_warnings(report, stderr_console())
     if json_out is not None:
         report.write_json(json_out)
     if parquet_out is not None:

@@ -64,6 +64,9 @@ class Accumulator(Declared, ABC):
     #: step joined by group id (:mod:`ratioscope.group_join`), a [N, 1] mask standing
     #: in for the tokens
     joins_groups: ClassVar[bool] = False
+    #: True for a section whose token-level work stays per file but whose group-level
+    #: numbers take the same joined groups of each step (:meth:`update_groups`)
+    takes_groups: ClassVar[bool] = False
     #: canonical tensors the section cannot do without
     requires: ClassVar[tuple[str, ...]] = ()
     #: for a ``per_file`` section: the passes it makes over a file's chunks instead of
@@ -126,6 +129,10 @@ class Accumulator(Declared, ABC):
 
     def end_pass(self, index: int) -> None:
         """Every chunk of the file went through pass ``index``."""
+
+    def update_groups(self, groups: Any) -> None:
+        """A ``takes_groups`` section: the whole groups of one step, joined across its
+        files (:class:`ratioscope.group_join.JoinedGroups`, [N] per-sequence values)."""
 
     def record_join(self, counts: Any) -> None:
         """A ``joins_groups`` section: what the join of the run's steps did

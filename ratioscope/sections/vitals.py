@@ -8,8 +8,10 @@ the tensors it reads, so a dump without entropies still gets its lengths.
 
 Fed whole files in one pass over their chunks (memory of a chunk, plus a few numbers per
 row): token sums stream chunk by chunk, while the short/long split of the advantages
-(at the file's median length) and the equal-reward groups need the file's rows, kept
-per row and folded in when the pass ends.
+(at the file's median length) needs the file's rows, kept per row and folded in when the
+pass ends. The equal-reward groups are counted on the whole groups of each training
+step, joined by group id across the step's files (``takes_groups``,
+:mod:`ratioscope.group_join`), as trust_region's are.
 
 The length limit is, in order: the ``max_length`` analysis parameter (``--max-length``;
 source "option"), else the padded width of each file (source "padded width", with a
@@ -20,6 +22,7 @@ setting can hand it over as the source "trainer settings" (:func:`length_limit`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -228,7 +231,9 @@ class VitalsSection:
 def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
     """The length limit of ``batch``'s responses and where it came from.
 
-    The ``max_length`` parameter when set (``"option"``), else the padded width of the
+    The ``max_length`` parameter when set (source ``max_length_source``, default
+    ``"option"``; ``"trainer settings"`` where a reader took it from the trainer's
+    recorded settings), else the padded width of the
     batch (``"padded width"``): a trainer pads its responses to its generation limit,
     so a response of that width is one the limit cut (an assumption, said in the note).
     """
@@ -289,6 +294,7 @@ class VitalsAccumulator(Accumulator):
     per_file = True
     passes = 1
     pass_inputs = ()
+    takes_groups = True
 
     sequences = mergeable(int, "sum")
     tokens = mergeable(int, "sum")
@@ -336,10 +342,20 @@ class VitalsAccumulator(Accumulator):
         self._npg, self._pg = CoMoments(), CoMoments()
 
     def update(self, ctx: Context) -> dict[str, Tensor]:
-        """A whole file at once (a caller that feeds the section directly)."""
+        """A whole file at once (a caller that feeds the section directly; its groups
+        are taken as whole)."""
+        from ratioscope.group_join import FileSequences, StepGroupJoin
+
         self.begin_passes(True)
         self.update_pass(0, ctx)
         self.end_pass(0)
+        batch = ctx.batch
+        join = StepGroupJoin(own_ids=True)
+        join.add(
+            None, FileSequences(0, batch.source, batch.rewards, batch.correct, batch.group, None)
+        )
+        for groups in join.finish():
+            self.update_groups(groups)
         return {}
 
     def update_pass(self, index: int, ctx: Context) -> dict[str, Tensor]:
@@ -369,9 +385,6 @@ class VitalsAccumulator(Accumulator):
             row["abs"], row["tokens"] = row_abs.cpu(), row_tokens.cpu()
             self._zero_advantages += int(((batch.advantages == 0) & mask).sum())
             self._add_mechanics(batch, mask)
-        if batch.rewards is not None and batch.group is not None:
-            row["rewards"], row["group"] = batch.rewards.cpu(), batch.group.cpu()
-            row["correct"] = None if batch.correct is None else batch.correct.cpu()
         self._rows.append(row)
         return {}
 
@@ -417,18 +430,15 @@ class VitalsAccumulator(Accumulator):
                     lengths,
                 )
             )
-        if all(r.get("rewards") is not None for r in rows):
-            rewards = torch.cat([r["rewards"] for r in rows])  # type: ignore[misc]
-            group = torch.cat([r["group"] for r in rows])  # type: ignore[misc]
-            correct = None
-            if all(r.get("correct") is not None for r in rows):
-                correct = torch.cat([r["correct"] for r in rows])  # type: ignore[misc]
-            keep = torch.isfinite(rewards)
-            self.groups.merge(
-                equal_reward_groups(
-                    rewards[keep], group[keep], None if correct is None else correct[keep]
-                )
-            )
+
+    def update_groups(self, groups: Any) -> None:
+        """The equal-reward groups of one step's whole groups, joined across its files
+        (a prompt's samples may sit in several rank files: counted per file, one group
+        of 4 split 2 + 2 would count as two)."""
+        keep = torch.isfinite(groups.rewards)
+        self.groups.merge(
+            equal_reward_groups(groups.rewards[keep], groups.group[keep], groups.correct[keep])
+        )
 
     def result(self) -> VitalsSection | None:
         if self.sequences == 0:
