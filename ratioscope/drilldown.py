@@ -351,8 +351,10 @@ def token_data_bytes(length: int, series: int, ids: bool) -> int:
     """Bytes of one sequence's per-token data in the report: ``series`` float32 values
     and, with ``ids``, one int32 per token, as base64 (4/3), plus its JSON keys.
 
+    Three tokens, one series and ids: 2 x 3 x 4 = 24 bytes, 32 in base64, + 2 x 40:
+
     >>> token_data_bytes(3, 1, True)
-    96
+    112
     """
     count = series + ids
     return math.ceil(count * length * 4 * 4 / 3) + 40 * count

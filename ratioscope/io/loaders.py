@@ -549,7 +549,8 @@ def _canonical_columns(
         columns["correct"] = _thresholded(
             path, key_map["correct"], columns["correct"], correct_threshold
         )
-    if present is not None and isinstance(mask, Tensor):
+    if present is not None and isinstance(mask, Tensor) and mask.shape == present.shape:
+        # (a mask of another shape is named by validation, beside the ragged columns)
         columns["mask"] = mask.to(torch.bool) & present if _is_bool_like(mask) else mask
     return columns
 
