@@ -372,16 +372,6 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry(f"{_R}.lfr_excluded", "count", "sequences without energy, left out of lfr"),
     Entry(
-        f"{_R}.short_excluded",
-        "count",
-        "sequences shorter than spectral_min_length, left out of lfr, spectrum and windows",
-    ),
-    Entry(
-        f"{_R}.spectral_min_length",
-        "tokens",
-        "fewest valid tokens for lfr, spectrum and windows: the window, at least 2 / lfr_cutoff",
-    ),
-    Entry(
         f"{_R}.variance.*",
         "log-ratio^2",
         "variance of the signal, mean over sequences; * = global or window_local (within windows)",
@@ -399,6 +389,16 @@ CATALOG: tuple[Entry, ...] = (
         "mean periodogram power per bin over sequences with energy",
     ),
     Entry(f"{_R}.spectrum.sequences", "count", "sequences averaged in the spectrum"),
+    Entry(
+        f"{_R}.short_excluded",
+        "count",
+        "sequences shorter than spectral_min_length, left out of lfr, spectrum and windows",
+    ),
+    Entry(
+        f"{_R}.spectral_min_length",
+        "tokens",
+        "fewest valid tokens for lfr, spectrum and windows: the window, at least 2 / lfr_cutoff",
+    ),
     Entry(
         f"{_R}.closed_form_deviation.q",
         "1",
