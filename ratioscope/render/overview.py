@@ -117,7 +117,7 @@ def key_table(report: Report) -> Table | None:
 
 def show_analyze(report: Report, verdict: Verdict, console: Console, layout: Layout) -> None:
     """Print ``report`` in ``layout`` (see the module docstring)."""
-    from ratioscope.render.terminal import show_inputs, show_report
+    from ratioscope.render.terminal import short_sequences_note, show_inputs, show_report
     from ratioscope.render.verdict import show_verdict
     from ratioscope.render.vitals import show_vitals
 
@@ -133,4 +133,8 @@ def show_analyze(report: Report, verdict: Verdict, console: Console, layout: Lay
     table = key_table(report)
     if table is not None:
         print_table(console, table)
+    # the key numbers include the LFR: say which sequences it leaves out, as --detail does
+    short = short_sequences_note(list(report.ratios.items())) if report.ratios else None
+    if short:
+        console.print(Text(short, style="dim"))
     console.print(Text(DETAIL_HINT, style="dim"))
