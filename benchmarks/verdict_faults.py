@@ -30,7 +30,9 @@ counts as flagged when one of its findings is worse than in its own healthy step
 verdict (the real step 32 of ``verl/`` already has a yellow line: half its groups have
 equal rewards). Each step is judged alone, and, in a run of several steps, against the
 healthy report of the run's first step (its second for the first step itself), as
-``analyze --baseline`` does.
+``analyze --baseline`` does. ``trl_capture`` (in no total): the TRL export's on-policy
+first mini-batch with the settings a TRL capture of an on-policy run records, for the
+verdict's whole-step rule (none of the bundled dumps records settings).
 
     python benchmarks/verdict_faults.py                # the table of docs/health.md
     python benchmarks/verdict_faults.py --steps 3 --faults noise,drift_x30

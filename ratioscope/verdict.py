@@ -545,7 +545,7 @@ def _drift_finding(report: Report, pooled: MismatchStats, t: Thresholds) -> Find
                 key, value = f"staleness.minibatches.{index}.k3", stats.k3
                 where = (
                     f" in mini-batch {index} (after {index} update{'s' * (index != 1)}; "
-                    f"{_num(pooled.k3)} pooled over the step)"
+                    f"pooled {_num(pooled.k3)})"
                 )
     return _above(
         key, value, "drift_k3_yellow", "drift_k3_red", t,

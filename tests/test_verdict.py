@@ -661,7 +661,7 @@ def test_policy_drift_is_judged_at_the_update_where_it_is_largest(document):
     drift = findings["staleness.minibatches.1.k3"]
     assert "mismatch.policy.k3" not in findings
     assert (drift.level, drift.value, drift.threshold) == ("yellow", 0.012, 0.01)
-    assert "k3 = 0.012 per token in mini-batch 1 (after 1 update; 4e-3 pooled" in drift.text
+    assert "k3 = 0.012 per token in mini-batch 1 (after 1 update; pooled 4e-3)" in drift.text
     assert drift.short_name == "policy drift" and "Spinning Up" in drift.source
     # every mini-batch below the pooled value: the pooled one is judged, as without the key
     stale["minibatches"]["1"]["k3"] = 0.001
