@@ -886,7 +886,8 @@ def _metadata(chunk: TokenBatch) -> TokenBatch:
     """``chunk`` without its rows: what a streamed file keeps of its first chunk (the
     chunk itself would hold a chunk of tensors for the whole file)."""
     empty: dict[str, Any] = {key: getattr(chunk, key)[:0].clone() for key in chunk.available()}
-    return replace(chunk, **empty, warnings=[])
+    functions = {name: value[:0].clone() for name, value in chunk.reward_functions.items()}
+    return replace(chunk, **empty, reward_functions=functions, warnings=[])
 
 
 def _pass_inputs(passing: list[Accumulator]) -> set[str] | None:
@@ -937,7 +938,10 @@ def _gathered(first: TokenBatch, kept: dict[str, Tensor], labels: list[Any] | No
         values["mask"] = (lengths > 0)[:, None]
         values["log_ratio"] = torch.zeros(lengths.shape[0], 1, dtype=first.log_ratio.dtype)
     values.pop("lengths", None)
-    return replace(first, **values, group_labels=labels, row_offset=0, warnings=[])
+    # no section fed whole files reads the reward functions (_PER_FILE_INPUTS)
+    return replace(
+        first, **values, reward_functions={}, group_labels=labels, row_offset=0, warnings=[]
+    )
 
 
 def _to_device(batch: TokenBatch, device: torch.device) -> TokenBatch:
