@@ -206,4 +206,7 @@ def _whole_group_rows(chunk: TokenBatch, ids: Tensor) -> tuple[Tensor, TokenBatc
         if value is not None:
             updates[name] = value.index_select(0, where.to(value.device))
     updates["group"] = group
-    return start + where, replace(chunk, **updates, group_labels=None, row_offset=0, warnings=[])
+    functions = {name: v.index_select(0, where) for name, v in chunk.reward_functions.items()}
+    return start + where, replace(
+        chunk, **updates, reward_functions=functions, group_labels=None, row_offset=0, warnings=[]
+    )
