@@ -178,12 +178,13 @@ class EqualRewardGroups:
 class EntropyMechanics:
     """The entropy change the step's advantages predict (Cui et al. 2025, Theorems 1-2).
 
-    Under natural policy gradient with step size eta, the entropy of a softmax policy
-    changes by about ``-eta Cov_{a ~ pi_k}(log pi_k(a|s), A(s, a))`` (Theorem 2); under
-    vanilla policy gradient the covariance is with ``pi_k(a|s) A(s, a)`` (Theorem 1).
-    Here the expectation over actions at one state is replaced by the sampled tokens of
-    the batch, centred over each file (one training batch), as Clip-Cov and KL-Cov
-    centre it.
+    Under natural policy gradient with step size eta, the entropy of a tabular softmax
+    policy changes by about ``-eta Cov_{a ~ pi_k}(log pi_k(a|s), A(s, a))`` (Theorem 2);
+    under vanilla policy gradient the covariance is with ``pi_k(a|s) A(s, a)``
+    (Theorem 1; both Section 3.2 of arXiv 2505.22617v1, first order in eta). Here the
+    expectation over actions at one state is replaced by the sampled tokens of the
+    batch, centred over each file (one training batch), as Clip-Cov and KL-Cov centre
+    it (their Eq. 10).
 
     Attributes:
         tokens: valid tokens with a log-probability and an advantage.
