@@ -618,7 +618,7 @@ def _analyse_file(
     per_file = [a for a in active if a.per_file and not a.passes]
     for acc in passing:
         acc.begin_passes(in_memory=True)
-    rows = max(1, chunk_elements // max(1, batch.max_length))
+    rows = defaults.chunk_rows(chunk_elements, batch.max_length)
     chunks = max(1, -(-batch.num_sequences // rows))
     name = Path(batch.source).name
     for index, chunk in enumerate(batch.iter_chunks(rows)):
@@ -765,7 +765,7 @@ def _analyse_stream(
     passing: list[Accumulator] = []
     per_file: list[Accumulator] = []
     first: TokenBatch | None = None
-    rows = max(1, chunk_elements // max(1, stream.padded_width()))
+    rows = defaults.chunk_rows(chunk_elements, stream.padded_width())
     chunks = max(1, -(-stream.rows // rows))
     try:
         # the file stays open for the passes of the sections that make them
