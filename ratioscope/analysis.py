@@ -171,6 +171,8 @@ def run_accumulators(
         StepGroupJoin(group_size, own_ids=bool(load_options.group_size)),
         totals, make, params, run.sequences,
     )  # fmt: skip
+    joins.scope_groups(group_size, load_options, _chunk_reader(load_options, chunk_elements),
+                       lambda chunk: Context(_to_device(chunk, target), params))  # fmt: skip
     # each file's SHA-256 is read on a second thread while the file is analysed
     # (hashlib and file reads release the GIL): the hash no longer adds to the time
     hasher = _hash_thread()
@@ -202,9 +204,11 @@ def run_accumulators(
             run.inputs.append(_input_info(rows, digest))
             run.warnings.extend(warnings)
             for total, acc in zip(joins.per_file_totals, accumulators, strict=True):
-                total.merge(acc)
+                if not acc.centres_on_groups:  # held until its step says (scope_join)
+                    total.merge(acc)
             step = step_from_name(source) if isinstance(source, Path) else None
-            joins.add(step, len(run.inputs) - 1, rows, columns)
+            held = [acc for acc in accumulators if acc.centres_on_groups]
+            joins.add(step, len(run.inputs) - 1, rows, columns, source, held)
         joins.finish()
     finally:
         stop.set()  # an error: the hash being read stops at its next block
@@ -238,25 +242,65 @@ class _JoinedSections:
         self.group_takers = [acc for acc in self.per_file_totals if acc.takes_groups]
         #: file index -> its rows and per-sequence columns, until they are final
         self._frames: dict[int, tuple[_FileRows, dict[str, Tensor]]] = {}
+        self.scopes: Any = None  # ratioscope.scope_join.StepScopes, with such a section
 
-    def add(self, step: Any, index: int, rows: _FileRows, columns: dict[str, Tensor]) -> None:
+    def scope_groups(
+        self,
+        group_size: int | None,
+        load_options: LoadOptions,
+        read: Callable[[TokenBatch | Path], Iterable[TokenBatch]],
+        context: Callable[[TokenBatch], Context],
+    ) -> None:
+        """Centre the ``centres_on_groups`` section (covariance) on whole groups of each
+        step (:mod:`ratioscope.scope_join`); ``read``: a file's chunks, read again."""
+        from ratioscope.group_join import StepGroupJoin
+        from ratioscope.scope_join import StepScopes
+
+        total = next((acc for acc in self.per_file_totals if acc.centres_on_groups), None)
+        if total is None:
+            return
+        join = StepGroupJoin(group_size, own_ids=bool(load_options.group_size), rewards=False)
+        frames = self._frames if self.table is not None else None
+        self.scopes = StepScopes(total, join, read, context, frames)  # type: ignore[arg-type]
+
+    def add(
+        self,
+        step: Any,
+        index: int,
+        rows: _FileRows,
+        columns: dict[str, Tensor],
+        source: TokenBatch | Path | None = None,
+        held: Sequence[Accumulator] = (),
+    ) -> None:
         from ratioscope.group_join import FileSequences
 
         if self.table is not None:
             self._frames[index] = (rows, dict(columns))
-        if not self.joined_totals and not self.group_takers:
-            self._flush(index + 1)
-            return
         sequences = FileSequences(
             index, rows.source, rows.rewards, rows.correct, rows.group, rows.group_labels
         )
+        if self.scopes is not None:
+            assert source is not None
+            for acc in held:
+                self.scopes.add(step, index, source, sequences, acc)
+        if not self.joined_totals and not self.group_takers:
+            self._flush(self._oldest(index + 1))
+            return
         for groups in self.join.add(step, sequences):
             self._feed(groups)
-        self._flush(self.join.oldest_open_file(default=index))
+        self._flush(self._oldest(self.join.oldest_open_file(default=index)))
+
+    def _oldest(self, default: int) -> int:
+        """The first file whose per-sequence columns may still change."""
+        if self.scopes is None:
+            return default
+        return min(default, self.scopes.oldest_open_file(default))
 
     def finish(self) -> None:
         for groups in self.join.finish():
             self._feed(groups)
+        if self.scopes is not None:
+            self.scopes.finish()
         self._flush(None)
         for total in self.joined_totals:  # files without rewards or groups
             total.skipped.extend(
@@ -729,6 +773,22 @@ def _later_passes(
             acc.end_pass(index)
 
 
+def _chunk_reader(
+    options: LoadOptions, chunk_elements: int
+) -> Callable[[TokenBatch | Path], Iterable[TokenBatch]]:
+    """Reads a source's chunks again (the files of a step whose groups the covariance
+    section joins): a large file streamed, any other read whole and cut."""
+
+    def chunks(source: TokenBatch | Path) -> Iterable[TokenBatch]:
+        opened = source if isinstance(source, TokenBatch) else _open_file(source, options)
+        if isinstance(opened, StreamedFile):
+            yield from opened.chunks(chunk_elements)
+            return
+        yield from opened.iter_chunks(max(1, chunk_elements // max(1, opened.max_length)))
+
+    return chunks
+
+
 def _open_file(path: Path, options: LoadOptions) -> TokenBatch | StreamedFile:
     """A large file as a stream of chunks (:mod:`ratioscope.io.streaming`), any other
     read whole."""
@@ -826,7 +886,8 @@ def _metadata(chunk: TokenBatch) -> TokenBatch:
     """``chunk`` without its rows: what a streamed file keeps of its first chunk (the
     chunk itself would hold a chunk of tensors for the whole file)."""
     empty: dict[str, Any] = {key: getattr(chunk, key)[:0].clone() for key in chunk.available()}
-    return replace(chunk, **empty, warnings=[])
+    functions = {name: value[:0].clone() for name, value in chunk.reward_functions.items()}
+    return replace(chunk, **empty, reward_functions=functions, warnings=[])
 
 
 def _pass_inputs(passing: list[Accumulator]) -> set[str] | None:
@@ -877,7 +938,10 @@ def _gathered(first: TokenBatch, kept: dict[str, Tensor], labels: list[Any] | No
         values["mask"] = (lengths > 0)[:, None]
         values["log_ratio"] = torch.zeros(lengths.shape[0], 1, dtype=first.log_ratio.dtype)
     values.pop("lengths", None)
-    return replace(first, **values, group_labels=labels, row_offset=0, warnings=[])
+    # no section fed whole files reads the reward functions (_PER_FILE_INPUTS)
+    return replace(
+        first, **values, reward_functions={}, group_labels=labels, row_offset=0, warnings=[]
+    )
 
 
 def _to_device(batch: TokenBatch, device: torch.device) -> TokenBatch:

@@ -49,6 +49,10 @@ SEQUENCE_KEYS = ("rewards", "correct", "group", "minibatch")
 #: next-token logits [B, T, V]
 VOCAB_KEYS = ("logits", "ref_logits")
 CANONICAL_KEYS = ("mask", *TOKEN_FLOAT_KEYS, "token_ids", *SEQUENCE_KEYS, *VOCAB_KEYS)
+#: what the key of one reward function's per-sequence values starts with: ``reward:NAME``
+#: (written by ratioscope's captures, e.g. one per TRL reward function); its values are
+#: ``TokenBatch.reward_functions[NAME]``
+REWARD_FUNCTION_PREFIX = "reward:"
 
 NONFINITE_POLICIES = ("error", "mask")
 
@@ -76,6 +80,9 @@ class TokenBatch:
         entropy, old_entropy: [B, T] float or None.
         token_ids: [B, T] int64 or None.
         rewards: [B] float or None; correct: [B] bool or None (default rewards > 0).
+        reward_functions: reward function name -> [B] float, each function's own values
+            where the input keeps them (``reward:NAME`` keys); NaN where the function gave
+            no value (TRL's ``None``); empty otherwise.
         group: [B] int64 or None, ids 0..G-1; ``group_labels[g]`` is the original label.
         minibatch: [B] int64 or None, the index of the optimizer update (mini-batch, and
             PPO epoch) of its step that used the row; 0 is the first, on-policy one.
@@ -103,6 +110,7 @@ class TokenBatch:
     minibatch: Tensor | None = None
     logits: Tensor | None = None
     ref_logits: Tensor | None = None
+    reward_functions: dict[str, Tensor] = field(default_factory=dict)
     group_labels: list[Any] | None = None
     source: str = "<memory>"
     profile: str = "canonical"
@@ -161,7 +169,14 @@ class TokenBatch:
         """Rows ``start:stop`` as a new batch sharing storage (views)."""
         # Any: mypy cannot match the canonical names to the dataclass fields
         updates: dict[str, Any] = {name: value[start:stop] for name, value in self._tensor_fields()}
-        return replace(self, **updates, row_offset=self.row_offset + start, warnings=[])
+        functions = {name: value[start:stop] for name, value in self.reward_functions.items()}
+        return replace(
+            self,
+            **updates,
+            reward_functions=functions,
+            row_offset=self.row_offset + start,
+            warnings=[],
+        )
 
     def iter_chunks(self, rows: int) -> Iterator[TokenBatch]:
         """Consecutive row chunks of at most ``rows`` rows."""
@@ -180,7 +195,11 @@ class TokenBatch:
             name: value.to(device, non_blocking=non_blocking)
             for name, value in self._tensor_fields()
         }
-        return replace(self, **updates)
+        functions = {
+            name: value.to(device, non_blocking=non_blocking)
+            for name, value in self.reward_functions.items()
+        }
+        return replace(self, **updates, reward_functions=functions)
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -200,7 +219,8 @@ class TokenBatch:
         """Validate canonical tensors and build a batch.
 
         Args:
-            tensors: canonical name -> tensor (``group`` may also be a list of str/int).
+            tensors: canonical name -> tensor (``group`` may also be a list of str/int);
+                ``reward:NAME`` -> [B] values of one reward function.
             source: file name used in error messages.
             key_map: canonical -> name in the file, so errors name the user's key.
             nonfinite: "error" raises on NaN/inf at valid tokens; "mask" masks them and
@@ -252,10 +272,11 @@ class _Builder:
         pair = self.ratio_pair()
         values = self.token_tensors(mask.shape)
         sequence_values, labels = self.sequence_tensors(mask.shape[0])
+        functions = self.reward_function_tensors(mask.shape[0])
         vocab = self.vocab_tensors(mask.shape)
         self.check_token_range(mask, values, vocab)
         # Finiteness is checked before any shift so that reported positions are the file's.
-        mask = self.check_finite(mask, values, sequence_values)
+        mask = self.check_finite(mask, values, sequence_values, functions)
         padding = "right"
         offsets = _leading_invalid(mask)
         if bool((offsets > 0).any()):
@@ -271,6 +292,7 @@ class _Builder:
         return TokenBatch(
             mask=mask,
             **tensors,
+            reward_functions=functions,
             group_labels=labels,
             source=self.source,
             profile=profile,
@@ -390,6 +412,24 @@ class _Builder:
             values["minibatch"] = self.minibatch_indices(self.raw["minibatch"], rows)
         return values, labels
 
+    def reward_function_tensors(self, rows: int) -> dict[str, Tensor]:
+        """``reward:NAME`` -> [B] float: one number per sequence each (booleans as 0/1);
+        NaN means the function gave no value (checked with the other sequence values in
+        :meth:`check_finite`, where an infinite one is refused)."""
+        functions: dict[str, Tensor] = {}
+        for key in sorted(k for k in self.raw if k.startswith(REWARD_FUNCTION_PREFIX)):
+            name = key[len(REWARD_FUNCTION_PREFIX) :]
+            tensor = self.as_tensor(key, self.raw[key])
+            if not name or tensor.is_complex():
+                raise InputError(
+                    self.source,
+                    f"'{self.name(key)}' is not a reward function's values: a key "
+                    f"'{REWARD_FUNCTION_PREFIX}NAME' holds one real number per sequence",
+                )
+            self.check_shape(key, tensor, (rows,), "one value per sequence")
+            functions[name] = _as_float(tensor)
+        return functions
+
     def group_ids(self, raw: Any) -> tuple[Tensor, list[Any]]:
         """Map any labels (ints, strings) to ids 0..G-1 in order of first appearance."""
         if isinstance(raw, Tensor):
@@ -507,7 +547,11 @@ class _Builder:
             )
 
     def check_finite(
-        self, mask: Tensor, values: dict[str, Tensor], sequence_values: dict[str, Tensor]
+        self,
+        mask: Tensor,
+        values: dict[str, Tensor],
+        sequence_values: dict[str, Tensor],
+        functions: Mapping[str, Tensor] | None = None,
     ) -> Tensor:
         for key, tensor in values.items():
             if key == "token_ids":
@@ -529,23 +573,37 @@ class _Builder:
                 f"(first at (row, column) = {first})"
             )
         rewards = sequence_values.get("rewards")
+        used = mask.any(dim=1)
+        bad_rows = torch.zeros_like(used)
         if rewards is not None:
-            bad_rows = ~torch.isfinite(rewards) & mask.any(dim=1)
-            count = int(bad_rows.sum())
-            if count:
-                first_row = int(bad_rows.nonzero()[0, 0])
-                if self.nonfinite == "error":
-                    raise InputError(
-                        self.source,
-                        f"'{self.name('rewards')}' has {count} non-finite value(s), the first "
-                        f"at row {first_row}; fix the dump or set `nonfinite` to 'mask'",
-                    )
-                mask = mask & ~bad_rows[:, None]
-                self.warnings.append(
-                    f"{self.source}: masked {count} sequence(s) with a non-finite reward "
-                    f"(first at row {first_row})"
-                )
+            bad_rows = ~torch.isfinite(rewards) & used
+            self.refuse_nonfinite("rewards", bad_rows, "non-finite")
+        for name, function in (functions or {}).items():
+            # NaN is a function's missing value (TRL: it returned None); inf is an error
+            infinite = torch.isinf(function) & used
+            self.refuse_nonfinite(f"{REWARD_FUNCTION_PREFIX}{name}", infinite, "infinite")
+            bad_rows = bad_rows | infinite
+        count = int(bad_rows.sum())
+        if count:
+            first_row = int(bad_rows.nonzero()[0, 0])
+            mask = mask & ~bad_rows[:, None]
+            self.warnings.append(
+                f"{self.source}: masked {count} sequence(s) with a non-finite reward "
+                f"(first at row {first_row})"
+            )
         return mask
+
+    def refuse_nonfinite(self, key: str, bad_rows: Tensor, what: str) -> None:
+        """With ``nonfinite="error"``, the sentence naming the rows of ``key`` that hold a
+        ``what`` value (the "mask" policy masks those rows instead)."""
+        count = int(bad_rows.sum())
+        if count and self.nonfinite == "error":
+            first_row = int(bad_rows.nonzero()[0, 0])
+            raise InputError(
+                self.source,
+                f"'{self.name(key)}' has {count} {what} value(s), the first at row "
+                f"{first_row}; fix the dump or set `nonfinite` to 'mask'",
+            )
 
     def derive(self, mask: Tensor, values: dict[str, Tensor], pair: str) -> dict[str, Tensor]:
         if "log_ratio" not in values:

@@ -118,7 +118,8 @@ class Comparison:
         kind: ``"reports"`` (two analyze reports) or ``"timelines"``.
         a, b: where A and B came from (a path, or ``"A"``/``"B"`` for documents).
         rel, floor: the divergence rule's parameters.
-        headlines: one row per headline, in :data:`~ratioscope.timeline.HEADLINES` order.
+        headlines: one row per headline, in :data:`~ratioscope.timeline.HEADLINES` order,
+            with one per reward function of either side after the reward's own.
         steps: for timelines, one row per step both have, in step order.
         only_a, only_b: for timelines, the steps that only A (only B) has.
         notes: sentences on what is not compared (FPA by the exact method in one run and
@@ -185,7 +186,7 @@ def compare(
         InputError: a file that is neither a report, a timeline nor a dump.
     """
     from ratioscope.errors import ParameterError, UsageError
-    from ratioscope.timeline import HEADLINES, Timeline
+    from ratioscope.timeline import HEADLINES, Timeline, reward_function_names
 
     if not (isinstance(rel, (int, float)) and math.isfinite(rel) and rel > 0):
         raise ParameterError("rel", f"must be a positive number, got {rel!r}")
@@ -203,6 +204,9 @@ def compare(
     if isinstance(side_a, Timeline) and isinstance(side_b, Timeline):
         return _timelines(side_a, side_b, name_a, name_b, rel, floor)
     assert not isinstance(side_a, Timeline) and not isinstance(side_b, Timeline)
+    headlines = _with_functions(
+        HEADLINES, [*reward_function_names(side_a), *reward_function_names(side_b)]
+    )
     methods = (fpa_method(side_a), fpa_method(side_b))
     unlike = _unlike_methods(*methods)
     rows = tuple(
@@ -212,7 +216,7 @@ def compare(
             if unlike and h.key.startswith(FPA_PREFIX)
             else difference(h.value(side_a), h.value(side_b), rel, floor),
         )
-        for h in HEADLINES
+        for h in headlines
     )
     notes = (_fpa_note(*methods),) if unlike else ()
     return Comparison("reports", name_a, name_b, rel, floor, rows, notes=notes)
@@ -245,6 +249,13 @@ def _fpa_note(a: str | None, b: str | None) -> str:
     )
 
 
+def _with_functions(headlines: tuple[Headline, ...], names: list[str]) -> tuple[Headline, ...]:
+    """``headlines`` and one per reward function that either side has (A's first)."""
+    from ratioscope.timeline import reward_function_headlines, with_reward_functions
+
+    return with_reward_functions(headlines, reward_function_headlines(list(dict.fromkeys(names))))
+
+
 def _row(item: Headline, total: Difference, steps: tuple[int, ...] = ()) -> HeadlineComparison:
     return HeadlineComparison(item.key, item.label, item.short, total, steps)
 
@@ -252,8 +263,10 @@ def _row(item: Headline, total: Difference, steps: tuple[int, ...] = ()) -> Head
 def _timelines(
     a: Timeline, b: Timeline, name_a: str, name_b: str, rel: float, floor: float
 ) -> Comparison:
-    from ratioscope.timeline import HEADLINES
+    from ratioscope.timeline import HEADLINES, function_name
 
+    names = [n for h in (*a.headlines, *b.headlines) if (n := function_name(h.key)) is not None]
+    headlines = _with_functions(HEADLINES, names)
     by_step_a = {s.step: s for s in a.steps}
     by_step_b = {s.step: s for s in b.steps}
     shared = sorted(by_step_a.keys() & by_step_b.keys())
@@ -273,13 +286,13 @@ def _timelines(
                 h.key: step_difference(
                     h.key, by_step_a[step].values.get(h.key), by_step_b[step].values.get(h.key)
                 )
-                for h in HEADLINES
+                for h in headlines
             },
         )
         for step in shared
     )
     rows = []
-    for item in HEADLINES:
+    for item in headlines:
         pairs = [s.values[item.key] for s in steps if s.values[item.key].diff is not None]
         # means over the steps where both sides have a value, so a step missing on one
         # side does not shift the other's mean

@@ -25,6 +25,7 @@ taken as whole.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,11 +109,16 @@ class StepGroupJoin:
     the steps it closed.
     """
 
-    def __init__(self, group_size: int | None = None, own_ids: bool = False) -> None:
+    def __init__(
+        self, group_size: int | None = None, own_ids: bool = False, rewards: bool = True
+    ) -> None:
         #: the trainer's group size, or None when unknown
         self.group_size = group_size if group_size and group_size > 1 else None
         #: True: labels are the files' own consecutive ids (--group-size), never joined
         self.own_ids = own_ids
+        #: False: files without rewards are joined too (NaN rewards; the covariance
+        #: section's scopes need the group ids only)
+        self.rewards = rewards
         self.counts = JoinCounts()
         self._step: Any = object()
         self._groups: dict[Any, _Rows] = {}
@@ -129,10 +135,13 @@ class StepGroupJoin:
             self._step = object() if step is None else step
         self._sources[file.index] = file.source
         self._open_files.add(file.index)
-        if file.rewards is None or file.group is None:
+        if file.group is None or (file.rewards is None and self.rewards):
             self.counts.without.append(file.source)
             return closed
-        rewards = file.rewards.detach().to("cpu", torch.float64).tolist()
+        if file.rewards is not None:
+            rewards = file.rewards.detach().to("cpu", torch.float64).tolist()
+        else:
+            rewards = [math.nan] * int(file.group.shape[0])
         correct = (
             file.correct.detach().to("cpu").bool().tolist()
             if file.correct is not None
@@ -230,8 +239,7 @@ def join_notes(
     if joined:
         notes.append(
             f"{name}: {joined} group(s) had samples in more than one file of their step and "
-            "were joined by group id before the group-level numbers (the covariance "
-            "section's per-group centring is still per file)"
+            "were joined by group id before the group-level numbers"
         )
     if completed:
         notes.append(

@@ -616,7 +616,11 @@ CATALOG: tuple[Entry, ...] = (
     Entry("vitals.reward.sequences", "count", "sequences with a finite reward"),
     Entry("vitals.reward.mean", "reward", "mean sequence reward"),
     Entry("vitals.reward.std", "reward", "standard deviation of the sequence reward (ddof 0)"),
-    Entry("vitals.reward.per_function.*.sequences", "count", "reward function *: sequences"),
+    Entry(
+        "vitals.reward.per_function.*.sequences",
+        "count",
+        "reward function * (a reward:NAME key): sequences it scored (NaN, no value, left out)",
+    ),
     Entry("vitals.reward.per_function.*.mean", "reward", "reward function *: mean"),
     Entry("vitals.reward.per_function.*.std", "reward", "reward function *: std (ddof 0)"),
     Entry("vitals.correct_share", "fraction", "share of sequences that are correct"),

@@ -462,12 +462,14 @@ def objectives(
     else:
         listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
         sources = list(expand_paths(listed))
-    trainer = _trainer_clip(sources, options, chosen, settings or {})
+    trainer, group_size = _trainer_clip(sources, options, chosen, settings or {})
     if runner is not None and runner.parallel and not isinstance(paths, TokenBatch):
         sums = _sums_in_tasks([p for p in sources if isinstance(p, Path)], names, chosen,
-                              options, batch_rows, runner, progress)  # fmt: skip
+                              options, batch_rows, runner, progress, group_size)  # fmt: skip
     else:
-        sums = _file_sums(sources, names, chosen, options, batch_rows, progress)
+        sums = _file_sums(
+            sources, names, chosen, options, batch_rows, progress, group_size=group_size
+        )
     result = _objectives_report(sums, names, chosen, batch_rows)
     if trainer is not None:
         result.params["trainer"] = trainer
@@ -479,16 +481,21 @@ def _trainer_clip(
     options: LoadOptions,
     chosen: dict[str, dict[str, Any]],
     overrides: Mapping[str, Mapping[str, Any]],
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any] | None, int | None]:
     """The reference method's clip band from the trainer's settings (recorded, or
-    ``options.trainer``'s documented defaults), unless ``--set`` gave it; the report's
-    ``params.trainer`` block, or None without settings."""
+    ``options.trainer``'s documented defaults), unless ``--set`` gave it.
+
+    Returns:
+        the report's ``params.trainer`` block (None without settings), and the trainer's
+        group size (None when unknown), by which the advantage schemes tell an
+        incomplete group from a whole one.
+    """
     from ratioscope import trainer_settings
 
     first = next((p for p in sources if isinstance(p, Path)), None)
     settings = trainer_settings.resolve(options.trainer, first)
     if settings is None:
-        return None
+        return None, None
     applied: dict[str, str] = {}
     clip = settings.clip()
     if clip is not None and REFERENCE in chosen:
@@ -498,7 +505,10 @@ def _trainer_clip(
         else:
             chosen[REFERENCE]["clip"] = clip[0]
             applied[key] = f"trainer settings ({settings.name} {clip[1]})"
-    return {**settings.to_dict(), "applied": applied}
+    size = settings.group_size()
+    if size is not None:
+        applied["group_size"] = f"trainer settings ({settings.name}: {size})"
+    return {**settings.to_dict(), "applied": applied}, size
 
 
 @dataclass
@@ -565,15 +575,18 @@ def _file_sums(
     batch_rows: int | None,
     progress: ProgressCallback | None = None,
     check_any: bool = True,
+    group_size: int | None = None,
 ) -> _Sums:
-    """The sums of ``sources``, read one batch at a time."""
+    """The sums of ``sources``, read one batch at a time; ``group_size``: the trainer's,
+    when known (a group with fewer samples is completed from the next step or left
+    out of the advantage schemes, :mod:`ratioscope.group_join`)."""
     from ratioscope.batch import TokenBatch
     from ratioscope.io.loaders import RunFiles
     from ratioscope.steps import step_from_name
 
     sums = _Sums(totals=_Totals(names))
     run = RunFiles(len(sources), options, sums.run_notes)
-    steps = _StepAdvantages(sums.advantages, own_ids=bool(options.group_size))
+    steps = _StepAdvantages(sums.advantages, own_ids=bool(options.group_size), size=group_size)
     for index, source in enumerate(sources):
         step = step_from_name(source) if isinstance(source, Path) else None
         label = source.source if isinstance(source, TokenBatch) else str(source)
@@ -610,10 +623,13 @@ def _shard_sums(
     chosen: Mapping[str, Settings],
     options: LoadOptions,
     batch_rows: int | None,
+    group_size: int | None = None,
 ) -> _Sums:
     """One task of :func:`_sums_in_tasks`: a step's files (an empty shard is checked by
     the driver, over every shard)."""
-    return _file_sums(list(shard), names, chosen, options, batch_rows, check_any=False)
+    return _file_sums(
+        list(shard), names, chosen, options, batch_rows, check_any=False, group_size=group_size
+    )
 
 
 def _sums_in_tasks(
@@ -624,6 +640,7 @@ def _sums_in_tasks(
     batch_rows: int | None,
     runner: Runner,
     progress: ProgressCallback | None,
+    group_size: int | None = None,
 ) -> _Sums:
     import functools
 
@@ -632,8 +649,9 @@ def _sums_in_tasks(
 
     shards = file_shards(files)
     work = functools.partial(
-        _shard_sums, names=names, chosen=chosen, options=options, batch_rows=batch_rows
-    )
+        _shard_sums, names=names, chosen=chosen, options=options, batch_rows=batch_rows,
+        group_size=group_size,
+    )  # fmt: skip
     sums = _Sums(totals=_Totals(names))
     report(progress, ProgressUpdate("files", 0, len(shards), runner.describe()))
     for index, shard_sums in enumerate(
@@ -842,13 +860,15 @@ class _StepAdvantages:
     """Feeds :class:`_AdvantageSums` the groups of each step joined across its batches
     (files, rank files, ``batch_rows`` cuts) by group id, as ``analyze``'s group-level
     sections are fed (:class:`ratioscope.group_join.StepGroupJoin`): a prompt's samples
-    split over two rank files are one group, not two."""
+    split over two rank files are one group, not two. With the trainer's group size
+    (``size``) a group short of it is completed from the next step or left out and
+    counted, never taken as whole."""
 
-    def __init__(self, sums: _AdvantageSums, own_ids: bool) -> None:
+    def __init__(self, sums: _AdvantageSums, own_ids: bool, size: int | None = None) -> None:
         from ratioscope.group_join import StepGroupJoin
 
         self.sums = sums
-        self.join = StepGroupJoin(None, own_ids=own_ids)
+        self.join = StepGroupJoin(size, own_ids=own_ids)
         self.side: dict[int, _RowFacts] = {}
         self.batches = 0
 

@@ -230,6 +230,66 @@ HEADLINES: tuple[Headline, ...] = (
 )
 
 
+#: where each reward function's mean sits in a report: ``vitals.reward.per_function.NAME.mean``
+REWARD_FUNCTION_KEY = "vitals.reward.per_function.{name}.mean"
+_FUNCTION_PREFIX, _FUNCTION_SUFFIX = REWARD_FUNCTION_KEY.split("{name}")
+#: the headline after which the reward functions' headlines follow
+_REWARD_HEADLINE = "vitals.reward.mean"
+
+
+def reward_function_headline(name: str, short: str | None = None) -> Headline:
+    """The headline of one reward function's mean (a run's own: the names come from its
+    reports, ``vitals.reward.per_function``). ``short``: its column header (default
+    ``r:`` and the name's first 8 characters)."""
+    return Headline(
+        REWARD_FUNCTION_KEY.format(name=name),
+        f"reward function {name} (mean over the sequences it scored)",
+        short or f"r:{name}"[:10],
+        "reward",
+        f"the policy earns more of {name}'s reward",
+    )
+
+
+def reward_function_headlines(names: Sequence[str]) -> tuple[Headline, ...]:
+    """One headline per reward function, in the order given; column headers made unique
+    where two names share their first characters."""
+    out: list[Headline] = []
+    shorts: set[str] = set()
+    for index, name in enumerate(names):
+        short = f"r:{name}"[:10]
+        if short in shorts:
+            tag = str(index)
+            short = f"r:{name}"[: 10 - len(tag)] + tag
+        shorts.add(short)
+        out.append(reward_function_headline(name, short))
+    return tuple(out)
+
+
+def reward_function_names(document: Any) -> list[str]:
+    """The reward functions of a report (its JSON or its sections), in report order."""
+    functions = lookup(document, "vitals.reward.per_function")
+    return [str(name) for name in functions] if isinstance(functions, Mapping) else []
+
+
+def function_name(key: str) -> str | None:
+    """The reward function a headline key is about, or None for any other key."""
+    if key.startswith(_FUNCTION_PREFIX) and key.endswith(_FUNCTION_SUFFIX):
+        name = key[len(_FUNCTION_PREFIX) : len(key) - len(_FUNCTION_SUFFIX)]
+        return name or None
+    return None
+
+
+def with_reward_functions(
+    headlines: Sequence[Headline], functions: Sequence[Headline]
+) -> tuple[Headline, ...]:
+    """``headlines`` with the reward functions' headlines after the reward's own."""
+    if not functions:
+        return tuple(headlines)
+    keys = [h.key for h in headlines]
+    at = keys.index(_REWARD_HEADLINE) + 1 if _REWARD_HEADLINE in keys else len(keys)
+    return (*headlines[:at], *functions, *headlines[at:])
+
+
 #: the side-by-side view's headlines (``ratioscope objectives``), read from its per-method
 #: summaries under ``objectives.<method>.<field>``; followed when ``objectives=True``
 OBJECTIVE_HEADLINES: tuple[Headline, ...] = (
@@ -274,10 +334,13 @@ OBJECTIVE_METHODS = ("grpo", "gspo", "tis", "opsm")
 
 
 def headline(key: str) -> Headline:
-    """The headline of ``key``."""
+    """The headline of ``key`` (a reward function's too)."""
     for item in (*HEADLINES, *OBJECTIVE_HEADLINES):
         if item.key == key:
             return item
+    name = function_name(key)
+    if name is not None:
+        return reward_function_headline(name)
     from ratioscope.errors import ParameterError
 
     raise ParameterError(
@@ -344,7 +407,8 @@ class Timeline:
         tool: name, version and creation time, as in reports.
         params: ``analysis`` (and ``load``) as in reports, ``step_from``, ``change``
             (the :class:`ChangeRule`).
-        headlines: the quantities followed (:data:`HEADLINES`).
+        headlines: the quantities followed (:data:`HEADLINES`, with one per reward
+            function of the run after the reward's own, :func:`reward_function_headline`).
         steps: one :class:`TimelineStep` per step, in step order.
         warnings: the pooled report's warnings.
         pooled: the merge of the step reports (equal to ``analyze`` of all files), not
@@ -421,8 +485,12 @@ class Timeline:
             )  # fmt: skip
         try:
             declared = {h.key: h for h in (*HEADLINES, *OBJECTIVE_HEADLINES)}
+            names = [function_name(item["key"]) for item in document["headlines"]]
+            made = reward_function_headlines([name for name in names if name is not None])
+            functions = {h.key: h for h in made}
             headlines = tuple(
                 declared.get(item["key"])
+                or functions.get(item["key"])
                 or Headline(item["key"], item["label"], item["key"][-10:], item["unit"], "")
                 for item in document["headlines"]
             )
@@ -609,6 +677,10 @@ def timeline(
             if step_objectives is not None:
                 document["objectives"] = step_objectives
             values = {h.key: h.value(document) for h in followed}
+            for name in reward_function_names(document):
+                functions.setdefault(name, None)
+                item = reward_function_headline(name)
+                values[item.key] = item.value(document)
             method = getattr(step_report.future_policy, "method", None)
             if method:
                 fpa_steps.setdefault(str(method), []).append(group.step)
@@ -620,11 +692,17 @@ def timeline(
         report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
 
     fpa_steps: dict[str, list[int]] = {}
+    # the run's reward functions, in order of first appearance (a dict as an ordered set)
+    functions: dict[str, None] = {}
     with _staged(reports_dir) as staging:
         pooled = merge_reports(
             step_reports(staging), names=[f"step {group.step}" for group in by_step]
         )
-    steps = _flag(rows, rule, followed)
+    headlines = with_reward_functions(followed, reward_function_headlines(list(functions)))
+    for _, _, values in rows:
+        for item in headlines:
+            values.setdefault(item.key, None)  # a function a step's files do not have
+    steps = _flag(rows, rule, headlines)
     fpa_note = _fpa_methods_note(fpa_steps)
     return Timeline(
         tool=tool_info(),
@@ -634,11 +712,11 @@ def timeline(
             "change": rule.to_dict(),
             "objectives": list(OBJECTIVE_METHODS) if objectives else None,
         },
-        headlines=followed,
+        headlines=headlines,
         steps=steps,
         warnings=(*pooled.warnings, *fpa_note),
         pooled=pooled,
-        verdict=timeline_verdict(pooled, steps, thresholds, followed, relative_rows),
+        verdict=timeline_verdict(pooled, steps, thresholds, headlines, relative_rows),
         entropy_mechanics=entropy_mechanics(steps),
     )
 

@@ -481,6 +481,15 @@ def test_each_reward_function_is_recorded_and_can_decide_correctness(step_run, t
         step_run.dir, correct_field="reward:reward_has_a", per_sequence=True
     )
     assert report.sequences.frame()["correct"].to_list() == expected_has_a
+    # the vitals of each reward function, over the stored values it gave (NaN: None)
+    stored = [load(path) for path in parts(step_run.dir)]
+    for name in ("reward_length", "reward_has_a"):
+        values = torch.cat([s[f"reward:{name}"] for s in stored]).double()
+        values = values[~values.isnan()]
+        function = report.vitals.reward.per_function[name]
+        assert function.sequences == values.numel() > 0
+        assert function.mean == pytest.approx(float(values.mean()), rel=1e-9)
+        assert function.std == pytest.approx(float(values.std(correction=0)), rel=1e-9)
 
 
 @pytest.fixture(scope="module")
@@ -510,6 +519,9 @@ def test_report_mode_logs_the_headlines_to_the_trainer_each_step(report_run):
             == (report["ratios"]["token"]["clip_fraction"])
         )
         assert "loss" not in entry  # apart from TRL's own entry of the step
+        # the in-process analysis reads each reward function too
+        functions = report["vitals"]["reward"]["per_function"]
+        assert list(functions) == ["reward_has_a", "reward_length"]
     # TRL's own metrics still come once per logging step, not merged into ratioscope's
     assert sum("loss" in entry for entry in report_run.trainer.state.log_history) == STEPS
 

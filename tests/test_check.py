@@ -707,3 +707,29 @@ def test_rules_in_the_ci_guide_parse():
     assert len(blocks) >= 1
     for block in blocks:
         parse_rules(block.split("```")[0], "docs/ci.md")
+
+
+def test_rich_table_breaks_key_paths_only_after_dots():
+    """At 100 columns the rule column is narrow; a key path wraps after a dot, so every
+    name in it stays whole on one line (searchable, copyable)."""
+    from rich.console import Console
+
+    result = mixed_result()
+    console = Console(record=True, width=100)
+    console.print(check_table(result))
+    lines = console.export_text().splitlines()
+    for outcome in result.outcomes:
+        for name in outcome.rule.path.split("."):
+            assert any(name in line for line in lines), name
+
+
+def test_dotted_lines_never_cut_inside_a_name():
+    from ratioscope.render.check_table import dotted_lines
+
+    path = "ratios.token.window_frequency.mean.-1"
+    for width in range(1, len(path) + 2):
+        lines = dotted_lines(path, width)
+        assert "".join(lines) == path
+        # a line is cut only after a dot; an overlong name keeps a line of its own
+        assert all(line.endswith(".") for line in lines[:-1])
+        assert all(len(line) <= width or line.count(".") <= 1 for line in lines)

@@ -254,3 +254,54 @@ def test_a_group_short_of_the_recorded_size_is_left_out_and_counted(tmp_path):
     # the same files with the group size unknown: both groups count, as they are
     report = ratioscope.analyze(tmp_path, trainer="none")
     assert report.trust_region.groups == 2
+
+
+def write_short_group_capture(root, trainer_settings=True):
+    """A capture of step 0 in two parts with the recorded group size 4: group 0 whole
+    (4 rows), group 1 three rows only (its fourth sample never written)."""
+    from ratioscope.capture import CaptureWriter
+    from ratioscope.trainer_settings import TrainerSettings
+
+    settings = TrainerSettings("trl", {"epsilon": 0.2, "num_generations": 4})
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # group 0: 4, group 1: 3
+    group = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    old = -torch.rand(7, 3, generator=torch.Generator().manual_seed(0))
+    new = old + 0.05 * torch.randn(7, 3, generator=torch.Generator().manual_seed(1))
+    with CaptureWriter(root, trainer_settings=settings if trainer_settings else None) as writer:
+        for part in (slice(0, 5), slice(5, 7)):  # two parts of step 0
+            writer.write(
+                0, mask=torch.ones(part.stop - part.start, 3, dtype=torch.bool),
+                log_probs=new[part], old_log_probs=old[part],
+                advantages=torch.ones(part.stop - part.start, 3),
+                rewards=rewards[part], group=group[part],
+            )  # fmt: skip
+    return rewards.tolist(), group.tolist()
+
+
+def test_objectives_leave_out_a_group_short_of_the_recorded_size(tmp_path):
+    from ratioscope.io.loaders import LoadOptions
+
+    rewards, group = write_short_group_capture(tmp_path)
+    result = ratioscope.objectives(tmp_path, methods=["grpo"])
+    advantages = result.advantages
+    # group 0 only, by a plain loop: rewards 1, 0, 0, 1
+    whole = [r for r, g in zip(rewards, group, strict=True) if g == 0]
+    mean = sum(whole) / 4
+    std = (sum((r - mean) ** 2 for r in whole) / 4) ** 0.5
+    assert (advantages.groups, advantages.sequences) == (1, 4)
+    assert advantages.schemes["dr_grpo"].mean_abs == pytest.approx(
+        sum(abs(r - mean) for r in whole) / 4
+    )
+    assert advantages.schemes["grpo"].mean_abs == pytest.approx(
+        sum(abs(r - mean) / (std + 1e-6) for r in whole) / 4
+    )
+    assert any(
+        "objectives' advantage schemes" in w and "1 group(s) (3 samples)" in w and "left out" in w
+        for w in result.warnings
+    )
+    assert result.params["trainer"]["applied"]["group_size"].startswith("trainer settings")
+    # with the settings ignored the group size is unknown: the three samples count
+    unknown = ratioscope.objectives(
+        tmp_path, methods=["grpo"], load_options=LoadOptions(trainer="none")
+    )
+    assert unknown.advantages.groups == 2

@@ -45,6 +45,11 @@ def _data(seed: int = 0) -> dict[str, np.ndarray]:
     rewards = rng.integers(0, 2, size=ROWS).astype(np.float64)
     labels = np.array([f"uid-{(i * 7) % 5}" for i in range(ROWS)])  # recur, unsorted
     advantages = rng.normal(size=ROWS).astype(np.float32)
+    # two reward functions (TRL captures write them so): one gave no value (NaN) to rows
+    # 2 and 11, the other is 0/1 integers
+    accuracy = rng.random(ROWS)
+    accuracy[[2, 11]] = np.nan
+    form = rng.integers(0, 2, size=ROWS)
     return {
         "mask": mask,
         "old_log_probs": old,
@@ -52,6 +57,8 @@ def _data(seed: int = 0) -> dict[str, np.ndarray]:
         "advantages": np.repeat(advantages[:, None], WIDTH, axis=1) * mask,
         "rewards": rewards,
         "group": labels,
+        "reward:accuracy": accuracy,
+        "reward:format": form,
     }
 
 
@@ -100,6 +107,10 @@ def write(tmp_path: Path, suffix: str, seed: int = 0) -> Path:
                     "advantages": [0.0] * lead + data["advantages"][i, :n].tolist(),
                     "rewards": int(data["rewards"][i]) if i != 5 else None,
                     "group": str(data["group"][i]),
+                    "reward:accuracy": None
+                    if np.isnan(data["reward:accuracy"][i])
+                    else float(data["reward:accuracy"][i]),
+                    "reward:format": int(data["reward:format"][i]),
                 }
             )
         if suffix == ".jsonl":
@@ -141,6 +152,15 @@ def test_streamed_report_equals_the_whole_read(tmp_path, suffix):
     assert len(set(groups)) == 5  # labels recurring across chunks kept as one group each
     if suffix != ".safetensors":
         assert groups[0] == "uid-0" and groups[1] == "uid-2"
+    # each reward function's values over the rows it scored (NaN: no value), computed here
+    data = _data()
+    functions = streamed.vitals.reward.per_function
+    assert list(functions) == ["accuracy", "format"]
+    for name, values in (("accuracy", data["reward:accuracy"]), ("format", data["reward:format"])):
+        scored = values[~np.isnan(values.astype(float))].astype(float)
+        assert functions[name].sequences == scored.size
+        assert functions[name].mean == pytest.approx(scored.mean(), rel=1e-12)
+        assert functions[name].std == pytest.approx(scored.std(), rel=1e-12)
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".jsonl"])

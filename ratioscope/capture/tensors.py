@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ratioscope.batch import REWARD_FUNCTION_PREFIX
+
 #: per-token float tensors, [B, T]
 TOKEN_FLOAT_NAMES = (
     "log_probs",
@@ -114,8 +116,9 @@ class Part:
 
 # --------------------------------------------------------------------------- validation
 #: what the name of a per-sequence value given beside the canonical tensors starts with
-#: (``per_sequence`` of :meth:`CaptureWriter.write`; e.g. one reward function's values)
-SEQUENCE_PREFIX = "reward:"
+#: (``per_sequence`` of :meth:`CaptureWriter.write`): one reward function's values, read
+#: back as ``TokenBatch.reward_functions``
+SEQUENCE_PREFIX = REWARD_FUNCTION_PREFIX
 
 
 def validate_inputs(

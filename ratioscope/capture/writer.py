@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.capture.sampling import choose_units, rows_of_units, sampling_order
-from ratioscope.capture.tensors import SEQUENCE_PREFIX, Inputs, Part, gather, validate_inputs
+from ratioscope.capture.tensors import Inputs, Part, gather, validate_inputs
 from ratioscope.io.atomic import atomic_path
 from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings
 
@@ -381,10 +381,9 @@ class CaptureWriter:
 
         options = dict(self.analysis_options)
         nonfinite = options.get("nonfinite", "error")
-        canonical = {
-            k: v for k, v in context.stored.columns.items() if not k.startswith(SEQUENCE_PREFIX)
-        }
-        batch = TokenBatch.from_tensors(canonical, source=context.source, nonfinite=nonfinite)
+        # the reward:NAME columns too: the vitals report each reward function
+        columns = dict(context.stored.columns)
+        batch = TokenBatch.from_tensors(columns, source=context.source, nonfinite=nonfinite)
         document = analyze(batch, **options).to_dict()
         if state.document is not None:
             # one running document per step: memory stays that of one report

@@ -216,7 +216,8 @@ CovScope = Annotated[
     str,
     typer.Option(
         "--cov-scope",
-        help="CW-GRPO means and sigma per 'group', per 'batch' (file), or 'auto' (group if ids).",
+        help="CW-GRPO means and sigma per 'group' (joined across a step's files), per "
+        "'batch' (file), or 'auto' (group if ids).",
         rich_help_panel=_O,
     ),
 ]

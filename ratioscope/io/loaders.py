@@ -370,6 +370,14 @@ def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
             merged[name] = torch.cat(parts)
         else:
             merged[name] = torch.cat([_pad_to(v, width) for v in values])
+    names = [set(b.reward_functions) for b in batches]
+    shared = set.intersection(*names)
+    functions = {
+        name: torch.cat([b.reward_functions[name] for b in batches])
+        for name in batches[0].reward_functions
+        if name in shared
+    }
+    dropped += [f"reward:{name}" for name in sorted(set.union(*names) - shared)]
     labels = None
     if "group" in merged:
         labels = [(b.source, label) for b in batches for label in (b.group_labels or [])]
@@ -383,6 +391,7 @@ def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
         **optional,
         mask=merged["mask"],
         log_ratio=merged["log_ratio"],
+        reward_functions=functions,
         group_labels=labels,
         source=", ".join(b.source for b in batches),
         padding="left" if any(b.padding == "left" for b in batches) else "right",

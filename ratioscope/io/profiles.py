@@ -262,8 +262,9 @@ def resolve_keys(
     """canonical name -> key in the file, each file key used at most once.
 
     Order of precedence: the user's ``--map``, the profile's names, the canonical name.
+    Each ``reward:NAME`` key (one reward function's values) maps to itself.
     """
-    from ratioscope.batch import CANONICAL_KEYS
+    from ratioscope.batch import CANONICAL_KEYS, REWARD_FUNCTION_PREFIX
 
     present = list(keys)
     mapping = dict(mapping or {})
@@ -292,4 +293,7 @@ def resolve_keys(
         if canonical not in resolved and canonical in present and canonical not in claimed:
             resolved[canonical] = canonical
             claimed.add(canonical)
+    for key in present:
+        if key.startswith(REWARD_FUNCTION_PREFIX) and key != REWARD_FUNCTION_PREFIX:
+            resolved[key] = key
     return resolved

@@ -40,6 +40,55 @@ def _title(result: CheckResult) -> str:
     return f"ratioscope check: {result.report or 'report'}{against}{rules}"
 
 
+def dotted_lines(path: str, width: int) -> list[str]:
+    """Break a report key path into lines of at most ``width`` characters, after its dots.
+
+    A segment longer than ``width`` keeps its own line (folded there, as nothing better
+    exists); elsewhere a key is never cut inside a name, so it can be read and searched for.
+
+    >>> dotted_lines("ratios.token.window_frequency.mean.-1", 24)
+    ['ratios.token.', 'window_frequency.mean.-1']
+    """
+    segments = [part + "." for part in path.split(".")]
+    segments[-1] = segments[-1][:-1]
+    lines: list[str] = []
+    for segment in segments:
+        if lines and len(lines[-1]) + len(segment) <= width:
+            lines[-1] += segment
+        else:
+            lines.append(segment)
+    return lines
+
+
+class _KeyPath:
+    """A rich renderable for a key path that wraps after dots, not inside names."""
+
+    def __init__(self, path: str, style: str = "dim") -> None:
+        self.path = path
+        self.style = style
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        longest = max(len(part) + 1 for part in self.path.split("."))
+        return Measurement(min(longest, len(self.path)), len(self.path))
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        for line in dotted_lines(self.path, options.max_width):
+            yield Text(line, style=self.style, overflow="fold")
+
+
+def _rule_cell(label: str, path: str) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    if label == path:
+        return _KeyPath(path, style="")
+    return Group(Text(label), _KeyPath(path))
+
+
 def check_table(result: CheckResult) -> Any:
     """A rich Table with one row per rule (the reasons are printed below it by :func:`show`)."""
     from rich.table import Table
@@ -56,8 +105,7 @@ def check_table(result: CheckResult) -> Any:
     table.add_column("verdict")
     for outcome in result.outcomes:
         rule = outcome.rule
-        label = rule.label if rule.label == rule.path else f"{rule.label}\n[dim]{rule.path}[/]"
-        cells = [str(rule.index), label, _number(outcome.value, "null")]
+        cells = [str(rule.index), _rule_cell(rule.label, rule.path), _number(outcome.value, "null")]
         if with_baseline:
             cells += [_number(outcome.baseline), _change(outcome)]
         verdict = f"[{_VERDICT_STYLE[outcome.verdict]}]{outcome.verdict.upper()}[/]"

@@ -110,4 +110,13 @@ def legend(timeline: Timeline, shown: Sequence[Headline]) -> list[str]:
     ]
     if hidden:
         lines.append("flags in columns not shown (--columns all): " + "; ".join(hidden))
+    functions = [h.short for h in timeline.headlines if h.key not in keys and _is_function(h)]
+    if functions:
+        lines.append("each reward function's mean: --columns " + ",".join(functions) + " (or all)")
     return lines
+
+
+def _is_function(item: Headline) -> bool:
+    from ratioscope.timeline import function_name
+
+    return function_name(item.key) is not None

@@ -59,12 +59,18 @@ def vitals_rows(section: VitalsSection) -> list[tuple[str, str, str]]:
     )
     if section.reward is not None:
         reward = section.reward
-        functions = ""
-        if reward.per_function:
-            functions = "; " + ", ".join(
-                f"{name} {num(f.mean)}" for name, f in reward.per_function.items()
+        functions = reward.per_function or {}
+        below = f"; {len(functions)} reward functions below" if len(functions) > 1 else ""
+        rows.append(("reward", num(reward.mean), f"std {num(reward.std)}{below}"))
+        for name, function in functions.items():
+            rows.append(
+                (
+                    f"  reward: {name}",
+                    _maybe(function.mean if function.sequences else None),
+                    f"std {_maybe(function.std if function.sequences else None)}; "
+                    f"{function.sequences} of {section.sequences} responses scored",
+                )
             )
-        rows.append(("reward", num(reward.mean), f"std {num(reward.std)}{functions}"))
     if section.correct_share is not None:
         rows.append(("correct", share(section.correct_share), f"of {section.sequences} responses"))
     if section.advantages is not None:

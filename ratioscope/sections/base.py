@@ -67,6 +67,10 @@ class Accumulator(Declared, ABC):
     #: True for a section whose token-level work stays per file but whose group-level
     #: numbers take the same joined groups of each step (:meth:`update_groups`)
     takes_groups: ClassVar[bool] = False
+    #: True for a section with ``passes`` whose per-group statistics need whole groups:
+    #: its result of a file that does not hold its groups whole is replaced by passes
+    #: over the step's files joined by group id (:mod:`ratioscope.scope_join`)
+    centres_on_groups: ClassVar[bool] = False
     #: canonical tensors the section cannot do without
     requires: ClassVar[tuple[str, ...]] = ()
     #: for a ``per_file`` section: the passes it makes over a file's chunks instead of

@@ -1,12 +1,15 @@
 """The ``covariance`` section: CW-GRPO token covariance and Gaussian-kernel weights
 (docs/metrics-objectives.md).
 
-Per file (one training batch, so that groups are complete) the exact
-:class:`~ratioscope.functional.covariance.KernelPasses` gives the token covariance
-``c``, the kernel weight ``w`` and its normalised form ``w~``, in passes over the file's
-chunks (means, sigma and sum w per scope are file-wide sums; the values are those of
-:func:`~ratioscope.functional.covariance.covariance_weights` on the whole file, bit for
-bit), so that memory holds one chunk however large the file; what is kept across files
+Per training batch the exact :class:`~ratioscope.functional.covariance.KernelPasses`
+gives the token covariance ``c``, the kernel weight ``w`` and its normalised form
+``w~``, in passes over the batch's chunks (means, sigma and sum w per scope are
+batch-wide sums; the values are those of
+:func:`~ratioscope.functional.covariance.covariance_weights` on the whole batch, bit for
+bit), so that memory holds one chunk however large the batch. A batch is a file that
+holds whole groups, or the files of a step whose groups they split, joined by group id
+(:mod:`ratioscope.scope_join`: the file's own result is then replaced by passes over
+those files, on the rows of whole groups). What is kept across batches
 is mergeable: exact counts and sums (advantage mass, tokens below a weight, Clip-Cov and
 KL-Cov counts, linear weight-histogram counts) and fixed log-magnitude histograms with
 per-bin sums (:mod:`ratioscope.functional.histogram`), from which the Table 1
@@ -23,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -61,6 +65,8 @@ CURVE_FRACTIONS: tuple[float, ...] = tuple(
     sorted({round(10 ** (k / 10), 12) for k in range(-50, 1)} | {0.2, 0.4, 0.5})
 )
 SCOPE_NAMES = ("group", "batch")
+#: the per-sequence columns of the section (its last pass)
+SEQUENCE_COLUMNS = ("cov_c_mean", "cov_weight_mean", "cov_weight_norm_mean")
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,7 @@ class CovarianceAccumulator(Accumulator):
     name = "covariance"
     per_file = True
     passes = KERNEL_PASSES
+    centres_on_groups = True
     requires = ("log_probs", "advantages")
     #: Clip-Cov's PPO clip mask needs the log-ratio; the rest the kernel's inputs
     pass_inputs = ("log_probs", "advantages", "group", "log_ratio")
@@ -195,10 +202,29 @@ class CovarianceAccumulator(Accumulator):
     scopes = mergeable(int, "sum")
     clip_cov = mergeable(lambda: torch.zeros(3, dtype=torch.long), "sum")  # count, eligible, total
     kl_cov = mergeable(lambda: torch.zeros(2, dtype=torch.long), "sum")  # count, total
+    #: groups completed from the next step, and left out short of the trainer's group
+    #: size (size -> groups), by the step join of the group scopes (ratioscope.scope_join)
+    groups_completed = mergeable(int, "sum", optional=True)
+    groups_incomplete: dict[str, int] = mergeable(dict, "sum", optional=True)
 
     _file: _FileKernel | None = None
 
     # ------------------------------------------------------------------ feeding
+    def grouped(self) -> bool:
+        """Whether the files fed so far were centred on their groups (not the batch)."""
+        return self.scope_files.counts.get(SCOPE_NAMES.index("group"), 0) > 0
+
+    def joined_files(self, files: int) -> None:
+        """Passes made over the rows of ``files`` new files joined (one batch counted
+        as those files; 0 when each was counted with an earlier batch)."""
+        self.fed = files
+        self.scope_files.counts = {SCOPE_NAMES.index("group"): files} if files else {}
+
+    def record_join(self, counts: Any) -> None:
+        self.groups_completed += counts.completed
+        for size, n in counts.incomplete_sizes.items():
+            self.groups_incomplete[str(size)] = self.groups_incomplete.get(str(size), 0) + n
+
     def scope_of(self, batch: TokenBatch) -> str:
         """The scope of the means and sigma for this file (``params.cov_scope``)."""
         if self.params.cov_scope == "auto":
@@ -404,6 +430,13 @@ class CovarianceAccumulator(Accumulator):
         )
 
     def warnings(self) -> list[str]:
+        from ratioscope.group_join import join_notes
+
+        incomplete = sum(self.groups_incomplete.values())
+        notes = join_notes(self.name, 0, self.groups_completed, incomplete, self.groups_incomplete)
+        return self._input_warnings() + notes
+
+    def _input_warnings(self) -> list[str]:
         if not self.skipped:
             return []
         needs = "'log_probs' and 'advantages'"

@@ -106,7 +106,12 @@ class LengthVitals:
 
 @dataclass(frozen=True)
 class RewardFunctionVitals:
-    """One reward function's mean and (population) standard deviation over sequences."""
+    """One reward function's values over the sequences it scored.
+
+    Attributes:
+        sequences: sequences with a value (NaN, the function's "no value", left out).
+        mean, std: over them (population std, ddof 0; NaN without a sequence).
+    """
 
     sequences: int
     mean: float
@@ -119,9 +124,9 @@ class RewardVitals:
 
     Attributes:
         sequences: sequences with a finite reward; mean, std: over them (population std).
-        per_function: per reward function where the input has several; None while no
-            reader keeps them (every reader keeps the total reward only, see
-            :func:`reward_functions`).
+        per_function: reward function name -> its values, where the input keeps each
+            function's values (``reward:NAME`` keys, ``TokenBatch.reward_functions``:
+            TRL captures); None otherwise.
     """
 
     sequences: int
@@ -240,16 +245,6 @@ def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
     if params.max_length is not None:
         return params.max_length, params.max_length_source or "option"
     return batch.max_length, "padded width"
-
-
-def reward_functions(batch: TokenBatch) -> dict[str, Tensor]:
-    """Per reward function, its [B] rewards: the hook for inputs that keep several.
-
-    No reader keeps them yet (each keeps the total reward, ``rewards``), so this is
-    empty; a reader that does would hand them over here (name -> [B] float) and
-    ``RewardVitals.per_function`` fills.
-    """
-    return dict(getattr(batch, "reward_functions", None) or {})
 
 
 def plain_equal_groups(counts: GroupCounts) -> str:
@@ -373,9 +368,11 @@ class VitalsAccumulator(Accumulator):
         if batch.rewards is not None:
             finite = torch.isfinite(batch.rewards)
             self.rewards.add(batch.rewards[finite].double())
-            for name, values in reward_functions(batch).items():
-                kept = values[torch.isfinite(values)].double()
-                self.reward_functions.setdefault(name, Moments()).add(kept)
+        for name, values in batch.reward_functions.items():
+            # NaN: the function gave this sequence no value (TRL's None), left out as
+            # TRL's own rewards/NAME/mean leaves it out
+            kept = values[torch.isfinite(values)].double()
+            self.reward_functions.setdefault(name, Moments()).add(kept)
         if batch.correct is not None:
             self.correct += int(batch.correct.sum())
             self.correct_rows += batch.num_sequences
