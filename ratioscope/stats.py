@@ -281,7 +281,12 @@ class LogHistogram:
         return math.exp(value) if not math.isnan(value) else value
 
     def quantiles(self, qs: tuple[float, ...]) -> dict[str, float]:
-        return {_q_key(q): self.quantile(q) for q in qs}
+        low, high = self.moments.minimum, self.moments.maximum
+        values = bins.quantiles_from_counts(self.counts, qs, _log(low), _log(high))
+        return {
+            _q_key(q): math.exp(value) if not math.isnan(value) else value
+            for q, value in zip(qs, values, strict=True)
+        }
 
     def state(self) -> dict[str, Any]:
         nonzero = self.counts.nonzero().flatten()

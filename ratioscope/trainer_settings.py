@@ -245,6 +245,8 @@ def read_recorded(path: Path) -> TrainerSettings | None:
     loading its tensors (memory-mapped); None for any other file."""
     if path.suffix.lower() not in (".pt", ".pth"):
         return None
+    if not _may_hold_settings(path):
+        return None
     import torch
 
     try:
@@ -255,6 +257,23 @@ def read_recorded(path: Path) -> TrainerSettings | None:
     if not isinstance(text, str):
         return None
     return TrainerSettings.from_json(text, source=f"{RECORDED} in {path}")
+
+
+def _may_hold_settings(path: Path) -> bool:
+    """False when the pickle of a ``.pt`` archive does not name :data:`SETTINGS_KEY`
+    (a pickle writes a string key's characters as they are), so that the file's
+    structure is not unpickled for nothing: a timeline asks this of every step's file.
+    True when unsure (not a zip archive: torch's legacy format, a damaged file)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+            if len(names) != 1:
+                return True
+            return SETTINGS_KEY.encode() in archive.read(names[0])
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError, RuntimeError):
+        return True
 
 
 def resolve(trainer: str | None, first_file: Path | None) -> TrainerSettings | None:
