@@ -30,7 +30,9 @@ counts as flagged when one of its findings is worse than in its own healthy step
 verdict (the real step 32 of ``verl/`` already has a yellow line: half its groups have
 equal rewards). Each step is judged alone, and, in a run of several steps, against the
 healthy report of the run's first step (its second for the first step itself), as
-``analyze --baseline`` does.
+``analyze --baseline`` does. ``trl_capture`` (in no total): the TRL export's on-policy
+first mini-batch with the settings a TRL capture of an on-policy run records, for the
+verdict's whole-step rule (none of the bundled dumps records settings).
 
     python benchmarks/verdict_faults.py                # the table of docs/health.md
     python benchmarks/verdict_faults.py --steps 3 --faults noise,drift_x30
@@ -64,20 +66,40 @@ ENTROPY_FACTOR = 0.02
 
 @dataclass(frozen=True)
 class Run:
-    """The steps of one run in one layout, in step order."""
+    """The steps of one run in one layout, in step order.
+
+    ``rows``: only the first rows of each step; ``settings``: the trainer settings a
+    capture would have recorded with it (TRL's names), attached to every report of the
+    run as ``analyze`` attaches those it reads from a part file; ``headline``: whether
+    the run's steps count in the table's "all steps" columns.
+    """
 
     name: str
     paths: tuple[Path, ...]
     group_size: int | None = None  # TRL: consecutive rows form the groups
+    rows: int | None = None
+    settings: dict[str, Any] | None = None
+    headline: bool = True
+
+
+#: TRL settings under which every optimizer step trains on completions of the policy
+#: before it (gradient_accumulation_steps a multiple of steps_per_generation x
+#: num_iterations, TRL's own condition for old_per_token_logps = None)
+TRL_ON_POLICY = {"num_iterations": 1, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
 
 
 def runs(sample: Path = SAMPLE) -> tuple[Run, ...]:
-    """The bundled runs: two verl runs, the TRL and the prime-rl export of a step."""
+    """The bundled runs: two verl runs, the TRL and the prime-rl export of a step; then,
+    apart from the headline, the TRL export's on-policy mini-batch as a TRL capture of
+    an on-policy run would record it (its first 32 rows, mini-batch 0 of the step, whose
+    log-ratio is exactly 0, with :data:`TRL_ON_POLICY` as the recorded settings)."""
+    trl = sample / "trl" / "step_0032.pt"
     return (
         Run("verl_steps", tuple(sorted((sample / "verl_steps").glob("*.pt")))),
         Run("verl", tuple(sorted((sample / "verl").glob("*.pt")))),
-        Run("trl", (sample / "trl" / "step_0032.pt",)),
+        Run("trl", (trl,)),
         Run("prime_rl", tuple(sorted((sample / "prime_rl" / "token_exports").glob("step_*")))),
+        Run("trl_capture", (trl,), rows=32, settings=TRL_ON_POLICY, headline=False),
     )
 
 
@@ -87,11 +109,23 @@ def load_step(path: Path, run: Run) -> TokenBatch:
 
     files = expand_paths([path]) if path.is_dir() else [path]
     batches = [load_file(f, LoadOptions(group_size=run.group_size)) for f in files]
-    if len(batches) == 1:
-        return batches[0]
     from ratioscope.batch import TokenBatch
 
-    return TokenBatch.concat(batches)
+    batch = batches[0] if len(batches) == 1 else TokenBatch.concat(batches)
+    return batch if run.rows is None else batch.select_rows(0, run.rows)
+
+
+def analyse(batch: TokenBatch, run: Run) -> Report:
+    """The report of ``batch``, with the run's recorded trainer settings in its
+    ``params.trainer`` block (where ``analyze`` puts those a part file holds)."""
+    from ratioscope.analysis import analyze
+    from ratioscope.trainer_settings import RECORDED, Applied, TrainerSettings
+
+    report = analyze(batch, device="cpu")
+    if run.settings is not None:
+        settings = TrainerSettings("trl", dict(run.settings), source=f"{RECORDED} ({run.name})")
+        report.params["trainer"] = Applied(settings).params_block()
+    return report
 
 
 # ------------------------------------------------------------------------------ faults
@@ -161,6 +195,8 @@ def policy_drift(factor: float) -> Fault:
         if keys is None:
             return None
         current, behaviour = getattr(batch, keys[0]), getattr(batch, keys[1])
+        if not bool(((current != behaviour) & batch.mask).any()):
+            return None  # an exactly on-policy batch: no drift to multiply
         return rebuild(batch, log_probs=behaviour + factor * (current - behaviour))
 
     return apply
@@ -322,13 +358,11 @@ def evaluate(
     report of the run's first step (its second for the first step itself). A faulty copy
     is flagged when a finding is worse than in the healthy step's own verdict.
     """
-    from ratioscope.analysis import analyze
-
     table = {mode: {name: {} for name in ("healthy", *faults)} for mode in MODES}
     for run in selected:
         paths = run.paths[:steps] if steps else run.paths
         batches = [load_step(path, run) for path in paths]
-        healthy = [analyze(batch, device="cpu") for batch in batches]
+        healthy = [analyse(batch, run) for batch in batches]
         for index, (batch, report) in enumerate(zip(batches, healthy, strict=True)):
             baselines: dict[str, Report | None] = {"alone": None}
             if len(healthy) > 1:
@@ -339,7 +373,7 @@ def evaluate(
             context = Context(seed=index, previous=batches[index - 1] if index else None)
             for name in faults:
                 faulty = FAULTS[name](batch, context)
-                result = None if faulty is None else analyze(faulty, device="cpu")
+                result = None if faulty is None else analyse(faulty, run)
                 for mode, base in baselines.items():
                     cell = table[mode][name].setdefault(run.name, Cell())
                     if result is not None:
@@ -369,31 +403,41 @@ def _share(cell: Cell) -> str:
     return "n/a" if rate is None else f"{100 * rate:.0f} %"
 
 
-def render(table: dict[str, dict[str, dict[str, Cell]]], run_names: Sequence[str]) -> str:
+def render(
+    table: dict[str, dict[str, dict[str, Cell]]],
+    run_names: Sequence[str],
+    apart: Sequence[str] = (),
+) -> str:
     """A Markdown table: one row per fault; the steps flagged per run judged alone, in
     all, and judged against a baseline (runs of several steps); the findings that fired
-    most often."""
-    several = [n for n in run_names if table["baseline"]["healthy"].get(n, Cell()).steps]
+    most often. The runs in ``apart`` get their own columns after "all steps" and count
+    in no total."""
+    headline = [n for n in run_names if n not in apart]
+    extra = [n for n in run_names if n in apart]
+    several = [n for n in headline if table["baseline"]["healthy"].get(n, Cell()).steps]
     header = [
-        "fault", *run_names, "all steps",
+        "fault", *headline, "all steps", *extra,
         *(f"{n} (baseline)" for n in several), "all (baseline)", "flagged by (most often)",
     ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for fault in table["alone"]:
         row = [fault]
-        for mode, names in (("alone", run_names), ("baseline", several)):
+        for mode, names, others in (("alone", headline, extra), ("baseline", several, [])):
             cells = table[mode][fault]
-            for name in names:
-                cell = cells.get(name, Cell())
-                row.append("n/a" if cell.rate() is None else f"{cell.flagged}/{cell.steps}")
+            row += [_fraction(cells.get(name, Cell())) for name in names]
             row.append(_share(_total(cells, names)))
-        found = _total(table["alone"][fault], run_names).by
+            row += [_fraction(cells.get(name, Cell())) for name in others]
+        found = _total(table["alone"][fault], headline).by
         found.update(_total(table["baseline"][fault], several).by)
         # ties by name: the table reads the same on every run
         top = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:2]
         row.append(", ".join(f"`{key}`" for key, _ in top) or "—")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def _fraction(cell: Cell) -> str:
+    return "n/a" if cell.rate() is None else f"{cell.flagged}/{cell.steps}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -411,7 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     selected = [r for r in runs() if args.runs is None or r.name in args.runs.split(",")]
     start = time.perf_counter()
     table = evaluate(selected, faults, args.steps)
-    print(render(table, [r.name for r in selected]))
+    apart = [r.name for r in selected if not r.headline]
+    print(render(table, [r.name for r in selected], apart))
     print(f"\n{time.perf_counter() - start:.0f} s (analysis on the CPU)")
     return 0
 

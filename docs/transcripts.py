@@ -179,7 +179,7 @@ def render(page: Path) -> tuple[str, list[str]]:
     index = 0
     while index < len(lines):
         if index in replaced:
-            end, output = replaced[index]
+            end, output = replaced.pop(index)  # an empty block starts where it ends
             result.extend(output.splitlines())
             index = end
             continue

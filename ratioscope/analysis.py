@@ -88,6 +88,36 @@ def analyze(
         :class:`Report`; ``params["trainer"]`` holds the trainer's settings in force and
         where each value taken from them came from.
     """
+    report, _ = analyze_totals(
+        batch_or_paths, params=params, load_options=load_options, device=device,
+        chunk_elements=chunk_elements, per_sequence=per_sequence, progress=progress,
+        sections=sections, fixed_params=fixed_params, **options,
+    )  # fmt: skip
+    return report
+
+
+def analyze_totals(
+    batch_or_paths: TokenBatch | str | Path | Sequence[str | Path],
+    *,
+    params: AnalysisParams | None = None,
+    load_options: LoadOptions | None = None,
+    device: str = defaults.DEVICE,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    per_sequence: bool = False,
+    progress: ProgressCallback | None = None,
+    sections: Sequence[str] | None = None,
+    fixed_params: Collection[str] = (),
+    state: bool = True,
+    **options: Any,
+) -> tuple[Report, list[Accumulator]]:
+    """:func:`analyze`, and the section accumulators its report was built from, which
+    :class:`ReportMerge` folds as they are (a timeline's steps: writing each step's
+    ``state`` and reading it back to merge cost more than a small step's tokens).
+
+    Args:
+        state: write the report's ``state`` block (False: it holds the loader warnings
+            only, and the report cannot be merged from its JSON; the accumulators can).
+    """
     chosen = _chosen_params(params, options, fixed_params)
     params, load_options = _split_options(params, load_options, options)
     params, trainer = _trainer_defaults(batch_or_paths, params, load_options, chosen)
@@ -108,12 +138,12 @@ def analyze(
         if note is not None:
             run.warnings.insert(0, note)
     report = _build_report(
-        run.inputs, params, load_options, run.totals, run.warnings, run.sequences
+        run.inputs, params, load_options, run.totals, run.warnings, run.sequences, state=state
     )
     block = trainer.params_block()
     if block is not None:
         report.params["trainer"] = block
-    return report
+    return report, run.totals
 
 
 def _chosen_params(
@@ -477,63 +507,98 @@ def merge_reports(
             analyze report; ReportError: a schema version this ratioscope does not read.
     """
     names = list(names)
-    totals: dict[str, Accumulator] = {}
-    first: _FirstReport | None = None
-    inputs: list[InputInfo] = []
-    loader_warnings: list[str] = []
-    classes = {cls.name: cls for cls in section_classes()}
+    merge = ReportMerge()
     for index, item in enumerate(reports):
-        name = names[index] if index < len(names) else f"report {index + 1}"
-        shard = _as_report(item, name)
-        if first is None:
-            first = _FirstReport(name, shard.params, _params_of(shard, name))
-            present = [key for key in classes if key in shard.state]
-            with one_thread():  # a report's state is small (histograms of 5,205 bins)
-                totals = {key: _restore(classes[key], first.params, shard, name) for key in present}
+        merge.add(item, names[index] if index < len(names) else f"report {index + 1}")
+    return merge.result()
+
+
+class ReportMerge:
+    """The running merge of :func:`merge_reports`: reports are folded in one at a time
+    (their ``state`` restored), or with the accumulators they were built from
+    (:func:`analyze_totals`), which are folded as they are: the same sums, without
+    writing the state and reading it back.
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, Accumulator] = {}
+        self.first: _FirstReport | None = None
+        self.inputs: list[InputInfo] = []
+        #: (path, sha256) of the inputs so far, to refuse a shard merged twice
+        self._seen: set[tuple[str, str]] = set()
+        self.loader_warnings: list[str] = []
+        self.classes = {cls.name: cls for cls in section_classes()}
+
+    def add(
+        self,
+        item: Report | Mapping[str, Any],
+        name: str,
+        accumulators: Sequence[Accumulator] | None = None,
+    ) -> None:
+        """Fold one report in; ``accumulators``: those ``item`` (a :class:`Report`) was
+        built from, folded instead of its state, and not to be used after.
+
+        Raises:
+            MergeError: see :func:`merge_reports`.
+        """
+        shard = _as_report(item, name, needs_state=accumulators is None)
+        live = None if accumulators is None else {acc.name: acc for acc in accumulators}
+        present = [key for key in self.classes if key in (shard.state if live is None else live)]
+        if self.first is None:
+            self.first = _FirstReport(name, shard.params, _params_of(shard, name))
+            if live is not None:
+                self.totals = {key: live[key] for key in present}
+            else:
+                with one_thread():  # a report's state is small (histograms of 5,205 bins)
+                    self.totals = {
+                        key: _restore(self.classes[key], self.first.params, shard, name)
+                        for key in present
+                    }
         else:
-            _check_same_run(name, shard, first, list(totals))
+            _check_same_run(name, shard, self.first, list(self.totals), present)
             with one_thread():
-                _fold_shard(totals, classes, first.params, shard, name)
+                for key in present:
+                    if live is not None:
+                        other = live[key]
+                    else:
+                        other = _restore(self.classes[key], self.first.params, shard, name)
+                    if key in self.totals:
+                        _fold(self.totals[key], other, name)
+                    else:  # an optional section that earlier shards had no data for
+                        self.totals[key] = other
         for entry in shard.inputs:
-            if entry.sha256 and any(
-                (entry.path, entry.sha256) == (seen.path, seen.sha256) for seen in inputs
-            ):
+            if entry.sha256 and (entry.path, entry.sha256) in self._seen:
                 raise MergeError(
                     name, f"covers {entry.path} again (same path and sha256 as an earlier "
                     "report); merging a shard twice would count it twice"
                 )  # fmt: skip
-            inputs.append(entry)
-        loader_warnings.extend(shard.state.get("loader_warnings", []))
-    if first is None:
-        raise MergeError(None, "no report to merge")
-    load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
-    merged = _build_report(
-        inputs, first.params, load_options, list(totals.values()), loader_warnings, None
-    )
-    if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
-        merged.params["trainer"] = first.params_block["trainer"]
-    return merged
+            if entry.sha256:
+                self._seen.add((entry.path, entry.sha256))
+            self.inputs.append(entry)
+        self.loader_warnings.extend(shard.state.get("loader_warnings", []))
+
+    def result(self) -> Report:
+        """The merged report (its sections recomputed from the merged sums).
+
+        Raises:
+            MergeError: nothing was added.
+        """
+        first = self.first
+        if first is None:
+            raise MergeError(None, "no report to merge")
+        load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
+        merged = _build_report(
+            self.inputs, first.params, load_options, list(self.totals.values()),
+            self.loader_warnings, None,
+        )  # fmt: skip
+        if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
+            merged.params["trainer"] = first.params_block["trainer"]
+        return merged
 
 
-def _fold_shard(
-    totals: dict[str, Accumulator],
-    classes: Mapping[str, type[Accumulator]],
-    params: AnalysisParams,
-    shard: Report,
-    name: str,
-) -> None:
-    """Fold every section of ``shard`` into ``totals`` (a section new to them joins)."""
-    for key in classes:
-        if key not in shard.state:
-            continue  # an optional section this shard has no data for
-        if key in totals:
-            _fold(totals[key], _restore(classes[key], params, shard, name), name)
-        else:  # an optional section that earlier shards had no data for
-            totals[key] = _restore(classes[key], params, shard, name)
-
-
-def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
-    """A shard as a Report; a document is checked to be a mergeable analyze report first."""
+def _as_report(item: Report | Mapping[str, Any], name: str, needs_state: bool = True) -> Report:
+    """A shard as a Report; a document is checked to be a mergeable analyze report first
+    (``needs_state``: a report merged from its state, not from its accumulators)."""
     if isinstance(item, Report):
         shard = item
     else:
@@ -546,7 +611,7 @@ def _as_report(item: Report | Mapping[str, Any], name: str) -> Report:
             shard = Report.from_dict(item, source=name)
         except ReportError as error:
             raise MergeError(name, error.problem) from None
-    if not shard.state or "analysis" not in shard.params:
+    if (needs_state and not shard.state) or "analysis" not in shard.params:
         raise MergeError(name, "not an analyze report (no 'state' block to merge)")
     return shard
 
@@ -597,7 +662,10 @@ def _fold(total: Accumulator, other: Accumulator, name: str) -> None:
         ) from None
 
 
-def _check_same_run(name: str, report: Report, first: _FirstReport, sections: list[str]) -> None:
+def _check_same_run(
+    name: str, report: Report, first: _FirstReport, sections: list[str], present: list[str]
+) -> None:
+    """``report`` (whose sections are ``present``) is of the run of ``first``."""
     first_name, first_params = first.name, first.params_block
     if report.params != first_params:
         differing = _differing_keys(first_params, report.params)
@@ -609,14 +677,14 @@ def _check_same_run(name: str, report: Report, first: _FirstReport, sections: li
     from ratioscope.report import OPTIONAL_SECTION_KEYS
 
     for key in sections:
-        if key not in report.state and key not in OPTIONAL_SECTION_KEYS:
+        if key not in present and key not in OPTIONAL_SECTION_KEYS:
             raise MergeError(
                 name, f"has no '{key}' section while {first_name} has; analyse every shard "
                 "with the same sections"
             )  # fmt: skip
     for cls in section_classes():
         if (
-            cls.name in report.state
+            cls.name in present
             and cls.name not in sections
             and cls.name not in OPTIONAL_SECTION_KEYS
         ):
@@ -687,7 +755,7 @@ def _analyse_file(
     per_file = [a for a in active if a.per_file and not a.passes]
     for acc in passing:
         acc.begin_passes(in_memory=True)
-    rows = max(1, chunk_elements // max(1, batch.max_length))
+    rows = defaults.chunk_rows(chunk_elements, batch.max_length)
     chunks = max(1, -(-batch.num_sequences // rows))
     name = Path(batch.source).name
     for index, chunk in enumerate(batch.iter_chunks(rows)):
@@ -850,7 +918,7 @@ def _analyse_stream(
     passing: list[Accumulator] = []
     per_file: list[Accumulator] = []
     first: TokenBatch | None = None
-    rows = max(1, chunk_elements // max(1, stream.padded_width()))
+    rows = defaults.chunk_rows(chunk_elements, stream.padded_width())
     chunks = max(1, -(-stream.rows // rows))
     try:
         # the file stays open for the passes of the sections that make them
@@ -1114,15 +1182,19 @@ def _build_report(
     totals: Iterable[Accumulator],
     loader_warnings: list[str],
     table: SequenceTable | None,
+    state: bool = True,
 ) -> Report:
+    """The report of ``totals``; ``state``: with each section's state (False: the loader
+    warnings only; see :func:`analyze_totals`)."""
     sections: dict[str, Any] = dict.fromkeys(SECTION_KEYS)
     warnings = list(dict.fromkeys(loader_warnings))
-    state: dict[str, Any] = {"loader_warnings": list(dict.fromkeys(loader_warnings))}
+    states: dict[str, Any] = {"loader_warnings": list(dict.fromkeys(loader_warnings))}
     with one_thread():  # sections and state are read from the small merged sums
         for acc in totals:
             sections[acc.name] = acc.result()
             warnings.extend(acc.warnings())
-            state[acc.name] = acc.state()
+            if state:
+                states[acc.name] = acc.state()
     # sections left out with --sections stay null without a warning: the user asked
     return Report(
         tool=tool_info(),
@@ -1132,7 +1204,7 @@ def _build_report(
             "load": load_params(load_options),
         },
         warnings=warnings,
-        state=state,
+        state=states,
         sequences=table,
         **sections,
     )

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ratioscope.parallel import Runner
     from ratioscope.params import AnalysisParams
     from ratioscope.report import Report
+    from ratioscope.sections.base import Accumulator
     from ratioscope.verdict import Thresholds, Verdict
 
 #: the timeline JSON layout's version (``schema_version``)
@@ -604,7 +605,12 @@ def timeline(
         InputError: a file without a step (naming it and the ways to give one);
         ParameterError: a bad ``step_from``; what :func:`ratioscope.analyze` raises.
     """
-    from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, _split_options, merge_reports
+    from ratioscope.analysis import (
+        DEFAULT_CHUNK_ELEMENTS,
+        ReportMerge,
+        _split_options,
+        merge_reports,
+    )
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.io.paths import is_report_path
@@ -641,7 +647,12 @@ def timeline(
     )  # fmt: skip
     tasks = runner if runner is not None and runner.parallel and not all(reports) else None
 
-    def results() -> Iterator[tuple[Report, dict[str, Any] | None]]:
+    def results(
+        staging: Path | None,
+    ) -> Iterator[tuple[Report, dict[str, Any] | None, list[Accumulator] | None]]:
+        """Each step's report, its objective summaries, and the accumulators it was
+        built from when it was analysed here (folded into the pooled report as they are;
+        its state is written only for ``staging``)."""
         if tasks is not None:
             from ratioscope.parallel import ordered_results
             from ratioscope.report import Report
@@ -649,7 +660,7 @@ def timeline(
             for document, step_objectives in ordered_results(
                 work, by_step, tasks, describe=_describe_step
             ):
-                yield Report.from_dict(document), step_objectives
+                yield Report.from_dict(document), step_objectives, None
             return
         for group in by_step:
             if all(reports):
@@ -658,19 +669,24 @@ def timeline(
                         (_read_report(p) for p in group.paths), names=[str(p) for p in group.paths]
                     ),
                     None,
+                    None,
                 )
             else:
-                step_report = _analyze_step(
+                step_report, totals = _analyze_step_totals(
                     group, params, load_options, device,
                     chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress, fixed_params,
+                    state=staging is not None,
                 )  # fmt: skip
-                yield step_report, (_step_objectives(group, load_options) if objectives else None)
+                step_objectives = _step_objectives(group, load_options) if objectives else None
+                yield step_report, step_objectives, totals
 
-    def step_reports(staging: Path | None) -> Iterator[Report]:
+    def fold_steps(staging: Path | None) -> Report:
+        """The steps one at a time: their rows, and the pooled report of them all."""
+        pooling = ReportMerge()
         first = f"step {by_step[0].step}" if by_step else "no step"
         report(progress, ProgressUpdate("steps", 0, len(by_step), first))
-        for index, (group, (step_report, step_objectives)) in enumerate(
-            zip(by_step, results(), strict=True)
+        for index, (group, (step_report, step_objectives, totals)) in enumerate(
+            zip(by_step, results(staging), strict=True)
         ):
             # the step is done (in this process or a task): the next one is under way
             label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
@@ -690,16 +706,16 @@ def timeline(
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
                 step_report.write_json(staging / f"step_{group.step:06d}.json")
-            yield step_report
+            # the step's sections are read: its accumulators may now join the pooled sums
+            pooling.add(step_report, f"step {group.step}", totals)
         report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
+        return pooling.result()
 
     fpa_steps: dict[str, list[int]] = {}
     # the run's reward functions, in order of first appearance (a dict as an ordered set)
     functions: dict[str, None] = {}
     with _staged(reports_dir) as staging:
-        pooled = merge_reports(
-            step_reports(staging), names=[f"step {group.step}" for group in by_step]
-        )
+        pooled = fold_steps(staging)
     headlines = with_reward_functions(followed, reward_function_headlines(list(functions)))
     for _, _, values in rows:
         for item in headlines:
@@ -944,9 +960,28 @@ def _analyze_step(
     progress: ProgressCallback | None,
     fixed_params: Collection[str] = (),
 ) -> Report:
-    from ratioscope.analysis import analyze
+    report, _ = _analyze_step_totals(
+        group, params, load_options, device, chunk_elements, sections, progress, fixed_params
+    )
+    return report
 
-    return analyze(
+
+def _analyze_step_totals(
+    group: StepFiles,
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    device: str,
+    chunk_elements: int,
+    sections: Sequence[str] | None,
+    progress: ProgressCallback | None,
+    fixed_params: Collection[str] = (),
+    state: bool = True,
+) -> tuple[Report, list[Accumulator]]:
+    """The step's report and the accumulators it was built from
+    (:func:`ratioscope.analysis.analyze_totals`)."""
+    from ratioscope.analysis import analyze_totals
+
+    return analyze_totals(
         list(group.paths),
         params=params,
         load_options=load_options,
@@ -955,6 +990,7 @@ def _analyze_step(
         sections=sections,
         progress=progress,
         fixed_params=fixed_params,
+        state=state,
     )
 
 

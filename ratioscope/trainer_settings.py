@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 #: the top-level key of a part file that holds the settings (a JSON text)
 SETTINGS_KEY = "ratioscope_trainer"
 FRAMEWORKS = ("trl", "verl", "openrlhf")
+#: how the ``source`` of settings read from a part file begins
+RECORDED = "recorded by the capture"
 #: the values of ``trainer``: "auto" reads recorded settings, "none" ignores them
 TRAINER_CHOICES = ("auto", "none", *FRAMEWORKS)
 
@@ -146,6 +148,42 @@ class TrainerSettings:
         )
         return _positive_int(self.settings.get(key))
 
+    @property
+    def recorded(self) -> bool:
+        """Whether the settings were recorded by the trainer's capture (not a framework's
+        documented defaults that ``--trainer`` assumed)."""
+        return self.source.startswith(RECORDED)
+
+    def whole_step_on_policy(self) -> str | None:
+        """Why every log-ratio (current vs old) of a captured optimizer step must be exactly
+        0, in words, or None when the settings do not imply it.
+
+        TRL's ``GRPOTrainer`` generates every ``steps_per_generation x num_iterations``
+        micro-steps; when ``gradient_accumulation_steps`` is a multiple of that, every
+        generation happens at an optimizer-step boundary, so all loss micro-batches of a
+        step come from the policy before its one update. TRL then sets
+        ``old_per_token_logps`` to None and uses ``per_token_logps.detach()`` (the capture
+        records that, a ratio of exactly 1), unless vLLM importance sampling makes it
+        recompute them (``_generate_and_score_completions``, ``_compute_loss``). Only for
+        TRL; ``steps_per_generation`` None is ``gradient_accumulation_steps``
+        (``GRPOConfig.__post_init__``).
+        """
+        if self.framework != "trl":
+            return None
+        s = self.settings
+        accumulation = _positive_int(s.get("gradient_accumulation_steps"))
+        iterations = _positive_int(s.get("num_iterations"))
+        per_generation = _positive_int(s.get("steps_per_generation")) or accumulation
+        if accumulation is None or iterations is None or per_generation is None:
+            return None
+        if accumulation % (per_generation * iterations) != 0:
+            return None
+        return (
+            f"TRL gradient_accumulation_steps={accumulation} is a multiple of "
+            f"steps_per_generation x num_iterations = {per_generation} x {iterations}: "
+            "each optimizer step trains on completions of the policy before it"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "framework": self.framework,
@@ -207,6 +245,8 @@ def read_recorded(path: Path) -> TrainerSettings | None:
     loading its tensors (memory-mapped); None for any other file."""
     if path.suffix.lower() not in (".pt", ".pth"):
         return None
+    if not _may_hold_settings(path):
+        return None
     import torch
 
     try:
@@ -216,7 +256,24 @@ def read_recorded(path: Path) -> TrainerSettings | None:
     text = content.get(SETTINGS_KEY) if isinstance(content, dict) else None
     if not isinstance(text, str):
         return None
-    return TrainerSettings.from_json(text, source=f"recorded by the capture in {path}")
+    return TrainerSettings.from_json(text, source=f"{RECORDED} in {path}")
+
+
+def _may_hold_settings(path: Path) -> bool:
+    """False when the pickle of a ``.pt`` archive does not name :data:`SETTINGS_KEY`
+    (a pickle writes a string key's characters as they are), so that the file's
+    structure is not unpickled for nothing: a timeline asks this of every step's file.
+    True when unsure (not a zip archive: torch's legacy format, a damaged file)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+            if len(names) != 1:
+                return True
+            return SETTINGS_KEY.encode() in archive.read(names[0])
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError, RuntimeError):
+        return True
 
 
 def resolve(trainer: str | None, first_file: Path | None) -> TrainerSettings | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
@@ -48,6 +48,14 @@ _SPINNING_UP = (
     "approximate KL exceeds 1.5 x target_kl (spinup/algos/pytorch/ppo/ppo.py)"
 )
 _OURS = "ratioscope's own choice"
+_TRL_ON_POLICY = (
+    "TRL GRPOTrainer (huggingface/trl f2cd5771, trl/trainer/grpo_trainer.py): "
+    "_generate_and_score_completions sets old_per_token_logps to None when "
+    "gradient_accumulation_steps % (steps_per_generation x num_iterations) == 0 (unless vLLM "
+    "importance sampling makes it recompute them) and _compute_loss then uses "
+    "per_token_logps.detach(): every log-ratio of the step is 0 by definition, and a "
+    "non-zero one is recomputation noise"
+)
 _PRIME_RL_CLAMP = (
     "prime-rl clamps the log importance ratio to [-20, 20] (exp(20) = 4.9e8) before exp: "
     "PR #1329, and MISMATCH_KL_LOG_RATIO_LIMIT in PR #2973 (src/prime_rl/trainer/rl/loss.py)"
@@ -141,7 +149,8 @@ class Thresholds:
         "policy and every log-ratio is exactly 0; a non-zero one means the log-probs were "
         "recomputed non-deterministically (docs/staleness.md)",
         "share of the first mini-batch's tokens whose log-ratio is not exactly 0 "
-        "(needs the 'minibatch' key)",
+        "(needs the 'minibatch' key); of the whole step's where the trainer's recorded "
+        "settings make every update the first after sampling (TRL)",
     )
     log_ratio_max_yellow: float = _threshold(
         20.0, _PRIME_RL_CLAMP, "largest |log-ratio| of any token, either ratio pair"
@@ -481,13 +490,7 @@ def verdict(
         )
     drift = None if mismatch is None or policy_is_engine else mismatch.policy
     if drift is not None and _finite(drift.k3):
-        findings.append(
-            _above(
-                "mismatch.policy.k3", drift.k3, "drift_k3_yellow", "drift_k3_red", t,
-                "policy drift (current vs old): k3", unit=" per token",
-                advice=": the policy moved far within one batch", name="policy drift",
-            )
-        )  # fmt: skip
+        findings.append(_drift_finding(report, drift, t))
     findings += _overflow_findings(report, t)
     findings += _on_policy_findings(report, t)
     findings += _ratio_findings(report, t)
@@ -524,11 +527,45 @@ def _overflow_findings(report: Report, t: Thresholds) -> list[Finding]:
     ]  # fmt: skip
 
 
+def _drift_finding(report: Report, pooled: MismatchStats, t: Thresholds) -> Finding:
+    """Policy drift: k3 between the current and the old policy, judged where it is largest.
+
+    Spinning Up checks the KL after every update of the policy epochs and stops once it
+    passes 1.5 x target_kl: what it bounds is the KL each update reaches, not its mean
+    over the updates. With the ``minibatch`` key, the k3 of mini-batch m is the KL the
+    policy had reached after m updates (on that mini-batch's tokens), so the largest of
+    them is judged; the step's pooled k3, which averages in the on-policy mini-batch 0,
+    is named beside it. Without the key, the pooled k3 is all there is.
+    """
+    key, value, where = "mismatch.policy.k3", pooled.k3, ""
+    staleness, pairs = report.staleness, (report.mismatch.pairs if report.mismatch else {})
+    if staleness is not None and pairs.get("policy") == "current/old":
+        for index, stats in staleness.minibatches.items():
+            if stats.tokens > 0 and _finite(stats.k3) and stats.k3 > value:
+                key, value = f"staleness.minibatches.{index}.k3", stats.k3
+                where = (
+                    f" in mini-batch {index} (after {index} update{'s' * (index != 1)}; "
+                    f"pooled {_num(pooled.k3)})"
+                )
+    return _above(
+        key, value, "drift_k3_yellow", "drift_k3_red", t,
+        "policy drift (current vs old): k3", unit=f" per token{where}",
+        advice=": the policy moved far within one batch", name="policy drift",
+    )  # fmt: skip
+
+
 def _on_policy_findings(report: Report, t: Thresholds) -> list[Finding]:
-    """The first mini-batch of the first epoch must have log-ratio exactly 0 (PPO ratio
-    only: current vs old; needs the ``minibatch`` key and mini-batch 0 in the dumps)."""
+    """Log-ratios that must be exactly 0 (PPO ratio only: current vs old): those of the
+    whole step where the trainer's recorded settings make every update of it the first
+    after sampling (:func:`_whole_step_on_policy`), else those of the first mini-batch of
+    the first epoch (needs the ``minibatch`` key and mini-batch 0 in the dumps)."""
     staleness, mismatch = report.staleness, report.mismatch
-    if staleness is None or mismatch is None or mismatch.pairs.get("policy") != "current/old":
+    if mismatch is None or mismatch.pairs.get("policy") != "current/old":
+        return []
+    whole = _whole_step_on_policy(report, t)
+    if whole is not None:
+        return [whole]
+    if staleness is None:
         return []
     first = staleness.minibatches.get(0)
     if first is None or first.tokens == 0 or not _finite(first.exact_on):
@@ -543,6 +580,39 @@ def _on_policy_findings(report: Report, t: Thresholds) -> list[Finding]:
         name="trainer noise",
     )  # fmt: skip
     return [finding]
+
+
+def _whole_step_on_policy(report: Report, t: Thresholds) -> Finding | None:
+    """Every log-ratio of the step must be exactly 0 when the settings the trainer's
+    capture recorded say so (TRL: :meth:`~ratioscope.trainer_settings.TrainerSettings.
+    whole_step_on_policy`); judged on the share of tokens outside the exact band of the
+    ratios section (``token_on_band`` at its default, r = 1 up to float32 rounding)."""
+    from ratioscope.functional.token_stats import EXACT_ON_BAND
+    from ratioscope.trainer_settings import TrainerSettings
+
+    block = (report.params or {}).get("trainer")
+    if not isinstance(block, Mapping) or not isinstance(block.get("settings"), Mapping):
+        return None
+    settings = TrainerSettings(
+        framework=str(block.get("framework")), settings=block["settings"],
+        source=str(block.get("source") or ""),
+    )  # fmt: skip
+    reason = settings.whole_step_on_policy() if settings.recorded else None
+    band = ((report.params or {}).get("analysis") or {}).get("token_on_band")
+    token = (report.ratios or {}).get("token")
+    pooled = None if token is None else token.proportion_pooled
+    if reason is None or pooled is None or not _finite(pooled.get("on")):
+        return None
+    if band is not None and tuple(band) != EXACT_ON_BAND:
+        return None  # another band: "on" is no longer "exactly 1"
+    finding = _above(
+        "ratios.token.proportion_pooled.on", 1.0 - float(pooled["on"]),
+        "on_policy_nonzero_yellow", None, t,
+        "whole step on-policy by the trainer's settings: tokens with log-ratio != 0",
+        show=_pct, advice=": the log-probs were not recomputed bit for bit (trainer noise)",
+        name="trainer noise",
+    )  # fmt: skip
+    return replace(finding, source=f"{reason} ({settings.source}); {_TRL_ON_POLICY}")
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,22 @@ def test_merge_of_the_step_reports_equals_analyze_of_all_files(tmp_path, ranks):
         close(merged, pooled)
 
 
+def test_pooled_report_without_step_reports_equals_the_merge_of_their_state(tmp_path):
+    """Without reports_dir the steps' accumulators are folded as they are (no state written
+    and read back): the pooled report, state included, is the merge of the step reports
+    read from JSON, and the step values are those of the run that writes them."""
+    write_run(tmp_path / "run", steps=3, ranks=2)
+    folded = ratioscope.timeline(tmp_path / "run")
+    written = ratioscope.timeline(tmp_path / "run", reports_dir=tmp_path / "reports")
+    steps = sorted((tmp_path / "reports").iterdir())
+    merged = merge_reports([json.loads(p.read_text()) for p in steps]).to_dict()
+    assert folded.pooled is not None and "state" in merged
+    pooled = folded.pooled.to_dict()
+    del pooled["tool"], merged["tool"]
+    assert json.dumps(pooled, sort_keys=True) == json.dumps(merged, sort_keys=True)
+    assert folded.steps == written.steps
+
+
 def test_no_partial_step_reports_when_a_step_fails(tmp_path):
     write_run(tmp_path / "run", steps=2)
     (tmp_path / "run" / "step_1" / "rank_0.pt").write_bytes(b"not a torch file")

@@ -32,6 +32,26 @@ def test_timeline_prints_the_verdict_and_the_table_and_writes_json(tmp_path):
     assert relative["text"].startswith("against its first steps (8, 16, 24): every later step")
 
 
+def test_timeline_leads_with_the_answer_and_detail_prints_every_finding(tmp_path):
+    out = tmp_path / "timeline.json"
+    brief = runner.invoke(app, ["timeline", str(SAMPLE), "--json", str(out), "-q"])
+    assert brief.exit_code == 0, brief.output
+    document = json.loads(out.read_text())
+    verdict = document["verdict"]
+    block = brief.stdout.split("Timeline: ")[0].splitlines()
+    # the bottom line, the green checks by name on one line, the notes by name on one
+    assert block[0].startswith("health: nothing to do (") and len(block) <= 4, block
+    assert not any("at or below" in line for line in block)
+    assert "note    FPA approximation (about the analysis, not the run; in full: --detail)" in (
+        brief.stdout
+    )
+    detail = runner.invoke(app, ["timeline", str(SAMPLE), "--detail", "-q"])
+    assert detail.exit_code == 0, detail.output
+    full = " ".join(detail.stdout.split("Timeline: ")[0].split())
+    for item in [*verdict["findings"], *verdict["notes"]]:
+        assert " ".join(item["text"].split()) in full
+
+
 def test_timeline_reports_dir_is_accepted_by_merge(tmp_path):
     reports = tmp_path / "steps"
     result = runner.invoke(app, ["timeline", str(SAMPLE), "--reports-dir", str(reports), "-q"])

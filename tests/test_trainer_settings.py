@@ -15,6 +15,7 @@ from ratioscope.cli import app
 from ratioscope.io.loaders import LoadOptions
 from ratioscope.trainer_settings import (
     SETTINGS_KEY,
+    TrainerSettings,
     documented_defaults,
     openrlhf_settings,
     verl_settings,
@@ -236,3 +237,25 @@ def test_recorded_settings_are_read_without_unpickling(tmp_path, monkeypatch):
     text = recorded_text(path)
     assert text is not None and json.loads(text)["settings"]["epsilon"] == 0.25
     assert TrainerSettings.from_json(text, source=expected.source) == expected
+
+
+@pytest.mark.parametrize(
+    ("changes", "on_policy"),
+    [
+        ({}, True),  # TRL's defaults: one generation per optimizer step
+        ({"gradient_accumulation_steps": 4, "steps_per_generation": 2}, True),  # 2 per step
+        ({"gradient_accumulation_steps": 4, "steps_per_generation": None}, True),  # None: 4
+        ({"steps_per_generation": 4}, False),  # 4 optimizer steps per generation
+        ({"gradient_accumulation_steps": 2, "num_iterations": 2, "steps_per_generation": 1}, True),
+        ({"gradient_accumulation_steps": 2, "num_iterations": 2, "steps_per_generation": 2}, False),
+        ({"gradient_accumulation_steps": None}, False),  # unknown: no claim
+    ],
+)
+def test_trl_whole_step_on_policy(changes, on_policy):
+    # TRL: gradient_accumulation_steps % (steps_per_generation x num_iterations) == 0
+    settings = {"gradient_accumulation_steps": 1, "steps_per_generation": 1, "num_iterations": 1}
+    trl = TrainerSettings("trl", {**settings, **changes}, source="recorded by the capture in f")
+    assert (trl.whole_step_on_policy() is not None) == on_policy
+    assert trl.recorded
+    assert TrainerSettings("verl", trl.settings).whole_step_on_policy() is None
+    assert not documented_defaults("trl").recorded

@@ -648,3 +648,98 @@ def test_baseline_with_other_parameters_gets_a_note(document):
     (note,) = [n for n in result.notes if n.key == "relative.params"]
     assert "clip [0.1, 0.1] there, [0.2, 0.28] here" in note.text
     assert verdict(Report.from_dict(document), None, Report.from_dict(document)).notes == ()
+
+
+# ------------------------------------------------ policy drift per update, whole-step rule
+
+
+def test_policy_drift_is_judged_at_the_update_where_it_is_largest(document):
+    # pooled over the step 4e-3 (green), but mini-batch 1 reached 0.012 (yellow)
+    stale = staleness(1.0)
+    stale["minibatches"]["1"]["k3"] = 0.012
+    findings = judged(document, staleness=stale, **{"mismatch/policy/k3": 0.004})
+    drift = findings["staleness.minibatches.1.k3"]
+    assert "mismatch.policy.k3" not in findings
+    assert (drift.level, drift.value, drift.threshold) == ("yellow", 0.012, 0.01)
+    assert "k3 = 0.012 per token in mini-batch 1 (after 1 update; pooled 4e-3)" in drift.text
+    assert drift.short_name == "policy drift" and "Spinning Up" in drift.source
+    # every mini-batch below the pooled value: the pooled one is judged, as without the key
+    stale["minibatches"]["1"]["k3"] = 0.001
+    findings = judged(document, staleness=stale, **{"mismatch/policy/k3": 0.004})
+    assert findings["mismatch.policy.k3"].value == 0.004
+    # a train/inference ratio in the staleness section is no policy drift
+    engine = judged(
+        document, staleness=staleness(1.0),
+        **{"mismatch/pairs/policy": "current/engine", "mismatch/rollout": None},
+    )  # fmt: skip
+    assert not [key for key in engine if key.endswith(".k3") and "minibatches" in key]
+
+
+def trl_settings(**changes) -> dict:
+    """A params.trainer block as analyze writes it from a TRL capture's part file."""
+    settings = {"num_iterations": 1, "steps_per_generation": 1, "gradient_accumulation_steps": 1}
+    return {
+        "framework": "trl", "settings": {**settings, **changes}, "reward_functions": [],
+        "source": "recorded by the capture in part.pt", "applied": {},
+    }  # fmt: skip
+
+
+def on_policy_document(document: dict, on: float, trainer: dict | None = None) -> dict:
+    doc = document_with(document, **{"params/trainer": trainer or trl_settings()})
+    doc["ratios"]["token"]["proportion_pooled"] = {"on": on, "above": 1 - on, "below": 0.0}
+    return doc
+
+
+@pytest.mark.parametrize(("on", "level"), [(1.0, "green"), (0.97, "yellow")])
+def test_whole_step_on_policy_from_recorded_trl_settings(document, on, level):
+    findings = judged(on_policy_document(document, on))
+    finding = findings["ratios.token.proportion_pooled.on"]
+    assert finding.level == level and finding.value == pytest.approx(1 - on, abs=1e-15)
+    assert "gradient_accumulation_steps=1 is a multiple of" in finding.source
+    assert "old_per_token_logps to None" in finding.source  # TRL's own rule, cited
+    # with a minibatch key too, the whole step replaces the first-mini-batch rule
+    both = judged(on_policy_document(document, on), staleness=staleness(1.0))
+    assert "ratios.token.proportion_pooled.on" in both
+    assert "staleness.minibatches.0.exact_on" not in both
+
+
+@pytest.mark.parametrize(
+    "trainer",
+    [
+        trl_settings(steps_per_generation=4),  # 4 optimizer steps per generation
+        trl_settings(num_iterations=2),  # the second pass follows an update
+        {**trl_settings(), "source": "TRL's documented defaults (--trainer trl)"},
+        {**trl_settings(), "framework": "verl"},
+    ],
+)
+def test_whole_step_rule_needs_recorded_on_policy_trl_settings(document, trainer):
+    findings = judged(on_policy_document(document, 0.5, trainer))
+    assert "ratios.token.proportion_pooled.on" not in findings
+
+
+def test_whole_step_rule_on_a_real_trl_capture_file(tmp_path):
+    """The TRL export's first 32 rows (mini-batch 0: exactly on-policy) written as a TRL
+    capture's part file with on-policy settings; analyze reads them from the file."""
+    import torch
+
+    from ratioscope.analysis import analyze
+    from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings
+
+    full = torch.load(ROOT / "sample_data/trl/step_0032.pt", weights_only=True)
+    part = {k: v[:32] if torch.is_tensor(v) else v for k, v in full.items()}
+    settings = TrainerSettings("trl", trl_settings()["settings"])
+    part[SETTINGS_KEY] = settings.to_json()
+    mask = part["completion_mask"].bool()
+    assert torch.equal(part["per_token_logps"][mask], part["old_per_token_logps"][mask])
+    torch.save(part, tmp_path / "exact.pt")
+    noisy = dict(part)
+    noise = 0.01 * torch.randn(mask.shape, generator=torch.Generator().manual_seed(0))
+    noisy["per_token_logps"] = part["per_token_logps"] + noise * mask
+    torch.save(noisy, tmp_path / "noisy.pt")
+    levels = {}
+    for name in ("exact", "noisy"):
+        findings = {f.key: f for f in verdict(analyze(tmp_path / f"{name}.pt", device="cpu"))}
+        levels[name] = findings["ratios.token.proportion_pooled.on"]
+    assert (levels["exact"].level, levels["exact"].value) == ("green", 0.0)
+    assert (levels["noisy"].level, levels["noisy"].value) == ("yellow", 1.0)
+    assert "recorded by the capture in" in levels["noisy"].source

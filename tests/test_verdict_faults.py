@@ -72,7 +72,7 @@ def test_the_injections_do_what_they_say(bench, steps):
 
 def test_small_benchmark_detects_every_fault_without_false_alarm(bench, steps):
     run, _ = steps
-    faults = ["noise_0.01", "drift_x30", "entropy_x0.02", "length_limit", "equal_rewards",
+    faults = ["noise_0.01", "drift_x10", "entropy_x0.02", "length_limit", "equal_rewards",
               "stale", "overflow", "disagreement"]  # fmt: skip
     table = bench.evaluate([run], faults, steps=2)
     for mode in bench.MODES:
@@ -88,8 +88,26 @@ def test_small_benchmark_detects_every_fault_without_false_alarm(bench, steps):
     assert alone["entropy_x0.02"]["verl_steps"].by["vitals.entropy.mean"] == 2
     assert alone["length_limit"]["verl_steps"].by["vitals.length.at_limit_share"] == 2
     assert alone["overflow"]["verl_steps"].by["mismatch.rollout.abs_diff_max"] == 2
+    # drift x10 is judged at the update where it is largest: a later mini-batch's k3
+    drift = alone["drift_x10"]["verl_steps"].by
+    assert sum(n for key, n in drift.items() if key.startswith("staleness.minibatches.")) == 2
     # with the other step as baseline, the collapse is also a relative finding
     relative = table["baseline"]["entropy_x0.02"]["verl_steps"].by
     assert relative["relative.vitals.entropy.mean"] == 2
     text = bench.render(table, ["verl_steps"])
     assert "| noise_0.01 | 2/2 | 100 % | 2/2 | 100 % |" in text
+
+
+def test_trl_capture_with_on_policy_settings_catches_noise_of_0_01(bench):
+    """The TRL export's mini-batch 0 with recorded on-policy settings: every log-ratio of
+    the step must be 0, so noise of 0.01 is caught with no mini-batch key."""
+    run = bench.runs(ROOT / "sample_data")[-1]
+    assert run.name == "trl_capture" and not run.headline
+    table = bench.evaluate([run], ["noise_0.01", "drift_x10"])
+    healthy, noisy = table["alone"]["healthy"][run.name], table["alone"]["noise_0.01"][run.name]
+    assert "ratios.token.proportion_pooled.on" not in healthy.by  # the real rows: exactly 0
+    assert (noisy.steps, noisy.flagged) == (1, 1)
+    assert noisy.by["ratios.token.proportion_pooled.on"] == 1
+    assert table["alone"]["drift_x10"][run.name].steps == 0  # no drift to multiply: n/a
+    text = bench.render(table, [run.name], apart=[run.name])
+    assert "| noise_0.01 | n/a | 1/1 |" in text  # no headline run: no total

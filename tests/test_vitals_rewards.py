@@ -156,6 +156,23 @@ def test_rows_devices_and_concatenation_keep_the_functions(tmp_path):
         TokenBatch.from_tensors({**_batch_columns(0), "reward:": torch.ones(ROWS)}, source="x")
 
 
+def test_a_function_some_files_lack_or_without_a_total_reward_is_said(tmp_path):
+    first, second = _run(tmp_path, 2)
+    columns = _batch_columns(1)
+    del columns["reward:format"]
+    torch.save(columns, second)
+    report = ratioscope.analyze([first, second])
+    assert report.vitals.reward.per_function["format"].sequences == ROWS
+    assert "vitals: reward function format is in 1 of 2 files; its numbers are those " in (
+        " ".join(report.warnings)
+    )
+    del columns["rewards"]
+    torch.save(columns, second)
+    alone = ratioscope.analyze(second)
+    assert alone.vitals.reward is None
+    assert any("reward functions (accuracy) are not reported" in w for w in alone.warnings)
+
+
 def test_timeline_and_compare_follow_each_function_per_step(tmp_path):
     paths = _run(tmp_path)
     json_out, parquet_out = tmp_path / "timeline.json", tmp_path / "timeline.parquet"

@@ -142,6 +142,16 @@ WandbRun = Annotated[
         rich_help_panel="Trackers",
     ),
 ]
+TimelineDetail = Annotated[
+    bool,
+    typer.Option(
+        "--detail",
+        help="Print the whole verdict: every finding in full (the green ones too) and "
+        "each note about the analysis in full. Default: the bottom line, the problems in "
+        "full, the rest by name.",
+        rich_help_panel="Output",
+    ),
+]
 Columns = Annotated[
     str | None,
     typer.Option(
@@ -162,6 +172,7 @@ def timeline(
     step_from: StepFrom = None,
     reports_dir: ReportsDir = None,
     columns: Columns = None,
+    detail: TimelineDetail = False,
     objectives: WithObjectives = False,
     thresholds: ThresholdsFile = None,
     tensorboard: TensorBoardDir = None,
@@ -209,6 +220,8 @@ def timeline(
 
     Example: ratioscope timeline sample_data/verl/ --json timeline.json
 
+    Example: ratioscope timeline sample_data/verl/ --detail --columns all
+
     Example: ratioscope timeline run/ --tensorboard runs/ratioscope --mlflow mlruns --wandb
 
     Example: ratioscope timeline 'dump/step_*' --ray auto --json timeline.json
@@ -227,6 +240,7 @@ def timeline(
         load_options,
     )
     from ratioscope.io.loaders import expand_paths
+    from ratioscope.render.overview import show_verdict_brief
     from ratioscope.render.timeline import show_timeline
     from ratioscope.render.verdict import show_verdict
     from ratioscope.steps import compile_step_from
@@ -286,8 +300,11 @@ def timeline(
                 result, params=params, load_options=load, tokenizer=tokenizer, progress=progress
             )
     console = stdout_console()
-    if result.verdict is not None:
+    if result.verdict is not None and detail:
         show_verdict(console, result.verdict)
+    elif result.verdict is not None:
+        # the answer first, as analyze prints it; the JSON keeps every finding in full
+        show_verdict_brief(console, result.verdict, short_notes=True)
     show_timeline(result, console, columns.split(",") if columns else None)
     if json_out is not None:
         result.write_json(json_out)

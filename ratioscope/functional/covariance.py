@@ -2,8 +2,9 @@
 
 Paper: "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage
 Reweighting" (CW-GRPO), section 2.3; Table 1 and Fig. 3 in section 2.2. Clip-Cov and
-KL-Cov are the baselines of Cui et al. (2025), with the settings TEPO section 4.1 quotes
-(clip ratio r = 2e-4 on tokens with 1 < c < 5; KL-Cov k = 2e-3).
+KL-Cov are the baselines of Cui et al. (2025), with the settings TEPO section 4.1 quotes,
+which are that paper's own (arXiv 2505.22617v1, section 4.3: clip ratio r = 2e-4 on tokens
+with 1 < c < 5; KL-Cov k = 2e-3 for Qwen2.5-7B, 2e-4 for 32B).
 
 Everything here is exact over the tokens it is given, except the ``*_from_bins``
 readings of Table 1 and Fig. 3: they take the fixed log-magnitude histograms that a

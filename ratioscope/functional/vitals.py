@@ -284,7 +284,10 @@ def mechanics_pairs(log_probs: Tensor, advantages: Tensor, mask: Tensor) -> tupl
     Returns:
         (x, A, pi * A): [N] float64 each, x = log pi_k; the pairs (x, A) feed the natural
         policy gradient covariance (their Theorem 2), (x, pi * A) the vanilla policy
-        gradient one (Theorem 1).
+        gradient one (Theorem 1; both Section 3.2 of arXiv 2505.22617v1, from their
+        Lemma 1 with the logit change of Proposition 1, resp. of natural policy
+        gradient). Centred over a batch, (x, A) is their Eq. 10, whose expectation is
+        Theorem 2's covariance.
     """
     x = log_probs[mask].double()
     a = advantages[mask].double()

@@ -16,6 +16,7 @@ within :data:`BRIEF_LINES` on the bundled run (tests/test_analyze_layout.py).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Literal
 
 from rich.console import Console
@@ -42,9 +43,10 @@ DETAIL_HINT = (
 )
 
 
-def show_verdict_brief(console: Console, verdict: Verdict) -> None:
+def show_verdict_brief(console: Console, verdict: Verdict, short_notes: bool = False) -> None:
     """The verdict in a few lines: headline, non-green findings in full, the green ones
-    by name on one line, then the notes."""
+    by name on one line, then the notes (``short_notes``: by name on one line, with
+    where to read them in full)."""
     console.print(Text(verdict_headline(verdict), style=STYLES[verdict.level]))
     for level in ("red", "yellow"):
         for finding in verdict.findings:
@@ -53,8 +55,21 @@ def show_verdict_brief(console: Console, verdict: Verdict) -> None:
     greens = list(dict.fromkeys(f.short_name for f in verdict.findings if f.level == "green"))
     if greens:
         console.print(finding_line("green", ", ".join(greens)))
+    if short_notes and verdict.notes:
+        names = ", ".join(dict.fromkeys(note_name(note.text) for note in verdict.notes))
+        console.print(note_line(f"{names} (about the analysis, not the run; in full: --detail)"))
+        return
     for note in verdict.notes:
         console.print(note_line(note.text))
+
+
+def note_name(text: str) -> str:
+    """What a note is about: its text up to the first ``:`` or ``(``.
+
+    >>> note_name("FPA approximation: median future/current = 1.0046 vs 0.99745 exact")
+    'FPA approximation'
+    """
+    return re.split(r"[:(]", text, maxsplit=1)[0].strip()
 
 
 def key_rows(report: Report) -> list[tuple[str, str, str]]:

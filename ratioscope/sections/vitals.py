@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.batch import REWARD_FUNCTION_PREFIX, TokenBatch
 from ratioscope.functional.vitals import (
     AdvantageVitalSums,
     CoMoments,
@@ -178,12 +178,13 @@ class EqualRewardGroups:
 class EntropyMechanics:
     """The entropy change the step's advantages predict (Cui et al. 2025, Theorems 1-2).
 
-    Under natural policy gradient with step size eta, the entropy of a softmax policy
-    changes by about ``-eta Cov_{a ~ pi_k}(log pi_k(a|s), A(s, a))`` (Theorem 2); under
-    vanilla policy gradient the covariance is with ``pi_k(a|s) A(s, a)`` (Theorem 1).
-    Here the expectation over actions at one state is replaced by the sampled tokens of
-    the batch, centred over each file (one training batch), as Clip-Cov and KL-Cov
-    centre it.
+    Under natural policy gradient with step size eta, the entropy of a tabular softmax
+    policy changes by about ``-eta Cov_{a ~ pi_k}(log pi_k(a|s), A(s, a))`` (Theorem 2);
+    under vanilla policy gradient the covariance is with ``pi_k(a|s) A(s, a)``
+    (Theorem 1; both Section 3.2 of arXiv 2505.22617v1, first order in eta). Here the
+    expectation over actions at one state is replaced by the sampled tokens of the
+    batch, centred over each file (one training batch), as Clip-Cov and KL-Cov centre
+    it (their Eq. 10).
 
     Attributes:
         tokens: valid tokens with a log-probability and an advantage.
@@ -328,6 +329,9 @@ class VitalsAccumulator(Accumulator):
                 self.files_with[part] = self.files_with.get(part, 0) + 1
             else:
                 self.lacking.append(f"{part}: {batch.source}")
+        for name in batch.reward_functions:
+            key = f"{REWARD_FUNCTION_PREFIX}{name}"
+            self.files_with[key] = self.files_with.get(key, 0) + 1
         return True
 
     def begin_passes(self, in_memory: bool) -> None:
@@ -547,4 +551,19 @@ class VitalsAccumulator(Accumulator):
             ]
             if self.files_with.get(part) and missing:
                 messages.append(f"vitals: {part} computed without {listed(missing)}")
+        # every file counts under "entropy", with it or without it
+        files = self.files_with.get("entropy", 0) + sum(
+            1 for entry in self.lacking if entry.startswith("entropy: ")
+        )
+        for key, count in self.files_with.items():
+            if key.startswith(REWARD_FUNCTION_PREFIX) and count < files:
+                messages.append(
+                    f"vitals: reward function {key[len(REWARD_FUNCTION_PREFIX) :]} is in "
+                    f"{count} of {files} files; its numbers are those files' sequences"
+                )
+        if self.reward_functions and self.rewards.count == 0:
+            messages.append(
+                f"vitals: the reward functions ({', '.join(self.reward_functions)}) are not "
+                "reported: no file holds the total reward ('rewards') they belong to"
+            )
         return messages
