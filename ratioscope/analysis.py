@@ -877,7 +877,9 @@ def _chunk_reader(
         if isinstance(opened, StreamedFile):
             yield from opened.chunks(chunk_elements)
             return
-        yield from opened.iter_chunks(max(1, chunk_elements // max(1, opened.max_length)))
+        base = opened.row_offset  # a batch of rows of a file: rows counted from its first
+        for chunk in opened.iter_chunks(max(1, chunk_elements // max(1, opened.max_length))):
+            yield replace(chunk, row_offset=chunk.row_offset - base) if base else chunk
 
     return chunks
 

@@ -236,3 +236,22 @@ def test_files_holding_whole_groups_stay_batches_of_their_own(tmp_path):
     assert section["weight_histogram"]["counts"] == [
         a + b for a, b in zip(*(p["weight_histogram"]["counts"] for p in parts), strict=True)
     ]
+
+
+def test_a_batch_in_memory_is_read_again_for_its_whole_groups():
+    """A batch given in memory (the capture's report mode), here rows 2.. of a file:
+    with the group size 4 given, group 0 (two rows left) is left out."""
+    from ratioscope.batch import TokenBatch
+
+    rollout = _rollout(5)
+    batch = TokenBatch.from_tensors({**rollout, "group": torch.tensor(GROUPS)}).select_rows(2, 16)
+    settings = TrainerSettings("trl", {"num_generations": 4})
+    report = ratioscope.analyze(
+        batch, sections=["covariance"], per_sequence=True, trainer_settings=settings
+    )
+    expected = _numpy_reference(rollout, _whole_groups()[1:])
+    section = report.covariance
+    assert (section.tokens, section.scopes) == (expected["tokens"], 3)
+    assert section.weights.distribution.mean == pytest.approx(expected["w_mean"], rel=1e-6)
+    values = report.sequences.frame()["cov_c_mean"].to_list()
+    assert all(math.isnan(v) for v in values[:2]) and not any(math.isnan(v) for v in values[2:])
