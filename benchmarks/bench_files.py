@@ -15,14 +15,23 @@ tokens with one file's fixed cost, so its throughput is the per-token work alone
 target (issue 27) is at most 20 ms per file beyond that per-token work: the slope less
 the time the peer takes for one file's tokens.
 
+``--baseline DIR`` times another ratioscope source tree (an earlier commit:
+``git archive COMMIT | tar -x -C DIR``) in the same session, each size run by both trees
+one after the other so that both see the same load, and prints the ratio of their
+slopes. The one-minute load average is printed beside each run: on a shared machine the
+CPU seconds are the numbers to read, and even they grow with the load (cache misses,
+threads spinning while they wait for a core).
+
     python benchmarks/bench_files.py                      # timeline, 20 / 200 / 2,000
     python benchmarks/bench_files.py --command analyze --sizes 20,200
+    python benchmarks/bench_files.py --baseline /tmp/before --repeat 2
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import resource
 import sys
@@ -67,13 +76,39 @@ def write_one_file(path: Path, count: int) -> int:
     return int(merged["mask"].sum())
 
 
-def run(arguments: list[str], log: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one child process."""
+#: this tree, imported by the children (before any installed ratioscope)
+HERE = Path(__file__).resolve().parents[1]
+
+
+def run(arguments: list[str], log: Path, tree: Path = HERE) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one child process running the ratioscope of
+    ``tree`` (``PYTHONSAFEPATH``: the working directory's copy does not shadow it)."""
+    env = {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    measured = measure(arguments, log)
+    measured = measure(arguments, log, env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return measured.seconds, cpu
+
+
+def load() -> str:
+    """The one-minute load average, to print beside a run."""
+    return f"load {os.getloadavg()[0]:.1f}"
+
+
+def slopes(
+    name: str, sizes: list[int], times: dict[int, tuple[float, float]]
+) -> tuple[float, float]:
+    """Print the slopes between consecutive sizes; return the last (wall, CPU) seconds."""
+    print(f"slope of {name} (ms per extra file), target <= {TARGET_MS:g}:")
+    wall = cpu = math.nan
+    for low, high in itertools.pairwise(sizes):
+        wall = (times[high][0] - times[low][0]) / (high - low)
+        cpu = (times[high][1] - times[low][1]) / (high - low)
+        ms_wall, ms_cpu = wall * 1e3, cpu * 1e3
+        print(f"  {low:>5} -> {high:>5}: {ms_wall:6.1f} ms wall ({ms_wall / TARGET_MS:.2f} x "
+              f"target), {ms_cpu:6.1f} ms CPU ({ms_cpu / TARGET_MS:.2f} x target)")  # fmt: skip
+    return wall, cpu
 
 
 def main() -> None:
@@ -81,64 +116,75 @@ def main() -> None:
     parser.add_argument("--command", choices=("timeline", "analyze"), default="timeline")
     parser.add_argument("--sizes", default="20,200,2000", help="numbers of files")
     parser.add_argument("--repeat", type=int, default=1, help="runs per size (best kept)")
+    parser.add_argument(
+        "--baseline", type=Path, default=None,
+        help="another ratioscope source tree, timed in the same session",
+    )  # fmt: skip
     args = parser.parse_args()
     sizes = sorted(int(n) for n in args.sizes.split(","))
+    trees = {"this tree": HERE}
+    if args.baseline is not None:
+        if not (args.baseline / "ratioscope" / "__init__.py").is_file():
+            raise SystemExit(f"--baseline {args.baseline}: not a ratioscope source tree")
+        trees["baseline"] = args.baseline.resolve()
     with tempfile.TemporaryDirectory(prefix="bench_files_") as scratch:
         root = Path(scratch)
         tokens = write_steps(root / "all", sizes[-1])
-        times: dict[int, tuple[float, float]] = {}
+        times: dict[str, dict[int, tuple[float, float]]] = {name: {} for name in trees}
         for size in sizes:
             folder = root / f"n{size}"
             folder.mkdir()
             for step in range(size):
                 name = f"step_{step:05d}.pt"
                 os.link(root / "all" / name, folder / name)
-            runs = [
-                run([args.command, str(folder), "-q", "--json", str(root / f"{size}.json")],
-                    root / f"{size}.log")
-                for _ in range(args.repeat)
-            ]  # fmt: skip
-            times[size] = min(runs)
-            wall, cpu = times[size]
-            print(f"{args.command} of {size:>5} files: {wall:7.2f} s wall, {cpu:7.2f} s CPU")
-        print(f"slope (ms per extra file), target <= {TARGET_MS:g}:")
-        for low, high in itertools.pairwise(sizes):
-            wall = (times[high][0] - times[low][0]) / (high - low) * 1e3
-            cpu = (times[high][1] - times[low][1]) / (high - low) * 1e3
-            print(f"  {low:>5} -> {high:>5}: {wall:6.1f} ms wall ({wall / TARGET_MS:.2f} x "
-                  f"target), {cpu:6.1f} ms CPU ({cpu / TARGET_MS:.2f} x target)")  # fmt: skip
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+            for _ in range(args.repeat):
+                for name, tree in trees.items():  # the trees alternate: the same load
+                    runs[name].append(
+                        run([args.command, str(folder), "-q", "--json", str(root / f"{size}.json")],
+                            root / f"{size}.log", tree)
+                    )  # fmt: skip
+                    wall, cpu = runs[name][-1]
+                    print(f"{args.command} of {size:>5} files ({name}): {wall:7.2f} s wall, "
+                          f"{cpu:7.2f} s CPU ({load()})", flush=True)  # fmt: skip
+            for name in trees:
+                times[name][size] = min(runs[name])
+        last = {name: slopes(name, sizes, times[name]) for name in trees}
         largest = sizes[-1]
         one = root / "one.pt"
         peer_tokens = write_one_file(one, largest)
         peer_wall, peer_cpu = run(["analyze", str(one), "-q", "--json", str(root / "one.json")],
                                   root / "one.log")  # fmt: skip
-        wall, cpu = times[largest]
+        wall, cpu = times["this tree"][largest]
         print(
             f"per-token throughput, {tokens:,} tokens in {largest} files: "
             f"{tokens / wall / 1e3:,.1f} k tokens/s wall ({tokens / cpu / 1e3:,.1f} k/s CPU)"
         )
         print(
-            f"peer, the same {peer_tokens:,} tokens in one file (analyze): "
+            f"peer, the same {peer_tokens:,} tokens in one file (analyze, this tree): "
             f"{peer_tokens / peer_wall / 1e3:,.1f} k tokens/s wall "
-            f"({peer_tokens / peer_cpu / 1e3:,.1f} k/s CPU), {peer_wall:.2f} s"
+            f"({peer_tokens / peer_cpu / 1e3:,.1f} k/s CPU), {peer_wall:.2f} s ({load()})"
         )
         # the per-token work of one more file, at the peer's throughput, and the rest
         per_file = tokens / largest
         work_wall, work_cpu = per_file / peer_tokens * peer_wall, per_file / peer_tokens * peer_cpu
-        low, high = sizes[-2], sizes[-1]
-        slope_wall = (times[high][0] - times[low][0]) / (high - low)
-        slope_cpu = (times[high][1] - times[low][1]) / (high - low)
         print(
             f"per-token work of one file ({per_file:.0f} tokens): {work_wall * 1e3:.1f} ms wall, "
             f"{work_cpu * 1e3:.1f} ms CPU"
         )
-        print(
-            f"overhead per file beyond it ({low} -> {high}): "
-            f"{(slope_wall - work_wall) * 1e3:.1f} ms wall, {(slope_cpu - work_cpu) * 1e3:.1f} ms "
-            f"CPU (target <= {TARGET_MS:g})"
-        )
+        low, high = sizes[-2], sizes[-1]
+        for name, (slope_wall, slope_cpu) in last.items():
+            print(
+                f"overhead per file beyond it ({name}, {low} -> {high}): "
+                f"{(slope_wall - work_wall) * 1e3:.1f} ms wall, "
+                f"{(slope_cpu - work_cpu) * 1e3:.1f} ms CPU (target <= {TARGET_MS:g})"
+            )
         print(f"ratio, {largest} files / one file: {wall / peer_wall:.1f} x wall, "
               f"{cpu / peer_cpu:.1f} x CPU")  # fmt: skip
+        if "baseline" in last:
+            (new_wall, new_cpu), (old_wall, old_cpu) = last["this tree"], last["baseline"]
+            print(f"ratio of the slopes, this tree / baseline ({low} -> {high}): "
+                  f"{new_wall / old_wall:.2f} wall, {new_cpu / old_cpu:.2f} CPU")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -173,6 +173,23 @@ class Histogram:
         self.counts += counts.cpu()
         self.moments.add(values)
 
+    def bins_of(self, values: Tensor) -> Tensor:
+        """The bin of each of ``values`` ([n] finite) as :meth:`add` counts it: [n] int64."""
+        return bins.bin_index(values)
+
+    def add_binned(self, values: Tensor, index: Tensor) -> None:
+        """:meth:`add` of ``values`` ([n]) whose bins ``index`` ([n], :meth:`bins_of`) are
+        known: values binned once serve several histograms (one per class of rows)."""
+        if values.numel() == 0:
+            return
+        counts = torch.bincount(index, minlength=bins.NUM_BINS)
+        if self.sums is not None:
+            sums = torch.zeros(bins.NUM_BINS, dtype=torch.float64, device=values.device)
+            sums.index_add_(0, index, values.double())
+            self.sums += sums.cpu()
+        self.counts += counts.cpu()
+        self.moments.add(values)
+
     def merge(self, other: Histogram) -> None:
         _same_coordinate(self, other)
         self.counts += other.counts
@@ -259,6 +276,25 @@ class LogHistogram:
         if bool((values < 0).any()):
             raise ValueError("a log-coordinate histogram holds non-negative values only")
         self.counts += bins.histogram(torch.log(values.double())).cpu()
+        self.moments.add(values)
+
+    def bins_of(self, values: Tensor) -> Tensor:
+        """The bin of each of ``values`` ([n] finite, non-negative) as :meth:`add` counts
+        it: [n] int64.
+
+        Raises:
+            ValueError: a value is negative.
+        """
+        if bool((values < 0).any()):
+            raise ValueError("a log-coordinate histogram holds non-negative values only")
+        return bins.bin_index(torch.log(values.double()))
+
+    def add_binned(self, values: Tensor, index: Tensor) -> None:
+        """:meth:`add` of ``values`` ([n]) whose bins ``index`` ([n], :meth:`bins_of`) are
+        known."""
+        if values.numel() == 0:
+            return
+        self.counts += torch.bincount(index, minlength=bins.NUM_BINS).cpu()
         self.moments.add(values)
 
     def merge(self, other: LogHistogram) -> None:

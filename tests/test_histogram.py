@@ -74,3 +74,44 @@ def test_moments_match_numpy_population_variance():
     assert moments.mean == pytest.approx(x.mean(), rel=1e-12)
     assert moments.variance == pytest.approx(x.var(), rel=1e-10)
     assert moments.minimum == x.min() and moments.maximum == x.max()
+
+
+def _bin_by_formula(x: float) -> int:
+    """The bin of one value, written out from the module docstring's layout."""
+    if x == 0:
+        return bins.CENTER
+    k = np.floor((np.log10(abs(x)) - bins.MIN_EXP) * bins.PER_DECADE)
+    offset = int(min(max(k, -1), bins.MAGNITUDE_BINS)) + 2
+    return bins.CENTER + offset if x > 0 else bins.CENTER - offset
+
+
+def test_bin_index_follows_the_layout():
+    rng = np.random.default_rng(3)
+    # values away from the bin edges (where log10's last bit could decide the bin)
+    values = np.concatenate([rng.normal(size=400) * 10.0 ** rng.uniform(-12, 6, 400), [0.0]])
+    index = bins.bin_index(torch.tensor(values)).tolist()
+    assert index == [_bin_by_formula(x) for x in values]
+
+
+def test_histograms_of_classes_binned_once_equal_each_class_binned_alone():
+    """FPA's per-class histograms bin the values once for all classes: the counts and
+    moments are those of each class's values added alone (non-finite values left out)."""
+    from ratioscope.sections.future_policy import _ClassHistograms, _LogClassHistograms
+
+    rng = np.random.default_rng(5)
+    values = torch.tensor(rng.lognormal(size=64))
+    values[::9] = float("nan")
+    values[1::13] = float("inf")
+    present = torch.tensor(rng.random(64) > 0.2)
+    correct = torch.tensor(rng.random(64) > 0.5)
+    selections = {"all": present, "correct": correct & present, "incorrect": ~correct & present}
+    for kind in (_ClassHistograms, _LogClassHistograms):
+        classes = kind()
+        classes.add(values, selections, 0.5)
+        for name, select in selections.items():
+            alone = type(classes.histograms[name])()
+            alone.add(values[torch.isfinite(values) & select])
+            assert torch.equal(classes.histograms[name].counts, alone.counts), (kind, name)
+            assert classes.histograms[name].moments == alone.moments
+            below = int((torch.isfinite(values) & select & (values < 0.5)).sum())
+            assert classes.below[name] == below

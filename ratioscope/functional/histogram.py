@@ -46,12 +46,13 @@ def bin_index(x: Tensor) -> Tensor:
     ...     CENTER - 2 - 1800]
     True
     """
-    magnitude = x.abs().double()
-    k = torch.floor((torch.log10(magnitude.clamp_min(1e-300)) - MIN_EXP) * PER_DECADE)
-    k = k.clamp(-1, MAGNITUDE_BINS).long()  # -1: under-flow, MAGNITUDE_BINS: over-flow
-    offset = k + 2
+    # in place on the one float64 copy: half the memory traffic of a new tensor per step
+    # (the same operations in the same order, so the same bins)
+    k = x.abs().double().clamp_min_(1e-300).log10_().sub_(MIN_EXP).mul_(PER_DECADE).floor_()
+    # -1: under-flow, MAGNITUDE_BINS: over-flow
+    offset = k.clamp_(-1, MAGNITUDE_BINS).long().add_(2)
     signed = torch.where(x > 0, CENTER + offset, CENTER - offset)
-    return torch.where(x == 0, torch.full_like(signed, CENTER), signed)
+    return signed.masked_fill_(x == 0, CENTER)
 
 
 def bin_bounds(index: int) -> tuple[float, float]:

@@ -22,6 +22,7 @@ exact counts and moments, except the quantiles (fixed histograms, about 1.16 %).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, cast
@@ -142,12 +143,31 @@ class _ClassHistograms(Record):
 
     def add(self, values: Tensor, selections: dict[str, Tensor], threshold: float | None) -> None:
         finite = torch.isfinite(values)
+        kept = {name: finite & select for name, select in selections.items()}
+        index = self._bins(values, kept)
         for name, select in selections.items():
-            self.histograms[name].add(values[finite & select])
+            keep = kept[name]
+            if index is None:
+                self.histograms[name].add(values[keep])
+            else:
+                self.histograms[name].add_binned(values[keep], index[keep])
             if threshold is not None:
                 below = count_below(values, threshold, select)
                 self.below[name] += below.count
                 self.totals[name] += below.total
+
+    def _bins(self, values: Tensor, kept: dict[str, Tensor]) -> Tensor | None:
+        """[B] the bin of every value some class keeps (the others 0): the values are
+        binned once for all classes (a bin is a value's own; binning the three classes
+        apart cost more than a small step's tokens). None when the classes' histograms
+        are not of one kind (a state restored from an older report)."""
+        kinds = {type(self.histograms[name]) for name in kept}
+        if len(kinds) != 1:
+            return None
+        union = functools.reduce(torch.logical_or, kept.values())
+        index = torch.zeros(values.shape, dtype=torch.long, device=values.device)
+        index[union] = self.histograms[next(iter(kept))].bins_of(values[union])
+        return index
 
     def distributions(
         self, quantiles: tuple[float, ...], split: bool
