@@ -17,6 +17,23 @@ NONFINITE = "error"
 DEVICE = "auto"
 #: analysis.analyze: elements of [B, T] per chunk of rows (about 4 MB a float32 tensor)
 CHUNK_ELEMENTS = 1 << 20
+#: the fewest tokens a row counts for when a chunk's rows are chosen: the LFR and the
+#: periodogram take each row's spectrum on at least 4 x 64 points
+#: (functional.token_stats.DEFAULT_N_FREQS), so a chunk of 200,000 two-token rows cost
+#: 2 GB when counted as 400,000 elements
+CHUNK_ROW_FLOOR = 256
+
+
+def chunk_rows(chunk_elements: int, width: int) -> int:
+    """Rows per chunk of a file of padded length ``width``:
+    ``max(1, chunk_elements // max(width, CHUNK_ROW_FLOOR))``.
+
+    >>> chunk_rows(1 << 20, 4096), chunk_rows(1 << 20, 2)
+    (256, 4096)
+    """
+    return max(1, chunk_elements // max(1, width, CHUNK_ROW_FLOOR))
+
+
 #: sweep.sweep: the Q/V values of KPO's Sec. 5.4 parameter analysis
 QVS = (1e-6, 1e-4, 1e-2)
 #: functional.clustering: TF-IDF cosine at or above which correct responses may share a

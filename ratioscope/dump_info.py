@@ -14,6 +14,7 @@ from ratioscope.batch import TokenBatch
 from ratioscope.errors import InputError, NotADumpError
 from ratioscope.io.loaders import FoundPath, LoadOptions, batch_from_raw, expand_paths, refuse_json
 from ratioscope.io.profiles import get_profile
+from ratioscope.io.raw import Ragged, as_ragged
 from ratioscope.io.readers import read_raw
 from ratioscope.sections.registry import FEATURES
 
@@ -258,6 +259,8 @@ def _stream_keys(stream: StreamedFile) -> dict[str, tuple[str, str]]:
     for key, values in parts.items():
         if all(isinstance(v, Tensor) for v in values):
             keys[key] = (_shape(torch.cat(values), False), _dtype(values[0]))
+        elif all(isinstance(v, Ragged) for v in values):
+            keys[key] = (_shape(Ragged.joined(values), True), _dtype(values[0]))
         else:
             rows = [row for value in values for row in value]
             keys[key] = (_shape(rows, key in ragged), _dtype(rows))
@@ -308,13 +311,14 @@ def _shape(value: Any, ragged: bool) -> str:
     if isinstance(value, Tensor):
         return "x".join(str(d) for d in value.shape) or "scalar"
     if ragged:
-        lengths = [len(v) for v in value]
-        return f"{len(lengths)} sequences x {min(lengths)}..{max(lengths)} tokens (ragged)"
+        lengths = as_ragged(value).lengths()
+        low, high = (int(lengths.min()), int(lengths.max())) if lengths.numel() else (0, 0)
+        return f"{len(lengths)} sequences x {low}..{high} tokens (ragged)"
     return f"{len(value)} labels"
 
 
 def _dtype(value: Any) -> str:
-    if isinstance(value, Tensor):
+    if isinstance(value, (Tensor, Ragged)):
         return str(value.dtype).replace("torch.", "")
     if isinstance(value, list) and value and isinstance(value[0], Tensor):
         return str(value[0].dtype).replace("torch.", "")

@@ -78,9 +78,11 @@ class CompareFigure:
 def compare_figure(comparison: Comparison) -> CompareFigure:
     """The figure data of ``comparison``; headlines without data are left out of panels."""
     from ratioscope.figures.timeline import near_one, noise_floor
-    from ratioscope.timeline import HEADLINES
+    from ratioscope.timeline import HEADLINES, function_name
 
     units = {h.key: h.unit for h in HEADLINES}
+    # a run's reward functions are headlines too (their unit: reward)
+    units.update({row.key: "reward" for row in comparison.headlines if function_name(row.key)})
     label_a, label_b = f"A: {comparison.a}", f"B: {comparison.b}"
     rule = f"diverging: |B − A| > {comparison.rel:g} · max(|A|, |B|, {comparison.floor:g})"
     if comparison.kind == "timelines":

@@ -41,7 +41,7 @@ from torch import Tensor
 from ratioscope.errors import CorruptFileError, JsonLineError
 from ratioscope.io.jsontext import loads
 from ratioscope.io.limits import not_a_zip, npz_layouts
-from ratioscope.io.raw import RawDump, check_bool_bytes
+from ratioscope.io.raw import Ragged, RawDump, check_bool_bytes, padded_dtype
 
 #: safetensors dtype names -> torch dtypes
 _SAFETENSORS_DTYPES = {
@@ -238,8 +238,8 @@ class RawDumpSource(ChunkSource):
                 return False
             if len(value) != self.rows:
                 return False
-            if key in self.raw.ragged and isinstance(value, list):
-                self.dtypes[key] = _padded_dtype(value)
+            if key in self.raw.ragged and isinstance(value, (list, Ragged)):
+                self.dtypes[key] = padded_dtype(value)
         self.keys = wanted
         tensors = [
             self.raw.columns[k]
@@ -254,28 +254,29 @@ class RawDumpSource(ChunkSource):
         columns: dict[str, Any] = {}
         for key in self.keys.values():
             value = self.raw.columns[key]
-            if key in self.dtypes:
+            if isinstance(value, Ragged):
+                columns[key] = value[start:stop].to(self.dtypes[key])
+            elif key in self.dtypes:
                 columns[key] = [row.to(self.dtypes[key]) for row in value[start:stop]]
             else:
                 columns[key] = value[start:stop]
         return columns
 
     def width(self) -> int | None:
-        lengths = [len(row) for key in self.dtypes for row in self.raw.columns[key]]
-        return max(lengths, default=0) if self.dtypes else None
+        if not self.dtypes:
+            return None
+        return max((_longest(self.raw.columns[key]) for key in self.dtypes), default=0)
 
     def done(self, start: int, stop: int) -> None:
         if self.pages is not None and self.pages.active:
             self.pages.release(*(t[:stop] for t in self._tensors))
 
 
-def _padded_dtype(rows: list[Tensor]) -> torch.dtype:
-    """The dtype :func:`ratioscope.io.loaders._pad_ragged` pads these rows in."""
-    if any(r.is_floating_point() for r in rows):
-        return torch.float64
-    if all(r.dtype == torch.bool for r in rows):
-        return torch.bool
-    return torch.long
+def _longest(rows: list[Tensor] | Ragged) -> int:
+    """The length of the longest of per-sequence rows."""
+    if isinstance(rows, Ragged):
+        return rows.longest()
+    return max((len(row) for row in rows), default=0)
 
 
 def open_pt(path: Path) -> RawDumpSource | None:
@@ -549,9 +550,9 @@ class JsonLinesSource(ChunkSource):
         for first in range(0, len(numbers), JSON_LINES_AT_ONCE):
             batch = numbers[first : first + JSON_LINES_AT_ONCE]
             records = [self._record(number) for number in batch]
-            parts.append(json_columns(self.path, records, batch, wanted, cast=True))
+            parts.append(json_columns(self.path, records, batch, wanted))
         if not parts:
-            return json_columns(self.path, [], [], wanted, cast=True)
+            return json_columns(self.path, [], [], wanted)
         return _joined(parts)
 
     def _record(self, number: int) -> dict[str, Any]:
@@ -572,8 +573,9 @@ class JsonLinesSource(ChunkSource):
 
 
 def _joined(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The columns of consecutive line batches as one range: per-token rows and labels
-    (lists) one after another, per-sequence tensors concatenated."""
+    """The columns of consecutive line batches as one range: per-token rows
+    (:class:`Ragged`) and labels (lists) one after another, per-sequence tensors
+    concatenated."""
     if len(parts) == 1:
         return parts[0]
     joined: dict[str, Any] = {}
@@ -581,6 +583,8 @@ def _joined(parts: list[dict[str, Any]]) -> dict[str, Any]:
         values = [part[key] for part in parts]
         if isinstance(value, Tensor):
             joined[key] = torch.cat(values)
+        elif isinstance(value, Ragged):
+            joined[key] = Ragged.joined(values)
         else:
             joined[key] = [item for items in values for item in items]
     return joined

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path, PosixPath, WindowsPath
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -31,7 +31,11 @@ from ratioscope.errors import (
 )
 from ratioscope.io.jsontext import loads
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
+from ratioscope.io.raw import as_ragged, is_rows
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
+
+if TYPE_CHECKING:
+    from ratioscope.trainer_settings import TrainerSettings
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 T = TypeVar("T")
@@ -61,6 +65,9 @@ class LoadOptions:
             (:mod:`ratioscope.trainer_settings`): "auto" those a capture recorded in the
             files, "trl", "verl" or "openrlhf" those recorded or else that framework's
             documented defaults, "none" neither.
+        trainer_settings: the settings in force, given instead of those recorded in the
+            first file (each step of a timeline: the run's; the capture's report mode:
+            the trainer's own); ``trainer="none"`` still ignores them.
     """
 
     format: str = defaults.FORMAT
@@ -72,6 +79,7 @@ class LoadOptions:
     correct_field: str | None = None
     correct_threshold: float | None = None
     trainer: str = "auto"
+    trainer_settings: TrainerSettings | None = None
 
     def correct_rule(self) -> tuple[str, float] | None:
         """(field, threshold) of the user's correctness rule, or None for the default
@@ -511,16 +519,16 @@ def apply_mask_factors(
                     path, key, factor.shape, mask_key, mask.shape, "the shape of the mask"
                 )
             raw.columns[mask_key] = (mask != 0) & (factor != 0)
-        elif isinstance(mask, list) and isinstance(factor, list) and len(mask) == len(factor):
-            rows = []
-            for row, (m, f) in enumerate(zip(mask, factor, strict=True)):
-                if m.shape != f.shape:
-                    raise ShapeMismatchError(
-                        path, f"{key}[{row}]", f.shape, f"{mask_key}[{row}]", m.shape,
-                        "the shape of the mask",
-                    )  # fmt: skip
-                rows.append((m != 0) & (f != 0))
-            raw.columns[mask_key] = rows
+        elif is_rows(mask) and is_rows(factor) and len(mask) == len(factor):
+            mask, factor = as_ragged(mask), as_ragged(factor)
+            differ = (mask.lengths() != factor.lengths()).nonzero()
+            if differ.numel():
+                row = int(differ[0, 0])
+                raise ShapeMismatchError(
+                    path, f"{key}[{row}]", factor[row].shape, f"{mask_key}[{row}]",
+                    mask[row].shape, "the shape of the mask",
+                )  # fmt: skip
+            raw.columns[mask_key] = mask.with_values((mask.values != 0) & (factor.values != 0))
         else:
             raise InputError(path, f"'{key}' must be stored like '{mask_key}' (per token)")
         applied.append(key)
@@ -571,15 +579,23 @@ def _pad_ragged(
     key_map: Mapping[str, str],
     width: int | None = None,
 ) -> tuple[dict[str, Any], Tensor]:
-    """Right-pad per-sequence lists to [B, T]; every ragged column of a row must agree.
+    """Right-pad per-sequence rows to [B, T]; every ragged column of a row must agree.
+
+    Each column is first one flat :class:`~ratioscope.io.raw.Ragged` (a list of row
+    tensors is joined), then padded in one vectorised step, once the padded size is
+    known to fit the memory budget (:func:`ratioscope.io.limits.check_budget`): a file of
+    short rows and one long one pads to B x the longest.
 
     ``width``: T, when the rows are a chunk of a file padded to the file's longest row.
     """
+    from ratioscope.io.limits import check_budget
+    from ratioscope.io.raw import as_ragged, padded_dtype
+
+    flat = {name: as_ragged(columns[name]) for name in sorted(ragged)}
     lengths: Tensor | None = None
     reference = ""
-    for name in sorted(ragged):
-        rows = columns[name]
-        row_lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    for name, rows in flat.items():
+        row_lengths = rows.lengths()
         if lengths is None:
             lengths, reference = row_lengths, name
             continue
@@ -606,23 +622,23 @@ def _pad_ragged(
     assert lengths is not None
     longest = int(lengths.max()) if lengths.numel() else 0
     width = max(longest, 1) if width is None else max(width, longest, 1)
-    out = dict(columns)
-    for name in ragged:
-        rows = columns[name]
-        if any(r.is_floating_point() for r in rows):
-            dtype = torch.float64
-        elif all(r.dtype == torch.bool for r in rows):
-            dtype = torch.bool
-        else:
-            dtype = torch.long
-        padded = torch.zeros((len(rows), width), dtype=dtype)
-        for i, row in enumerate(rows):
-            padded[i, : len(row)] = row
-        out[name] = padded
+    dtypes = {name: padded_dtype(rows) for name, rows in flat.items()}
+    check_budget(
+        path,
+        f"padding its per-token lists to {len(lengths)} x {width}",
+        sum(len(lengths) * width * _itemsize(dtype) for dtype in dtypes.values()),
+    )
     present = torch.arange(width)[None, :] < lengths[:, None]
+    out = dict(columns)
+    for name, rows in flat.items():
+        out[name] = rows.padded(width, dtypes[name], present)
     if not isinstance(out.get("mask"), Tensor):
         raise InputError(path, "the mask must be stored per token like the other columns")
     return out, present
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _thresholded(path: Path, key: str, value: Any, threshold: float) -> Tensor:

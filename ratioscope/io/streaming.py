@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope import defaults
 from ratioscope.batch import TOKEN_FLOAT_KEYS, TokenBatch
 from ratioscope.errors import EmptyDumpError, InputError, NonFiniteError, ParameterError
 from ratioscope.io.chunks import (
@@ -209,8 +210,9 @@ class StreamedFile:
         close: bool = True,
         only: Collection[str] | None = None,
     ) -> Iterator[TokenBatch]:
-        """The file's chunks in order: ``max(1, chunk_elements // T)`` rows each, T the
-        padded length of the whole file (as for a file read whole).
+        """The file's chunks in order: ``chunk_rows(chunk_elements, T)`` rows each
+        (:func:`ratioscope.defaults.chunk_rows`), T the padded length of the whole file
+        (as for a file read whole).
 
         Args:
             chunk_elements: rows x T per chunk.
@@ -229,7 +231,7 @@ class StreamedFile:
             InputError: a chunk is invalid (rows named as in the file), or no row of the
                 file holds a valid token.
         """
-        rows = max(1, chunk_elements // max(1, self.padded_width()))
+        rows = defaults.chunk_rows(chunk_elements, self.padded_width())
         self._read_only(only if again and self.options.nonfinite == "error" else None)
         try:
             for start in range(0, self.rows, rows):

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ratioscope.io.frameworks.common import prompt_label
-from ratioscope.io.raw import RawDump
+from ratioscope.io.raw import RawDump, is_rows
 
 #: fields that identify the layout
 SIGNATURE = ("token_loss_mask", "prev_logprobs", "generation_logprobs")
@@ -48,7 +48,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
     """Trained tokens of samples the loss uses, within each sample's length; groups."""
     columns = raw.columns
     masks, tokens = columns.get("token_loss_mask"), columns.get("token_ids")
-    if not isinstance(masks, list):
+    if not is_rows(masks):
         return raw
     lengths = columns.get("input_lengths")
     samples = columns.get("sample_loss_mask")
@@ -66,7 +66,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
             f"NeMo-RL: {dropped} loss-mask token(s) of samples with sample_loss_mask 0 or past "
             "input_lengths are left out"
         )
-    if isinstance(tokens, list):
+    if is_rows(tokens):
         # the prompt ends where generation starts, also in samples the loss ignores
         columns[PROMPT_GROUP] = [prompt_label(t, m) for t, m in zip(tokens, masks, strict=True)]
     columns["token_loss_mask"] = kept

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.io.frameworks.common import prompt_label
-from ratioscope.io.raw import RawDump
+from ratioscope.io.raw import RawDump, is_rows
 
 #: derived column: one label per sample, equal for samples with the same prompt tokens
 PROMPT_GROUP = "prompt_prefix_group"
@@ -35,18 +35,18 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
     """Groups from prompt prefixes, the policy-gradient mask from ``rl_weights``, and a
     note with the share of trained tokens the DPPO mask removed."""
     masks = raw.columns.get("loss_mask")
-    if not isinstance(masks, list) or "loss_mask" not in raw.ragged:
+    if not is_rows(masks) or "loss_mask" not in raw.ragged:
         return raw
     tokens = raw.columns.get("token_ids")
     has_id = any(k in raw.columns for k in ("example_id", "problem_id"))
-    if isinstance(tokens, list) and not has_id:
+    if is_rows(tokens) and not has_id:
         envs = raw.columns.get("env_name")
         raw.columns[PROMPT_GROUP] = [
             prompt_label(row, mask, envs[i] if isinstance(envs, list) else None)
             for i, (row, mask) in enumerate(zip(tokens, masks, strict=True))
         ]
     weights = raw.columns.get("rl_weights")
-    if isinstance(weights, list) and "rl_weights" in raw.ragged:
+    if is_rows(weights) and "rl_weights" in raw.ragged:
         raw.columns["loss_mask"] = [
             _weighted_mask(mask, weight) for mask, weight in zip(masks, weights, strict=True)
         ]
@@ -60,7 +60,7 @@ def prepare(path: Path, raw: RawDump) -> RawDump:
                 "loss) are left out"
             )
     masked = raw.columns.get("is_masked")
-    if isinstance(masked, list) and "is_masked" in raw.ragged:
+    if is_rows(masked) and "is_masked" in raw.ragged:
         trained = sum(int(m.bool().sum()) for m in raw.columns["loss_mask"])
         hits = sum(
             int((m.bool() & _true(x)).sum())
