@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -39,6 +39,9 @@ from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
 from ratioscope.steps import step_from_name
 from ratioscope.threads import one_thread, serial_if_small
+
+if TYPE_CHECKING:
+    from ratioscope.trainer_settings import TrainerSettings
 
 #: elements ([rows x tokens]) per chunk: 8 MB per float64 temporary, small enough for the
 #: allocator to reuse freed blocks (see ratioscope.allocator) and for caches to help
@@ -76,7 +79,10 @@ def analyze(
         sections: report sections to compute (default: all); the others are null.
         fixed_params: names of parameters the caller chose, which the trainer's
             settings leave alone (``load_options.trainer``; those in ``options``, and
-            those of ``params`` that differ from the defaults, count as chosen too).
+            those of ``params`` that differ from the defaults, count as chosen too). The
+            settings are ``load_options.trainer_settings`` when given, else those
+            recorded in the first file, with a warning naming the files that record
+            others.
 
     Returns:
         :class:`Report`; ``params["trainer"]`` holds the trainer's settings in force and
@@ -127,6 +133,10 @@ def analyze_totals(
         progress=progress,
         group_size=trainer.settings.group_size() if trainer.settings else None,
     )
+    if load_options.trainer_settings is None and load_options.trainer != "none":
+        note = _settings_note(batch_or_paths, trainer.settings)
+        if note is not None:
+            run.warnings.insert(0, note)
     report = _build_report(
         run.inputs, params, load_options, run.totals, run.warnings, run.sequences, state=state
     )
@@ -148,15 +158,30 @@ def _chosen_params(
 
 
 def _trainer_defaults(
-    batch_or_paths: Any, params: AnalysisParams, load_options: LoadOptions, chosen: set[str]
+    batch_or_paths: Any,
+    params: AnalysisParams,
+    load_options: LoadOptions,
+    chosen: set[str],
 ) -> tuple[AnalysisParams, Any]:
     """``params`` with the trainer's settings where the caller chose nothing, and what
     was applied (:class:`ratioscope.trainer_settings.Applied`)."""
     from ratioscope import trainer_settings
 
-    first = next((s for s in _sources(batch_or_paths) if isinstance(s, Path)), None)
-    settings = trainer_settings.resolve(load_options.trainer, first)
+    settings = load_options.trainer_settings
+    if load_options.trainer == "none":
+        settings = None
+    elif settings is None:
+        first = next((s for s in _sources(batch_or_paths) if isinstance(s, Path)), None)
+        settings = trainer_settings.resolve(load_options.trainer, first)
     return trainer_settings.apply(params, settings, chosen)
+
+
+def _settings_note(batch_or_paths: Any, used: TrainerSettings | None) -> str | None:
+    """A warning when files of the run record other settings than ``used``."""
+    from ratioscope.settings_check import differing_settings
+
+    paths = [s for s in _sources(batch_or_paths) if isinstance(s, Path)]
+    return differing_settings(paths[1:], used) if len(paths) > 1 else None
 
 
 @dataclass
@@ -852,7 +877,9 @@ def _chunk_reader(
         if isinstance(opened, StreamedFile):
             yield from opened.chunks(chunk_elements)
             return
-        yield from opened.iter_chunks(max(1, chunk_elements // max(1, opened.max_length)))
+        base = opened.row_offset  # a batch of rows of a file: rows counted from its first
+        for chunk in opened.iter_chunks(max(1, chunk_elements // max(1, opened.max_length))):
+            yield replace(chunk, row_offset=chunk.row_offset - base) if base else chunk
 
     return chunks
 

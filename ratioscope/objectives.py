@@ -462,7 +462,7 @@ def objectives(
     else:
         listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
         sources = list(expand_paths(listed))
-    trainer, group_size = _trainer_clip(sources, options, chosen, settings or {})
+    trainer, group_size, settings_note = _trainer_clip(sources, options, chosen, settings or {})
     if runner is not None and runner.parallel and not isinstance(paths, TokenBatch):
         sums = _sums_in_tasks([p for p in sources if isinstance(p, Path)], names, chosen,
                               options, batch_rows, runner, progress, group_size)  # fmt: skip
@@ -471,6 +471,8 @@ def objectives(
             sources, names, chosen, options, batch_rows, progress, group_size=group_size
         )
     result = _objectives_report(sums, names, chosen, batch_rows)
+    if settings_note is not None:
+        result.warnings.insert(0, settings_note)
     if trainer is not None:
         result.params["trainer"] = trainer
     return result
@@ -481,21 +483,30 @@ def _trainer_clip(
     options: LoadOptions,
     chosen: dict[str, dict[str, Any]],
     overrides: Mapping[str, Mapping[str, Any]],
-) -> tuple[dict[str, Any] | None, int | None]:
-    """The reference method's clip band from the trainer's settings (recorded, or
+) -> tuple[dict[str, Any] | None, int | None, str | None]:
+    """The reference method's clip band from the trainer's settings
+    (``options.trainer_settings``, else those recorded in the first file, or
     ``options.trainer``'s documented defaults), unless ``--set`` gave it.
 
     Returns:
-        the report's ``params.trainer`` block (None without settings), and the trainer's
+        the report's ``params.trainer`` block (None without settings), the trainer's
         group size (None when unknown), by which the advantage schemes tell an
-        incomplete group from a whole one.
+        incomplete group from a whole one, and a warning when files record other
+        settings than those in force.
     """
     from ratioscope import trainer_settings
+    from ratioscope.settings_check import differing_settings
 
-    first = next((p for p in sources if isinstance(p, Path)), None)
-    settings = trainer_settings.resolve(options.trainer, first)
+    paths = [p for p in sources if isinstance(p, Path)]
+    settings = options.trainer_settings
+    note = None
+    if options.trainer == "none":
+        settings = None
+    elif settings is None:
+        settings = trainer_settings.resolve(options.trainer, paths[0] if paths else None)
+        note = differing_settings(paths[1:], settings)
     if settings is None:
-        return None, None
+        return None, None, note
     applied: dict[str, str] = {}
     clip = settings.clip()
     if clip is not None and REFERENCE in chosen:
@@ -508,7 +519,7 @@ def _trainer_clip(
     size = settings.group_size()
     if size is not None:
         applied["group_size"] = f"trainer settings ({settings.name}: {size})"
-    return {**settings.to_dict(), "applied": applied}, size
+    return {**settings.to_dict(), "applied": applied}, size, note
 
 
 @dataclass

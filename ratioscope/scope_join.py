@@ -5,7 +5,8 @@ CW-GRPO centres log pi and A on each prompt's group and takes sigma and sum w th
 groups, and no group short of the trainer's group size) keeps the result of its own
 passes, made with the other sections as the file was read. The other files are analysed
 again once their step is closed (:class:`ratioscope.group_join.StepGroupJoin`, here on
-the group ids alone): the section's passes go over the files of the step's whole groups
+the group ids alone), in the smallest sets of files that hold their groups whole (files
+linked by a group with samples in each): the section's passes go over a set's files
 one after another, each file read again for each pass (streamed where its type allows),
 on the rows of those groups only, with the groups joined by id. The means, sigma and
 sum w of each group, Clip-Cov's batch c and the Clip-Cov and KL-Cov token budgets are
@@ -111,18 +112,20 @@ class StepScopes:
 
     # ------------------------------------------------------------------ internals
     def _resolve(self, groups: JoinedGroups) -> None:
-        files = sorted(set(groups.files.tolist()))
-        held = self._held.get(files[0])
-        # one file, every row of it: the file's groups, all whole
-        whole = len(files) == 1 and held is not None and int(groups.rows.numel()) == held.rows
-        if whole and held is not None and held.acc is not None:
-            self.total.merge(held.acc)
-            del self._held[files[0]]
-            return
-        fresh = sum(self._forget(index) for index in files)
-        acc = self._passes(files, groups)
-        acc.joined_files(fresh)
-        self.total.merge(acc)
+        """The whole groups of a closed step: each smallest set of files that holds
+        them whole is one batch."""
+        for files in _linked_files(groups.files, groups.group):
+            held = self._held.get(files[0])
+            rows = int((groups.files == files[0]).sum())
+            # one file, every row of it: the file's groups, all whole, and its own result
+            if len(files) == 1 and held is not None and held.acc is not None and rows == held.rows:
+                self.total.merge(held.acc)
+                del self._held[files[0]]
+                continue
+            fresh = sum(self._forget(index) for index in files)
+            acc = self._passes(files, groups)
+            acc.joined_files(fresh)
+            self.total.merge(acc)
 
     def _forget(self, index: int) -> bool:
         """Drop file ``index``'s own result (its rows are analysed with other files, or
@@ -186,6 +189,27 @@ class StepScopes:
                 column = torch.full((file_rows.sequences,), math.nan, dtype=torch.float64)
                 table[key] = column
             column[rows] = values.detach().to("cpu", torch.float64)
+
+
+def _linked_files(files: Tensor, group: Tensor) -> list[list[int]]:
+    """The files of joined rows (``files``, ``group``: [N]) in the smallest sets that
+    hold their groups whole (files linked by a group with rows in both), each set in
+    file order, the sets in order of their first file."""
+    parent: dict[int, int] = {}
+
+    def root(index: int) -> int:
+        while parent.setdefault(index, index) != index:
+            index = parent[index]
+        return index
+
+    first: dict[int, int] = {}  # group -> a file holding some of its rows
+    for index, gid in zip(files.tolist(), group.tolist(), strict=True):
+        other = first.setdefault(gid, index)
+        parent[root(index)] = root(other)
+    sets: dict[int, list[int]] = {}
+    for index in sorted(parent):
+        sets.setdefault(root(index), []).append(index)
+    return sorted(sets.values())
 
 
 def _whole_group_rows(chunk: TokenBatch, ids: Tensor) -> tuple[Tensor, TokenBatch] | None:

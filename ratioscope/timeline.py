@@ -629,11 +629,13 @@ def timeline(
             "log-probs"
         )
     followed = (*HEADLINES, *OBJECTIVE_HEADLINES) if objectives else HEADLINES
+    unsafe_pickle = load_options.unsafe_pickle
     by_step = assign_steps(
         files,
         step_from,
-        read_meta=lambda p: _read_meta(p, load_options.unsafe_pickle),
+        read_meta=lambda p: _read_meta(p, unsafe_pickle),
     )
+    load_options, settings_note = _run_settings(by_step, load_options, all(reports))
     rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
     # the quantities the verdict judges against the run's own first steps, per step
     relative_rows: list[tuple[int, dict[str, float | None]]] = []
@@ -730,11 +732,33 @@ def timeline(
         },
         headlines=headlines,
         steps=steps,
-        warnings=(*pooled.warnings, *fpa_note),
+        warnings=(*settings_note, *pooled.warnings, *fpa_note),
         pooled=pooled,
         verdict=timeline_verdict(pooled, steps, thresholds, headlines, relative_rows),
         entropy_mechanics=entropy_mechanics(steps),
     )
+
+
+def _run_settings(
+    by_step: Sequence[StepFiles], load_options: LoadOptions, reports: bool
+) -> tuple[LoadOptions, tuple[str, ...]]:
+    """Every step analysed with the run's trainer settings (those recorded in its first
+    file, or ``--trainer``'s), not each step's own (a step recording others would give
+    a report that cannot be pooled with the rest), and a warning naming the files that
+    record others."""
+    from dataclasses import replace
+
+    from ratioscope import trainer_settings
+    from ratioscope.settings_check import differing_settings
+
+    if reports or load_options.trainer == "none" or load_options.trainer_settings is not None:
+        return load_options, ()
+    paths = [p for group in by_step for p in group.paths]
+    settings = trainer_settings.resolve(load_options.trainer, paths[0] if paths else None)
+    note = differing_settings(paths[1:], settings)
+    if settings is None:  # none in force: a later file's must not apply to its step
+        return replace(load_options, trainer="none"), (note,) if note else ()
+    return replace(load_options, trainer_settings=settings), (note,) if note else ()
 
 
 def _fpa_methods_note(by_method: Mapping[str, list[int]]) -> tuple[str, ...]:

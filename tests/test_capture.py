@@ -449,3 +449,37 @@ def test_the_example_in_the_docs_runs_and_analyze_reads_its_output(tmp_path, mon
     exec(compile(example, "docs/capture.md", "exec"), {"print": lambda *args: None})
     assert len(files_under(tmp_path / "captures")) == 3
     assert ratioscope.analyze(tmp_path / "captures").mismatch is not None
+
+
+def test_report_mode_analyses_with_the_trainer_settings(tmp_path):
+    """Mode "report" takes the clip band, the length limit and the group size from the
+    trainer's settings, as analyze takes them from the part files' recorded settings."""
+    from ratioscope.trainer_settings import TrainerSettings
+
+    settings = TrainerSettings(
+        "trl",
+        {"epsilon": 0.1, "epsilon_high": 0.15, "max_completion_length": 30, "num_generations": 4},
+    )
+    batch = micro_batch(5, rows=24, width=48, longest=40)
+    with CaptureWriter(tmp_path / "reports", mode="report", trainer_settings=settings) as writer:
+        writer.write(0, **batch)
+    with CaptureWriter(tmp_path / "tensors") as writer:  # no settings recorded
+        writer.write(0, **batch)
+    report = json.loads(report_path(tmp_path / "reports", 0, 0).read_text())
+    analysis = report["params"]["analysis"]
+    assert analysis["clip"] == [0.1, 0.15] and analysis["max_length"] == 30
+    applied = report["params"]["trainer"]["applied"]
+    assert applied["clip"].startswith("trainer settings") and "group_size" in applied
+    # the same rows analysed with the trainer's values given as options
+    given = ratioscope.analyze(tmp_path / "tensors", clip=(0.1, 0.15), max_length=30).to_dict()
+    for path in ("ratios.token.clip_fraction", "vitals.length.at_limit"):
+        assert get(report, path) == get(given, path), path
+    # an analysis option wins over the trainer's
+    with CaptureWriter(
+        tmp_path / "chosen", mode="report", trainer_settings=settings,
+        analysis_options={"clip": (0.2, 0.28)},
+    ) as writer:  # fmt: skip
+        writer.write(0, **batch)
+    chosen = json.loads(report_path(tmp_path / "chosen", 0, 0).read_text())
+    assert chosen["params"]["analysis"]["clip"] == [0.2, 0.28]
+    assert chosen["params"]["trainer"]["applied"]["clip"] == "option"

@@ -216,3 +216,42 @@ def test_a_group_cut_at_a_step_boundary_is_completed_from_the_next_step(tmp_path
     assert section.weights.distribution.mean == pytest.approx(expected["w_mean"], rel=1e-6)
     assert section.advantage_mass.removed == pytest.approx(expected["removed"], rel=1e-6)
     assert any(w.startswith("covariance: 1 group(s) incomplete") for w in report.warnings)
+
+
+def test_files_holding_whole_groups_stay_batches_of_their_own(tmp_path):
+    """Rank 0 holds groups 0 and 1 whole, ranks 1 and 2 share groups 2 and 3: rank 0 is
+    a batch of its own (its Clip-Cov and KL-Cov budgets its own), ranks 1 and 2 one."""
+    rollout = _rollout(4)
+    whole = _whole_groups()
+    ranks = [whole[0] + whole[1], [*whole[2][:2], *whole[3][:3]], [*whole[2][2:], whole[3][3]]]
+    _write(tmp_path / "run", ranks, rollout)
+    _write(tmp_path / "rank0", [ranks[0]], rollout)
+    _write(tmp_path / "rest", [ranks[1] + ranks[2]], rollout)
+    section = _section(tmp_path / "run")[1]
+    parts = [_section(tmp_path / name)[1] for name in ("rank0", "rest")]
+    assert section["scopes"] == 4 and section["tokens"] == sum(p["tokens"] for p in parts)
+    for key in ("clip_cov", "kl_cov"):
+        for field in ("count", "eligible", "total"):
+            assert section[key][field] == sum(p[key][field] for p in parts), (key, field)
+    assert section["weight_histogram"]["counts"] == [
+        a + b for a, b in zip(*(p["weight_histogram"]["counts"] for p in parts), strict=True)
+    ]
+
+
+def test_a_batch_in_memory_is_read_again_for_its_whole_groups():
+    """A batch given in memory (the capture's report mode), here rows 2.. of a file:
+    with the group size 4 given, group 0 (two rows left) is left out."""
+    from ratioscope.batch import TokenBatch
+
+    rollout = _rollout(5)
+    batch = TokenBatch.from_tensors({**rollout, "group": torch.tensor(GROUPS)}).select_rows(2, 16)
+    settings = TrainerSettings("trl", {"num_generations": 4})
+    report = ratioscope.analyze(
+        batch, sections=["covariance"], per_sequence=True, trainer_settings=settings
+    )
+    expected = _numpy_reference(rollout, _whole_groups()[1:])
+    section = report.covariance
+    assert (section.tokens, section.scopes) == (expected["tokens"], 3)
+    assert section.weights.distribution.mean == pytest.approx(expected["w_mean"], rel=1e-6)
+    values = report.sequences.frame()["cov_c_mean"].to_list()
+    assert all(math.isnan(v) for v in values[:2]) and not any(math.isnan(v) for v in values[2:])

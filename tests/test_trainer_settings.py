@@ -159,6 +159,86 @@ def test_objectives_take_grpos_clip_band_from_the_trainer(tmp_path):
     )
 
 
+def capture_steps(directory, epsilons) -> list:
+    """One capture part per step, step s recording TRL epsilon ``epsilons[s]`` (None: no
+    settings); the part files in step order."""
+    from ratioscope.trainer_settings import TrainerSettings
+
+    gen = torch.Generator().manual_seed(2)
+    for step, epsilon in enumerate(epsilons):
+        settings = None
+        if epsilon is not None:
+            settings = TrainerSettings("trl", {"epsilon": epsilon, "num_generations": 4})
+        old = -torch.rand(ROWS, WIDTH, generator=gen)
+        with CaptureWriter(directory, trainer_settings=settings) as writer:
+            writer.write(
+                step, mask=torch.ones(ROWS, WIDTH, dtype=torch.bool),
+                log_probs=old + 0.3 * torch.randn(ROWS, WIDTH, generator=gen),
+                old_log_probs=old, advantages=torch.randn(ROWS, generator=gen),
+                rewards=torch.rand(ROWS, generator=gen), group=torch.arange(ROWS) // 4,
+            )  # fmt: skip
+    return sorted(directory.rglob("*.pt"))
+
+
+def settings_warnings(warnings) -> list[str]:
+    return [w for w in warnings if w.startswith("trainer settings:")]
+
+
+def test_files_recording_other_settings_are_named_once(tmp_path):
+    files = capture_steps(tmp_path, [0.2, 0.3, 0.2, 0.3])
+    report = ratioscope.analyze(tmp_path)
+    (warning,) = settings_warnings(report.warnings)
+    assert "2 file(s)" in warning and "in epsilon:" in warning
+    assert str(files[1]) in warning and str(files[3]) in warning
+    assert str(files[0]) not in warning.split("in epsilon:")[1]
+    assert report.params["analysis"]["clip"] == [0.2, 0.2]  # the first file's
+    # timeline: every step with the run's settings (the pooled report merges), one warning
+    line = ratioscope.timeline(tmp_path)
+    (timeline_warning,) = settings_warnings(line.warnings)
+    assert timeline_warning == warning
+    assert line.pooled.params["analysis"]["clip"] == [0.2, 0.2]
+    result = ratioscope.objectives(tmp_path, methods=["grpo"])
+    assert settings_warnings(result.warnings) == [warning]
+    assert list(result.params["settings"]["grpo"]["clip"]) == [0.2, 0.2]
+    # an option wins; the files still differ, and the warning still says so
+    chosen = ratioscope.analyze(tmp_path, clip=(0.1, 0.1))
+    assert chosen.params["analysis"]["clip"] == [0.1, 0.1]
+    assert len(settings_warnings(chosen.warnings)) == 1
+    # --trainer none: no settings in force, nothing to warn about
+    assert settings_warnings(ratioscope.analyze(tmp_path, trainer="none").warnings) == []
+
+
+def test_equal_settings_give_no_warning_and_a_first_file_without_says_so(tmp_path):
+    capture_steps(tmp_path / "same", [0.2, 0.2])
+    assert settings_warnings(ratioscope.analyze(tmp_path / "same").warnings) == []
+    files = capture_steps(tmp_path / "late", [None, 0.3])
+    (warning,) = settings_warnings(ratioscope.analyze(tmp_path / "late").warnings)
+    assert "first file records none" in warning and str(files[1]) in warning
+    line = ratioscope.timeline(tmp_path / "late")  # step 1's settings do not apply alone
+    assert line.pooled.params["analysis"]["clip"] == [0.2, 0.28]
+    assert settings_warnings(line.warnings) == [warning]
+
+
+def test_recorded_settings_are_read_without_unpickling(tmp_path, monkeypatch):
+    import pickle
+
+    from ratioscope.settings_check import recorded_text
+    from ratioscope.trainer_settings import TrainerSettings, read_recorded
+
+    (path,) = capture_steps(tmp_path, [0.25])
+    expected = read_recorded(path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("unpickled")
+
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    text = recorded_text(path)
+    assert text is not None and json.loads(text)["settings"]["epsilon"] == 0.25
+    assert TrainerSettings.from_json(text, source=expected.source) == expected
+
+
 @pytest.mark.parametrize(
     ("changes", "on_policy"),
     [

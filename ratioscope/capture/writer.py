@@ -185,7 +185,8 @@ class CaptureWriter:
         trainer_settings: the trainer's configuration
             (:func:`ratioscope.trainer_settings.verl_settings`, ``openrlhf_settings``;
             the TRL capture sets it itself), stored in every part file as JSON under
-            ``ratioscope_trainer``; ``analyze`` takes the clip band from it.
+            ``ratioscope_trainer``; ``analyze`` takes the clip band, length limit and
+            group size from it, and so does mode "report" (``analysis_options`` win).
 
     Raises:
         ValueError: an option out of range or not meaningful in ``mode``.
@@ -380,6 +381,10 @@ class CaptureWriter:
         from ratioscope.batch import TokenBatch
 
         options = dict(self.analysis_options)
+        if self.trainer_settings is not None:
+            # the trainer's clip band, length limit and group size, as analyze takes
+            # them from the part files' recorded settings (analysis_options win)
+            options["trainer_settings"] = self.trainer_settings
         nonfinite = options.get("nonfinite", "error")
         # the reward:NAME columns too: the vitals report each reward function
         columns = dict(context.stored.columns)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path, PosixPath, WindowsPath
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -33,6 +33,9 @@ from ratioscope.io.jsontext import loads
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
 from ratioscope.io.raw import as_ragged, is_rows
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
+
+if TYPE_CHECKING:
+    from ratioscope.trainer_settings import TrainerSettings
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 T = TypeVar("T")
@@ -62,6 +65,9 @@ class LoadOptions:
             (:mod:`ratioscope.trainer_settings`): "auto" those a capture recorded in the
             files, "trl", "verl" or "openrlhf" those recorded or else that framework's
             documented defaults, "none" neither.
+        trainer_settings: the settings in force, given instead of those recorded in the
+            first file (each step of a timeline: the run's; the capture's report mode:
+            the trainer's own); ``trainer="none"`` still ignores them.
     """
 
     format: str = defaults.FORMAT
@@ -73,6 +79,7 @@ class LoadOptions:
     correct_field: str | None = None
     correct_threshold: float | None = None
     trainer: str = "auto"
+    trainer_settings: TrainerSettings | None = None
 
     def correct_rule(self) -> tuple[str, float] | None:
         """(field, threshold) of the user's correctness rule, or None for the default

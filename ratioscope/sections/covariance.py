@@ -7,7 +7,7 @@ gives the token covariance ``c``, the kernel weight ``w`` and its normalised for
 batch-wide sums; the values are those of
 :func:`~ratioscope.functional.covariance.covariance_weights` on the whole batch, bit for
 bit), so that memory holds one chunk however large the batch. A batch is a file that
-holds whole groups, or the files of a step whose groups they split, joined by group id
+holds whole groups, or the files of a step linked by groups they split, joined by id
 (:mod:`ratioscope.scope_join`: the file's own result is then replaced by passes over
 those files, on the rows of whole groups). What is kept across batches
 is mergeable: exact counts and sums (advantage mass, tokens below a weight, Clip-Cov and
