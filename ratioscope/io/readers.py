@@ -34,6 +34,7 @@ from ratioscope.io.jsontext import loads
 from ratioscope.io.limits import (
     check_budget,
     check_safetensors,
+    check_torch_legacy,
     check_torch_zip,
     check_view,
     npz_layouts_of,
@@ -91,6 +92,7 @@ def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
 # ----------------------------------------------------------------------------- torch
 def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
     check_torch_zip(path)
+    check_torch_legacy(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
