@@ -2,13 +2,14 @@
 
 Every command that reads dumps builds its ``LoadOptions`` with
 ``_options.command_load_options(ctx)``, which takes the options by parameter name; these
-tests pin the names on every command and what the helper makes of given, missing and
-malformed options.
+tests pin the names on every command and follow given, missing and malformed options to
+what the library receives.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,21 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
-from ratioscope.cli._options import (
-    FORMAT_DEFAULT,
-    NONFINITE_DEFAULT,
-    DumpCorrectField,
-    DumpCorrectThreshold,
-    Format,
-    GroupSize,
-    InputOptions,
-    Mapping,
-    NonFinite,
-    Trainer,
-    UnsafePickle,
-    command_load_options,
-    load_options,
-)
+from ratioscope.cli._options import InputOptions, load_options
 from ratioscope.errors import ParameterError, UsageError
 from ratioscope.io.loaders import LoadOptions
 
@@ -71,52 +58,41 @@ def test_every_dump_command_names_its_input_options_as_the_helper_reads_them():
                 assert param.name == INPUT_PARAMETERS[flag], f"{path} {flag}"
 
 
-def _capture(declare_all: bool) -> tuple[typer.Typer, list[LoadOptions]]:
-    """A one-command app that keeps what ``command_load_options`` builds: with every
-    Input option (as analyze), or only --format, --map and --unsafe-pickle (as the plots)."""
+SAMPLE = str(Path(__file__).resolve().parents[1] / "sample_data" / "verl")
+
+
+class _Captured(UsageError):
+    """Raised by the stand-in for the library: the command stops before reading a file."""
+
+
+@pytest.fixture
+def captured(monkeypatch) -> list[LoadOptions]:
+    """The LoadOptions that ``objectives`` and ``plot objectives`` hand the library."""
+    import ratioscope.objectives as library
+
     seen: list[LoadOptions] = []
-    command_app = typer.Typer()
 
-    if declare_all:
+    def stand_in(paths: Any, *, load_options: LoadOptions, **_: Any) -> None:
+        seen.append(load_options)
+        raise _Captured("stopped before reading")
 
-        @command_app.command()
-        def every(
-            ctx: typer.Context,
-            format: Format = FORMAT_DEFAULT,
-            mapping: Mapping = None,
-            nonfinite: NonFinite = NONFINITE_DEFAULT,
-            unsafe_pickle: UnsafePickle = False,
-            group_size: GroupSize = None,
-            correct_field: DumpCorrectField = None,
-            correct_threshold: DumpCorrectThreshold = None,
-            trainer: Trainer = "auto",
-        ) -> None:
-            seen.append(command_load_options(ctx))
-
-    else:
-
-        @command_app.command()
-        def some(
-            ctx: typer.Context,
-            format: Format = FORMAT_DEFAULT,
-            mapping: Mapping = None,
-            unsafe_pickle: UnsafePickle = False,
-        ) -> None:
-            seen.append(command_load_options(ctx))
-
-    return command_app, seen
+    monkeypatch.setattr(library, "objectives", stand_in)
+    return seen
 
 
-def test_every_given_option_reaches_load_options():
-    command_app, seen = _capture(declare_all=True)
-    args = [
+def _invoke(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "stopped before reading" in result.output, result.output
+
+
+def test_every_given_option_reaches_the_library(captured):
+    _invoke([
+        "objectives", SAMPLE,
         "--format", "verl", "--map", "mask=attention_mask", "--map", " ids = input_ids ",
         "--nonfinite", "mask", "--unsafe-pickle", "--group-size", "4",
         "--correct-field", "accuracy_reward", "--correct-threshold", "1", "--trainer", "trl",
-    ]  # fmt: skip
-    result = CliRunner().invoke(command_app, args)
-    assert result.exit_code == 0, result.output
-    assert seen == [
+    ])  # fmt: skip
+    assert captured == [
         LoadOptions(
             format="verl",
             mapping={"mask": "attention_mask", "ids": "input_ids"},
@@ -130,19 +106,16 @@ def test_every_given_option_reaches_load_options():
     ]
 
 
-@pytest.mark.parametrize("declare_all", [True, False])
-def test_no_option_given_is_the_library_default(declare_all):
-    command_app, seen = _capture(declare_all)
-    result = CliRunner().invoke(command_app, [])
-    assert result.exit_code == 0, result.output
-    assert seen == [LoadOptions()]
+def test_no_option_given_is_the_library_default(captured):
+    _invoke(["objectives", SAMPLE])
+    assert captured == [LoadOptions()]
 
 
-def test_an_option_the_command_lacks_keeps_the_library_default():
-    command_app, seen = _capture(declare_all=False)
-    result = CliRunner().invoke(command_app, ["--map", "mask=attention_mask", "--unsafe-pickle"])
-    assert result.exit_code == 0, result.output
-    (options,) = seen
+def test_an_option_the_command_lacks_keeps_the_library_default(captured, tmp_path):
+    # plot objectives has --format, --map and --unsafe-pickle only
+    args = ["--map", "mask=attention_mask", "--unsafe-pickle", "--out", str(tmp_path / "o.png")]
+    _invoke(["plot", "objectives", SAMPLE, *args])
+    (options,) = captured
     assert options.mapping == {"mask": "attention_mask"} and options.unsafe_pickle
     assert (options.nonfinite, options.trainer, options.group_size) == ("error", "auto", None)
 
