@@ -136,6 +136,65 @@ def test_npz_inflating_past_the_budget(tmp_path: Path) -> None:
     assert "memory budget" in line and "i.npz" in line
 
 
+def test_npz_inflating_past_the_memory_left(tmp_path: Path) -> None:
+    """Within the budget but past the memory the process has (its address space, here):
+    one line saying the memory ran out and exit 2, whichever allocation fails (numpy's
+    MemoryError, torch's "can't allocate memory"), and never libgomp's "Thread creation
+    failed" with exit 1 (the 3 MB npz of the report inflated to 3 GiB did that)."""
+    members = files.valid_npz_members()
+    for key in ("old_log_probs", "log_probs"):
+        members[key] = files.npy_of(np.full((4096, 4096), -1.0, dtype=np.float32))
+    members["mask"] = files.npy_of(np.ones((4096, 4096), dtype=bool))
+    files.write_npz(tmp_path / "m.npz", members, zipfile.ZIP_DEFLATED)
+    assert (tmp_path / "m.npz").stat().st_size < 1 << 20  # 144 MiB once read
+    outcome = promise(["analyze", "m.npz", "-q"], tmp_path, memory=96 << 20)
+    assert "out of memory" in error_line(outcome) and "libgomp" not in outcome.stderr
+
+
+_THREADS_THEN_NO_MEMORY = """
+import resource, sys
+import torch
+torch.set_num_threads(2)
+if sys.argv[1] == "started":
+    from ratioscope.threads import start_thread_pool
+    start_thread_pool()
+with open("/proc/self/status") as status:
+    mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (64 << 20),) * 2)
+hog = []
+try:
+    while True:
+        hog.append(bytearray(1 << 20))
+except MemoryError:
+    del hog[-4:]  # a few MB left: less than a thread's stack
+torch.ones(1 << 17).sum()  # a parallel reduction: the whole thread team
+print("done")
+"""
+
+
+def test_thread_pool_started_before_memory_runs_out() -> None:
+    """libgomp creates torch's threads at the first parallel operation and ends the
+    process (exit 1, "Thread creation failed") when it cannot; the readers start them
+    first (ratioscope.threads.start_thread_pool), so a parallel operation with the
+    memory spent still runs."""
+    import subprocess
+    import sys
+
+    def run(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _THREADS_THEN_NO_MEMORY, mode],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    started = run("started")
+    assert started.returncode == 0 and "done" in started.stdout, started.stderr[-1000:]
+    if "OpenMP" in torch.__config__.parallel_info():
+        cold = run("cold")  # the failure the start avoids, where torch runs on libgomp
+        assert cold.returncode != 0 and "Thread creation failed" in cold.stderr
+
+
 @pytest.mark.parametrize(
     "header",
     [
