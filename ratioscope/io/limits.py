@@ -323,8 +323,8 @@ def check_torch_legacy(path: Path) -> None:
     if declared > held:
         raise CorruptFileError(
             path,
-            f"not a readable torch file: its storages declare {_size(declared)} but the "
-            f"file holds {_size(max(held, 0))} after its pickle",
+            f"not a readable torch file: truncated (its storages declare {_size(declared)} "
+            f"but the file holds {_size(max(held, 0))} after its pickle)",
         )
     check_budget(path, "its storages", declared)
 

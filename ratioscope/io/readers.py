@@ -68,9 +68,12 @@ def file_format_of(path: Path) -> str:
 
 def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
     """Read one dump file into raw columns (see :class:`RawDump`)."""
+    from ratioscope.threads import start_thread_pool
+
     kind = file_format_of(path)
     if not path.is_file():
         raise UnreadablePathError(path, "no such file")
+    start_thread_pool()  # while memory is plentiful (see there)
     readers: dict[str, Callable[[Path, bool], RawDump]] = {
         "pt": _read_pt,
         "pickle": _read_pickle,
