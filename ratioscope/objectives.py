@@ -29,6 +29,7 @@ from ratioscope.objective_methods import (
     MissingInput,
     Settings,
     chosen_settings,
+    looks_across_groups,
     method_names,
 )
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ratioscope.functional.objectives import Coefficients
     from ratioscope.group_join import JoinedGroups
     from ratioscope.io.loaders import LoadOptions, RunFiles
+    from ratioscope.objective_join import StepCoefficients
     from ratioscope.parallel import Runner
 
 #: ``schema_version`` of the objectives JSON
@@ -593,38 +595,109 @@ def _file_sums(
     out of the advantage schemes, :mod:`ratioscope.group_join`)."""
     from ratioscope.batch import TokenBatch
     from ratioscope.io.loaders import RunFiles
+    from ratioscope.objective_join import FileGroups
     from ratioscope.steps import step_from_name
 
     sums = _Sums(totals=_Totals(names))
     run = RunFiles(len(sources), options, sums.run_notes)
     steps = _StepAdvantages(sums.advantages, own_ids=bool(options.group_size), size=group_size)
+    coefficients = _step_coefficients(sums, names, chosen, options, batch_rows, group_size)
     for index, source in enumerate(sources):
         step = step_from_name(source) if isinstance(source, Path) else None
         label = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), Path(label).name))
         sequences = tokens = 0
         profile = None
+        own = _Totals(names)  # the file's own batches, until its step says they stand
+        groups = FileGroups()
         for batch in _batches(source, run, options, batch_rows):
             sums.warnings.extend(batch.warnings)
             profile = batch.profile
             sequences += batch.num_sequences
             tokens += int(batch.mask.sum())
-            batch_notes: dict[str, str] = {}
-            coefficients = batch_coefficients(batch, names, chosen, sums.skipped, batch_notes)
-            sums.keep_one_fpa_method(coefficients, batch_notes, str(label))
-            longer = long_rows(batch.mask)
-            sums.totals.add(coefficients, batch.mask, longer)
+            longer = _fold_batch(sums, names, chosen, batch, own, label=str(label))
+            groups.add(batch)
             steps.add(step, batch, longer)
             sums.rollout.add(batch)
         if profile is not None:
             sums.inputs.append(
                 {"path": str(label), "format": profile, "sequences": sequences, "tokens": tokens}
             )
+            rows = groups.sequences(index, str(label))
+            coefficients.add(step, index, source, rows, own, whole=not groups.cut)
+    sums.warnings.extend(coefficients.finish())
     sums.warnings.extend(steps.finish())
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     if check_any:
         run.check_any(bool(sums.inputs))
     return sums
+
+
+def _fold_batch(
+    sums: _Sums,
+    names: tuple[str, ...],
+    chosen: Mapping[str, Settings],
+    batch: TokenBatch,
+    totals: _Totals,
+    label: str | None = None,
+) -> Tensor:
+    """Fold ``batch``'s coefficients of ``names`` into ``totals`` (FPA's method and the
+    skipped methods into ``sums``); returns [B] :func:`long_rows`."""
+    batch_notes: dict[str, str] = {}
+    coefficients = batch_coefficients(batch, names, chosen, sums.skipped, batch_notes)
+    sums.keep_one_fpa_method(coefficients, batch_notes, label or batch.source)
+    longer = long_rows(batch.mask)
+    totals.add(coefficients, batch.mask, longer)
+    return longer
+
+
+def _step_coefficients(
+    sums: _Sums,
+    names: tuple[str, ...],
+    chosen: Mapping[str, Settings],
+    options: LoadOptions,
+    batch_rows: int | None,
+    group_size: int | None,
+) -> StepCoefficients:
+    """The coefficients of each step's files on whole groups
+    (:mod:`ratioscope.objective_join`): batches of a set of files are read again."""
+    from ratioscope.group_join import StepGroupJoin
+    from ratioscope.objective_join import StepCoefficients
+
+    across = tuple(n for n in names if looks_across_groups(n, chosen[n]))
+    others = tuple(n for n in names if n not in across)
+
+    def fold(batch: TokenBatch, totals: _Totals, every_method: bool) -> None:
+        _fold_batch(sums, names if every_method else others, chosen, batch, totals)
+
+    def read(source: TokenBatch | Path) -> Iterator[TokenBatch]:
+        yield from _read_again(source, options, batch_rows)
+
+    join = StepGroupJoin(group_size, own_ids=bool(options.group_size), rewards=False)
+    labels = tuple(METHODS[n].label for n in across)
+    return StepCoefficients(sums.totals, join, fold, read, batch_rows, across, labels)
+
+
+def _read_again(
+    source: TokenBatch | Path, options: LoadOptions, batch_rows: int | None
+) -> Iterator[TokenBatch]:
+    """A file's rows once more, for a batch of whole groups: in chunks of ``batch_rows``
+    rows streamed from the file where its type allows, else the file read whole."""
+    from dataclasses import replace
+
+    from ratioscope.batch import TokenBatch
+    from ratioscope.io.loaders import load_file
+    from ratioscope.io.streaming import open_stream
+
+    if isinstance(source, TokenBatch):
+        yield source
+        return
+    if batch_rows is not None:
+        stream = open_stream(source, replace(options, stream_bytes=0))
+        if stream is not None:
+            yield from stream.chunks(batch_rows * stream.padded_width())
+            return
+    yield load_file(source, options)
 
 
 def _shard_sums(
