@@ -6,9 +6,11 @@ and folds them into mergeable sums: counts, sums of ``|c|`` and ``c^2``, the pai
 sums behind the correlations, and log-magnitude histograms for the top shares, the Gini
 coefficient and the concentration curves. A file is the unit because the methods
 normalise over a batch (token-mean, CW-GRPO's sigma, the groups of Dr. GRPO and QUATRO);
-pooling several files treats them as one batch. The advantage schemes (GRPO, Dr. GRPO,
-QUATRO, the dump's) work on whole groups instead: on the groups of each training step
-joined by group id across the step's files (:mod:`ratioscope.group_join`). Counts, sums,
+pooling several files treats them as one batch. A batch never holds part of a group: the
+files of a step that share a split group are one batch, their rows of whole groups read
+again and concatenated (:mod:`ratioscope.objective_join`). The advantage schemes (GRPO,
+Dr. GRPO, QUATRO, the dump's) work on the groups of each training step joined by group
+id across the step's files too (:mod:`ratioscope.group_join`). Counts, sums,
 shares, ESS, sign flips and correlations are exact; top shares, Gini and curves are read
 from the histograms, within their 1.16 % relative bin width (docs/objectives.md).
 """
@@ -436,7 +438,9 @@ def objectives(
             ``batch_rows``), or a :class:`~ratioscope.batch.TokenBatch`.
         batch_rows: cut each file into batches of this many sequences, read one at a
             time (a large file is streamed, so memory is bounded by one batch), as a
-            trainer computes its loss per mini-batch; None: one file is one batch.
+            trainer computes its loss per mini-batch; None: one file is one batch. A
+            batch never cuts a group: the files of a step that share a split group are
+            joined into one batch (memory: their rows), cut only between groups.
         methods: names (or a comma-separated string) from
             :data:`~ratioscope.objective_methods.METHODS`; default all.
         settings: ``{method: {key: value}}`` overriding the defaults.
