@@ -189,8 +189,6 @@ class StepCoefficients:
     def _joined(self, files: list[int], groups: JoinedGroups) -> TokenBatch:
         """The rows of ``groups`` in ``files``, in file order, as one batch whose
         ``group`` holds the joined ids."""
-        from ratioscope.io.loaders import concatenate
-
         parts: list[TokenBatch] = []
         for index in files:
             held = self._held[index]
@@ -198,14 +196,31 @@ class StepCoefficients:
             take = groups.files == index
             ids[groups.rows[take]] = groups.group[take]
             held.placed[groups.rows[take]] = True
-            for chunk in self.read(held.source):
-                part = _whole_group_rows(chunk, ids)
-                if part is not None:
-                    parts.append(replace(part[1], warnings=[], row_offset=0))
+            parts.append(self._rows_of(held.source, ids))
+        batch = self._concatenated(parts)
+        assert batch.group is not None
+        return replace(batch, group=_compact(batch.group))
+
+    def _rows_of(self, source: TokenBatch | Path, ids: Tensor) -> TokenBatch:
+        """The rows of ``source`` whose ``ids`` ([file rows], -1: not taken) are >= 0,
+        read again chunk by chunk, as one batch whose ``group`` holds those ids."""
+        parts = []
+        for chunk in self.read(source):
+            part = _whole_group_rows(chunk, ids)
+            if part is not None:
+                parts.append(replace(part[1], warnings=[], row_offset=0))
+        return self._concatenated(parts)
+
+    def _concatenated(self, parts: list[TokenBatch]) -> TokenBatch:
+        """``parts`` as one batch, their ``group`` ids kept as they are (one numbering
+        for all, not made distinct per part as :func:`~ratioscope.io.loaders.
+        concatenate` makes them)."""
+        from ratioscope.io.loaders import concatenate
+
         group = torch.cat([p.group for p in parts if p.group is not None])
         merged = concatenate(parts) if len(parts) > 1 else parts[0]
         self.notes.extend(merged.warnings)
-        return replace(merged, group=_compact(group), group_labels=None, row_offset=0, warnings=[])
+        return replace(merged, group=group, group_labels=None, row_offset=0, warnings=[])
 
     def _release(self, before: int | None) -> None:
         """Files before ``before`` (None: all) are final: their rows in no whole group
@@ -221,14 +236,11 @@ class StepCoefficients:
             left = ~held.placed
             if not bool(left.any()):
                 continue
-            ids = torch.where(left, 0, -1)
-            for chunk in self.read(held.source):
-                part = _whole_group_rows(chunk, ids)
-                if part is None:
-                    continue
-                batch = replace(part[1], group=None, group_labels=None, warnings=[])
-                for piece in _cut_between_groups(batch, self.batch_rows):
-                    self.fold(piece, self.total, False)
+            # the left-out rows of the file (few) gathered, then cut anywhere
+            batch = self._rows_of(held.source, torch.where(left, 0, -1))
+            batch = replace(batch, group=None, group_labels=None)
+            for piece in _cut_between_groups(batch, self.batch_rows):
+                self.fold(piece, self.total, False)
 
     def _drop_across(self, totals: _Totals) -> None:
         """``totals`` without the methods that look across a group (its rows were in no

@@ -166,3 +166,51 @@ def test_a_group_short_of_the_group_size_is_left_out_of_the_group_methods(tmp_pa
         tmp_path, methods="dr_grpo", load_options=LoadOptions(trainer="none")
     )
     assert unknown.methods["dr_grpo"].tokens == all_tokens
+
+
+def test_a_group_completed_from_the_next_step_is_one_batch(tmp_path):
+    """Group "b" has 3 samples in step 0 (both ranks) and its 4th in step 1; "c" has 2
+    and never more. With the group size 4, Dr. GRPO runs on "a", "b" (whole, across
+    the steps) and "d"; "c" is left out of it and counted; cutting batches of 3 rows
+    between groups changes none of its coefficients."""
+    from ratioscope.capture import CaptureWriter
+
+    settings = TrainerSettings("trl", {"num_generations": 4})
+    rng = np.random.default_rng(5)
+    parts = [  # (step, rank, labels, rewards)
+        (0, 0, ["a", "a", "b", "b"], [1, 0, 1, 0]),
+        (0, 1, ["a", "a", "b", "c", "c"], [1, 1, 0, 0, 1]),
+        (1, 0, ["b", "d", "d", "d", "d"], [1, 0, 0, 1, 1]),
+    ]
+    rows = []  # (label, reward, z of its 3 tokens)
+    for step, rank, labels, rewards in parts:
+        old = -rng.gamma(1.0, 0.5, size=(len(labels), 3))
+        z = rng.normal(0, 0.1, size=old.shape)
+        rows += list(zip(labels, rewards, z, strict=True))
+        with CaptureWriter(tmp_path, rank=rank, trainer_settings=settings) as writer:
+            writer.write(
+                step, mask=torch.ones(len(labels), 3, dtype=torch.bool),
+                log_probs=torch.from_numpy(old + z), old_log_probs=torch.from_numpy(old),
+                advantages=torch.ones(len(labels), 3),
+                rewards=torch.tensor(rewards, dtype=torch.float64), group=labels,
+            )  # fmt: skip
+    values = []
+    for label in ("a", "b", "d"):
+        members = [(r, z) for lab, r, z in rows if lab == label]
+        mean = np.mean([r for r, _ in members])
+        for r, z in members:
+            ratio, a = np.exp(z), r - mean
+            clipped = ((a > 0) & (ratio > 1.2)) | ((a < 0) & (ratio < 0.8))
+            values.append(np.where(clipped, 0.0, ratio * a))
+    c = np.concatenate(values)
+    for batch_rows in (None, 3):
+        result = ratioscope.objectives(tmp_path, methods="grpo,dr_grpo", batch_rows=batch_rows)
+        summary = result.methods["dr_grpo"]
+        assert summary.tokens == c.size == 36
+        assert summary.mean_abs == pytest.approx(np.abs(c).mean(), rel=1e-6)
+        assert summary.mean == pytest.approx(c.mean(), rel=1e-6, abs=1e-9)
+        assert result.methods["grpo"].tokens == 42
+        assert any(
+            "1 group(s) incomplete in their step were completed" in w for w in result.warnings
+        )
+        assert any("1 group(s) (2 samples)" in w and "Dr. GRPO" in w for w in result.warnings)
