@@ -10,6 +10,7 @@ import typer
 from ratioscope.cli._options import (
     FORMAT_DEFAULT,
     NONFINITE_DEFAULT,
+    TRAINER_DEFAULT,
     DumpCorrectField,
     DumpCorrectThreshold,
     Format,
@@ -80,6 +81,7 @@ ObjectivesJson = Annotated[
 
 
 def objectives(
+    ctx: typer.Context,
     paths: ObjectivePaths = None,
     methods: Methods = None,
     settings: SetOption = None,
@@ -93,7 +95,7 @@ def objectives(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
-    trainer: Trainer = "auto",
+    trainer: Trainer = TRAINER_DEFAULT,
     workers: Workers = 1,
     ray: RayAddress = None,
     quiet: Quiet = False,
@@ -114,7 +116,7 @@ def objectives(
         progress_bar,
         stdout_console,
     )
-    from ratioscope.cli._options import load_options
+    from ratioscope.cli._options import command_load_options
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.objective_methods import parse_settings
@@ -136,16 +138,7 @@ def objectives(
             paths,
             methods=methods,
             settings=overrides,
-            load_options=load_options(
-                format,
-                mapping,
-                nonfinite,
-                unsafe_pickle,
-                group_size,
-                correct_field,
-                correct_threshold,
-                trainer,
-            ),
+            load_options=command_load_options(ctx),
             batch_rows=batch_rows,
             progress=progress,
             runner=runner,
