@@ -420,6 +420,10 @@ class Vector:
         return cls(values=torch.tensor(state, dtype=torch.float64))
 
 
+#: keys up to which :meth:`Counter.add_tensor` sums in Python
+_SMALL_COUNT = 4096
+
+
 @dataclass
 class Counter:
     """Integer counts keyed by a small integer (run lengths, correct counts...)."""
@@ -431,9 +435,21 @@ class Counter:
         if keys.numel() == 0:
             return
         weights = torch.ones_like(keys) if weights is None else weights.detach().cpu().long()
+        if keys.numel() <= _SMALL_COUNT:
+            # a few keys (a file's method, a row's run lengths): summed in Python, which
+            # costs less than torch.unique's call; keys new to the counter join in
+            # increasing order, as torch.unique's sorted keys did
+            totals: dict[int, int] = {}
+            for key, weight in zip(
+                keys.flatten().tolist(), weights.flatten().tolist(), strict=True
+            ):
+                totals[key] = totals.get(key, 0) + weight
+            for key in sorted(totals):
+                self.counts[key] = self.counts.get(key, 0) + totals[key]
+            return
         unique, inverse = torch.unique(keys, return_inverse=True)
-        totals = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, weights)
-        for key, total in zip(unique.tolist(), totals.tolist(), strict=True):
+        summed = torch.zeros(unique.numel(), dtype=torch.long).index_add_(0, inverse, weights)
+        for key, total in zip(unique.tolist(), summed.tolist(), strict=True):
             self.counts[key] = self.counts.get(key, 0) + total
 
     def merge(self, other: Counter) -> None:

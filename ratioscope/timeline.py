@@ -6,8 +6,10 @@ one analysis: one step's report is held while the next is made), reads the headl
 quantities (:data:`HEADLINES`) from each step's typed report, and flags the steps where a
 series departs from its own recent history (:func:`~ratioscope.functional.changepoint.
 change_flags`). The step reports are folded into the pooled report with the merge that
-``ratioscope merge`` applies, so the pooled report equals ``analyze`` of all the files,
-and, on request, written one file per step (``reports_dir``).
+``ratioscope merge`` applies (:class:`~ratioscope.analysis.ReportMerge`; a step analysed
+here is folded from its accumulators, without writing its state and reading it back),
+so the pooled report equals ``analyze`` of all the files, and, on request, written one
+file per step (``reports_dir``).
 
 The vital signs lead (``vitals``: token entropy and its change within the step, response
 length and the share at the length limit, reward, correct share, zero advantages and

@@ -115,3 +115,22 @@ def test_histograms_of_classes_binned_once_equal_each_class_binned_alone():
             assert classes.histograms[name].moments == alone.moments
             below = int((torch.isfinite(values) & select & (values < 0.5)).sum())
             assert classes.below[name] == below
+
+
+@pytest.mark.parametrize("size", [5, 5000])
+def test_counter_adds_weighted_keys_as_a_plain_tally(size):
+    """Few keys (summed in Python) and many (torch.unique): the tally of the weights per
+    key, keys in increasing order."""
+    import collections
+
+    from ratioscope.stats import Counter
+
+    rng = np.random.default_rng(size)
+    keys, weights = rng.integers(0, 40, size), rng.integers(0, 9, size)
+    counter = Counter(counts={7: 1})
+    counter.add_tensor(torch.tensor(keys), torch.tensor(weights))
+    tally = collections.Counter({7: 1})
+    for key, weight in zip(keys.tolist(), weights.tolist(), strict=True):
+        tally[key] += weight
+    assert counter.counts == dict(tally)
+    assert list(counter.counts)[1:] == sorted(set(keys.tolist()) - {7})

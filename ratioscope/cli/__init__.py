@@ -145,22 +145,41 @@ class _BoundaryGroup(TyperGroup):
             _stderr_line("interrupted")
             raise typer.Exit(130) from None
         except MemoryError:
-            # the machine, not the input or ratioscope: say what to change
-            from ratioscope.io.limits import MAX_BYTES_VARIABLE
-
-            _stderr_line(
-                "out of memory; give fewer or smaller files at once, or set "
-                f"{MAX_BYTES_VARIABLE} lower so that large files are refused up front"
-            )
-            raise typer.Exit(UsageError.exit_code) from None
+            _out_of_memory()
         except Exception as error:  # the boundary: anything else is our bug
             if os.environ.get("RATIOSCOPE_DEBUG") == "1":
                 raise
+            if _is_out_of_memory(error):
+                _out_of_memory()
             _stderr_line(
                 f"internal error ({type(error).__name__}: {error}); "
                 "run again with RATIOSCOPE_DEBUG=1 for the traceback and please report it"
             )
             raise typer.Exit(_INTERNAL_EXIT) from None
+
+
+#: how torch's CPU allocator and Python's threads say the memory is spent (torch raises a
+#: RuntimeError, not a MemoryError; a thread whose stack cannot be mapped is not started)
+_OUT_OF_MEMORY = ("can't allocate memory", "can't start new thread")
+
+
+def _is_out_of_memory(error: Exception) -> bool:
+    """Whether ``error`` is the machine's memory running out, not a bug: torch's
+    allocators (CPU and CUDA) and thread starts, by their messages."""
+    if type(error).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError (CUDA)
+        return True
+    return isinstance(error, RuntimeError) and any(m in str(error) for m in _OUT_OF_MEMORY)
+
+
+def _out_of_memory() -> NoReturn:
+    """The machine, not the input or ratioscope: say what to change (exit 2)."""
+    from ratioscope.io.limits import MAX_BYTES_VARIABLE
+
+    _stderr_line(
+        "out of memory; give fewer or smaller files at once, or set "
+        f"{MAX_BYTES_VARIABLE} lower so that large files are refused up front"
+    )
+    raise typer.Exit(UsageError.exit_code) from None
 
 
 app = typer.Typer(

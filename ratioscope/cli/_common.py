@@ -6,7 +6,7 @@ Only light imports here (typer, rich pulls itself in lazily through the function
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import typer
@@ -44,7 +44,7 @@ def parse_ints(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def parse_mapping(items: list[str] | None) -> dict[str, str]:
+def parse_mapping(items: Sequence[str] | None) -> dict[str, str]:
     """Parse repeated ``--map canonical=theirs`` options."""
     mapping: dict[str, str] = {}
     for item in items or []:

@@ -8,8 +8,9 @@ so ``--help`` shows the value the library applies.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,6 +19,9 @@ from ratioscope.cli._common import parse_floats, parse_mapping
 from ratioscope.functional.token_stats import EXACT_ON_BAND
 from ratioscope.io.profiles import FORMAT_CHOICES
 from ratioscope.params import AnalysisParams
+
+if TYPE_CHECKING:
+    from ratioscope.io.loaders import LoadOptions
 
 #: the raw rows' default: r = 1 up to float32 rounding (AnalysisParams.token_on_band)
 EXACT = "exact"
@@ -35,6 +39,8 @@ METHOD_FIELD_DEFAULT = defaults.METHOD_FIELD
 DATASET_FIELD_DEFAULT = defaults.DATASET_FIELD
 #: the CLI's own choice (the library runs on "cpu" unless told): CUDA when present
 DEVICE_DEFAULT = defaults.DEVICE
+#: io.loaders.LoadOptions.trainer: the settings the capture recorded in the files
+TRAINER_DEFAULT = "auto"
 
 
 def option_text(values: tuple[float, ...]) -> str:
@@ -63,6 +69,15 @@ def _number(value: float) -> str:
 
 
 QV_DEFAULT = option_text(defaults.QVS)
+# The defaults of the analysis options typed as pairs or lists, spelled once for every
+# command that declares them (a number option's default is DEFAULTS.<field> itself)
+CLIP_DEFAULT = option_text(DEFAULTS.clip)
+SEQ_CLIP_DEFAULT = option_text(DEFAULTS.seq_clip)
+ON_BAND_DEFAULT = band_text(DEFAULTS.on_band)
+TOKEN_ON_BAND_DEFAULT = band_text(DEFAULTS.token_on_band)
+SEQ_ON_BAND_DEFAULT = band_text(DEFAULTS.seq_on_band)
+FPA_LAMBDA_SWEEP_DEFAULT = option_text(DEFAULTS.fpa_lambdas)
+DELTA_SWEEP_DEFAULT = option_text(DEFAULTS.deltas)
 
 DUMP_HELP = (
     "Dump files (.pt .pth .safetensors .npz .parquet .jsonl, SkyRL .pkl), directories or globs."
@@ -468,40 +483,74 @@ PARAMETER_OPTIONS = {
 }
 
 
-def load_options(
-    format: str,
-    mapping: list[str] | None,
-    nonfinite: str,
-    unsafe_pickle: bool,
-    group_size: int | None = None,
-    correct_field: str | None = None,
-    correct_threshold: float | None = None,
-    trainer: str = "auto",
-):
+@dataclass(frozen=True)
+class InputOptions:
+    """A command's Input options as the user gave them: how its dumps are read.
+
+    The fields are named as the commands' parameters (``format`` for ``--format``, ...),
+    so :meth:`of` takes them from the invoked command at once; an option that the command
+    does not declare keeps the library's default (the plots have no ``--nonfinite``:
+    "error"). :func:`load_options` turns them into the library's ``LoadOptions``.
+    """
+
+    format: str = FORMAT_DEFAULT
+    #: the ``--map`` items, canonical=theirs, as typed (parsed by :func:`load_options`)
+    mapping: tuple[str, ...] = ()
+    nonfinite: str = NONFINITE_DEFAULT
+    unsafe_pickle: bool = False
+    group_size: int | None = None
+    correct_field: str | None = None
+    correct_threshold: float | None = None
+    trainer: str = TRAINER_DEFAULT
+
+    @classmethod
+    def of(cls, ctx: typer.Context) -> InputOptions:
+        """The input options of the invoked command (``ctx.params``, defaults included)."""
+        given = {f.name: ctx.params[f.name] for f in fields(cls) if f.name in ctx.params}
+        # an unused repeatable option is held as () or None, a used one as a list
+        given["mapping"] = tuple(given.get("mapping") or ())
+        return cls(**given)
+
+
+def load_options(inputs: InputOptions) -> LoadOptions:
+    """The library's ``LoadOptions`` from a command's input options, each checked before
+    any file is read: an unknown ``--trainer``, ``--format`` or ``--nonfinite``, a
+    malformed ``--map`` or a bad ``--correct-threshold`` fails in one sentence."""
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import LoadOptions, correct_rule
     from ratioscope.io.profiles import FORMAT_CHOICES
     from ratioscope.trainer_settings import TRAINER_CHOICES
 
-    if trainer not in TRAINER_CHOICES:
-        raise UsageError(f"--trainer must be one of {', '.join(TRAINER_CHOICES)}, got '{trainer}'")
-
-    if format not in FORMAT_CHOICES:
-        raise UsageError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, got '{format}'")
-    if nonfinite not in ("error", "mask"):
-        raise UsageError(f"--nonfinite must be 'error' or 'mask', got '{nonfinite}'")
+    if inputs.trainer not in TRAINER_CHOICES:
+        raise UsageError(
+            f"--trainer must be one of {', '.join(TRAINER_CHOICES)}, got '{inputs.trainer}'"
+        )
+    if inputs.format not in FORMAT_CHOICES:
+        raise UsageError(
+            f"--format must be one of {', '.join(FORMAT_CHOICES)}, got '{inputs.format}'"
+        )
+    if inputs.nonfinite not in ("error", "mask"):
+        raise UsageError(f"--nonfinite must be 'error' or 'mask', got '{inputs.nonfinite}'")
     options = LoadOptions(
-        format=format,
-        mapping=parse_mapping(mapping),
-        nonfinite=nonfinite,
-        unsafe_pickle=unsafe_pickle,
-        group_size=group_size,
-        correct_field=correct_field,
-        correct_threshold=correct_threshold,
-        trainer=trainer,
+        format=inputs.format,
+        mapping=parse_mapping(inputs.mapping),
+        nonfinite=inputs.nonfinite,
+        unsafe_pickle=inputs.unsafe_pickle,
+        group_size=inputs.group_size,
+        correct_field=inputs.correct_field,
+        correct_threshold=inputs.correct_threshold,
+        trainer=inputs.trainer,
     )
-    correct_rule(correct_field, correct_threshold)  # a bad threshold fails before any read
+    # a bad threshold fails before any read
+    correct_rule(inputs.correct_field, inputs.correct_threshold)
     return options
+
+
+def command_load_options(ctx: typer.Context) -> LoadOptions:
+    """``LoadOptions`` from the Input options of the invoked command, so that a command
+    lists them once, in its signature (as :func:`command_analysis_params` does for the
+    analysis options)."""
+    return load_options(InputOptions.of(ctx))
 
 
 def analysis_params(**options: Any):

@@ -9,10 +9,18 @@ import typer
 
 from ratioscope.cli._options import (
     CHUNK_ELEMENTS_DEFAULT,
+    CLIP_DEFAULT,
     DEFAULTS,
+    DELTA_SWEEP_DEFAULT,
     DEVICE_DEFAULT,
     FORMAT_DEFAULT,
+    FPA_LAMBDA_SWEEP_DEFAULT,
     NONFINITE_DEFAULT,
+    ON_BAND_DEFAULT,
+    SEQ_CLIP_DEFAULT,
+    SEQ_ON_BAND_DEFAULT,
+    TOKEN_ON_BAND_DEFAULT,
+    TRAINER_DEFAULT,
     ChunkElements,
     Clip,
     CovScope,
@@ -47,8 +55,6 @@ from ratioscope.cli._options import (
     UnsafePickle,
     VerdictJson,
     Window,
-    band_text,
-    option_text,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 
@@ -112,13 +118,13 @@ def analyze(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
-    trainer: Trainer = "auto",
-    clip: Clip = option_text(DEFAULTS.clip),
-    seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
+    trainer: Trainer = TRAINER_DEFAULT,
+    clip: Clip = CLIP_DEFAULT,
+    seq_clip: SeqClip = SEQ_CLIP_DEFAULT,
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
-    on_band: OnBand = band_text(DEFAULTS.on_band),
-    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
-    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    on_band: OnBand = ON_BAND_DEFAULT,
+    token_on_band: TokenOnBand = TOKEN_ON_BAND_DEFAULT,
+    seq_on_band: SeqOnBand = SEQ_ON_BAND_DEFAULT,
     window: Window = DEFAULTS.window,
     lfr_cutoff: LfrCutoff = DEFAULTS.lfr_cutoff,
     space: Space = DEFAULTS.space,
@@ -128,10 +134,10 @@ def analyze(
     kalman_impl: KalmanImpl = DEFAULTS.kalman_impl,
     cov_scope: CovScope = DEFAULTS.cov_scope,
     fpa_lambda: FpaLambda = DEFAULTS.fpa_lambda,
-    fpa_lambda_sweep: FpaLambdaSweep = option_text(DEFAULTS.fpa_lambdas),
+    fpa_lambda_sweep: FpaLambdaSweep = FPA_LAMBDA_SWEEP_DEFAULT,
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
-    delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    delta_sweep: DeltaSweep = DELTA_SWEEP_DEFAULT,
     max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     sections: Sections = None,
@@ -163,8 +169,8 @@ def analyze(
     )
     from ratioscope.cli._options import (
         command_analysis_params,
+        command_load_options,
         given_analysis_params,
-        load_options,
     )
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
@@ -189,10 +195,7 @@ def analyze(
             "--parquet needs every sequence's row, which --workers/--ray do not bring back; "
             "write it without them"
         )
-    options = load_options(
-        format, mapping, nonfinite, unsafe_pickle, group_size, correct_field, correct_threshold,
-        trainer,
-    )  # fmt: skip
+    options = command_load_options(ctx)
     fixed = given_analysis_params(ctx)
     chosen = sections.split(",") if sections else None
     with progress_bar(not quiet) as progress:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import typer
+
 from ratioscope.cli._options import (
     FORMAT_DEFAULT,
     NONFINITE_DEFAULT,
@@ -17,6 +19,7 @@ from ratioscope.cli._options import (
 
 
 def info(
+    ctx: typer.Context,
     paths: Paths,
     format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
@@ -29,11 +32,11 @@ def info(
     Example: ratioscope info sample_data/verl/step_0032.pt
     """
     from ratioscope.cli._common import show_notes, stdout_console
-    from ratioscope.cli._options import load_options
+    from ratioscope.cli._options import command_load_options
     from ratioscope.dump_info import inspect_paths
     from ratioscope.render.terminal import show_info
 
-    options = load_options(format, mapping, nonfinite, unsafe_pickle, group_size)
+    options = command_load_options(ctx)
     targets: list[str | Path] = list(paths)
     notes: list[str] = []  # files of another kind that a directory walk left out
     show_info(inspect_paths(targets, options, notes), stdout_console())

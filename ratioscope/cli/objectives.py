@@ -10,6 +10,7 @@ import typer
 from ratioscope.cli._options import (
     FORMAT_DEFAULT,
     NONFINITE_DEFAULT,
+    TRAINER_DEFAULT,
     DumpCorrectField,
     DumpCorrectThreshold,
     Format,
@@ -61,9 +62,11 @@ BatchRows = Annotated[
     int | None,
     typer.Option(
         "--batch-rows",
-        help="Cut each file into batches of this many sequences (a multiple of the group "
-        "size keeps groups whole), as a trainer computes its loss per mini-batch; a large "
-        "file is then streamed one batch at a time (default: one file is one batch).",
+        help="Cut each file into batches of this many sequences, as a trainer computes its "
+        "loss per mini-batch; a large file is then streamed one batch at a time (default: "
+        "one file is one batch). Batches are cut only between groups: files of a step that "
+        "share a split group are one batch first (held in memory to be cut), and so is a "
+        "file whose cuts would split a group (choose a multiple of the group size).",
         min=1,
         rich_help_panel="Methods",
         show_default=False,
@@ -78,6 +81,7 @@ ObjectivesJson = Annotated[
 
 
 def objectives(
+    ctx: typer.Context,
     paths: ObjectivePaths = None,
     methods: Methods = None,
     settings: SetOption = None,
@@ -91,7 +95,7 @@ def objectives(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
-    trainer: Trainer = "auto",
+    trainer: Trainer = TRAINER_DEFAULT,
     workers: Workers = 1,
     ray: RayAddress = None,
     quiet: Quiet = False,
@@ -112,7 +116,7 @@ def objectives(
         progress_bar,
         stdout_console,
     )
-    from ratioscope.cli._options import load_options
+    from ratioscope.cli._options import command_load_options
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.objective_methods import parse_settings
@@ -134,16 +138,7 @@ def objectives(
             paths,
             methods=methods,
             settings=overrides,
-            load_options=load_options(
-                format,
-                mapping,
-                nonfinite,
-                unsafe_pickle,
-                group_size,
-                correct_field,
-                correct_threshold,
-                trainer,
-            ),
+            load_options=command_load_options(ctx),
             batch_rows=batch_rows,
             progress=progress,
             runner=runner,

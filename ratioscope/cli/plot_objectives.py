@@ -54,7 +54,7 @@ def covariance(
     """
     from ratioscope.analysis import section_or_analysis
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
-    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.cli._options import command_analysis_params, command_load_options
     from ratioscope.cli.plot_ratios import refuse_report_options
     from ratioscope.render.figures import check_figure_path
     from ratioscope.render.objective_plots import plot_covariance
@@ -66,8 +66,8 @@ def covariance(
         report, source = section_or_analysis(
             paths,
             "covariance",
-            params=analysis_params(cov_scope=cov_scope),
-            load_options=load_options(format, mapping, "error", unsafe_pickle),
+            params=command_analysis_params(ctx),
+            load_options=command_load_options(ctx),
             device=device,
             progress=progress,
         )
@@ -85,6 +85,7 @@ ObjectiveInputs = Annotated[
 
 
 def objectives(
+    ctx: typer.Context,
     paths: ObjectiveInputs,
     out: FigureOut,
     sequence: Annotated[
@@ -126,7 +127,7 @@ def objectives(
     """
     import ratioscope.objectives as library
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
-    from ratioscope.cli._options import load_options
+    from ratioscope.cli._options import command_load_options
     from ratioscope.figures.objectives import coefficient_trace
     from ratioscope.objective_methods import parse_settings
     from ratioscope.render.figures import check_figure_path
@@ -135,7 +136,7 @@ def objectives(
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])
     overrides = parse_settings(settings)
-    options = load_options(format, mapping, "error", unsafe_pickle)
+    options = command_load_options(ctx)
     with progress_bar(not quiet) as progress:
         result = library.objectives(
             paths, methods=methods, settings=overrides, load_options=options, progress=progress

@@ -11,6 +11,9 @@ from ratioscope.cli._options import (
     DEFAULTS,
     DEVICE_DEFAULT,
     FORMAT_DEFAULT,
+    ON_BAND_DEFAULT,
+    SEQ_ON_BAND_DEFAULT,
+    TOKEN_ON_BAND_DEFAULT,
     Device,
     FigureOut,
     Format,
@@ -24,7 +27,6 @@ from ratioscope.cli._options import (
     TokenOnBand,
     UnsafePickle,
     Window,
-    band_text,
 )
 
 Inputs = Annotated[
@@ -86,9 +88,9 @@ def _report_figure(kind: str, doc: str):
         paths: Inputs,
         out: FigureOut,
         window: Window = DEFAULTS.window,
-        on_band: OnBand = band_text(DEFAULTS.on_band),
-        token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
-        seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+        on_band: OnBand = ON_BAND_DEFAULT,
+        token_on_band: TokenOnBand = TOKEN_ON_BAND_DEFAULT,
+        seq_on_band: SeqOnBand = SEQ_ON_BAND_DEFAULT,
         kalman_q: KalmanQ = DEFAULTS.kalman_q,
         kalman_v: KalmanV = DEFAULTS.kalman_v,
         format: Format = FORMAT_DEFAULT,
@@ -99,7 +101,7 @@ def _report_figure(kind: str, doc: str):
     ) -> None:
         from ratioscope.analysis import report_or_analysis
         from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
-        from ratioscope.cli._options import analysis_params, load_options
+        from ratioscope.cli._options import command_analysis_params, command_load_options
         from ratioscope.render import ratio_plots
         from ratioscope.render.figures import check_figure_path
 
@@ -107,15 +109,12 @@ def _report_figure(kind: str, doc: str):
         check_output_paths([Path(p) for p in paths], [out])
         bands = ("on_band", "token_on_band", "seq_on_band")
         refuse_report_options(ctx, paths, ("window", *bands, "kalman_q", "kalman_v"))
-        params = analysis_params(
-            window=window, on_band=on_band, token_on_band=token_on_band,
-            seq_on_band=seq_on_band, kalman_q=kalman_q, kalman_v=kalman_v,
-        )  # fmt: skip
+        params = command_analysis_params(ctx)
         with progress_bar(not quiet) as progress:
             report, source = report_or_analysis(
                 paths,
                 params=params,
-                load_options=load_options(format, mapping, "error", unsafe_pickle),
+                load_options=command_load_options(ctx),
                 device=device,
                 progress=progress,
                 sections=["ratios"],
@@ -129,12 +128,13 @@ def _report_figure(kind: str, doc: str):
 
 
 def ratios(
+    ctx: typer.Context,
     paths: TraceInputs,
     out: FigureOut,
     sequence: Sequence = None,
-    on_band: OnBand = band_text(DEFAULTS.on_band),
-    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
-    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    on_band: OnBand = ON_BAND_DEFAULT,
+    token_on_band: TokenOnBand = TOKEN_ON_BAND_DEFAULT,
+    seq_on_band: SeqOnBand = SEQ_ON_BAND_DEFAULT,
     kalman_q: KalmanQ = DEFAULTS.kalman_q,
     kalman_v: KalmanV = DEFAULTS.kalman_v,
     mask_policy: MaskPolicy = DEFAULTS.mask_policy,
@@ -150,7 +150,7 @@ def ratios(
     Example: ratioscope plot ratios sample_data/verl/step_0032.pt --out seq.png
     """
     from ratioscope.cli._common import announce_written, check_output_paths
-    from ratioscope.cli._options import analysis_params, load_options
+    from ratioscope.cli._options import command_analysis_params, command_load_options
     from ratioscope.errors import UsageError
     from ratioscope.figures.ratios import ratio_trace
     from ratioscope.io.paths import is_report_path
@@ -161,13 +161,8 @@ def ratios(
     check_output_paths([Path(p) for p in paths], [out])
     if any(is_report_path(p) for p in paths):
         raise UsageError("plot ratios needs a dump: a report JSON holds no per-token ratios")
-    params = analysis_params(
-        on_band=on_band, token_on_band=token_on_band, seq_on_band=seq_on_band,
-        kalman_q=kalman_q, kalman_v=kalman_v, mask_policy=mask_policy,
-    )  # fmt: skip
-    trace = ratio_trace(
-        paths, sequence, params, load_options(format, mapping, "error", unsafe_pickle)
-    )
+    params = command_analysis_params(ctx)
+    trace = ratio_trace(paths, sequence, params, command_load_options(ctx))
     plot_trace(trace, out)
     announce_written([out], quiet)
 

@@ -9,10 +9,18 @@ import typer
 
 from ratioscope.cli._options import (
     CHUNK_ELEMENTS_DEFAULT,
+    CLIP_DEFAULT,
     DEFAULTS,
+    DELTA_SWEEP_DEFAULT,
     DEVICE_DEFAULT,
     FORMAT_DEFAULT,
+    FPA_LAMBDA_SWEEP_DEFAULT,
     NONFINITE_DEFAULT,
+    ON_BAND_DEFAULT,
+    SEQ_CLIP_DEFAULT,
+    SEQ_ON_BAND_DEFAULT,
+    TOKEN_ON_BAND_DEFAULT,
+    TRAINER_DEFAULT,
     ChunkElements,
     Clip,
     CovScope,
@@ -45,8 +53,6 @@ from ratioscope.cli._options import (
     Trainer,
     UnsafePickle,
     Window,
-    band_text,
-    option_text,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 from ratioscope.cli.timeline import StepFrom
@@ -130,13 +136,13 @@ def report(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
-    trainer: Trainer = "auto",
-    clip: Clip = option_text(DEFAULTS.clip),
-    seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
+    trainer: Trainer = TRAINER_DEFAULT,
+    clip: Clip = CLIP_DEFAULT,
+    seq_clip: SeqClip = SEQ_CLIP_DEFAULT,
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
-    on_band: OnBand = band_text(DEFAULTS.on_band),
-    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
-    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    on_band: OnBand = ON_BAND_DEFAULT,
+    token_on_band: TokenOnBand = TOKEN_ON_BAND_DEFAULT,
+    seq_on_band: SeqOnBand = SEQ_ON_BAND_DEFAULT,
     window: Window = DEFAULTS.window,
     lfr_cutoff: LfrCutoff = DEFAULTS.lfr_cutoff,
     space: Space = DEFAULTS.space,
@@ -146,10 +152,10 @@ def report(
     kalman_impl: KalmanImpl = DEFAULTS.kalman_impl,
     cov_scope: CovScope = DEFAULTS.cov_scope,
     fpa_lambda: FpaLambda = DEFAULTS.fpa_lambda,
-    fpa_lambda_sweep: FpaLambdaSweep = option_text(DEFAULTS.fpa_lambdas),
+    fpa_lambda_sweep: FpaLambdaSweep = FPA_LAMBDA_SWEEP_DEFAULT,
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
-    delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    delta_sweep: DeltaSweep = DELTA_SWEEP_DEFAULT,
     max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     workers: Workers = 1,
@@ -175,8 +181,8 @@ def report(
     )
     from ratioscope.cli._options import (
         command_analysis_params,
+        command_load_options,
         given_analysis_params,
-        load_options,
     )
     from ratioscope.drilldown import DEFAULT_METHODS
     from ratioscope.errors import UsageError
@@ -199,16 +205,7 @@ def report(
             paths,
             baseline=baseline or None,
             params=command_analysis_params(ctx),
-            load_options=load_options(
-                format,
-                mapping,
-                nonfinite,
-                unsafe_pickle,
-                group_size,
-                correct_field,
-                correct_threshold,
-                trainer,
-            ),
+            load_options=command_load_options(ctx),
             fixed_params=given_analysis_params(ctx),
             device=device,
             chunk_elements=chunk_elements,

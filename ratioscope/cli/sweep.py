@@ -11,7 +11,11 @@ from ratioscope.cli._options import (
     DEVICE_DEFAULT,
     FORMAT_DEFAULT,
     NONFINITE_DEFAULT,
+    ON_BAND_DEFAULT,
     QV_DEFAULT,
+    SEQ_CLIP_DEFAULT,
+    SEQ_ON_BAND_DEFAULT,
+    TOKEN_ON_BAND_DEFAULT,
     Device,
     Format,
     JsonOut,
@@ -26,8 +30,6 @@ from ratioscope.cli._options import (
     TokenOnBand,
     UnsafePickle,
     Window,
-    band_text,
-    option_text,
 )
 
 Qv = Annotated[str, typer.Option("--qv", help="Comma-separated Q/V values (V stays fixed).")]
@@ -43,11 +45,11 @@ def sweep(
     mapping: Mapping = None,
     nonfinite: NonFinite = NONFINITE_DEFAULT,
     unsafe_pickle: UnsafePickle = False,
-    on_band: OnBand = band_text(DEFAULTS.on_band),
-    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
-    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    on_band: OnBand = ON_BAND_DEFAULT,
+    token_on_band: TokenOnBand = TOKEN_ON_BAND_DEFAULT,
+    seq_on_band: SeqOnBand = SEQ_ON_BAND_DEFAULT,
     window: Window = DEFAULTS.window,
-    seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
+    seq_clip: SeqClip = SEQ_CLIP_DEFAULT,
     mask_policy: MaskPolicy = DEFAULTS.mask_policy,
     quiet: Quiet = False,
 ) -> None:
@@ -64,7 +66,7 @@ def sweep(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, load_options
+    from ratioscope.cli._options import command_analysis_params, command_load_options
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal import show_sweep, show_warnings
     from ratioscope.sweep import sweep as run_sweep
@@ -77,7 +79,7 @@ def sweep(
             paths,
             parse_floats(qv, "--qv"),
             params=params,
-            load_options=load_options(format, mapping, nonfinite, unsafe_pickle),
+            load_options=command_load_options(ctx),
             device=device,
             progress=progress,
         )

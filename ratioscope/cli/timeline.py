@@ -9,10 +9,18 @@ import typer
 
 from ratioscope.cli._options import (
     CHUNK_ELEMENTS_DEFAULT,
+    CLIP_DEFAULT,
     DEFAULTS,
+    DELTA_SWEEP_DEFAULT,
     DEVICE_DEFAULT,
     FORMAT_DEFAULT,
+    FPA_LAMBDA_SWEEP_DEFAULT,
     NONFINITE_DEFAULT,
+    ON_BAND_DEFAULT,
+    SEQ_CLIP_DEFAULT,
+    SEQ_ON_BAND_DEFAULT,
+    TOKEN_ON_BAND_DEFAULT,
+    TRAINER_DEFAULT,
     ChunkElements,
     Clip,
     CovScope,
@@ -46,8 +54,6 @@ from ratioscope.cli._options import (
     Trainer,
     UnsafePickle,
     Window,
-    band_text,
-    option_text,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 
@@ -188,13 +194,13 @@ def timeline(
     group_size: GroupSize = None,
     correct_field: DumpCorrectField = None,
     correct_threshold: DumpCorrectThreshold = None,
-    trainer: Trainer = "auto",
-    clip: Clip = option_text(DEFAULTS.clip),
-    seq_clip: SeqClip = option_text(DEFAULTS.seq_clip),
+    trainer: Trainer = TRAINER_DEFAULT,
+    clip: Clip = CLIP_DEFAULT,
+    seq_clip: SeqClip = SEQ_CLIP_DEFAULT,
     is_threshold: IsThreshold = DEFAULTS.is_threshold,
-    on_band: OnBand = band_text(DEFAULTS.on_band),
-    token_on_band: TokenOnBand = band_text(DEFAULTS.token_on_band),
-    seq_on_band: SeqOnBand = band_text(DEFAULTS.seq_on_band),
+    on_band: OnBand = ON_BAND_DEFAULT,
+    token_on_band: TokenOnBand = TOKEN_ON_BAND_DEFAULT,
+    seq_on_band: SeqOnBand = SEQ_ON_BAND_DEFAULT,
     window: Window = DEFAULTS.window,
     lfr_cutoff: LfrCutoff = DEFAULTS.lfr_cutoff,
     space: Space = DEFAULTS.space,
@@ -204,10 +210,10 @@ def timeline(
     kalman_impl: KalmanImpl = DEFAULTS.kalman_impl,
     cov_scope: CovScope = DEFAULTS.cov_scope,
     fpa_lambda: FpaLambda = DEFAULTS.fpa_lambda,
-    fpa_lambda_sweep: FpaLambdaSweep = option_text(DEFAULTS.fpa_lambdas),
+    fpa_lambda_sweep: FpaLambdaSweep = FPA_LAMBDA_SWEEP_DEFAULT,
     fpa_threshold: FpaThreshold = DEFAULTS.fpa_threshold,
     delta: Delta = DEFAULTS.delta,
-    delta_sweep: DeltaSweep = option_text(DEFAULTS.deltas),
+    delta_sweep: DeltaSweep = DELTA_SWEEP_DEFAULT,
     max_length: MaxLength = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     quiet: Quiet = False,
@@ -236,8 +242,8 @@ def timeline(
     )
     from ratioscope.cli._options import (
         command_analysis_params,
+        command_load_options,
         given_analysis_params,
-        load_options,
     )
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.overview import show_verdict_brief
@@ -268,16 +274,7 @@ def timeline(
     limits = None if thresholds is None else load_thresholds(thresholds)
     params = command_analysis_params(ctx)
     with progress_bar(not quiet) as progress:
-        load = load_options(
-            format,
-            mapping,
-            nonfinite,
-            unsafe_pickle,
-            group_size,
-            correct_field,
-            correct_threshold,
-            trainer,
-        )
+        load = command_load_options(ctx)
         result = ratioscope.timeline(
             paths,
             params=params,
@@ -327,6 +324,7 @@ PlotInputs = Annotated[
 
 
 def plot_timeline(
+    ctx: typer.Context,
     paths: PlotInputs,
     out: FigureOut,
     step_from: StepFrom = None,
@@ -341,7 +339,7 @@ def plot_timeline(
     Example: ratioscope plot timeline timeline.json --out timeline.png
     """
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
-    from ratioscope.cli._options import load_options
+    from ratioscope.cli._options import command_load_options
     from ratioscope.figures.timeline import timeline_figure, timeline_or_analysis
     from ratioscope.render.figures import check_figure_path
     from ratioscope.render.timeline_plots import plot_timeline as draw
@@ -353,7 +351,7 @@ def plot_timeline(
     with progress_bar(not quiet) as progress:
         result, source = timeline_or_analysis(
             paths,
-            load_options=load_options(format, mapping, "error", unsafe_pickle),
+            load_options=command_load_options(ctx),
             device=device,
             step_from=step_from,
             progress=progress,

@@ -13,10 +13,11 @@ streaming analysis merges across files, and share one formula with the exact fun
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -441,16 +442,22 @@ class _Ranked:
     def n(self) -> int:
         return int(self.counts.sum())
 
+    @functools.cached_property
+    def _cumulative(self) -> tuple[Any, Any]:
+        """(counts, their cumulative sums) as numpy arrays, for :meth:`top_sum`: a report
+        reads a dozen top sums of one ranking, each a search, not a new cumulative sum."""
+        counts = self.counts.detach().cpu()
+        return counts.numpy(), torch.cumsum(counts, 0).numpy()
+
     def top_sum(self, k: int) -> float:
         """Sum of the k largest magnitudes: whole bins exactly, the last bin at its mean."""
-        counts, sums = self.counts, self.sums
-        cumulative = torch.cumsum(counts, 0)
-        index = int(torch.searchsorted(cumulative, torch.tensor([float(k)], dtype=torch.float64)))
-        index = min(index, counts.numel() - 1)
+        counts, cumulative = self._cumulative
+        index = int(np.searchsorted(cumulative, float(k), side="left"))
+        index = min(index, counts.size - 1)
         before = float(cumulative[index - 1]) if index > 0 else 0.0
-        before_sum = float(sums[:index].sum())
+        before_sum = float(self.sums[:index].sum())
         inside = float(counts[index])
-        return before_sum + ((k - before) * float(sums[index]) / inside if inside else 0.0)
+        return before_sum + ((k - before) * float(self.sums[index]) / inside if inside else 0.0)
 
 
 def _ranked_exactly(magnitudes: Tensor) -> _Ranked:

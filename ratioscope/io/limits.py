@@ -280,6 +280,55 @@ def check_torch_zip(path: Path) -> None:
                 )
 
 
+#: bytes per element of the storage types torch's legacy format names
+_LEGACY_ITEMSIZE = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+    "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "QInt8": 1,
+    "QUInt8": 1, "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1,
+}  # fmt: skip
+
+
+def check_torch_legacy(path: Path) -> None:
+    """The storages of a ``.pt`` file in torch's legacy (non-zip) format, declared in its
+    pickle, checked before torch allocates them (it allocates each storage at the size
+    its pickle states before reading a byte of it): their bytes within the file and
+    within the memory budget. The pickle is read by the allow-list unpickler of
+    :mod:`ratioscope.io.safe_pickle` with every name an inert stand-in, so nothing of
+    the file runs; a file it cannot read is left to torch to name.
+
+    Raises:
+        CorruptFileError: the storages declare more bytes than the file holds.
+        InputError: they are over the memory budget.
+    """
+    import pickle
+
+    from ratioscope.io.safe_pickle import legacy_torch_storages
+
+    try:
+        with path.open("rb") as handle:
+            if handle.read(4) in (b"PK\x03\x04", b"PK\x05\x06"):
+                return  # the zip format: check_torch_zip
+            handle.seek(0)
+            storages, data_start = legacy_torch_storages(path, handle)
+    except CorruptFileError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
+            AttributeError, OverflowError, RecursionError, MemoryError, OSError):  # fmt: skip
+        return  # not the legacy format, or damaged: torch.load says what it is
+    declared = 0
+    for name, numel in storages.values():
+        kind = name.rpartition(".")[2].removesuffix("Storage")
+        declared += 8 + numel * _LEGACY_ITEMSIZE.get(kind, 1)
+    held = path.stat().st_size - data_start
+    if declared > held:
+        raise CorruptFileError(
+            path,
+            f"not a readable torch file: truncated (its storages declare {_size(declared)} "
+            f"but the file holds {_size(max(held, 0))} after its pickle)",
+        )
+    check_budget(path, "its storages", declared)
+
+
 def check_view(path: Path | str, key: str, tensor: Any) -> None:
     """Refuse a tensor that is not a plain dense one, or a view much bigger than its
     storage (stride 0, overlapping rows), which copying would inflate without bound."""

@@ -34,6 +34,7 @@ from ratioscope.io.jsontext import loads
 from ratioscope.io.limits import (
     check_budget,
     check_safetensors,
+    check_torch_legacy,
     check_torch_zip,
     check_view,
     npz_layouts_of,
@@ -67,9 +68,12 @@ def file_format_of(path: Path) -> str:
 
 def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
     """Read one dump file into raw columns (see :class:`RawDump`)."""
+    from ratioscope.threads import start_thread_pool
+
     kind = file_format_of(path)
     if not path.is_file():
         raise UnreadablePathError(path, "no such file")
+    start_thread_pool()  # while memory is plentiful (see there)
     readers: dict[str, Callable[[Path, bool], RawDump]] = {
         "pt": _read_pt,
         "pickle": _read_pickle,
@@ -91,6 +95,7 @@ def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
 # ----------------------------------------------------------------------------- torch
 def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
     check_torch_zip(path)
+    check_torch_legacy(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:

@@ -78,8 +78,11 @@ def open_stream(path: Path, options: LoadOptions) -> StreamedFile | None:
         InputError: the file is unreadable, or lacks its mask (as reading it whole would).
         NotADumpError: the file is a samples file or a text log.
     """
+    from ratioscope.threads import start_thread_pool
+
     if path.stat().st_size < stream_threshold(options):
         return None
+    start_thread_pool()  # while memory is plentiful (see there)
     source = _open_source(path, file_format_of(path))
     if source is None:
         return None

@@ -68,6 +68,63 @@ def test_pt_deflated_storages(tmp_path: Path) -> None:
     assert "RATIOSCOPE_MAX_BYTES" in line
 
 
+def _legacy_pt(path: Path, numel: int | None = None, **tensors: torch.Tensor) -> None:
+    """A dump in torch's legacy (non-zip) format; ``numel``: the element count the
+    pickle declares for the storage of ``old_log_probs`` (3 x 100 floats), edited in
+    place of the true 300 (a protocol-2 pickle has no offsets to keep right)."""
+    old = torch.full((3, 100), -1.0)
+    torch.save(
+        {"mask": torch.ones(3, 100, dtype=torch.bool), "old_log_probs": old,
+         "log_probs": old + 0.01, **tensors},
+        path,
+        _use_new_zipfile_serialization=False,
+    )  # fmt: skip
+    if numel is not None:
+        data = path.read_bytes()
+        declared = b"M" + (300).to_bytes(2, "little")  # BININT2 300: the storage's count
+        assert data.count(declared) == 3  # the storages of mask, old_log_probs, log_probs
+        at = data.index(declared, data.index(declared) + 1)
+        count = numel.to_bytes((numel.bit_length() + 8) // 8, "little")
+        long1 = b"\x8a" + bytes([len(count)]) + count  # LONG1 numel
+        path.write_bytes(data[:at] + long1 + data[at + len(declared) :])
+
+
+@pytest.mark.parametrize("numel", [2**28, 2**37, 2**61], ids=["1GiB", "512GiB", "2^61"])
+def test_pt_legacy_declared_storage_sizes(tmp_path: Path, numel: int) -> None:
+    """A 1 KB legacy ``.pt`` whose pickle declares a storage of gigabytes: torch would
+    allocate it before reading a byte of it; refused on what the file holds."""
+    _legacy_pt(tmp_path / "l.pt", numel)
+    assert (tmp_path / "l.pt").stat().st_size < 4096
+    for line in _both(tmp_path / "l.pt", tmp_path):
+        assert "l.pt" in line and "storages declare" in line and "the file holds" in line
+
+
+def test_pt_legacy_over_the_budget(tmp_path: Path) -> None:
+    _legacy_pt(tmp_path / "b.pt", big=torch.zeros(1 << 20))
+    line = error_line(
+        promise(["analyze", "b.pt", "-q"], tmp_path, env={"RATIOSCOPE_MAX_BYTES": "2M"})
+    )
+    assert "b.pt" in line and "memory budget" in line
+
+
+def test_pt_legacy_read_as_the_zip_format(tmp_path: Path) -> None:
+    """A sound legacy file passes the check and reads as the zip format does."""
+    from ratioscope.io.readers import read_raw
+
+    _legacy_pt(tmp_path / "l.pt")
+    old = torch.full((3, 100), -1.0)
+    torch.save(
+        {"mask": torch.ones(3, 100, dtype=torch.bool), "old_log_probs": old,
+         "log_probs": old + 0.01},
+        tmp_path / "z.pt",
+    )  # fmt: skip
+    legacy, zipped = read_raw(tmp_path / "l.pt"), read_raw(tmp_path / "z.pt")
+    assert set(legacy.columns) == {"mask", "old_log_probs", "log_probs"}
+    for key, value in zipped.columns.items():
+        assert torch.equal(legacy.columns[key], value), key
+    assert torch.equal(legacy.columns["log_probs"], torch.full((3, 100), -0.99))
+
+
 def test_npz_inflating_past_the_budget(tmp_path: Path) -> None:
     members = files.valid_npz_members()
     members["big"] = files.npy_of(np.zeros(16 << 20, dtype=np.int8))
@@ -75,6 +132,65 @@ def test_npz_inflating_past_the_budget(tmp_path: Path) -> None:
     budget = {"RATIOSCOPE_MAX_BYTES": "4M"}
     line = error_line(promise(["analyze", "i.npz", "-q"], tmp_path, env=budget))
     assert "memory budget" in line and "i.npz" in line
+
+
+def test_npz_inflating_past_the_memory_left(tmp_path: Path) -> None:
+    """Within the budget but past the memory the process has (its address space, here):
+    one line saying the memory ran out and exit 2, whichever allocation fails (numpy's
+    MemoryError, torch's "can't allocate memory"), and never libgomp's "Thread creation
+    failed" with exit 1 (the 3 MB npz of the report inflated to 3 GiB did that)."""
+    members = files.valid_npz_members()
+    for key in ("old_log_probs", "log_probs"):
+        members[key] = files.npy_of(np.full((4096, 4096), -1.0, dtype=np.float32))
+    members["mask"] = files.npy_of(np.ones((4096, 4096), dtype=bool))
+    files.write_npz(tmp_path / "m.npz", members, zipfile.ZIP_DEFLATED)
+    assert (tmp_path / "m.npz").stat().st_size < 1 << 20  # 144 MiB once read
+    outcome = promise(["analyze", "m.npz", "-q"], tmp_path, memory=96 << 20)
+    assert "out of memory" in error_line(outcome) and "libgomp" not in outcome.stderr
+
+
+_THREADS_THEN_NO_MEMORY = """
+import resource, sys
+import torch
+torch.set_num_threads(2)
+if sys.argv[1] == "started":
+    from ratioscope.threads import start_thread_pool
+    start_thread_pool()
+with open("/proc/self/status") as status:
+    mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (64 << 20),) * 2)
+hog = []
+try:
+    while True:
+        hog.append(bytearray(1 << 20))
+except MemoryError:
+    del hog[-4:]  # a few MB left: less than a thread's stack
+torch.ones(1 << 17).sum()  # a parallel reduction: the whole thread team
+print("done")
+"""
+
+
+def test_thread_pool_started_before_memory_runs_out() -> None:
+    """libgomp creates torch's threads at the first parallel operation and ends the
+    process (exit 1, "Thread creation failed") when it cannot; the readers start them
+    first (ratioscope.threads.start_thread_pool), so a parallel operation with the
+    memory spent still runs."""
+    import subprocess
+    import sys
+
+    def run(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _THREADS_THEN_NO_MEMORY, mode],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    started = run("started")
+    assert started.returncode == 0 and "done" in started.stdout, started.stderr[-1000:]
+    if "OpenMP" in torch.__config__.parallel_info():
+        cold = run("cold")  # the failure the start avoids, where torch runs on libgomp
+        assert cold.returncode != 0 and "Thread creation failed" in cold.stderr
 
 
 @pytest.mark.parametrize(
@@ -115,13 +231,16 @@ def _two_token_rows(path: Path, rows: int) -> None:
     repeat, so they compress to nothing)."""
     import polars as pl
 
+    def column(*row: float) -> np.ndarray:
+        return np.tile(np.array(row), (rows, 1))
+
     pl.DataFrame(
         {
-            "old_log_probs": [[-1.0, -2.0]] * rows,
-            "log_probs": [[-1.01, -2.02]] * rows,
-            "mask": [[True, True]] * rows,
+            "old_log_probs": column(-1.0, -2.0),
+            "log_probs": column(-1.01, -2.02),
+            "mask": column(1.0, 1.0).astype(bool),
         }
-    ).write_parquet(path, row_group_size=rows)
+    ).select(pl.all().arr.to_list()).write_parquet(path, row_group_size=rows)
 
 
 def test_parquet_many_two_token_rows_read_flat(tmp_path: Path) -> None:
