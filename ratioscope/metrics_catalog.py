@@ -682,7 +682,10 @@ def layout_keys() -> list[str]:
             continue
         if f.name == "params":
             keys.extend(_walk_type(AnalysisParams, ["params", "analysis"], {}))
-            load_hints = get_type_hints(LoadOptions)
+            # LoadOptions names TrainerSettings for the type checker only
+            from ratioscope.trainer_settings import TrainerSettings
+
+            load_hints = get_type_hints(LoadOptions, localns={"TrainerSettings": TrainerSettings})
             for option in dataclasses.fields(LoadOptions):
                 if option.name in written:
                     path = ["params", "load", option.name]

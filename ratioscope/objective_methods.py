@@ -516,6 +516,16 @@ METHODS: dict[str, Method] = {
 }  # fmt: skip
 
 
+def looks_across_groups(name: str, settings: Settings) -> bool:
+    """Whether method ``name``'s coefficient of a row depends on the other rows of its
+    group: Dr. GRPO's and QUATRO's advantages from the group's rewards, CW-GRPO's kernel
+    weights centred and scaled per group (scope ``group``). ``objectives`` computes
+    them on whole groups only (:mod:`ratioscope.objective_join`)."""
+    if name == "cw_grpo":
+        return str(settings.get("scope")) == "group"
+    return name in ("dr_grpo", "quatro")
+
+
 def method_names(methods: str | Sequence[str] | None) -> tuple[str, ...]:
     """The methods named by a comma-separated string or a list (None or "all": every
     method), in the table order."""

@@ -6,9 +6,11 @@ and folds them into mergeable sums: counts, sums of ``|c|`` and ``c^2``, the pai
 sums behind the correlations, and log-magnitude histograms for the top shares, the Gini
 coefficient and the concentration curves. A file is the unit because the methods
 normalise over a batch (token-mean, CW-GRPO's sigma, the groups of Dr. GRPO and QUATRO);
-pooling several files treats them as one batch. The advantage schemes (GRPO, Dr. GRPO,
-QUATRO, the dump's) work on whole groups instead: on the groups of each training step
-joined by group id across the step's files (:mod:`ratioscope.group_join`). Counts, sums,
+pooling several files treats them as one batch. A batch never holds part of a group: the
+files of a step that share a split group are one batch, their rows of whole groups read
+again and concatenated (:mod:`ratioscope.objective_join`). The advantage schemes (GRPO,
+Dr. GRPO, QUATRO, the dump's) work on the groups of each training step joined by group
+id across the step's files too (:mod:`ratioscope.group_join`). Counts, sums,
 shares, ESS, sign flips and correlations are exact; top shares, Gini and curves are read
 from the histograms, within their 1.16 % relative bin width (docs/objectives.md).
 """
@@ -29,6 +31,7 @@ from ratioscope.objective_methods import (
     MissingInput,
     Settings,
     chosen_settings,
+    looks_across_groups,
     method_names,
 )
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from ratioscope.functional.objectives import Coefficients
     from ratioscope.group_join import JoinedGroups
     from ratioscope.io.loaders import LoadOptions, RunFiles
+    from ratioscope.objective_join import StepCoefficients
     from ratioscope.parallel import Runner
 
 #: ``schema_version`` of the objectives JSON
@@ -434,7 +438,9 @@ def objectives(
             ``batch_rows``), or a :class:`~ratioscope.batch.TokenBatch`.
         batch_rows: cut each file into batches of this many sequences, read one at a
             time (a large file is streamed, so memory is bounded by one batch), as a
-            trainer computes its loss per mini-batch; None: one file is one batch.
+            trainer computes its loss per mini-batch; None: one file is one batch. A
+            batch never cuts a group: the files of a step that share a split group are
+            joined into one batch (memory: their rows), cut only between groups.
         methods: names (or a comma-separated string) from
             :data:`~ratioscope.objective_methods.METHODS`; default all.
         settings: ``{method: {key: value}}`` overriding the defaults.
@@ -593,38 +599,109 @@ def _file_sums(
     out of the advantage schemes, :mod:`ratioscope.group_join`)."""
     from ratioscope.batch import TokenBatch
     from ratioscope.io.loaders import RunFiles
+    from ratioscope.objective_join import FileGroups
     from ratioscope.steps import step_from_name
 
     sums = _Sums(totals=_Totals(names))
     run = RunFiles(len(sources), options, sums.run_notes)
     steps = _StepAdvantages(sums.advantages, own_ids=bool(options.group_size), size=group_size)
+    coefficients = _step_coefficients(sums, names, chosen, options, batch_rows, group_size)
     for index, source in enumerate(sources):
         step = step_from_name(source) if isinstance(source, Path) else None
         label = source.source if isinstance(source, TokenBatch) else str(source)
         report(progress, ProgressUpdate("files", index, len(sources), Path(label).name))
         sequences = tokens = 0
         profile = None
+        own = _Totals(names)  # the file's own batches, until its step says they stand
+        groups = FileGroups()
         for batch in _batches(source, run, options, batch_rows):
             sums.warnings.extend(batch.warnings)
             profile = batch.profile
             sequences += batch.num_sequences
             tokens += int(batch.mask.sum())
-            batch_notes: dict[str, str] = {}
-            coefficients = batch_coefficients(batch, names, chosen, sums.skipped, batch_notes)
-            sums.keep_one_fpa_method(coefficients, batch_notes, str(label))
-            longer = long_rows(batch.mask)
-            sums.totals.add(coefficients, batch.mask, longer)
+            longer = _fold_batch(sums, names, chosen, batch, own, label=str(label))
+            groups.add(batch)
             steps.add(step, batch, longer)
             sums.rollout.add(batch)
         if profile is not None:
             sums.inputs.append(
                 {"path": str(label), "format": profile, "sequences": sequences, "tokens": tokens}
             )
+            rows = groups.sequences(index, str(label))
+            coefficients.add(step, index, source, rows, own, whole=not groups.cut)
+    sums.warnings.extend(coefficients.finish())
     sums.warnings.extend(steps.finish())
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     if check_any:
         run.check_any(bool(sums.inputs))
     return sums
+
+
+def _fold_batch(
+    sums: _Sums,
+    names: tuple[str, ...],
+    chosen: Mapping[str, Settings],
+    batch: TokenBatch,
+    totals: _Totals,
+    label: str | None = None,
+) -> Tensor:
+    """Fold ``batch``'s coefficients of ``names`` into ``totals`` (FPA's method and the
+    skipped methods into ``sums``); returns [B] :func:`long_rows`."""
+    batch_notes: dict[str, str] = {}
+    coefficients = batch_coefficients(batch, names, chosen, sums.skipped, batch_notes)
+    sums.keep_one_fpa_method(coefficients, batch_notes, label or batch.source)
+    longer = long_rows(batch.mask)
+    totals.add(coefficients, batch.mask, longer)
+    return longer
+
+
+def _step_coefficients(
+    sums: _Sums,
+    names: tuple[str, ...],
+    chosen: Mapping[str, Settings],
+    options: LoadOptions,
+    batch_rows: int | None,
+    group_size: int | None,
+) -> StepCoefficients:
+    """The coefficients of each step's files on whole groups
+    (:mod:`ratioscope.objective_join`): batches of a set of files are read again."""
+    from ratioscope.group_join import StepGroupJoin
+    from ratioscope.objective_join import StepCoefficients
+
+    across = tuple(n for n in names if looks_across_groups(n, chosen[n]))
+    others = tuple(n for n in names if n not in across)
+
+    def fold(batch: TokenBatch, totals: _Totals, every_method: bool) -> None:
+        _fold_batch(sums, names if every_method else others, chosen, batch, totals)
+
+    def read(source: TokenBatch | Path) -> Iterator[TokenBatch]:
+        yield from _read_again(source, options, batch_rows)
+
+    join = StepGroupJoin(group_size, own_ids=bool(options.group_size), rewards=False)
+    labels = tuple(METHODS[n].label for n in across)
+    return StepCoefficients(sums.totals, join, fold, read, batch_rows, across, labels)
+
+
+def _read_again(
+    source: TokenBatch | Path, options: LoadOptions, batch_rows: int | None
+) -> Iterator[TokenBatch]:
+    """A file's rows once more, for a batch of whole groups: in chunks of ``batch_rows``
+    rows streamed from the file where its type allows, else the file read whole."""
+    from dataclasses import replace
+
+    from ratioscope.batch import TokenBatch
+    from ratioscope.io.loaders import load_file
+    from ratioscope.io.streaming import open_stream
+
+    if isinstance(source, TokenBatch):
+        yield source
+        return
+    if batch_rows is not None:
+        stream = open_stream(source, replace(options, stream_bytes=0))
+        if stream is not None:
+            yield from stream.chunks(batch_rows * stream.padded_width())
+            return
+    yield load_file(source, options)
 
 
 def _shard_sums(

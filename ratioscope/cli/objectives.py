@@ -62,9 +62,11 @@ BatchRows = Annotated[
     int | None,
     typer.Option(
         "--batch-rows",
-        help="Cut each file into batches of this many sequences (a multiple of the group "
-        "size keeps groups whole), as a trainer computes its loss per mini-batch; a large "
-        "file is then streamed one batch at a time (default: one file is one batch).",
+        help="Cut each file into batches of this many sequences, as a trainer computes its "
+        "loss per mini-batch; a large file is then streamed one batch at a time (default: "
+        "one file is one batch). Batches are cut only between groups: files of a step that "
+        "share a split group are one batch first (held in memory to be cut), and so is a "
+        "file whose cuts would split a group (choose a multiple of the group size).",
         min=1,
         rich_help_panel="Methods",
         show_default=False,
