@@ -37,7 +37,6 @@ from ratioscope.functional.fpa import (
     BelowThreshold,
     ByCorrectness,
     approximate_sequence_terms,
-    count_below,
     future_log_probs_sweep,
     future_to_current_ratio,
     policy_log_probs_from_logits,
@@ -145,29 +144,29 @@ class _ClassHistograms(Record):
         finite = torch.isfinite(values)
         kept = {name: finite & select for name, select in selections.items()}
         index = self._bins(values, kept)
-        for name, select in selections.items():
-            keep = kept[name]
+        # count_below of each class, its finite values (kept) compared once
+        below = None if threshold is None else values < threshold
+        for name, keep in kept.items():
             if index is None:
                 self.histograms[name].add(values[keep])
             else:
                 self.histograms[name].add_binned(values[keep], index[keep])
-            if threshold is not None:
-                below = count_below(values, threshold, select)
-                self.below[name] += below.count
-                self.totals[name] += below.total
+            if below is not None:
+                self.below[name] += int((keep & below).sum())
+                self.totals[name] += int(keep.sum())
 
     def _bins(self, values: Tensor, kept: dict[str, Tensor]) -> Tensor | None:
-        """[B] the bin of every value some class keeps (the others 0): the values are
-        binned once for all classes (a bin is a value's own; binning the three classes
-        apart cost more than a small step's tokens). None when the classes' histograms
-        are not of one kind (a state restored from an older report)."""
+        """[B] the bin of every value some class keeps (the others: the bin of 1, never
+        read): the values are binned once for all classes (a bin is a value's own;
+        binning the three classes apart cost more than a small step's tokens). None when
+        the classes' histograms are not of one kind (a state restored from an older
+        report)."""
         kinds = {type(self.histograms[name]) for name in kept}
         if len(kinds) != 1:
             return None
         union = functools.reduce(torch.logical_or, kept.values())
-        index = torch.zeros(values.shape, dtype=torch.long, device=values.device)
-        index[union] = self.histograms[next(iter(kept))].bins_of(values[union])
-        return index
+        one = torch.ones((), dtype=values.dtype, device=values.device)
+        return self.histograms[next(iter(kept))].bins_of(torch.where(union, values, one))
 
     def distributions(
         self, quantiles: tuple[float, ...], split: bool
