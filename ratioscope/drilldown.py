@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ratioscope.batch import TokenBatch
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.tokenizer import TokenText
+    from ratioscope.objective_join import FileCoefficients
     from ratioscope.params import AnalysisParams
 
 #: methods whose per-token coefficient the sequence page offers (those that run on any
@@ -175,10 +176,16 @@ def _b64(values: Any, kind: str) -> str:
 
 # ------------------------------------------------------------------ per-token values
 def token_series(
-    batch: TokenBatch, params: AnalysisParams, methods: Sequence[str]
+    batch: TokenBatch,
+    params: AnalysisParams,
+    methods: Sequence[str],
+    coefficients: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Every per-token quantity of the sequence page on one batch ([B, T] each), and the
-    methods' coefficients, from the library's own computations."""
+    methods' coefficients, from the library's own computations; ``coefficients``: the
+    methods' coefficients of the batch's rows computed on whole groups
+    (:class:`ratioscope.objective_join.FileCoefficientJoin`; NaN rows: left out), else
+    computed on the batch alone."""
     import torch
 
     from ratioscope.functional.token_stats import token_states
@@ -205,16 +212,20 @@ def token_series(
     if batch.advantages is not None:
         series["advantage"] = batch.advantages
     names = tuple(dict.fromkeys(methods))
-    coefficients = batch_coefficients(batch, names, chosen_settings(names, None), {})
+    if coefficients is None:
+        coefficients = batch_coefficients(batch, names, chosen_settings(names, None), {})
     for name in methods:
         if name in coefficients:
             series[f"coef_{name}"] = coefficients[name].values
     return series, coefficients
 
 
-def ranking_inputs(batch: TokenBatch) -> tuple[dict[str, Tensor], dict[str, Any]]:
+def ranking_inputs(
+    batch: TokenBatch, coefficients: dict[str, Any] | None = None
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """What the rankings need of one batch: the two log-ratio pairs ([B, T]) and the
-    reference method's (GRPO's) coefficients, without the other series."""
+    reference method's (GRPO's) coefficients (``coefficients`` when given, as for
+    :func:`token_series`), without the other series."""
     from ratioscope.objective_methods import REFERENCE, chosen_settings
     from ratioscope.objectives import batch_coefficients
 
@@ -224,6 +235,8 @@ def ranking_inputs(batch: TokenBatch) -> tuple[dict[str, Tensor], dict[str, Any]
         series["log_ratio"] = z_policy
     if z_rollout is not None:
         series["rollout_log_ratio"] = z_rollout
+    if coefficients is not None:
+        return series, coefficients
     names = (REFERENCE,)
     return series, batch_coefficients(batch, names, chosen_settings(names, None), {})
 
@@ -426,11 +439,16 @@ def drilldown(
     budget = TokenBudget(token_bytes, step_priorities([s for s, _ in steps], flagged or set()))
     drills: list[StepDrill] = []
     total = 2 * len(steps)
+    group_size = _group_size(steps, load_options)
     for index, (step, paths) in enumerate(steps):
         report(progress, ProgressUpdate("steps", index, total, f"ranking step {step}"))
         rows = _StepRows(StepDrill(step=step, files=[str(p) for p in paths], sequences=0, tokens=0))
-        for file_index, batch in _batches(paths, load_options, rows.drill.notes):
-            rows.add_file(batch, file_index, params, length_limit, token_text)
+        for done in _step_coefficients(
+            paths, load_options, rows.drill.notes, ("grpo",), group_size, step
+        ):
+            rows.add_file(
+                done.batch, done.index, params, length_limit, token_text, done.coefficients
+            )
         for key, rank in rows.rank(top).items():
             facts = rows.drill.rows[key]
             size = token_data_bytes(facts["length"], series_count, facts.pop("_ids"))
@@ -438,7 +456,9 @@ def drilldown(
         for facts in rows.drill.rows.values():
             facts.pop("_ids", None)
         drills.append(rows.drill)
-    kept = _kept_tokens(drills, set(budget.kept), params, load_options, chosen, progress)
+    kept = _kept_tokens(
+        drills, set(budget.kept), params, load_options, chosen, progress, group_size
+    )
     report(progress, ProgressUpdate("steps", total, total, "done"))
     vocab = None
     if token_text is not None:
@@ -470,6 +490,54 @@ def _batches(
             yield file_index, batch
 
 
+def _group_size(
+    steps: Sequence[tuple[int, Sequence[str | Path]]], load_options: LoadOptions
+) -> int | None:
+    """The trainer's group size (recorded in the first file, or ``--trainer``'s
+    defaults), by which a group short of it is told from a whole one; None: unknown."""
+    from ratioscope.objectives import _trainer_clip
+
+    first = [Path(p) for _, paths in steps[:1] for p in paths]
+    return _trainer_clip(first, load_options, {}, {})[1]
+
+
+def _step_coefficients(
+    paths: Sequence[str | Path],
+    load_options: LoadOptions,
+    notes: list[str],
+    methods: Sequence[str],
+    group_size: int | None,
+    step: int,
+) -> Iterator[FileCoefficients]:
+    """Each file of one step with the coefficients of ``methods`` of its rows, on the
+    batches ``objectives`` gives them: its groups joined across the step's files
+    (:class:`ratioscope.objective_join.FileCoefficientJoin`; a group short of the
+    trainer's group size after joining is left out of the methods that look across a
+    group, NaN there, and counted in ``notes``)."""
+    from ratioscope.objective_join import FileCoefficientJoin
+    from ratioscope.objective_methods import (
+        METHODS,
+        chosen_settings,
+        looks_across_groups,
+    )
+    from ratioscope.objectives import batch_coefficients
+
+    names = tuple(dict.fromkeys(methods))
+    chosen = chosen_settings(names, None)
+    across = [n for n in names if looks_across_groups(n, chosen[n])]
+    others = tuple(n for n in names if n not in across)
+
+    def compute(batch: TokenBatch, every_method: bool) -> dict[str, Any]:
+        return batch_coefficients(batch, names if every_method else others, chosen, {})
+
+    labels = [METHODS[n].label for n in across]
+    join = FileCoefficientJoin(compute, group_size, bool(load_options.group_size), labels)
+    for file_index, batch in _batches(paths, load_options, notes):
+        yield from join.add(step, file_index, batch)
+    yield from join.finish()
+    notes.extend(join.notes("coefficients"))
+
+
 def _kept_tokens(
     drills: list[StepDrill],
     kept: set[str],
@@ -477,6 +545,7 @@ def _kept_tokens(
     load_options: LoadOptions,
     methods: tuple[str, ...],
     progress: ProgressCallback | None,
+    group_size: int | None = None,
 ) -> dict[str, SequenceTokens]:
     """The second pass: every per-token series of the kept sequences, step by step."""
     out: dict[str, SequenceTokens] = {}
@@ -492,11 +561,13 @@ def _kept_tokens(
                 wanted.setdefault(facts["file"], {})[facts["row"]] = key
         if not wanted:
             continue
-        for file_index, batch in _batches(drill.files, load_options, []):
-            rows = wanted.get(file_index)
+        files = _step_coefficients(drill.files, load_options, [], methods, group_size, drill.step)
+        for done in files:
+            rows = wanted.get(done.index)
             if not rows:
                 continue
-            series, _ = token_series(batch, params, methods)
+            batch = done.batch
+            series, _ = token_series(batch, params, methods, done.coefficients)
             for number, key in rows.items():
                 row = number - batch.row_offset
                 valid = batch.mask[row]
@@ -505,9 +576,10 @@ def _kept_tokens(
                     ids = batch.token_ids[row][valid].numpy().astype("<i4")
                 out[key] = SequenceTokens(
                     ids=ids,
-                    series={
+                    series={  # a method that left the row out (a short group) has none
                         name: values[row][valid].numpy().astype("<f4")
                         for name, values in series.items()
+                        if not bool(values[row].isnan().all())
                     },
                 )
     return out
@@ -531,13 +603,14 @@ class _StepRows:
         params: AnalysisParams,
         length_limit: int | None,
         token_text: TokenText | None,
+        coefficients: dict[str, Any] | None = None,
     ) -> None:
         drill = self.drill
         if token_text is not None and batch.token_ids is not None:
             token_text.check(batch.token_ids[batch.mask], batch.source)
         limit = length_limit if length_limit is not None else batch.max_length
         drill.length_limit = max(drill.length_limit or 0, limit)
-        scores = sequence_scores(batch, *ranking_inputs(batch), limit)
+        scores = sequence_scores(batch, *ranking_inputs(batch, coefficients), limit)
         lengths = batch.mask.sum(dim=1).tolist()
         rewards = None if batch.rewards is None else batch.rewards.double().tolist()
         correct = None if batch.correct is None else batch.correct.tolist()

@@ -35,6 +35,7 @@ from ratioscope.group_join import FileSequences, JoinedGroups, StepGroupJoin, jo
 from ratioscope.scope_join import linked_files, whole_group_rows
 
 if TYPE_CHECKING:
+    from ratioscope.functional.objectives import Coefficients
     from ratioscope.objectives import _Totals
 
 #: ``(batch, totals, every_method)``: fold the batch's coefficients into ``totals``;
@@ -212,15 +213,10 @@ class StepCoefficients:
         return self._concatenated(parts)
 
     def _concatenated(self, parts: list[TokenBatch]) -> TokenBatch:
-        """``parts`` as one batch, their ``group`` ids kept as they are (one numbering
-        for all, not made distinct per part as :func:`~ratioscope.io.loaders.
-        concatenate` makes them)."""
-        from ratioscope.io.loaders import concatenate
-
-        group = torch.cat([p.group for p in parts if p.group is not None])
-        merged = concatenate(parts) if len(parts) > 1 else parts[0]
-        self.notes.extend(merged.warnings)
-        return replace(merged, group=group, group_labels=None, row_offset=0, warnings=[])
+        """``parts`` as one batch (:func:`_concatenated`), their notes kept."""
+        merged, notes = _concatenated(parts)
+        self.notes.extend(notes)
+        return merged
 
     def _release(self, before: int | None) -> None:
         """Files before ``before`` (None: all) are final: their rows in no whole group
@@ -248,6 +244,207 @@ class StepCoefficients:
         for name in self.across:
             totals.methods.pop(name, None)
         totals.pairs = {k: v for k, v in totals.pairs.items() if not set(k) & set(self.across)}
+
+
+#: ``(batch, every_method)``: the chosen methods' coefficients on ``batch``;
+#: ``every_method`` False leaves out the methods that look across a group
+Compute = Callable[[TokenBatch, bool], "dict[str, Coefficients]"]
+
+
+@dataclass
+class FileCoefficients:
+    """One file's per-token coefficients, each row's computed on the batch that
+    ``objectives`` gives it (:class:`FileCoefficientJoin`).
+
+    Attributes:
+        index: the file's index as fed; batch: the file as read ([B, T]).
+        coefficients: per method, [B, T] float64 values and flags of the file's rows,
+            each row's values up to its own batch constant; NaN on the rows the method
+            left out (its group short of the trainer's group size) or could not compute.
+        scales: per method, [B] float64: each row's batch constant (NaN where left out).
+    """
+
+    index: int
+    batch: TokenBatch
+    coefficients: dict[str, Coefficients]
+    scales: dict[str, Tensor]
+
+    def scaled(self) -> dict[str, Coefficients]:
+        """The exact coefficients (``values`` times each row's constant, ``scale`` 1)."""
+        from ratioscope.functional.objectives import Coefficients
+
+        return {
+            name: Coefficients(coef.values * self.scales[name].unsqueeze(1), 1.0, coef.flags)
+            for name, coef in self.coefficients.items()
+        }
+
+
+@dataclass
+class _HeldFile:
+    """A file read, until its step says on which batches its rows' coefficients are:
+    ``placed`` [B] bool, rows already in a batch; ``pieces``: (file rows, the batch's
+    coefficients, those rows' rows in that batch)."""
+
+    batch: TokenBatch
+    placed: Tensor
+    pieces: list[tuple[Tensor, dict[str, Coefficients], Tensor]]
+
+
+class FileCoefficientJoin:
+    """Each file's per-token coefficients on the batches :func:`ratioscope.objectives`
+    folds (see the module docstring), for views of single sequences (``plot
+    objectives``, the run report's sequence pages): a file holding whole groups is its
+    own batch; the files of a step linked by a split group are one batch of their rows
+    of whole groups in file order; the rows of groups still short of the trainer's group
+    size get the methods that do not look across a group, on a batch of those rows.
+
+    Feed :meth:`add` each file read whole, in run order, then :meth:`finish`; each
+    returns the files that became final, in order. Memory holds the files of the open
+    step (and of the step before, while a group waits for the next step).
+
+    Args:
+        compute: a batch's coefficients.
+        group_size: the trainer's group size, or None when unknown.
+        own_ids: the group ids are each file's own (``--group-size``), never joined.
+        labels: the labels of the chosen methods that look across a group, for the note.
+    """
+
+    def __init__(
+        self,
+        compute: Compute,
+        group_size: int | None,
+        own_ids: bool = False,
+        labels: Sequence[str] = (),
+    ) -> None:
+        self.compute = compute
+        self.join = StepGroupJoin(group_size, own_ids=own_ids, rewards=False)
+        self.labels = tuple(labels)
+        self.linked: set[int] = set()  # files in a batch with other files
+        self.messages: list[str] = []
+        self._held: dict[int, _HeldFile] = {}
+
+    def add(self, step: Any, index: int, batch: TokenBatch) -> list[FileCoefficients]:
+        """File ``index`` (greater than the last one's) of step ``step`` (None: a step
+        of its own), read whole; the files now final."""
+        held = _HeldFile(batch, torch.zeros(batch.num_sequences, dtype=torch.bool), [])
+        self._held[index] = held
+        groups = FileGroups()
+        groups.add(batch)
+        rows = groups.sequences(index, batch.source)
+        if rows is None:  # no group ids: a batch of its own
+            self._place(held, torch.arange(batch.num_sequences), batch, every_method=True)
+        else:
+            for joined in self.join.add(step, rows):
+                self._resolve(joined)
+        return self._release(self.join.oldest_open_file(default=index + 1))
+
+    def finish(self) -> list[FileCoefficients]:
+        """Close the last step: the files still held."""
+        for joined in self.join.finish():
+            self._resolve(joined)
+        return self._release(None)
+
+    def notes(self, name: str) -> list[str]:
+        """What the join did so far, as ``objectives`` says it, naming ``name``."""
+        counts = self.join.counts
+        sizes = {str(k): v for k, v in counts.incomplete_sizes.items()}
+        notes = join_notes(name, counts.joined, counts.completed, counts.incomplete, sizes)
+        if counts.incomplete and self.labels:
+            notes[-1] += f" of {', '.join(self.labels)} (the other methods take their rows)"
+        return [*notes, *dict.fromkeys(self.messages)]
+
+    # ------------------------------------------------------------------ internals
+    def _resolve(self, groups: JoinedGroups) -> None:
+        for files in linked_files(groups.files, groups.group):
+            parts: list[tuple[int, Tensor, TokenBatch]] = []
+            for index in files:
+                held = self._held[index]
+                ids = torch.full((held.batch.num_sequences,), -1, dtype=torch.int64)
+                take = groups.files == index
+                ids[groups.rows[take]] = groups.group[take]
+                part = whole_group_rows(replace(held.batch, row_offset=0), ids)
+                if part is not None:
+                    parts.append((index, part[0], replace(part[1], warnings=[], row_offset=0)))
+            if not parts:
+                continue
+            if len(files) > 1:
+                self.linked.update(files)
+            batch, notes = _concatenated([p for _, _, p in parts])
+            self.messages.extend(notes)
+            assert batch.group is not None
+            coefficients = self.compute(replace(batch, group=_compact(batch.group)), True)
+            start = 0
+            for index, rows, taken in parts:
+                at = torch.arange(start, start + taken.num_sequences)
+                self._held[index].pieces.append((rows, coefficients, at))
+                self._held[index].placed[rows] = True
+                start += taken.num_sequences
+
+    def _place(self, held: _HeldFile, rows: Tensor, batch: TokenBatch, every_method: bool) -> None:
+        """``rows`` of the file are the rows of ``batch``, in order."""
+        coefficients = self.compute(batch, every_method)
+        held.pieces.append((rows, coefficients, torch.arange(batch.num_sequences)))
+        held.placed[rows] = True
+
+    def _release(self, before: int | None) -> list[FileCoefficients]:
+        """Files before ``before`` (None: all) are final; as ``objectives`` folds them,
+        a file none of whose rows is in a whole group keeps its own batch for the
+        methods that do not look across a group, else its other rows are one batch."""
+        out = []
+        for index in sorted(self._held):
+            if before is not None and index >= before:
+                break
+            held = self._held.pop(index)
+            left = ~held.placed
+            if not bool(held.placed.any()):
+                self._place(held, torch.arange(held.batch.num_sequences), held.batch, False)
+            elif bool(left.any()):
+                ids = torch.where(left, 0, -1)
+                part = whole_group_rows(replace(held.batch, row_offset=0), ids)
+                assert part is not None
+                rows, batch = part
+                batch = replace(batch, group=None, group_labels=None, row_offset=0, warnings=[])
+                self._place(held, rows, batch, False)
+            out.append(_gathered(index, held))
+        return out
+
+
+def _gathered(index: int, held: _HeldFile) -> FileCoefficients:
+    """The file's rows' coefficients gathered from the batches that computed them."""
+    from ratioscope.functional.objectives import Coefficients
+
+    rows, width = held.batch.num_sequences, held.batch.max_length
+    names = list(dict.fromkeys(name for _, coefs, _ in held.pieces for name in coefs))
+    coefficients: dict[str, Coefficients] = {}
+    scales: dict[str, Tensor] = {}
+    for name in names:
+        values = torch.full((rows, width), float("nan"), dtype=torch.float64)
+        scale = torch.full((rows,), float("nan"), dtype=torch.float64)
+        flags: dict[str, Tensor] = {}
+        for at_file, coefs, at in held.pieces:
+            coef = coefs.get(name)
+            if coef is None:
+                continue
+            values[at_file] = coef.values[at, :width].to("cpu", torch.float64)
+            scale[at_file] = float(coef.scale)
+            for flag, on in coef.flags.items():
+                mine = flags.setdefault(flag, torch.zeros((rows, width), dtype=torch.bool))
+                mine[at_file] = on[at, :width].cpu()
+        coefficients[name] = Coefficients(values, 1.0, flags)
+        scales[name] = scale
+    return FileCoefficients(index, held.batch, coefficients, scales)
+
+
+def _concatenated(parts: list[TokenBatch]) -> tuple[TokenBatch, list[str]]:
+    """``parts`` as one batch, their ``group`` ids kept as they are (one numbering for
+    all, not made distinct per part as :func:`~ratioscope.io.loaders.concatenate` makes
+    them), and the notes of the concatenation."""
+    from ratioscope.io.loaders import concatenate
+
+    group = torch.cat([p.group for p in parts if p.group is not None])
+    merged = concatenate(parts) if len(parts) > 1 else parts[0]
+    batch = replace(merged, group=group, group_labels=None, row_offset=0, warnings=[])
+    return batch, list(merged.warnings)
 
 
 def _compact(group: Tensor) -> Tensor:

@@ -3,16 +3,19 @@ concentration curves (:mod:`ratioscope.objectives`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from ratioscope.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
     from ratioscope.io.loaders import LoadOptions
+    from ratioscope.objective_join import FileCoefficientJoin, FileCoefficients
 
 CHOSEN_BECAUSE = (
     "chosen: the first file's sequence on which the most methods move its tokens and "
@@ -35,7 +38,11 @@ class CoefficientTrace:
         values: per method, the exact coefficient ``dJ/d log pi`` on this batch at each
             valid token (the batch constant applied).
         bound: per method, whether one of its rules binds at each valid token.
-        labels: per method, its label.
+        labels: per method, its label (a method that left the sequence out, its group
+            short of the trainer's group size, is not among them).
+        notes: what joining the groups of a step's files did, as ``objectives`` says it.
+        left_out: the labels of the methods that left this sequence out (its group
+            short of the trainer's group size after joining).
     """
 
     source: str
@@ -47,6 +54,8 @@ class CoefficientTrace:
     values: dict[str, list[float]]
     bound: dict[str, list[bool]]
     labels: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
 
 
 def informative_row(coefficients: dict[str, Coefficients], mask: Tensor) -> int:
@@ -114,33 +123,60 @@ def coefficient_trace(
     load_options: LoadOptions | None = None,
 ) -> CoefficientTrace:
     """The coefficients of sequence ``index`` (counted over all files in order), or of
-    the first file's :func:`informative_row`.
+    the first file's :func:`informative_row`, each computed on the batch that
+    :func:`ratioscope.objectives` gives the sequence (its file, or the files of its
+    step that hold its group whole: :class:`ratioscope.objective_join.
+    FileCoefficientJoin`), with the trainer's clip band as there.
 
     Raises:
         ParameterError: ``index`` is past the last sequence.
     """
     from ratioscope.errors import ParameterError
     from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
-    from ratioscope.objective_methods import METHODS, method_names
-    from ratioscope.objectives import batch_coefficients
+    from ratioscope.objective_join import FileCoefficientJoin
+    from ratioscope.objective_methods import METHODS, looks_across_groups, method_names
+    from ratioscope.objectives import _trainer_clip, batch_coefficients
+    from ratioscope.steps import step_from_name
 
     names = method_names(
         methods if methods is None or isinstance(methods, str) else ",".join(methods)
     )
     chosen = {name: METHODS[name].settings((settings or {}).get(name)) for name in names}
     files = expand_paths(list(paths))
-    run = RunFiles(len(files), load_options or LoadOptions())
+    options = load_options or LoadOptions()
+    _, group_size, _ = _trainer_clip(files, options, chosen, settings or {})
+    across = [n for n in names if looks_across_groups(n, chosen[n])]
+    others = tuple(n for n in names if n not in across)
+
+    def compute(batch: TokenBatch, every_method: bool) -> dict[str, Coefficients]:
+        return batch_coefficients(batch, names if every_method else others, chosen)
+
+    join = FileCoefficientJoin(
+        compute, group_size, bool(options.group_size), [METHODS[n].label for n in across]
+    )
+    run = RunFiles(len(files), options)
     seen = 0
-    for path in files:
+
+    def final(number: int, path: Path) -> Iterator[tuple[Path, FileCoefficients]]:
         batch = run.load(path)
-        if batch is None:
-            continue
+        if batch is not None:
+            for done in join.add(step_from_name(path), number, batch):
+                yield files[done.index], done
+
+    read = (pair for number, path in enumerate(files) for pair in final(number, path))
+    for path, done in itertools.chain(read, ((files[d.index], d) for d in _finish(join))):
+        batch = done.batch
         if index is not None and index >= seen + batch.num_sequences:
             seen += batch.num_sequences
             continue
-        coefficients = batch_coefficients(batch, names, chosen)
-        row = informative_row(coefficients, batch.mask) if index is None else index - seen
+        coefficients = done.scaled()
+        if index is None:
+            shown = {k: _zero_nan(c) for k, c in coefficients.items()}
+            row = informative_row(shown, batch.mask)
+        else:
+            row = index - seen
         valid = batch.mask[row]
+        kept = {k: c for k, c in coefficients.items() if not bool(c.values[row].isnan().any())}
         advantage = None if batch.advantages is None else float(batch.advantages[row, 0])
         correct = None if batch.correct is None else bool(batch.correct[row])
         return CoefficientTrace(
@@ -150,15 +186,26 @@ def coefficient_trace(
             chosen_because=CHOSEN_BECAUSE if index is None else "",
             advantage=advantage,
             correct=correct,
-            values={
-                name: (coef.values[row][valid] * coef.scale).tolist()
-                for name, coef in coefficients.items()
-            },
-            bound={name: _bound(coef, row, valid) for name, coef in coefficients.items()},
-            labels={name: METHODS[name].label for name in coefficients},
+            values={name: coef.values[row][valid].tolist() for name, coef in kept.items()},
+            bound={name: _bound(coef, row, valid) for name, coef in kept.items()},
+            labels={name: METHODS[name].label for name in kept},
+            notes=join.notes("plot objectives' coefficients"),
+            left_out=[METHODS[k].label for k in coefficients if k not in kept],
         )
     run.check_any(seen > 0)
     raise ParameterError("sequence", f"{index} is out of range: the input has {seen} sequences")
+
+
+def _finish(join: FileCoefficientJoin) -> Iterator[FileCoefficients]:
+    """The files still held once every file was read (lazily: only when asked)."""
+    yield from join.finish()
+
+
+def _zero_nan(coef: Coefficients) -> Coefficients:
+    """``coef`` with the rows a method left out as 0 (no movement), for the choice."""
+    from ratioscope.functional.objectives import Coefficients
+
+    return Coefficients(coef.values.nan_to_num(0.0), coef.scale, coef.flags)
 
 
 def _bound(coef: Coefficients, row: int, valid: Tensor) -> list[bool]:

@@ -71,6 +71,13 @@ def plot_objectives(
     )
     if trace.chosen_because:
         title += f"\n{trace.chosen_because}"
+    if trace.left_out:
+        title += (
+            f"\nnot drawn: {', '.join(trace.left_out)} (the sequence's group is short of the "
+            "trainer's group size after joining its step's files, left out as in objectives)"
+        )
+    if trace.notes:
+        title += "\n" + "\n".join(textwrap.wrap("; ".join(trace.notes), 170))
     if source:
         title += f"\n{source}"
     figure.suptitle(title, fontsize=10.5)
