@@ -1,52 +1,35 @@
 """Files in the exact structure each training framework's source writes (cited per
-builder), for the reader tests and the framework guide's recipes."""
+builder), for the reader tests. The builders the bundled examples use too come from
+sample_data/frameworks/make_frameworks.py, so one function writes each layout."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import torch
 
-SKYRL_MODULE = "skyrl.backends.skyrl_train.training_batch"
+SCRIPT = Path(__file__).resolve().parents[1] / "sample_data" / "frameworks" / "make_frameworks.py"
 
 
-def prime_rl_line(rng, *, step, micro_sequence_idx, prompt, completion_len, export_idx):
-    """One line as prime-rl writes it (PrimeIntellect-ai/prime-rl 559b44772e47,
-    src/prime_rl/trainer/rl/token_export.py lines 61-70, 136-157: schema 1, per-token
-    lists over prompt + completion, no reward and no example id)."""
-    n = len(prompt) + completion_len
-    inference = -rng.gamma(1.0, 0.7, size=n)
-    trainer = inference + rng.normal(0, 0.05, size=n)
-    log_ratio = trainer - inference
-    loss_mask = [False] * len(prompt) + [True] * completion_len
-    advantage = float(rng.normal())
-    return {
-        "schema_version": 1,
-        "step": step,
-        "rank": 0,
-        "micro_step": 0,
-        "micro_sequence_idx": micro_sequence_idx,
-        "export_sequence_idx": export_idx,
-        "env_name": "math",
-        "token_ids": [*prompt, *rng.integers(5, 50, size=completion_len).tolist()],
-        "position_ids": list(range(n)),
-        "loss_mask": loss_mask,
-        "advantages": [0.0] * len(prompt) + [advantage] * completion_len,
-        "inference_logprobs": inference.tolist(),
-        "trainer_logprobs": trainer.tolist(),
-        "entropy": rng.uniform(0, 2, size=n).tolist(),
-        "mismatch_kl": (np.exp(log_ratio) - log_ratio - 1).tolist(),
-        "log_importance_ratio": log_ratio.tolist(),
-        "importance_ratio": np.exp(log_ratio).tolist(),
-        "prob_delta": (np.exp(trainer) - np.exp(inference)).tolist(),
-        "is_masked": [False] * len(prompt) + (rng.random(completion_len) < 0.2).tolist(),
-        "is_masked_high": [None] * n,
-        "is_masked_low": [None] * n,
-        "rl_weights": [None] * n,
-        "ce_weights": [None] * n,
-        "ref_kl_weights": [None] * n,
-    }
+def _make_frameworks() -> types.ModuleType:
+    """The script that writes sample_data/frameworks/, whose builders the tests share (a
+    script, not a package module: loaded by path, once)."""
+    if "make_frameworks" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("make_frameworks", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["make_frameworks"] = module
+    return sys.modules["make_frameworks"]
+
+
+_script = _make_frameworks()
+SKYRL_MODULE = _script.SKYRL_MODULE
+prime_rl_line = _script.prime_rl_line
 
 
 def slime_v1_rank(rng, indices, *, lengths, rollout_id=4, rank=0, cut=None, last_stage=True):

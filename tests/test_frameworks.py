@@ -33,13 +33,7 @@ def test_prime_rl_export_groups_by_prompt_tokens_and_compares_trainer_with_engin
     rng = np.random.default_rng(0)
     prompts = {"a": [1, 2, 3, 4], "b": [1, 2, 9], "c": [7, 8, 9, 10, 11]}
     order = ["b", "a", "c", "a", "b", "c", "a", "b"]  # packing order, not rollout order
-    lines = [
-        prime_rl_line(
-            rng, step=5, micro_sequence_idx=i, prompt=prompts[p], completion_len=3 + i,
-            export_idx=i,
-        )
-        for i, p in enumerate(order)
-    ]  # fmt: skip
+    lines = [prime_rl_line(rng, i, prompts[p], 3 + i, step=5) for i, p in enumerate(order)]
     path = tmp_path / "token_exports" / "step_5" / "rank_0.jsonl"
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
@@ -82,9 +76,7 @@ def test_prime_rl_export_groups_by_prompt_tokens_and_compares_trainer_with_engin
 
 def test_prime_rl_rl_weights_of_zero_are_not_policy_gradient_tokens(tmp_path):
     rng = np.random.default_rng(1)
-    line = prime_rl_line(
-        rng, step=1, micro_sequence_idx=0, prompt=[1, 2], completion_len=6, export_idx=0
-    )
+    line = prime_rl_line(rng, 0, [1, 2], 6, step=1)
     line["rl_weights"] = [None, None, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
     path = tmp_path / "rank_0.jsonl"
     path.write_text(json.dumps(line) + "\n")
@@ -98,9 +90,7 @@ def test_prime_rl_rl_weights_of_zero_are_not_policy_gradient_tokens(tmp_path):
 
 def test_group_size_is_refused_for_prime_rl(tmp_path):
     rng = np.random.default_rng(2)
-    line = prime_rl_line(
-        rng, step=1, micro_sequence_idx=0, prompt=[1], completion_len=4, export_idx=0
-    )
+    line = prime_rl_line(rng, 0, [1], 4, step=1)
     path = tmp_path / "rank_0.jsonl"
     path.write_text(json.dumps(line) + "\n")
     result = runner.invoke(app, ["analyze", str(path), "--group-size", "1"])
@@ -433,12 +423,7 @@ def test_load_of_a_slime_directory_takes_rank_copies_once(tmp_path):
 
 def test_info_says_which_ratio_and_where_groups_come_from(tmp_path):
     rng = np.random.default_rng(12)
-    lines = [
-        prime_rl_line(
-            rng, step=1, micro_sequence_idx=i, prompt=[1, 2], completion_len=3, export_idx=i
-        )
-        for i in range(4)
-    ]
+    lines = [prime_rl_line(rng, i, [1, 2], 3, step=1) for i in range(4)]
     path = tmp_path / "rank_0.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = runner.invoke(app, ["info", str(path)]).stdout

@@ -78,18 +78,23 @@ def write_trl(root: Path, rng: np.random.Generator) -> None:
 
 
 # --------------------------------------------------------------------------- prime-rl
-def prime_rl_line(rng: np.random.Generator, index: int, prompt: list[int], length: int) -> dict:
+def prime_rl_line(
+    rng: np.random.Generator, index: int, prompt: list[int], length: int, *, step: int = 5
+) -> dict:
     """One line of ``trainer.enable_token_export = true``
-    (PrimeIntellect-ai/prime-rl 559b44772e47, src/prime_rl/trainer/rl/token_export.py:
-    ``token_exports/step_<step>/rank_<rank>.jsonl``, schema 1, per-token lists over prompt
-    and completion, no reward and no example id)."""
+    (PrimeIntellect-ai/prime-rl 559b44772e47, src/prime_rl/trainer/rl/token_export.py
+    lines 61-70, 136-157: ``token_exports/step_<step>/rank_<rank>.jsonl``, schema 1,
+    per-token lists over the ``len(prompt) + length`` tokens of prompt and completion, no
+    reward and no example id): sequence ``index`` of micro-step 0 on rank 0. The draws
+    from ``rng`` come in a fixed order, so the bundled files stay byte for byte the same;
+    tests/framework_files.py builds its lines here too."""
     n = len(prompt) + length
     inference = -rng.gamma(1.0, 0.7, size=n)
     trainer = inference + rng.normal(0, 0.05, size=n)
     log_ratio = trainer - inference
     return {
         "schema_version": 1,
-        "step": 5,
+        "step": step,
         "rank": 0,
         "micro_step": 0,
         "micro_sequence_idx": index,
