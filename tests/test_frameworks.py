@@ -234,16 +234,14 @@ def test_slime_v2_samples_and_rollout_positions(tmp_path):
 
 
 @pytest.mark.parametrize("enum_formats", [False, True], ids=["skyrl-0.3", "skyrl-0.4"])
-def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(
-    tmp_path, monkeypatch, enum_formats
-):
+def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(tmp_path, enum_formats):
     rng = np.random.default_rng(7)
     state, loss, response, old, engine, sequences = skyrl_state(rng)
     path = tmp_path / "dumped_data" / "global_step_3_training_input.pkl"
     path.parent.mkdir()
-    path.write_bytes(skyrl_pickle(monkeypatch, state, enum_formats))
-    for name in [m for m in __import__("sys").modules if m.startswith("skyrl")]:
-        monkeypatch.delitem(__import__("sys").modules, name)  # no SkyRL at read time
+    path.write_bytes(skyrl_pickle(state, enum_formats=enum_formats))
+    # no SkyRL at read time: the stand-ins were only there while pickling
+    assert not [m for m in __import__("sys").modules if m.startswith("skyrl")]
 
     batch = ratioscope.load(path)
     assert batch.profile == "skyrl" and batch.ratio_pair == "old/engine"
@@ -266,7 +264,7 @@ def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(
     assert result.exit_code == 0 and "layout skyrl" in result.stdout
 
 
-def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path, monkeypatch):
+def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path):
     import os
     import pickle
 
@@ -280,7 +278,7 @@ def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path, monkeypatch):
     state, *_ = skyrl_state(rng)
     state["metadata"]["metrics"] = Hostile()  # a global call hidden inside the state
     path = tmp_path / "global_step_1_training_input.pkl"
-    path.write_bytes(skyrl_pickle(monkeypatch, state, enum_formats=False))
+    path.write_bytes(skyrl_pickle(state, enum_formats=False))
     result = runner.invoke(app, ["analyze", str(path)])
     assert result.exit_code == 2
     assert "does not decode" in result.stderr and (
