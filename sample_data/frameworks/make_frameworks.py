@@ -4,7 +4,10 @@ for the recipes of docs/frameworks.md (each recipe runs on them as written; a te
 Every file has the structure the framework's source writes, cited per writer below (the
 repository and commit read, the file and the function or lines). The values are small
 and made up (seeded, so a rerun writes the same bytes): these files show the layouts, the
-real GRPO run is sample_data/verl/ and its siblings.
+real GRPO run is sample_data/verl/ and its siblings. The reader tests build their files
+with the same functions (tests/framework_files.py loads this script), so each layout is
+written in one place; a builder's random draws keep their order, or the bundled bytes
+change (tests/test_frameworks_guide.py checks that a rerun writes the same bytes).
 
 Usage: python sample_data/frameworks/make_frameworks.py [--out-dir DIR]
 """
