@@ -12,7 +12,7 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "sample_data" / "frameworks" / "make_frameworks.py"
 
 
-def _make_frameworks() -> types.ModuleType:
+def _load_script() -> types.ModuleType:
     """The script that writes sample_data/frameworks/, whose builders the tests share (a
     script, not a package module: loaded by path, once)."""
     if "make_frameworks" not in sys.modules:
@@ -24,11 +24,11 @@ def _make_frameworks() -> types.ModuleType:
     return sys.modules["make_frameworks"]
 
 
-_script = _make_frameworks()
-SKYRL_MODULE = _script.SKYRL_MODULE
-prime_rl_line = _script.prime_rl_line
-write_rollout_dump = _script.write_slime_rollout_dump
-skyrl_pickle = _script.skyrl_pickle
+make_frameworks = _load_script()
+SKYRL_MODULE = make_frameworks.SKYRL_MODULE
+prime_rl_line = make_frameworks.prime_rl_line
+write_rollout_dump = make_frameworks.write_slime_rollout_dump
+skyrl_pickle = make_frameworks.skyrl_pickle
 #: row -> response columns [a, b) of tool output: the second sample of each group
 SKYRL_TOOL_OUTPUT = {1: (2, 4), 3: (1, 3)}
 
@@ -39,7 +39,7 @@ def slime_v1_rank(rng, indices, *, lengths, rollout_id=4, rank=0, cut=None, last
     ``raw_reward`` None for the caller to set (the whole rollout's); the old and engine
     log-probs, each ``[length]``."""
     rewards = rng.normal(size=len(lengths)).tolist()
-    data, old, engine = _script.slime_rollout_data(
+    data, old, engine = make_frameworks.slime_rollout_data(
         rng, indices, lengths, rewards, None, cut=cut, last_stage=last_stage
     )
     return {"rollout_id": rollout_id, "rank": rank, "rollout_data": data}, old, engine
@@ -49,7 +49,7 @@ def skyrl_state(rng):
     """make_frameworks.py's SkyRL batch with tool output in rows 1 and 3: the state, then
     the valid rows' loss and response masks ``[5, R]`` (bool), old and engine log-probs
     ``[6, R]`` and the sequences ``[6, T]``."""
-    state, arrays = _script.skyrl_state(rng, SKYRL_TOOL_OUTPUT)
+    state, arrays = make_frameworks.skyrl_state(rng, SKYRL_TOOL_OUTPUT)
     rows = state["batch_size"] - 1  # the pad row is the last
     return (
         state,
