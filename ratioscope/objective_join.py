@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ratioscope.batch import TokenBatch
 from ratioscope.group_join import FileSequences, JoinedGroups, StepGroupJoin, join_notes
-from ratioscope.scope_join import _linked_files, _whole_group_rows
+from ratioscope.scope_join import linked_files, whole_group_rows
 
 if TYPE_CHECKING:
     from ratioscope.objectives import _Totals
@@ -171,7 +171,7 @@ class StepCoefficients:
     def _resolve(self, groups: JoinedGroups) -> None:
         """The whole groups of a closed step: each smallest set of files that holds
         them whole is one batch (or several, cut between groups)."""
-        for files in _linked_files(groups.files, groups.group):
+        for files in linked_files(groups.files, groups.group):
             first = self._held[files[0]]
             rows = int((groups.files == files[0]).sum())
             # one file, every row of it in whole groups, none cut by its own batches
@@ -206,7 +206,7 @@ class StepCoefficients:
         read again chunk by chunk, as one batch whose ``group`` holds those ids."""
         parts = []
         for chunk in self.read(source):
-            part = _whole_group_rows(chunk, ids)
+            part = whole_group_rows(chunk, ids)
             if part is not None:
                 parts.append(replace(part[1], warnings=[], row_offset=0))
         return self._concatenated(parts)
@@ -283,7 +283,7 @@ def _cut_between_groups(batch: TokenBatch, rows: int | None) -> list[TokenBatch]
     out = []
     for number in range(batch_of + 1):
         ids = torch.where(of_row == number, group, -1)
-        part = _whole_group_rows(start, ids)
+        part = whole_group_rows(start, ids)
         assert part is not None  # every batch holds a group
         ids_of_part = part[1].group
         assert ids_of_part is not None

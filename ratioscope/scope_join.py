@@ -114,7 +114,7 @@ class StepScopes:
     def _resolve(self, groups: JoinedGroups) -> None:
         """The whole groups of a closed step: each smallest set of files that holds
         them whole is one batch."""
-        for files in _linked_files(groups.files, groups.group):
+        for files in linked_files(groups.files, groups.group):
             held = self._held.get(files[0])
             rows = int((groups.files == files[0]).sum())
             # one file, every row of it: the file's groups, all whole, and its own result
@@ -158,7 +158,7 @@ class StepScopes:
         for number in range(acc.passes):
             for index in files:
                 for chunk in self.read(self._held[index].source):
-                    part = _whole_group_rows(chunk, ids[index])
+                    part = whole_group_rows(chunk, ids[index])
                     if part is None:
                         continue
                     rows, batch = part
@@ -191,7 +191,7 @@ class StepScopes:
             column[rows] = values.detach().to("cpu", torch.float64)
 
 
-def _linked_files(files: Tensor, group: Tensor) -> list[list[int]]:
+def linked_files(files: Tensor, group: Tensor) -> list[list[int]]:
     """The files of joined rows (``files``, ``group``: [N]) in the smallest sets that
     hold their groups whole (files linked by a group with rows in both), each set in
     file order, the sets in order of their first file."""
@@ -212,7 +212,7 @@ def _linked_files(files: Tensor, group: Tensor) -> list[list[int]]:
     return sorted(sets.values())
 
 
-def _whole_group_rows(chunk: TokenBatch, ids: Tensor) -> tuple[Tensor, TokenBatch] | None:
+def whole_group_rows(chunk: TokenBatch, ids: Tensor) -> tuple[Tensor, TokenBatch] | None:
     """The rows of ``chunk`` in ``ids``' groups (ids [file rows], -1: left out) as a
     batch whose ``group`` holds the joined ids, with their file rows; None when none."""
     start = chunk.row_offset

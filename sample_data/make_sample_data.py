@@ -263,9 +263,10 @@ class Block(nn.Module):
         cache.values[layer][:, :, pos] = v[:, :, 0]
         keys = cache.keys[layer][:, :, : pos + 1]
         values = cache.values[layer][:, :, : pos + 1]
-        # The rollout engine's own attention kernel (explicit softmax over the cache), as
-        # inference engines differ from the trainer's fused kernel: the source of the
-        # train/inference mismatch recorded in rollout_log_probs.
+        # The sampler's own attention kernel (explicit softmax over the cache), as
+        # inference engines differ from the trainer's fused kernel. In float32 it agrees
+        # with the trainer to ~1e-7; the recorded rollout log-probs come from a bfloat16
+        # copy of the policy instead (bfloat16_engine_log_probs).
         scores = (q @ keys.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         attended = torch.softmax(scores, dim=-1) @ values
         x = x + self.out(attended.transpose(1, 2).flatten(2))
@@ -323,7 +324,9 @@ class Rollout:
 
     responses: Tensor  # [B, T] int64
     mask: Tensor  # [B, T] bool
-    log_probs: Tensor  # [B, T] float32, the sampler's log-probs (0 on padding)
+    # [B, T] float32, the float32 sampler's own log-probs (0 on padding); the recorded
+    # rollout log-probs are the bfloat16 engine's (bfloat16_engine_log_probs)
+    log_probs: Tensor
 
 
 @torch.no_grad()
@@ -370,6 +373,30 @@ def response_logits(model: TinyCausalLM, prompts: Tensor, responses: Tensor) -> 
     """Full-pass logits that predict each response token: [B, T, V]."""
     ids = torch.cat((prompts, responses), dim=1)[:, :-1]
     return model(ids)[:, prompts.shape[1] - 1 :]
+
+
+@torch.no_grad()
+def bfloat16_engine_log_probs(
+    model: TinyCausalLM, prompts: Tensor, responses: Tensor, mask: Tensor
+) -> Tensor:
+    """The inference engine's log-probs of the sampled tokens, from a bfloat16 copy of
+    ``model``: prompts [B, P], responses [B, T], mask [B, T] bool -> [B, T] float32.
+
+    Inference engines (vLLM, SGLang) serve the policy with bfloat16 weights and
+    activations and report sampling log-probs as a float32 log-softmax of those bfloat16
+    logits; the trainer computes the same log-probs in float32. This copy does the same:
+    every parameter and buffer (rotary tables included) cast to bfloat16, one full
+    bfloat16 forward pass over prompt + response, log-softmax in float32. bfloat16 keeps 8
+    significant bits (relative rounding error up to 2^-8), so the result differs from the
+    float32 policy's log-probs by a small, real amount: the train/inference mismatch that
+    ``rollout_log_probs`` records. The pass draws no random numbers (the copy is made with
+    ``deepcopy``, not a new initialisation), so the run's tokens and training are the same
+    as with a float32 engine. Padding positions (``~mask``) are 0.
+    """
+    engine = copy.deepcopy(model).to(torch.bfloat16)
+    logits = response_logits(engine, prompts, responses)
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    return log_p.gather(-1, responses[..., None])[..., 0].masked_fill(~mask, 0.0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -503,6 +530,7 @@ class StepRecord:
     problems: list[Problem]  # one per row
     prompts: Tensor  # [B, P] int64
     rollout: Rollout
+    rollout_log_probs: Tensor  # [B, T] the bfloat16 engine's log-probs of the tokens
     rewards: Tensor  # [B]
     advantages: Tensor  # [B]
     minibatch: Tensor  # [B] int64
@@ -533,6 +561,8 @@ def grpo_step(
     prompts = torch.tensor([[BOS, *encode(p.prompt)] for p in rows])
     rollout = sample(policy, prompts, config.max_new_tokens, generator)
     responses, mask = rollout.responses, rollout.mask
+    # Scored before any optimizer step of this batch: the engine serves pi_old.
+    rollout_log_probs = bfloat16_engine_log_probs(policy, prompts, responses, mask)
     texts = [decode(r.tolist()) for r in responses]
     rewards = torch.tensor([float(verify(p.prompt, t)) for p, t in zip(rows, texts, strict=True)])
     advantages = group_advantages(rewards, group)
@@ -597,6 +627,7 @@ def grpo_step(
         problems=rows,
         prompts=prompts,
         rollout=rollout,
+        rollout_log_probs=rollout_log_probs,
         rewards=rewards,
         advantages=advantages,
         minibatch=minibatch,
@@ -667,7 +698,7 @@ def verl_batch(record: StepRecord) -> dict:
         "old_log_probs": record.old_log_probs,
         "log_probs": record.log_probs,
         "ref_log_prob": record.ref_log_probs,
-        "rollout_log_probs": record.rollout.log_probs,
+        "rollout_log_probs": record.rollout_log_probs,
         "advantages": record.advantages[:, None] * mask,
         "entropys": record.entropy,
         "old_entropy": record.old_entropy,
@@ -694,7 +725,7 @@ def trl_batch(record: StepRecord) -> dict:
         "old_per_token_logps": record.old_log_probs,
         "per_token_logps": record.log_probs,
         "ref_per_token_logps": record.ref_log_probs,
-        "sampling_per_token_logps": record.rollout.log_probs,
+        "sampling_per_token_logps": record.rollout_log_probs,
         "advantages": record.advantages,
         "rewards": record.rewards,
     }
@@ -725,7 +756,7 @@ def prime_rl_lines(record: StepRecord, example_ids: dict[Problem, int]) -> list[
     lines = []
     for row, problem in enumerate(record.problems):
         length = int(record.rollout.mask[row].sum())
-        inference = record.rollout.log_probs[row, :length]
+        inference = record.rollout_log_probs[row, :length]
         trainer = record.log_probs[row, :length]
         log_ratio = trainer - inference
         per_token = {
@@ -769,7 +800,7 @@ def _step_summary(record: StepRecord) -> dict:
     """Per-step numbers for the manifest: reward and per-mini-batch log-ratio sizes."""
     mask = record.rollout.mask
     log_ratio = (record.log_probs - record.old_log_probs).abs()
-    mismatch = (record.rollout.log_probs - record.old_log_probs).abs()
+    mismatch = (record.rollout_log_probs - record.old_log_probs).abs()
     per_minibatch = []
     for index in range(int(record.minibatch.max()) + 1):
         rows = record.minibatch == index

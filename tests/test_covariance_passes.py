@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import ratioscope
+from ratioscope.defaults import CHUNK_ROW_FLOOR
 from ratioscope.functional.covariance import (
     CLIP_COV_RATIO,
     KERNEL_PASSES,
@@ -209,6 +210,8 @@ def test_a_streamed_file_is_never_given_whole_to_the_section(tmp_path, monkeypat
 
     monkeypatch.setattr(CovarianceAccumulator, "update_pass", spy)
     monkeypatch.setattr(CovarianceAccumulator, "update", whole)
-    report = ratioscope.analyze(path, stream_bytes=0, chunk_elements=3 * WIDTH)
+    # three rows a chunk: a chunk holds chunk_elements // max(width, floor) rows
+    chunk_elements = 3 * max(WIDTH, CHUNK_ROW_FLOOR)
+    report = ratioscope.analyze(path, stream_bytes=0, chunk_elements=chunk_elements)
     assert report.covariance is not None
     assert max(rows_seen) == 3 and len(rows_seen) == KERNEL_PASSES * math.ceil(ROWS / 3)

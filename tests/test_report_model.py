@@ -284,6 +284,13 @@ def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path):
     # schema 1 pooled the exact FPA of step 32 with the approximation of step 24; its
     # sums cannot be split again, so the merge says so instead of comparing
     assert merged["future_policy"]["method"] == "mixed"
+    # the stored reports were written when the sample run's engine was the float32 policy;
+    # it is now a bfloat16 copy, which changed the files' rollout_log_probs and nothing
+    # else (sample_data/README.md): the train/inference row is compared with what a
+    # float32 engine gives, float noise, and every other number with the fresh analysis
+    stored_rollout = merged["mismatch"].pop("rollout")
+    assert 0 < stored_rollout["k3"] < 1e-10
+    assert expected["mismatch"].pop("rollout")["k3"] > 1e-6
     for key in SECTION_KEYS:
         assert (merged[key] is None) == (expected[key] is None), key
         if key != "future_policy":
@@ -294,6 +301,7 @@ def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path):
         info["tokens"] for info in merged["inputs"]
     )
     # the merged file is itself a schema-2 report that reads back exactly
+    merged["mismatch"]["rollout"] = stored_rollout
     assert Report.read_json(out).to_dict() == merged
 
 
