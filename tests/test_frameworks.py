@@ -33,13 +33,7 @@ def test_prime_rl_export_groups_by_prompt_tokens_and_compares_trainer_with_engin
     rng = np.random.default_rng(0)
     prompts = {"a": [1, 2, 3, 4], "b": [1, 2, 9], "c": [7, 8, 9, 10, 11]}
     order = ["b", "a", "c", "a", "b", "c", "a", "b"]  # packing order, not rollout order
-    lines = [
-        prime_rl_line(
-            rng, step=5, micro_sequence_idx=i, prompt=prompts[p], completion_len=3 + i,
-            export_idx=i,
-        )
-        for i, p in enumerate(order)
-    ]  # fmt: skip
+    lines = [prime_rl_line(rng, i, prompts[p], 3 + i, step=5) for i, p in enumerate(order)]
     path = tmp_path / "token_exports" / "step_5" / "rank_0.jsonl"
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
@@ -82,9 +76,7 @@ def test_prime_rl_export_groups_by_prompt_tokens_and_compares_trainer_with_engin
 
 def test_prime_rl_rl_weights_of_zero_are_not_policy_gradient_tokens(tmp_path):
     rng = np.random.default_rng(1)
-    line = prime_rl_line(
-        rng, step=1, micro_sequence_idx=0, prompt=[1, 2], completion_len=6, export_idx=0
-    )
+    line = prime_rl_line(rng, 0, [1, 2], 6, step=1)
     line["rl_weights"] = [None, None, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
     path = tmp_path / "rank_0.jsonl"
     path.write_text(json.dumps(line) + "\n")
@@ -98,9 +90,7 @@ def test_prime_rl_rl_weights_of_zero_are_not_policy_gradient_tokens(tmp_path):
 
 def test_group_size_is_refused_for_prime_rl(tmp_path):
     rng = np.random.default_rng(2)
-    line = prime_rl_line(
-        rng, step=1, micro_sequence_idx=0, prompt=[1], completion_len=4, export_idx=0
-    )
+    line = prime_rl_line(rng, 0, [1], 4, step=1)
     path = tmp_path / "rank_0.jsonl"
     path.write_text(json.dumps(line) + "\n")
     result = runner.invoke(app, ["analyze", str(path), "--group-size", "1"])
@@ -244,16 +234,14 @@ def test_slime_v2_samples_and_rollout_positions(tmp_path):
 
 
 @pytest.mark.parametrize("enum_formats", [False, True], ids=["skyrl-0.3", "skyrl-0.4"])
-def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(
-    tmp_path, monkeypatch, enum_formats
-):
+def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(tmp_path, enum_formats):
     rng = np.random.default_rng(7)
     state, loss, response, old, engine, sequences = skyrl_state(rng)
     path = tmp_path / "dumped_data" / "global_step_3_training_input.pkl"
     path.parent.mkdir()
-    path.write_bytes(skyrl_pickle(monkeypatch, state, enum_formats))
-    for name in [m for m in __import__("sys").modules if m.startswith("skyrl")]:
-        monkeypatch.delitem(__import__("sys").modules, name)  # no SkyRL at read time
+    path.write_bytes(skyrl_pickle(state, enum_formats=enum_formats))
+    # no SkyRL at read time: the stand-ins were only there while pickling
+    assert not [m for m in __import__("sys").modules if m.startswith("skyrl")]
 
     batch = ratioscope.load(path)
     assert batch.profile == "skyrl" and batch.ratio_pair == "old/engine"
@@ -276,7 +264,7 @@ def test_skyrl_pickle_is_decoded_with_its_loss_mask_without_running_it(
     assert result.exit_code == 0 and "layout skyrl" in result.stdout
 
 
-def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path, monkeypatch):
+def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path):
     import os
     import pickle
 
@@ -290,7 +278,7 @@ def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path, monkeypatch):
     state, *_ = skyrl_state(rng)
     state["metadata"]["metrics"] = Hostile()  # a global call hidden inside the state
     path = tmp_path / "global_step_1_training_input.pkl"
-    path.write_bytes(skyrl_pickle(monkeypatch, state, enum_formats=False))
+    path.write_bytes(skyrl_pickle(state, enum_formats=False))
     result = runner.invoke(app, ["analyze", str(path)])
     assert result.exit_code == 2
     assert "does not decode" in result.stderr and (
@@ -433,12 +421,7 @@ def test_load_of_a_slime_directory_takes_rank_copies_once(tmp_path):
 
 def test_info_says_which_ratio_and_where_groups_come_from(tmp_path):
     rng = np.random.default_rng(12)
-    lines = [
-        prime_rl_line(
-            rng, step=1, micro_sequence_idx=i, prompt=[1, 2], completion_len=3, export_idx=i
-        )
-        for i in range(4)
-    ]
+    lines = [prime_rl_line(rng, i, [1, 2], 3, step=1) for i in range(4)]
     path = tmp_path / "rank_0.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = runner.invoke(app, ["info", str(path)]).stdout

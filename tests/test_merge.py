@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 
 import numpy as np
 import pytest
 import torch
+from documents import assert_documents_close
 from dumps import make_reference
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -51,21 +51,6 @@ def strip(document):
     for key in ("tool", "inputs", "state"):
         document.pop(key, None)
     return document
-
-
-def close(a, b, rel):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            close(a[key], b[key], rel)
-    elif isinstance(a, list):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            close(x, y, rel)
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=rel, abs_tol=1e-12), (a, b)
-    else:
-        assert a == b, (a, b)
 
 
 @settings(
@@ -106,7 +91,7 @@ def test_random_group_aligned_splits_merge_to_the_whole(tmp_path_factory, seed, 
             document["vitals"]["advantages"].pop(key)
         # centred over each file: the shards' covariances are not the whole's
         document["vitals"].pop("entropy_mechanics")
-    close(merged_document, single, 1e-9)
+    assert_documents_close(merged_document, single, rel=1e-9, abs_tol=1e-12)
 
 
 def test_merge_cli_refuses_different_parameters_and_non_analyze_reports(tmp_path):

@@ -4,10 +4,10 @@ step reports equals analyze of all files, and a change is flagged where it happe
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
+from documents import assert_documents_close
 from timeline_run import write_run
 
 import ratioscope
@@ -54,21 +54,6 @@ def test_several_files_of_a_step_are_analysed_together(tmp_path):
         assert result.steps[1].values[item.key] == item.value(together)
 
 
-def close(a, b, rel=1e-9):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            close(a[key], b[key], rel)
-    elif isinstance(a, list):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            close(x, y, rel)
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=rel, abs_tol=1e-12), (a, b)
-    else:
-        assert a == b, (a, b)
-
-
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_merge_of_the_step_reports_equals_analyze_of_all_files(tmp_path, ranks):
     files = write_run(tmp_path / "run", steps=3, ranks=ranks)
@@ -83,7 +68,7 @@ def test_merge_of_the_step_reports_equals_analyze_of_all_files(tmp_path, ranks):
     if ranks == 1:  # the same accumulators merged in the same order: exactly equal
         assert json.dumps(merged) == json.dumps(pooled)
     else:  # sums grouped by step first: equal up to the order of floating-point sums
-        close(merged, pooled)
+        assert_documents_close(merged, pooled, rel=1e-9, abs_tol=1e-12)
 
 
 def test_pooled_report_without_step_reports_equals_the_merge_of_their_state(tmp_path):

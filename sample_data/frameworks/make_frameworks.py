@@ -4,7 +4,10 @@ for the recipes of docs/frameworks.md (each recipe runs on them as written; a te
 Every file has the structure the framework's source writes, cited per writer below (the
 repository and commit read, the file and the function or lines). The values are small
 and made up (seeded, so a rerun writes the same bytes): these files show the layouts, the
-real GRPO run is sample_data/verl/ and its siblings.
+real GRPO run is sample_data/verl/ and its siblings. The reader tests build their files
+with the same functions (tests/framework_files.py loads this script), so each layout is
+written in one place; a builder's random draws keep their order, or the bundled bytes
+change (tests/test_frameworks_guide.py checks that a rerun writes the same bytes).
 
 Usage: python sample_data/frameworks/make_frameworks.py [--out-dir DIR]
 """
@@ -78,18 +81,23 @@ def write_trl(root: Path, rng: np.random.Generator) -> None:
 
 
 # --------------------------------------------------------------------------- prime-rl
-def prime_rl_line(rng: np.random.Generator, index: int, prompt: list[int], length: int) -> dict:
+def prime_rl_line(
+    rng: np.random.Generator, index: int, prompt: list[int], length: int, *, step: int = 5
+) -> dict:
     """One line of ``trainer.enable_token_export = true``
-    (PrimeIntellect-ai/prime-rl 559b44772e47, src/prime_rl/trainer/rl/token_export.py:
-    ``token_exports/step_<step>/rank_<rank>.jsonl``, schema 1, per-token lists over prompt
-    and completion, no reward and no example id)."""
+    (PrimeIntellect-ai/prime-rl 559b44772e47, src/prime_rl/trainer/rl/token_export.py
+    lines 61-70, 136-157: ``token_exports/step_<step>/rank_<rank>.jsonl``, schema 1,
+    per-token lists over the ``len(prompt) + length`` tokens of prompt and completion, no
+    reward and no example id): sequence ``index`` of micro-step 0 on rank 0. The draws
+    from ``rng`` come in a fixed order, so the bundled files stay byte for byte the same;
+    tests/framework_files.py builds its lines here too."""
     n = len(prompt) + length
     inference = -rng.gamma(1.0, 0.7, size=n)
     trainer = inference + rng.normal(0, 0.05, size=n)
     log_ratio = trainer - inference
     return {
         "schema_version": 1,
-        "step": 5,
+        "step": step,
         "rank": 0,
         "micro_step": 0,
         "micro_sequence_idx": index,
@@ -123,34 +131,34 @@ def write_prime_rl(root: Path, rng: np.random.Generator) -> None:
 
 
 # ------------------------------------------------------------------------------ slime
-def write_slime(root: Path, rng: np.random.Generator) -> None:
-    """``--dump-details DIR``: train dumps ``DIR/train_data/{rollout_id}_{rank}.pt``,
-    ``{"rollout_id", "rank", "rollout_data"}`` with per-sample lists, written by every
-    rank (slime v0.3.1, THUDM/slime a6272da0d4f3, slime/utils/train_dump_utils.py 9-22;
-    keys from slime/ray/rollout.py 712-889 and the trainer's forward_only /
-    compute_advantages_and_returns), and the rollout dump
-    ``DIR/rollout_data/{rollout_id}.pt``, ``{"rollout_id", "samples":
-    [Sample.to_dict()]}`` with the raw rewards and groups (slime/ray/rollout.py 666-683)."""
-    indices, groups, lengths = [10, 11, 12, 13], [0, 0, 1, 1], [4, 5, 6, 7]
-    raw = [1.0, 0.0, 1.0, 1.0]
-    samples = [
-        {"group_index": g, "index": i, "reward": r, "status": "completed", "response": "..."}
-        for g, r, i in zip(groups, raw, indices, strict=True)
-    ]
-    (root / "dump" / "rollout_data").mkdir(parents=True, exist_ok=True)
-    torch.save({"rollout_id": 4, "samples": samples}, root / "dump" / "rollout_data" / "4.pt")
+def slime_rollout_data(
+    rng: np.random.Generator,
+    indices: list[int],
+    lengths: list[int],
+    rewards: list[float],
+    raw_reward: list[float] | None,
+    *,
+    cut: int | None = None,
+    last_stage: bool = True,
+) -> tuple[dict, list[torch.Tensor], list[torch.Tensor]]:
+    """A v1 train dump's ``rollout_data`` for the samples ``indices`` with response
+    ``lengths`` (slime v0.3.1, THUDM/slime a6272da0d4f3; keys from slime/ray/rollout.py
+    712-889 and the trainer's forward_only / compute_advantages_and_returns), and the old
+    and engine log-probs drawn for it, each ``[length]``. ``rewards`` are slime's
+    group-normalised ones, ``raw_reward`` the whole rollout's; a pipeline stage other than
+    the last (``last_stage=False``) holds no log-probs and no advantages, and a
+    context-parallel rank's log-probs are cut to their first ``cut`` tokens."""
     old = [torch.tensor(-rng.gamma(1.0, 0.7, size=n), dtype=torch.float32) for n in lengths]
     engine = [
         o + torch.tensor(rng.normal(0, 0.02, size=o.numel()), dtype=torch.float32) for o in old
     ]
-    rewards = [(r - 0.75) / 0.5 for r in raw]  # slime's rewards are group-normalised
     data = {
         "tokens": [torch.tensor(rng.integers(3, 60, size=n + 5)) for n in lengths],
         "response_lengths": list(lengths),
         "total_lengths": [n + 5 for n in lengths],
         "loss_masks": [torch.ones(n, dtype=torch.int32) for n in lengths],
         "rewards": rewards,
-        "raw_reward": raw,
+        "raw_reward": raw_reward,
         "truncated": [0] * len(lengths),
         "sample_indices": list(indices),
         "rollout_ids": list(indices),
@@ -159,9 +167,37 @@ def write_slime(root: Path, rng: np.random.Generator) -> None:
         "micro_batch_indices": [[0, 1]],
         "num_microbatches": [1],
         "global_batch_sizes": [2],
-        "log_probs": old,  # the last pipeline stage's: the old policy, recomputed
-        "advantages": [torch.full((n,), r) for n, r in zip(lengths, rewards, strict=True)],
     }
+    if last_stage:
+        # the last pipeline stage's: the old policy, recomputed
+        data["log_probs"] = [o[:cut] if cut else o for o in old]
+        data["advantages"] = [torch.full((n,), r) for n, r in zip(lengths, rewards, strict=True)]
+    return data, old, engine
+
+
+def write_slime_rollout_dump(
+    directory: Path, rollout_id: int, groups: list[int], rewards: list[float], indices: list[int]
+) -> None:
+    """The rollout dump ``directory/{rollout_id}.pt``, ``{"rollout_id", "samples":
+    [Sample.to_dict()]}`` with the raw rewards and groups (slime/ray/rollout.py 666-683)."""
+    samples = [
+        {"group_index": g, "index": i, "reward": r, "status": "completed", "response": "..."}
+        for g, r, i in zip(groups, rewards, indices, strict=True)
+    ]
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save({"rollout_id": rollout_id, "samples": samples}, directory / f"{rollout_id}.pt")
+
+
+def write_slime(root: Path, rng: np.random.Generator) -> None:
+    """``--dump-details DIR``: train dumps ``DIR/train_data/{rollout_id}_{rank}.pt``,
+    ``{"rollout_id", "rank", "rollout_data"}`` with per-sample lists, written by every
+    rank (slime/utils/train_dump_utils.py 9-22), and the rollout dump
+    ``DIR/rollout_data/{rollout_id}.pt``."""
+    indices, groups, lengths = [10, 11, 12, 13], [0, 0, 1, 1], [4, 5, 6, 7]
+    raw = [1.0, 0.0, 1.0, 1.0]
+    write_slime_rollout_dump(root / "dump" / "rollout_data", 4, groups, raw, indices)
+    rewards = [(r - 0.75) / 0.5 for r in raw]  # slime's rewards are group-normalised
+    data, _, _ = slime_rollout_data(rng, indices, lengths, rewards, raw)
     (root / "dump" / "train_data").mkdir(parents=True, exist_ok=True)
     for rank in (0, 1):  # tensor-parallel peers write the same samples
         obj = {"rollout_id": 4, "rank": rank, "rollout_data": data}
@@ -169,12 +205,14 @@ def write_slime(root: Path, rng: np.random.Generator) -> None:
 
 
 # ------------------------------------------------------------------------------ SkyRL
-def _numpy_encoding(array: np.ndarray) -> dict:
+def numpy_encoding(array: np.ndarray) -> dict:
+    """SkyRL's encoding of a numpy array in a pickled batch (training_batch.py 244-281)."""
     return {"format": "numpy", "data": array.tobytes(), "shape": array.shape,
             "dtype": str(array.dtype)}  # fmt: skip
 
 
-def _torch_bytes(tensor: torch.Tensor) -> bytes:
+def torch_bytes(tensor: torch.Tensor) -> bytes:
+    """``torch.save`` of ``tensor`` to bytes: SkyRL's encoding of a torch tensor."""
     buffer = io.BytesIO()
     torch.save(tensor, buffer)
     return buffer.getvalue()
@@ -216,14 +254,16 @@ def _skyrl_stand_ins() -> Iterator[types.ModuleType]:
                 sys.modules[name] = previous
 
 
-def write_skyrl(root: Path, rng: np.random.Generator) -> None:
-    """``trainer.dump_data_batch=true``: ``EXPORT_PATH/dumped_data/global_step_N_training_
-    input.pkl``, ``pickle.dump`` of the ``TrainingInputBatch``, which reduces to
-    ``(_rebuild_tensor_batch, (TrainingInputBatch, state))`` (NovaSky-AI/SkyRL
-    a9564572eb8e, skyrl/train/trainer.py 1240, skyrl/backends/skyrl_train/training_batch.py
-    113-117, 244-281, 395-398). Rows as skyrl/train/dataset/preprocess.py lays them out:
-    left-padded sequences, responses right-aligned; a tool observation in row 1 is in
-    ``response_mask`` but not ``loss_mask``; the last row is a data-parallel pad row."""
+def skyrl_state(
+    rng: np.random.Generator, tool_output: dict[int, tuple[int, int]]
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """The state a ``TrainingInputBatch`` pickles, with string formats (as skyrl 0.3), and
+    its arrays by batch key: 5 samples in 2 groups and a pad row. Rows as
+    skyrl/train/dataset/preprocess.py lays them out: left-padded sequences ``[6, T]``,
+    responses right-aligned in ``[6, R]``; a row's tool output, response columns ``[a, b)``
+    of ``tool_output[row]``, is in ``response_mask`` but not ``loss_mask``, with rollout
+    log-probs 0.0 there (skyrl_gym_generator.py 1181-1189); the last row is a
+    data-parallel pad row, a copy of row 0 with loss mask 0 (training_batch.py 504-570)."""
     prompt_lengths, response_lengths = [3, 3, 4, 4, 4], [5, 7, 4, 6, 8]
     rows, width_r = 5, max(response_lengths)
     width_t = max(p + r for p, r in zip(prompt_lengths, response_lengths, strict=True))
@@ -241,49 +281,69 @@ def write_skyrl(root: Path, rng: np.random.Generator) -> None:
         old[i, width_r - r :] = -rng.gamma(1.0, 0.6, size=r)
         engine[i, width_r - r :] = old[i, width_r - r :] + rng.normal(0, 0.03, size=r)
         advantages[i, width_r - r :] = rng.normal()
-    tool = slice(width_r - response_lengths[1] + 2, width_r - response_lengths[1] + 4)
-    loss_mask[1, tool], engine[1, tool] = 0, 0.0  # the engine does not score tool output
+        if i in tool_output:
+            a, b = tool_output[i]
+            tool = slice(width_r - r + a, width_r - r + b)
+            loss_mask[i, tool], engine[i, tool] = 0, 0.0  # the engine does not score it
     for array in (sequences, attention, response_mask, old, engine, advantages):
         array[rows] = array[0]  # the pad row copies row 0, with loss mask 0
-    path = root / "exports" / "dumped_data" / "global_step_3_training_input.pkl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _skyrl_stand_ins() as skyrl:
-        numpy_format = skyrl.TensorFormat("numpy")
-        batch = {
-            "sequences": _numpy_encoding(sequences),
-            "attention_mask": _numpy_encoding(attention),
-            "response_mask": _numpy_encoding(response_mask),
-            "loss_mask": _numpy_encoding(loss_mask),
-            "rollout_logprobs": _numpy_encoding(engine),
-            "action_log_probs": {"format": skyrl.TensorFormat("torch"),
-                                 "data": _torch_bytes(torch.tensor(old))},
+    state = {
+        "batch_dict": {
+            "sequences": numpy_encoding(sequences),
+            "attention_mask": numpy_encoding(attention),
+            "response_mask": numpy_encoding(response_mask),
+            "loss_mask": numpy_encoding(loss_mask),
+            "rollout_logprobs": numpy_encoding(engine),
+            "action_log_probs": {"format": "torch", "data": torch_bytes(torch.tensor(old))},
             "base_action_log_probs": None,
             "values": None,
-            "advantages": _numpy_encoding(advantages),
-            "returns": _numpy_encoding(advantages),
-        }  # fmt: skip
-        for encoded in batch.values():
-            if encoded is not None and encoded["format"] == "numpy":
-                encoded["format"] = numpy_format
-        state = {
-            "batch_dict": batch,
-            "batch_size": rows + 1,
-            "device": torch.device("cpu"),
-            "metadata": {
-                "response_length": width_r,
-                "avg_response_length": float(np.mean(response_lengths)),
-                "pad_size": 1,
-                "policy_mini_batch_boundaries": [(0, 5)],
-                "policy_prompt_boundaries": [(0, 2), (2, 5)],
-                "metrics": {"avg_final_rewards": 0.4},
-            },
-        }
+            "advantages": numpy_encoding(advantages),
+            "returns": numpy_encoding(advantages),
+        },
+        "batch_size": rows + 1,
+        "device": torch.device("cpu"),
+        "metadata": {
+            "response_length": width_r,
+            "avg_response_length": float(np.mean(response_lengths)),
+            "pad_size": 1,
+            "policy_mini_batch_boundaries": [(0, 5)],
+            "policy_prompt_boundaries": [(0, 2), (2, 5)],
+            "metrics": {"avg_final_rewards": 0.4},
+        },
+    }
+    arrays = {"sequences": sequences, "response_mask": response_mask, "loss_mask": loss_mask,
+              "action_log_probs": old, "rollout_logprobs": engine}  # fmt: skip
+    return state, arrays
+
+
+def skyrl_pickle(state: dict, *, enum_formats: bool) -> bytes:
+    """``pickle.dump`` of the ``TrainingInputBatch`` holding ``state``, which reduces to
+    ``(_rebuild_tensor_batch, (TrainingInputBatch, state))`` (NovaSky-AI/SkyRL
+    a9564572eb8e, skyrl/backends/skyrl_train/training_batch.py 113-117, 244-281,
+    395-398), so the bytes name exactly the globals a real file names. ``enum_formats``:
+    each encoding's format becomes a ``TensorFormat`` in ``state`` (skyrl 0.4), else it
+    stays a string (0.3)."""
+    with _skyrl_stand_ins() as skyrl:
+        if enum_formats:
+            for encoded in state["batch_dict"].values():
+                if encoded is not None:
+                    encoded["format"] = skyrl.TensorFormat(encoded["format"])
 
         class Batch:
             def __reduce__(self) -> tuple:
                 return (skyrl._rebuild_tensor_batch, (skyrl.TrainingInputBatch, state))
 
-        path.write_bytes(pickle.dumps(Batch(), protocol=4))
+        return pickle.dumps(Batch(), protocol=4)
+
+
+def write_skyrl(root: Path, rng: np.random.Generator) -> None:
+    """``trainer.dump_data_batch=true``: ``EXPORT_PATH/dumped_data/global_step_N_training_
+    input.pkl``, ``pickle.dump`` of the ``TrainingInputBatch`` (skyrl/train/trainer.py
+    1240), as skyrl 0.4 writes it; a tool observation in row 1."""
+    state, _ = skyrl_state(rng, tool_output={1: (2, 4)})
+    path = root / "exports" / "dumped_data" / "global_step_3_training_input.pkl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(skyrl_pickle(state, enum_formats=True))
 
 
 # ---------------------------------------------------------------------------- NeMo-RL
