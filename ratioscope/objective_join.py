@@ -131,6 +131,8 @@ class StepCoefficients:
         self.across = tuple(across)
         self.labels = tuple(labels) or self.across
         self.notes: list[str] = []
+        #: files whose split groups made them one batch with other files
+        self.linked: set[int] = set()
         self._held: dict[int, _Held] = {}
 
     def add(
@@ -156,17 +158,12 @@ class StepCoefficients:
         self._release(self.join.oldest_open_file(default=index + 1))
 
     def finish(self) -> list[str]:
-        """Close the last step; the join's notes and those of the joined batches."""
+        """Close the last step; the notes of the joined batches (what the join did is
+        in ``join.counts`` and :attr:`linked`)."""
         for groups in self.join.finish():
             self._resolve(groups)
         self._release(None)
-        counts = self.join.counts
-        sizes = {str(k): v for k, v in counts.incomplete_sizes.items()}
-        name = "objectives' per-token coefficients"
-        notes = join_notes(name, counts.joined, counts.completed, counts.incomplete, sizes)
-        if counts.incomplete and self.across:
-            notes[-1] += f" of {', '.join(self.labels)} (the other methods take their rows)"
-        return [*notes, *dict.fromkeys(self.notes)]
+        return list(dict.fromkeys(self.notes))
 
     # ------------------------------------------------------------------ internals
     def _resolve(self, groups: JoinedGroups) -> None:
@@ -182,6 +179,8 @@ class StepCoefficients:
                 first.totals = None
                 first.placed[:] = True
                 continue
+            if len(files) > 1:
+                self.linked.update(files)
             for index in files:
                 self._held[index].totals = None
             for batch in _cut_between_groups(self._joined(files, groups), self.batch_rows):

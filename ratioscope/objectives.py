@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from ratioscope.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
-    from ratioscope.group_join import JoinedGroups
+    from ratioscope.group_join import JoinCounts, JoinedGroups
     from ratioscope.io.loaders import LoadOptions, RunFiles
     from ratioscope.objective_join import StepCoefficients
     from ratioscope.parallel import Runner
@@ -545,6 +545,10 @@ class _Sums:
     #: batches that could only use the other are left out of FPA, never pooled with it
     fpa_method: str | None = None
     fpa_left_out: list[str] = field(default_factory=list)
+    #: what joining the groups of each step's files did, for the coefficients and for
+    #: the advantage schemes (one warning says both)
+    coefficient_join: JoinTally = field(default_factory=lambda: JoinTally())
+    advantage_join: JoinTally = field(default_factory=lambda: JoinTally())
 
     def keep_one_fpa_method(
         self, coefficients: dict[str, Coefficients], notes: dict[str, str], label: str
@@ -573,6 +577,8 @@ class _Sums:
             other.notes.pop("fpa", None)
             self.fpa_left_out.extend(str(i["path"]) for i in other.inputs)
         self.fpa_left_out.extend(other.fpa_left_out)
+        self.coefficient_join.merge(other.coefficient_join)
+        self.advantage_join.merge(other.advantage_join)
         self.totals.merge(other.totals)
         self.advantages.merge(other.advantages)
         self.rollout.merge(other.rollout)
@@ -630,7 +636,9 @@ def _file_sums(
             rows = groups.sequences(index, str(label))
             coefficients.add(step, index, source, rows, own, whole=not groups.cut)
     sums.warnings.extend(coefficients.finish())
-    sums.warnings.extend(steps.finish())
+    sums.coefficient_join.add(coefficients.join.counts, len(coefficients.linked))
+    steps.finish()
+    sums.advantage_join.add(steps.join.counts, 0)
     report(progress, ProgressUpdate("files", len(sources), len(sources), "done"))
     if check_any:
         run.check_any(bool(sums.inputs))
@@ -757,6 +765,10 @@ def _objectives_report(
     from ratioscope.report_io import tool_info
 
     warnings = [*sums.warnings, *sums.run_notes]
+    across = [METHODS[n].label for n in names if looks_across_groups(n, chosen[n])]
+    joined = joined_groups_note(sums.coefficient_join, sums.advantage_join, across)
+    if joined is not None:
+        warnings.insert(0, joined)
     if sums.fpa_left_out:
         other = "approximation" if sums.fpa_method == "exact" else "exact"
         files = "; ".join(sums.fpa_left_out[:3]) + (
@@ -985,19 +997,108 @@ class _StepAdvantages:
         for done in [i for i in self.side if i < oldest]:
             del self.side[done]
 
-    def finish(self) -> list[str]:
-        """Close the last step; the join's notes."""
-        from ratioscope.group_join import join_notes
-
+    def finish(self) -> None:
+        """Close the last step (what the join did is in ``join.counts``)."""
         for groups in self.join.finish():
             self.sums.add(groups, self.side)
         self.side = {}
-        counts = self.join.counts
-        sizes = {str(k): v for k, v in counts.incomplete_sizes.items()}
-        return join_notes(
-            "objectives' advantage schemes", counts.joined, counts.completed,
-            counts.incomplete, sizes,
-        )  # fmt: skip
+
+
+@dataclass
+class JoinTally:
+    """What joining the groups of each step's files did, added over files and tasks.
+
+    Attributes:
+        joined: groups with samples in more than one file (batch) of their step.
+        files: files made one batch with others by a split group (0: not counted).
+        completed: groups completed from the next step's files.
+        left_out: groups still short of the trainer's group size; samples: their rows;
+            sizes: size -> such groups.
+    """
+
+    joined: int = 0
+    files: int = 0
+    completed: int = 0
+    left_out: int = 0
+    samples: int = 0
+    sizes: dict[int, int] = field(default_factory=dict)
+
+    def add(self, counts: JoinCounts, files: int) -> None:
+        """A join's counts (:class:`ratioscope.group_join.JoinCounts`)."""
+        self.joined += counts.joined
+        self.files += files
+        self.completed += counts.completed
+        self.left_out += counts.incomplete
+        self.samples += counts.incomplete_rows
+        for size, number in counts.incomplete_sizes.items():
+            self.sizes[size] = self.sizes.get(size, 0) + number
+
+    def merge(self, other: JoinTally) -> None:
+        self.joined += other.joined
+        self.files += other.files
+        self.completed += other.completed
+        self.left_out += other.left_out
+        self.samples += other.samples
+        for size, number in other.sizes.items():
+            self.sizes[size] = self.sizes.get(size, 0) + number
+
+    def counts(self) -> tuple[int, int, int, int]:
+        return (self.joined, self.completed, self.left_out, self.samples)
+
+
+def joined_groups_note(
+    coefficients: JoinTally, advantages: JoinTally, labels: Sequence[str]
+) -> str | None:
+    """The one warning on what joining the groups of a step's files did for the
+    per-token coefficients (``coefficients``; ``labels``: the chosen methods that look
+    across a group) and the advantage schemes; None when it did nothing."""
+    empty = (0, 0, 0, 0)
+    if coefficients.counts() == empty and advantages.counts() == empty:
+        return None
+    both = advantages.counts() == coefficients.counts()
+    main = coefficients if coefficients.counts() != empty else advantages
+    what = (
+        "every method's per-token coefficients and the advantage schemes"
+        if both
+        else ("the per-token coefficients" if main is coefficients else "the advantage schemes")
+    )
+    files = f" ({main.files} files)" if main.files else ""
+    parts = [
+        f"objectives: {main.joined} group(s) had samples in more than one file of their "
+        f"step{files} and were joined by group id for {what}"
+    ]
+    if main.completed:
+        parts.append(
+            f"{main.completed} group(s) incomplete in their step were completed from the "
+            "next step's files (same group id)"
+        )
+    if main.left_out:
+        sizes = ", ".join(f"{n} of size {k}" for k, n in sorted(main.sizes.items()))
+        targets = list(labels) if main is coefficients else []
+        if both or main is advantages:
+            targets.append("the advantage schemes")
+        named = (
+            ", ".join(targets[:-1]) + (" and " if len(targets) > 1 else "") + targets[-1:][0]
+            if targets
+            else ""
+        )
+        where = (
+            f"are left out of {named} (the other methods take their rows)"
+            if targets
+            else "are kept by every chosen method (none looks across a group)"
+        )
+        parts.append(
+            f"{main.left_out} group(s) ({main.samples} samples: {sizes}) held fewer samples "
+            f"than the trainer's group size after joining the files of their step and the "
+            f"next, and {where}"
+        )
+    if not both and main is coefficients and advantages.counts() != empty:
+        parts.append(
+            f"the advantage schemes, whose join also counts groups cut by --batch-rows, "
+            f"joined {advantages.joined}, completed {advantages.completed} and left out "
+            f"{advantages.left_out} group(s) ({advantages.samples} samples)"
+        )
+    return "; ".join(parts)
 
 
 def _first_valid(advantages: Tensor, mask: Tensor) -> Tensor:

@@ -79,10 +79,12 @@ def test_split_ranks_give_every_method_of_one_file(tmp_path, layout):
     assert len(split.methods) == 20
     _assert_same(split.to_dict()["methods"], one.to_dict()["methods"], "methods")
     _assert_same(split.correlation, one.correlation, "correlation")
-    assert any(
-        w.startswith("objectives' per-token coefficients: 4 group(s) had samples in more")
-        for w in split.warnings
-    )
+    # one warning says what the join did, for the coefficients and the advantage schemes
+    assert [w for w in split.warnings if "group(s)" in w] == [
+        "objectives: 4 group(s) had samples in more than one file of their step (2 files) "
+        "and were joined by group id for every method's per-token coefficients and the "
+        "advantage schemes"
+    ]
     # independent reference: Dr. GRPO's formula on whole groups, and not on rank parts
     expected = _dr_grpo_by_numpy(rollout, _whole_groups())
     _check_dr_grpo(split.methods["dr_grpo"], expected)
@@ -155,11 +157,13 @@ def test_a_group_short_of_the_group_size_is_left_out_of_the_group_methods(tmp_pa
     for name in ACROSS:
         assert result.methods[name].tokens == kept_tokens, name
     assert result.methods["grpo"].tokens == result.methods["dapo"].tokens == all_tokens
-    assert any(
-        w.startswith("objectives' per-token coefficients: 1 group(s) (3 samples)")
-        and "left out" in w
-        and "Dr. GRPO, CW-GRPO, QUATRO" in w
-        for w in result.warnings
+    (joined,) = [w for w in result.warnings if "group(s)" in w]
+    assert joined.startswith("objectives: 4 group(s) had samples in more than one file")
+    assert joined.endswith(
+        "; 1 group(s) (3 samples: 1 of size 3) held fewer samples than the trainer's group "
+        "size after joining the files of their step and the next, and are left out of "
+        "Dr. GRPO, CW-GRPO, QUATRO and the advantage schemes (the other methods take their "
+        "rows)"
     )
     # the group size unknown: the three samples are a group of their own
     unknown = ratioscope.objectives(
@@ -210,7 +214,11 @@ def test_a_group_completed_from_the_next_step_is_one_batch(tmp_path):
         assert summary.mean_abs == pytest.approx(np.abs(c).mean(), rel=1e-6)
         assert summary.mean == pytest.approx(c.mean(), rel=1e-6, abs=1e-9)
         assert result.methods["grpo"].tokens == 42
-        assert any(
-            "1 group(s) incomplete in their step were completed" in w for w in result.warnings
-        )
-        assert any("1 group(s) (2 samples)" in w and "Dr. GRPO" in w for w in result.warnings)
+        (joined,) = [w for w in result.warnings if "group(s)" in w]
+        assert "; 1 group(s) incomplete in their step were completed" in joined
+        assert "; 1 group(s) (2 samples: 1 of size 2)" in joined
+        assert "left out of Dr. GRPO" in joined and "advantage schemes" in joined
+        if batch_rows is None:  # the same groups for both: one clause says it
+            assert joined.startswith("objectives: 2 group(s) had samples in more than one ")
+            assert "step (3 files)" in joined
+            assert "left out of Dr. GRPO and the advantage schemes" in joined
