@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.batch import TokenBatch
-from ratioscope.group_join import FileSequences, JoinedGroups, StepGroupJoin, join_notes
+from ratioscope.group_join import FileSequences, JoinedGroups, StepGroupJoin
 from ratioscope.scope_join import linked_files, whole_group_rows
 
 if TYPE_CHECKING:
@@ -344,13 +344,30 @@ class FileCoefficientJoin:
         return self._release(None)
 
     def notes(self, name: str) -> list[str]:
-        """What the join did so far, as ``objectives`` says it, naming ``name``."""
+        """What the join did so far, in one sentence naming ``name`` (none when it did
+        nothing), and the notes of the joined batches."""
         counts = self.join.counts
-        sizes = {str(k): v for k, v in counts.incomplete_sizes.items()}
-        notes = join_notes(name, counts.joined, counts.completed, counts.incomplete, sizes)
-        if counts.incomplete and self.labels:
-            notes[-1] += f" of {', '.join(self.labels)} (the other methods take their rows)"
-        return [*notes, *dict.fromkeys(self.messages)]
+        parts = []
+        if counts.joined:
+            parts.append(
+                f"{name}: {counts.joined} group(s) with samples in more than one file of "
+                f"their step were joined by group id ({len(self.linked)} files)"
+            )
+        if counts.completed:
+            parts.append(f"{counts.completed} group(s) completed from the next step's files")
+        if counts.incomplete:
+            where = (
+                f"left out of {', '.join(self.labels)} (the other methods take their rows)"
+                if self.labels
+                else "kept by every chosen method (none looks across a group)"
+            )
+            parts.append(
+                f"{counts.incomplete} group(s) ({counts.incomplete_rows} samples) still short "
+                f"of the trainer's group size, {where}"
+            )
+        if parts and not counts.joined:
+            parts[0] = f"{name}: {parts[0]}"
+        return ["; ".join(parts)] * bool(parts) + list(dict.fromkeys(self.messages))
 
     # ------------------------------------------------------------------ internals
     def _resolve(self, groups: JoinedGroups) -> None:

@@ -68,7 +68,10 @@ def test_the_plotted_trace_is_that_of_one_file(tmp_path, layout):
         assert len(mine.values) == 20 and mine.index == index
         _same_trace(mine.values, theirs.values, f"sequence {index}")
         assert mine.bound == theirs.bound
-        assert any("4 group(s) had samples in more than one file" in n for n in mine.notes)
+        assert mine.notes == [
+            "plot objectives' coefficients: 4 group(s) with samples in more than one file of "
+            "their step were joined by group id (2 files)"
+        ]
         # Dr. GRPO: r A with A from the whole group, times one batch constant for all
         position = order[index]
         whole = [p for p in range(len(GROUPS)) if GROUPS[p] == GROUPS[position]]
@@ -99,6 +102,18 @@ def test_a_group_short_of_the_group_size_is_not_drawn_and_counted(tmp_path):
     assert any("1 group(s) (3 samples)" in n and "left out" in n for n in trace.notes)
     whole = coefficient_trace([tmp_path], order.index(0))
     assert set(ACROSS) <= set(whole.values) and not whole.left_out
+    # the sequence pages: no series of those methods for the group's sequences
+    files = sorted((tmp_path / f"step_{STEP:06d}").iterdir())
+    drill = _tokens(files, tuple(METHODS))
+    (step,) = drill.steps
+    assert len(drill.tokens) == 15
+    assert any("1 group(s) (3 samples) still short" in n for n in step.notes)
+    for key, tokens in drill.tokens.items():
+        rank, row = (int(part[1:]) for part in key.split("_")[1:])
+        position = ranks[rank][row]
+        present = {m for m in ACROSS if f"coef_{m}" in tokens.series}
+        assert present == (set() if GROUPS[position] == 1 else set(ACROSS)), key
+        assert "coef_grpo" in tokens.series
 
 
 def _tokens(step_files, methods):
@@ -118,7 +133,7 @@ def test_the_sequence_pages_coefficients_are_those_of_one_file(tmp_path, layout)
     mine = _tokens(split_files, methods)
     theirs = _tokens(one_files, methods)
     assert len(mine.tokens) == len(theirs.tokens) == 16
-    assert any("4 group(s) had samples in more" in n for n in mine.steps[0].notes)
+    assert any("4 group(s) with samples in more" in n for n in mine.steps[0].notes)
     rows = [0] * 2
     for index in range(16):
         rank = int(index >= 8)
