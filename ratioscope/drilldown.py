@@ -299,7 +299,9 @@ def sequence_scores(
             if name in reference.flags:
                 clipped = clipped | reference.flags[name]
         scores["clipped"] = f.sequence_flag_share(clipped, mask)
-        scores["gradient_share"] = f.sequence_abs_share(reference.values, mask)
+        # the sequence's sum here: a share of the step's sum once every file of the step
+        # is in (_StepRows.rank), as rank files each hold a part of the step
+        scores["gradient_share"] = f.sequence_abs_sum(reference.values, mask)
     if batch.entropy is not None and batch.old_entropy is not None:
         scores["entropy_drop"] = f.sequence_mean_drop(batch.old_entropy, batch.entropy, mask)
     scores["longest"] = torch.where(lengths > 0, lengths, math.nan)
@@ -639,6 +641,7 @@ class _StepRows:
 
         from ratioscope.functional.drilldown import top_rows
 
+        self._shares_of_step("gradient_share")
         best: dict[str, int] = {}
         for ranking in RANKINGS:
             values = [c[1].get(ranking.key, math.nan) for c in self.candidates]
@@ -651,6 +654,16 @@ class _StepRows:
                 self.drill.rows.setdefault(key, {**facts, "scores": _rounded(scores)})
                 best[key] = min(best.get(key, rank), rank)
         return best
+
+    def _shares_of_step(self, key: str) -> None:
+        """Turn every candidate's ``key`` from its own sum into its share of the step's
+        total (NaN for all when the total is 0 or not finite)."""
+        values = [c[1][key] for c in self.candidates if key in c[1]]
+        total = math.fsum(v for v in values if math.isfinite(v))
+        for _, scores, _ in self.candidates:
+            if key in scores:
+                usable = total > 0 and math.isfinite(total)
+                scores[key] = scores[key] / total if usable else math.nan
 
 
 def _label(batch: TokenBatch, group: int) -> str:

@@ -46,6 +46,18 @@ def sequence_flag_share(flags: Tensor, mask: Tensor) -> Tensor:
     return _per_valid((flags & mask).sum(dim=1).double(), mask)
 
 
+def sequence_abs_sum(values: Tensor, mask: Tensor) -> Tensor:
+    """[B] each sequence's sum of |values| over its valid tokens (values: [B, T] float;
+    mask: [B, T] bool); NaN for a sequence without valid tokens.
+
+    >>> mask = torch.tensor([[1, 1], [0, 0]]).bool()
+    >>> sequence_abs_sum(torch.tensor([[1.0, -2.0], [2.0, 9.0]]), mask)
+    tensor([3., nan], dtype=torch.float64)
+    """
+    sums = torch.where(mask, values.double().abs(), 0.0).sum(dim=1)
+    return torch.where(_lengths(mask) > 0, sums, math.nan)
+
+
 def sequence_abs_share(values: Tensor, mask: Tensor) -> Tensor:
     """[B] each sequence's share of the batch's sum of |values| over valid tokens
     (values: [B, T] float, e.g. gradient coefficients; mask: [B, T] bool); NaN when the
@@ -55,11 +67,11 @@ def sequence_abs_share(values: Tensor, mask: Tensor) -> Tensor:
     >>> sequence_abs_share(torch.tensor([[1.0, -1.0], [2.0, 9.0]]), mask)
     tensor([0.5000, 0.5000], dtype=torch.float64)
     """
-    sums = torch.where(mask, values.double().abs(), 0.0).sum(dim=1)
-    total = float(sums.sum())
+    sums = sequence_abs_sum(values, mask)
+    total = float(sums.nansum())
     if total == 0 or not math.isfinite(total):
         return torch.full_like(sums, math.nan)
-    return torch.where(_lengths(mask) > 0, sums / total, math.nan)
+    return sums / total
 
 
 def sequence_mean_drop(before: Tensor, after: Tensor, mask: Tensor) -> Tensor:
