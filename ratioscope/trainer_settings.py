@@ -156,20 +156,25 @@ class TrainerSettings:
 
     def whole_step_on_policy(self) -> str | None:
         """Why every log-ratio (current vs old) of a captured optimizer step must be exactly
-        0, in words, or None when the settings do not imply it.
+        0, in words, or None when the settings do not imply it (TRL:
+        :meth:`_trl_whole_step`, verl: :meth:`_verl_whole_step`; OpenRLHF: never)."""
+        if self.framework == "trl":
+            return self._trl_whole_step()
+        if self.framework == "verl":
+            return self._verl_whole_step()
+        return None
 
-        TRL's ``GRPOTrainer`` generates every ``steps_per_generation x num_iterations``
+    def _trl_whole_step(self) -> str | None:
+        """TRL's ``GRPOTrainer`` generates every ``steps_per_generation x num_iterations``
         micro-steps; when ``gradient_accumulation_steps`` is a multiple of that, every
         generation happens at an optimizer-step boundary, so all loss micro-batches of a
         step come from the policy before its one update. TRL then sets
         ``old_per_token_logps`` to None and uses ``per_token_logps.detach()`` (the capture
         records that, a ratio of exactly 1), unless vLLM importance sampling makes it
-        recompute them (``_generate_and_score_completions``, ``_compute_loss``). Only for
-        TRL; ``steps_per_generation`` None is ``gradient_accumulation_steps``
+        recompute them (``_generate_and_score_completions``, ``_compute_loss``).
+        ``steps_per_generation`` None is ``gradient_accumulation_steps``
         (``GRPOConfig.__post_init__``).
         """
-        if self.framework != "trl":
-            return None
         s = self.settings
         accumulation = _positive_int(s.get("gradient_accumulation_steps"))
         iterations = _positive_int(s.get("num_iterations"))
@@ -182,6 +187,35 @@ class TrainerSettings:
             f"TRL gradient_accumulation_steps={accumulation} is a multiple of "
             f"steps_per_generation x num_iterations = {per_generation} x {iterations}: "
             "each optimizer step trains on completions of the policy before it"
+        )
+
+    def _verl_whole_step(self) -> str | None:
+        """verl updates the actor once per step on ``data.train_batch_size x rollout.n``
+        sequences, in mini-batches of ``actor.ppo_mini_batch_size x rollout.n`` (both
+        divided by the data-parallel size on each rank; both sizes in prompts, as the
+        trainer's top-level config holds them), ``actor.ppo_epochs`` times. With
+        ``train_batch_size <= ppo_mini_batch_size`` (verl refuses ``<`` unless
+        ``use_dynamic_bsz``) and one epoch, the step is one update from the sampling
+        policy. Not when the old log-probs are the rollout's
+        (``algorithm.rollout_correction.bypass_mode``, ``actor.use_rollout_log_probs``
+        true; None: the config has no such option). All three sizes must be recorded:
+        the actor's config alone (a worker's, whose ``ppo_mini_batch_size`` verl has
+        normalised to sequences per rank) has no ``data.train_batch_size``.
+        """
+        s = self.settings
+        batch = _positive_int(s.get("data.train_batch_size"))
+        mini = _positive_int(s.get("actor.ppo_mini_batch_size"))
+        epochs = _positive_int(s.get("actor.ppo_epochs"))
+        if batch is None or mini is None or epochs != 1 or batch > mini:
+            return None
+        for rollout_old in ("algorithm.rollout_correction.bypass_mode",
+                            "actor.use_rollout_log_probs"):  # fmt: skip
+            if s.get(rollout_old) not in (None, False):
+                return None
+        return (
+            f"verl data.train_batch_size={batch} <= actor.ppo_mini_batch_size={mini} with "
+            "ppo_epochs=1: one mini-batch and one epoch, so each step's one update trains "
+            "on completions of the policy before it"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -364,19 +398,26 @@ def trl_settings(trainer: Any) -> TrainerSettings:
 def verl_settings(config: Any) -> TrainerSettings:
     """verl's settings from its Hydra config (``self.config`` of ``RayPPOTrainer``: the
     top-level config with ``actor_rollout_ref``, ``data``, ``algorithm``), or from the
-    actor's config (``self.config`` of the actor worker) alone."""
+    actor's config (``self.config`` of the actor worker) alone. Only the top-level config
+    has ``data.train_batch_size`` and the mini-batch size in prompts, which the verdict's
+    whole-step on-policy rule needs (:meth:`TrainerSettings.whole_step_on_policy`)."""
     actor = _path(config, "actor_rollout_ref.actor") or config
     out: dict[str, Any] = {}
     for name in (
         "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
         "ppo_epochs", "use_kl_loss", "kl_loss_coef", "ppo_mini_batch_size",
+        "use_rollout_log_probs",
     ):  # fmt: skip
         out[f"actor.{name}"] = _plain(_path(actor, name))
-    out["data.max_response_length"] = _plain(_path(config, "data.max_response_length"))
+    for name in ("data.max_response_length", "data.train_batch_size"):
+        out[name] = _plain(_path(config, name))
     out["rollout.n"] = _plain(_path(config, "actor_rollout_ref.rollout.n"))
     out["algorithm.adv_estimator"] = _plain(_path(config, "algorithm.adv_estimator"))
     out["algorithm.norm_adv_by_std_in_grpo"] = _plain(
         _path(config, "algorithm.norm_adv_by_std_in_grpo")
+    )
+    out["algorithm.rollout_correction.bypass_mode"] = _plain(
+        _path(config, "algorithm.rollout_correction.bypass_mode")
     )
     return TrainerSettings(framework="verl", settings=out)
 
@@ -394,10 +435,16 @@ def openrlhf_settings(args: Any) -> TrainerSettings:
 
 
 def _path(obj: Any, dotted: str) -> Any:
+    """``obj.a.b`` for ``"a.b"`` through mappings and attributes; None where a part is
+    absent (an OmegaConf config in struct mode may raise for an unknown key, as for an
+    option an older version of the trainer does not have)."""
     for part in dotted.split("."):
         if obj is None:
             return None
-        obj = obj.get(part) if isinstance(obj, Mapping) else getattr(obj, part, None)
+        try:
+            obj = obj.get(part) if isinstance(obj, Mapping) else getattr(obj, part, None)
+        except (AttributeError, KeyError):
+            return None
     return obj
 
 

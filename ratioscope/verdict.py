@@ -56,6 +56,17 @@ _TRL_ON_POLICY = (
     "per_token_logps.detach(): every log-ratio of the step is 0 by definition, and a "
     "non-zero one is recomputation noise"
 )
+_VERL_ON_POLICY = (
+    "verl (volcengine/verl b178a3cd): update_policy splits each rank's "
+    "train_batch_size x rollout.n / dp sequences into mini-batches of ppo_mini_batch_size "
+    "x rollout.n / dp (workers/fsdp_workers.py 241-242, workers/actor/dp_actor.py 541; the "
+    "new engine: trainer/ppo/ray_trainer.py 1246-1256, workers/engine_workers.py 217); with "
+    "one mini-batch and ppo_epochs 1 (dp_actor.py 543) no update precedes the loss, which "
+    "uses log_prob.detach() (dp_actor.py 591-592) or the recomputed old_log_probs of the "
+    "same policy (workers/utils/losses.py 125): every log-ratio of the step is 0 by "
+    "definition, and a non-zero one is recomputation noise"
+)
+_ON_POLICY_SOURCES = {"trl": _TRL_ON_POLICY, "verl": _VERL_ON_POLICY}
 _PRIME_RL_CLAMP = (
     "prime-rl clamps the log importance ratio to [-20, 20] (exp(20) = 4.9e8) before exp: "
     "PR #1329, and MISMATCH_KL_LOG_RATIO_LIMIT in PR #2973 (src/prime_rl/trainer/rl/loss.py)"
@@ -584,9 +595,10 @@ def _on_policy_findings(report: Report, t: Thresholds) -> list[Finding]:
 
 def _whole_step_on_policy(report: Report, t: Thresholds) -> Finding | None:
     """Every log-ratio of the step must be exactly 0 when the settings the trainer's
-    capture recorded say so (TRL: :meth:`~ratioscope.trainer_settings.TrainerSettings.
-    whole_step_on_policy`); judged on the share of tokens outside the exact band of the
-    ratios section (``token_on_band`` at its default, r = 1 up to float32 rounding)."""
+    capture recorded say so (TRL, verl: :meth:`~ratioscope.trainer_settings.
+    TrainerSettings.whole_step_on_policy`); judged on the share of tokens outside the
+    exact band of the ratios section (``token_on_band`` at its default, r = 1 up to
+    float32 rounding)."""
     from ratioscope.functional.token_stats import EXACT_ON_BAND
     from ratioscope.trainer_settings import TrainerSettings
 
@@ -612,7 +624,8 @@ def _whole_step_on_policy(report: Report, t: Thresholds) -> Finding | None:
         show=_pct, advice=": the log-probs were not recomputed bit for bit (trainer noise)",
         name="trainer noise",
     )  # fmt: skip
-    return replace(finding, source=f"{reason} ({settings.source}); {_TRL_ON_POLICY}")
+    cited = _ON_POLICY_SOURCES.get(settings.framework, "")
+    return replace(finding, source=f"{reason} ({settings.source}); {cited}")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -142,6 +143,52 @@ def test_verl_on_policy_old_log_prob_overrides_the_batch(tmp_path):
     report = analyzed(tmp_path)
     assert report["mismatch"]["policy"]["tokens"] == int(batch["response_mask"].sum())
     assert report["mismatch"]["policy"]["k1"] == 0.0  # the ratio is exactly 1
+
+
+def verl_trainer_config(train_batch_size: int) -> dict:
+    """verl's top-level Hydra config (nested mappings; sizes in prompts), 2 prompts per
+    mini-batch and one PPO epoch, as ``RayPPOTrainer`` holds it."""
+    actor = {"clip_ratio": 0.2, "ppo_mini_batch_size": 2, "ppo_epochs": 1}
+    return {
+        "actor_rollout_ref": {"actor": actor, "rollout": {"n": N}},
+        "data": {"train_batch_size": train_batch_size, "max_response_length": 10},
+        "algorithm": {"adv_estimator": "grpo", "rollout_correction": {"bypass_mode": False}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("train_batch_size", "noise", "level"),
+    [(2, 0.0, "green"), (2, 0.01, "yellow"), (4, 0.01, None)],
+)
+def test_verl_capture_records_the_settings_of_the_whole_step_rule(
+    tmp_path, train_batch_size, noise, level
+):
+    """One step of 2 prompts x 4 responses: with ``train_batch_size`` 2 and mini-batches
+    of 2 prompts it is one update from the sampling policy, where the new engine's loss
+    takes the recomputed ``old_log_probs``: a log-ratio != 0 is trainer noise. With 4
+    prompts the step has two mini-batches and no whole-step claim."""
+    from ratioscope.trainer_settings import SETTINGS_KEY, verl_settings
+    from ratioscope.verdict import verdict
+
+    batch = verl_batch(4)
+    mask = batch["response_mask"].bool()
+    g = torch.Generator().manual_seed(4)
+    new = batch["old_log_probs"] + noise * torch.randn(mask.shape, generator=g) * mask
+    settings = verl_settings(verl_trainer_config(train_batch_size))
+    with CaptureWriter(tmp_path, trainer_settings=settings) as writer:
+        capture_verl_micro_batch(writer, 0, batch, new)
+    stored = torch.load(next(tmp_path.rglob("*.pt")), weights_only=True)
+    recorded = json.loads(stored[SETTINGS_KEY])["settings"]
+    assert recorded["data.train_batch_size"] == train_batch_size
+    assert (recorded["actor.ppo_mini_batch_size"], recorded["actor.ppo_epochs"]) == (2, 1)
+    assert recorded["algorithm.rollout_correction.bypass_mode"] is False
+    findings = {f.key: f for f in verdict(ratioscope.analyze(tmp_path))}
+    whole = findings.get("ratios.token.proportion_pooled.on")
+    assert (whole and whole.level) == level
+    if level is not None:
+        changed = int((new != batch["old_log_probs"])[mask].sum())
+        assert whole.value == pytest.approx(changed / int(mask.sum()))
+        assert "verl data.train_batch_size=2" in whole.source
 
 
 def test_verl_missing_response_mask_names_the_key(tmp_path):

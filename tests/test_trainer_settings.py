@@ -61,6 +61,32 @@ def test_verl_settings_give_the_asymmetric_band_group_size_and_length():
     assert verl_settings(bare).clip()[0] == (0.1, 0.1)
 
 
+def test_verl_settings_record_the_batch_sizes_and_the_old_log_prob_source():
+    config = verl_config(ppo_epochs=2, ppo_mini_batch_size=16, use_rollout_log_probs=False)
+    config["data"]["train_batch_size"] = 64
+    config["algorithm"]["rollout_correction"] = {"bypass_mode": True}
+    settings = verl_settings(config).settings
+    assert settings["data.train_batch_size"] == 64
+    assert settings["actor.ppo_mini_batch_size"] == 16 and settings["actor.ppo_epochs"] == 2
+    assert settings["actor.use_rollout_log_probs"] is False
+    assert settings["algorithm.rollout_correction.bypass_mode"] is True
+    # the actor's config alone (a worker's) has no train batch size; older versions no
+    # rollout correction; a config that raises for unknown keys (OmegaConf in struct mode)
+    actor = verl_settings(config["actor_rollout_ref"]["actor"]).settings
+    assert actor["actor.ppo_mini_batch_size"] == 16 and actor["data.train_batch_size"] is None
+    assert verl_settings(verl_config()).settings["algorithm.rollout_correction.bypass_mode"] is None
+
+    class Strict(dict):
+        def get(self, key, default=None):
+            if key not in self:
+                raise KeyError(key)
+            return self[key]
+
+    strict = Strict(actor_rollout_ref=Strict(actor=Strict(ppo_epochs=1)), data=Strict())
+    assert verl_settings(strict).settings["data.train_batch_size"] is None
+    assert verl_settings(strict).settings["actor.ppo_epochs"] == 1
+
+
 def test_openrlhf_settings_read_nested_and_flat_arguments():
     nested = SimpleNamespace(
         actor=SimpleNamespace(eps_clip=0.1, eps_clip_low_high=[0.1, 0.3]),
@@ -259,3 +285,36 @@ def test_trl_whole_step_on_policy(changes, on_policy):
     assert trl.recorded
     assert TrainerSettings("verl", trl.settings).whole_step_on_policy() is None
     assert not documented_defaults("trl").recorded
+
+
+VERL_ON_POLICY = {
+    "data.train_batch_size": 32, "actor.ppo_mini_batch_size": 32, "actor.ppo_epochs": 1,
+    "actor.use_rollout_log_probs": False, "algorithm.rollout_correction.bypass_mode": False,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "on_policy"),
+    [
+        ({}, True),  # one mini-batch (32 prompts of 32), one epoch
+        ({"data.train_batch_size": 16}, True),  # fewer than a mini-batch (use_dynamic_bsz)
+        ({"data.train_batch_size": 64}, False),  # two mini-batches: the second is off-policy
+        ({"actor.ppo_epochs": 2}, False),  # the second epoch follows an update
+        ({"algorithm.rollout_correction.bypass_mode": True}, False),  # old = rollout's
+        ({"actor.use_rollout_log_probs": True}, False),  # fully async: old = rollout's
+        ({"algorithm.rollout_correction.bypass_mode": None}, True),  # no such option
+        ({"data.train_batch_size": None}, False),  # the actor's config alone: no claim
+        ({"actor.ppo_epochs": None}, False),  # unknown: no claim, not verl's default 1
+    ],
+)
+def test_verl_whole_step_on_policy(changes, on_policy):
+    # verl: one mini-batch (train_batch_size <= ppo_mini_batch_size) and ppo_epochs == 1
+    verl = TrainerSettings(
+        "verl", {**VERL_ON_POLICY, **changes}, source="recorded by the capture in f"
+    )
+    reason = verl.whole_step_on_policy()
+    assert (reason is not None) == on_policy
+    if on_policy:
+        assert f"train_batch_size={verl.settings['data.train_batch_size']}" in reason
+    assert TrainerSettings("trl", verl.settings).whole_step_on_policy() is None
+    assert TrainerSettings("openrlhf", verl.settings).whole_step_on_policy() is None

@@ -717,6 +717,46 @@ def test_whole_step_rule_needs_recorded_on_policy_trl_settings(document, trainer
     assert "ratios.token.proportion_pooled.on" not in findings
 
 
+def verl_settings_block(**changes) -> dict:
+    """A params.trainer block as analyze writes it from a verl capture's part file."""
+    settings = {
+        "data.train_batch_size": 32, "actor.ppo_mini_batch_size": 32, "actor.ppo_epochs": 1,
+        "actor.use_rollout_log_probs": None, "algorithm.rollout_correction.bypass_mode": False,
+    }  # fmt: skip
+    return {**trl_settings(), "framework": "verl", "settings": {**settings, **changes}}
+
+
+@pytest.mark.parametrize(("on", "level"), [(1.0, "green"), (0.97, "yellow")])
+def test_whole_step_on_policy_from_recorded_verl_settings(document, on, level):
+    findings = judged(on_policy_document(document, on, verl_settings_block()))
+    finding = findings["ratios.token.proportion_pooled.on"]
+    assert finding.level == level and finding.value == pytest.approx(1 - on, abs=1e-15)
+    assert "train_batch_size=32 <= actor.ppo_mini_batch_size=32" in finding.source
+    assert "dp_actor.py 591-592" in finding.source  # verl's own rule, cited
+    assert "old_per_token_logps" not in finding.source  # not TRL's
+    both = judged(on_policy_document(document, on, verl_settings_block()), staleness=staleness(1.0))
+    assert "ratios.token.proportion_pooled.on" in both
+    assert "staleness.minibatches.0.exact_on" not in both
+
+
+@pytest.mark.parametrize(
+    "trainer",
+    [
+        verl_settings_block(**{"data.train_batch_size": 128}),  # 4 mini-batches
+        verl_settings_block(**{"actor.ppo_epochs": 2}),  # the second epoch follows an update
+        verl_settings_block(**{"algorithm.rollout_correction.bypass_mode": True}),
+        verl_settings_block(**{"data.train_batch_size": None}),  # the actor's config alone
+        {**verl_settings_block(), "source": "verl's documented defaults (--trainer verl)"},
+    ],
+)
+def test_whole_step_rule_needs_recorded_on_policy_verl_settings(document, trainer):
+    findings = judged(on_policy_document(document, 0.5, trainer))
+    assert "ratios.token.proportion_pooled.on" not in findings
+    # with several mini-batches, the first-mini-batch rule still judges mini-batch 0
+    keyed = judged(on_policy_document(document, 0.5, trainer), staleness=staleness(0.9))
+    assert keyed["staleness.minibatches.0.exact_on"].level == "yellow"
+
+
 def test_whole_step_rule_on_a_real_trl_capture_file(tmp_path):
     """The TRL export's first 32 rows (mini-batch 0: exactly on-policy) written as a TRL
     capture's part file with on-policy settings; analyze reads them from the file."""
