@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +35,13 @@ if TYPE_CHECKING:
 
 #: the top-level key of a part file that holds the settings (a JSON text)
 SETTINGS_KEY = "ratioscope_trainer"
+#: the environment variable through which a trainer's driver hands its settings (JSON, as
+#: :func:`settings_env` writes it) to the writers in its workers (:func:`settings_from_env`)
+SETTINGS_ENV = "RATIOSCOPE_TRAINER_SETTINGS"
+#: where verl (b178a3cd, ``trainer/main_ppo.py`` ``run_ppo``) takes the environment
+#: variables of every Ray actor from: ``ray_init.runtime_env`` is merged into
+#: ``ray.init``'s job runtime environment, whose ``env_vars`` Ray merges into each worker's
+VERL_ENV_VARS_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 FRAMEWORKS = ("trl", "verl", "openrlhf")
 #: how the ``source`` of settings read from a part file begins
 RECORDED = "recorded by the capture"
@@ -420,6 +428,74 @@ def verl_settings(config: Any) -> TrainerSettings:
         _path(config, "algorithm.rollout_correction.bypass_mode")
     )
     return TrainerSettings(framework="verl", settings=out)
+
+
+def settings_env(settings: TrainerSettings) -> dict[str, str]:
+    """``{SETTINGS_ENV: JSON}``: the environment variable that hands ``settings`` to the
+    :class:`~ratioscope.capture.CaptureWriter` of another process (a trainer's worker),
+    which reads it when made without ``trainer_settings``. Each ``$`` is written as the
+    JSON escape ``\\u0024``, so that a config system that interpolates ``${...}`` in
+    strings (OmegaConf) passes the text through unchanged."""
+    return {SETTINGS_ENV: settings.to_json().replace("$", "\\u0024")}
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> TrainerSettings | None:
+    """The settings :data:`SETTINGS_ENV` holds (``environ``: default ``os.environ``), or
+    None when it is unset or blank.
+
+    Raises:
+        ValueError: the variable holds no settings document (not JSON, or JSON without a
+            known ``framework`` and a ``settings`` object); one sentence naming it.
+    """
+    text = (os.environ if environ is None else environ).get(SETTINGS_ENV, "")
+    if not text.strip():
+        return None
+    settings = TrainerSettings.from_json(text, source=f"{RECORDED} (from {SETTINGS_ENV})")
+    if settings is None:
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise ValueError(
+            f"the {SETTINGS_ENV} environment variable must hold the trainer settings as "
+            "JSON (ratioscope.trainer_settings.settings_env writes it: an object with "
+            f"'framework' one of {', '.join(FRAMEWORKS)} and a 'settings' object), "
+            f"got {shown!r}"
+        )
+    return replace(settings, source="")
+
+
+def forward_verl_settings(config: Any) -> TrainerSettings:
+    """Hand ``verl_settings(config)`` to every verl worker: write it (:func:`settings_env`)
+    into ``config.ray_kwargs.ray_init.runtime_env.env_vars`` (:data:`VERL_ENV_VARS_KEY`),
+    which verl's ``run_ppo`` passes to ``ray.init``, so that each worker's
+    :class:`~ratioscope.capture.CaptureWriter` records the top-level settings. Call it on
+    the driver with the Hydra config before ``run_ppo(config)`` (verl's ``main``); it
+    has no effect when Ray is already initialised (then pass :func:`settings_env` to
+    your own ``ray.init(runtime_env={"env_vars": ...})``).
+
+    Args:
+        config: verl's top-level config: an OmegaConf ``DictConfig`` (struct mode
+            allowed) or nested dicts.
+
+    Returns:
+        The settings forwarded.
+    """
+    settings = verl_settings(config)
+    variables = settings_env(settings)
+    if type(config).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf  # verl's own dependency, present where it runs
+
+        for name, value in variables.items():
+            OmegaConf.update(config, f"{VERL_ENV_VARS_KEY}.{name}", value, force_add=True)
+        return settings
+    node = config
+    for part in VERL_ENV_VARS_KEY.split("."):
+        child = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(child, dict):
+            if child is not None:
+                raise ValueError(f"verl config {VERL_ENV_VARS_KEY}: {part} is not a mapping")
+            child = node[part] = {}
+        node = child
+    node.update(variables)
+    return settings
 
 
 def openrlhf_settings(args: Any) -> TrainerSettings:

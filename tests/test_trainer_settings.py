@@ -14,10 +14,15 @@ from ratioscope.capture import CaptureWriter
 from ratioscope.cli import app
 from ratioscope.io.loaders import LoadOptions
 from ratioscope.trainer_settings import (
+    SETTINGS_ENV,
     SETTINGS_KEY,
     TrainerSettings,
     documented_defaults,
+    forward_verl_settings,
     openrlhf_settings,
+    read_recorded,
+    settings_env,
+    trl_settings,
     verl_settings,
 )
 
@@ -318,3 +323,133 @@ def test_verl_whole_step_on_policy(changes, on_policy):
         assert f"train_batch_size={verl.settings['data.train_batch_size']}" in reason
     assert TrainerSettings("trl", verl.settings).whole_step_on_policy() is None
     assert TrainerSettings("openrlhf", verl.settings).whole_step_on_policy() is None
+
+
+# ------------------------------------------------ settings handed down in the environment
+# verl's driver has the top-level config, its workers (where the writer is) only the
+# actor's: the driver puts the settings into RATIOSCOPE_TRAINER_SETTINGS, which Ray sets in
+# every worker, and a writer made without trainer_settings records them
+
+#: what verl_settings reads from on_policy_verl_config(), written out by hand
+ON_POLICY_SETTINGS = {
+    "actor.clip_ratio": 0.2,
+    "actor.clip_ratio_low": 0.2,
+    "actor.clip_ratio_high": 0.28,
+    "actor.clip_ratio_c": None,
+    "actor.loss_agg_mode": None,
+    "actor.ppo_epochs": 1,
+    "actor.use_kl_loss": None,
+    "actor.kl_loss_coef": None,
+    "actor.ppo_mini_batch_size": 32,
+    "actor.use_rollout_log_probs": False,
+    "data.max_response_length": 1024,
+    "data.train_batch_size": 32,
+    "rollout.n": 4,
+    "algorithm.adv_estimator": "grpo",
+    "algorithm.norm_adv_by_std_in_grpo": None,
+    "algorithm.rollout_correction.bypass_mode": None,
+}
+
+
+def on_policy_verl_config():
+    config = verl_config(ppo_epochs=1, ppo_mini_batch_size=32, use_rollout_log_probs=False)
+    config["data"]["train_batch_size"] = 32
+    config["ray_kwargs"] = {"ray_init": {"num_cpus": None}}  # as verl's ppo_trainer.yaml
+    return config
+
+
+def recorded_settings(directory):
+    (part,) = sorted(directory.rglob("*.pt"))
+    return read_recorded(part)
+
+
+def test_the_writer_records_the_settings_the_environment_hands_it(tmp_path, monkeypatch):
+    document = {
+        "framework": "verl",
+        "settings": {"data.train_batch_size": 64, "actor.ppo_mini_batch_size": 64,
+                     "actor.ppo_epochs": 1, "rollout.n": 8, "actor.loss_agg_mode": "a${b}"},
+        "reward_functions": [["acc", 0.5]],
+    }  # fmt: skip
+    monkeypatch.setenv(SETTINGS_ENV, json.dumps(document))
+    capture(tmp_path / "run")
+    recorded = recorded_settings(tmp_path / "run")
+    assert recorded.framework == "verl"
+    assert dict(recorded.settings) == document["settings"]
+    assert recorded.reward_functions == (("acc", 0.5),)
+    assert recorded.recorded and recorded.group_size() == 8
+    # blank or unset: no settings
+    monkeypatch.setenv(SETTINGS_ENV, "  ")
+    capture(tmp_path / "blank")
+    assert recorded_settings(tmp_path / "blank") is None
+
+
+def test_forward_verl_settings_reaches_a_worker_writer_whole(tmp_path, monkeypatch):
+    config = on_policy_verl_config()
+    config["ray_kwargs"]["ray_init"]["runtime_env"] = {"env_vars": {"NCCL_DEBUG": "INFO"}}
+    forward_verl_settings(config)
+    env_vars = config["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert set(env_vars) == {"NCCL_DEBUG", SETTINGS_ENV} and env_vars["NCCL_DEBUG"] == "INFO"
+    assert config["ray_kwargs"]["ray_init"]["num_cpus"] is None
+    # Ray sets the job's env_vars in the worker; the worker's writer gets no argument
+    monkeypatch.setenv(SETTINGS_ENV, env_vars[SETTINGS_ENV])
+    capture(tmp_path / "run")
+    recorded = recorded_settings(tmp_path / "run")
+    assert recorded.framework == "verl"
+    assert dict(recorded.settings) == ON_POLICY_SETTINGS
+    # so the verdict's whole-step rule fires, which the actor's config alone never does
+    assert "train_batch_size=32 <= actor.ppo_mini_batch_size=32" in (
+        recorded.whole_step_on_policy() or ""
+    )
+    actor_only = verl_settings(config["actor_rollout_ref"]["actor"])
+    assert actor_only.settings["data.train_batch_size"] is None
+
+
+def test_forward_verl_settings_into_verls_struct_mode_omegaconf(tmp_path, monkeypatch):
+    omegaconf = pytest.importorskip("omegaconf")
+    config = omegaconf.OmegaConf.create(on_policy_verl_config())
+    config["algorithm"]["adv_estimator"] = "${data.max_response_length}x"  # to be resolved
+    omegaconf.OmegaConf.set_struct(config, True)  # as Hydra hands it to main()
+    with pytest.raises(omegaconf.errors.ConfigAttributeError):
+        config.ray_kwargs.ray_init.runtime_env = {}  # verl's yaml has no such key
+    forward_verl_settings(config)
+    # what verl's run_ppo does with it (b178a3cd main_ppo.py 65-77), minus its defaults
+    ray_init = config.ray_kwargs.get("ray_init", {})
+    runtime_env = omegaconf.OmegaConf.merge({"env_vars": {}}, ray_init.get("runtime_env", {}))
+    ray_init = omegaconf.OmegaConf.create({**ray_init, "runtime_env": runtime_env})
+    kwargs = omegaconf.OmegaConf.to_container(ray_init)
+    monkeypatch.setenv(SETTINGS_ENV, kwargs["runtime_env"]["env_vars"][SETTINGS_ENV])
+    capture(tmp_path / "run")
+    recorded = recorded_settings(tmp_path / "run")
+    assert recorded.settings["algorithm.adv_estimator"] == "1024x"
+    assert recorded.settings["data.train_batch_size"] == 32
+    assert recorded.settings["actor.clip_ratio_high"] == 0.28
+    # a $ in a value survives OmegaConf's interpolation as the text it was
+    document = TrainerSettings("verl", {"actor.loss_agg_mode": "${x}"})
+    config = omegaconf.OmegaConf.create({"env_vars": settings_env(document)})
+    text = omegaconf.OmegaConf.to_container(config, resolve=True)["env_vars"][SETTINGS_ENV]
+    assert json.loads(text)["settings"] == {"actor.loss_agg_mode": "${x}"}
+
+
+def test_an_explicit_trainer_settings_argument_wins_over_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(SETTINGS_ENV, settings_env(verl_settings(verl_config()))[SETTINGS_ENV])
+    trl = trl_settings(SimpleNamespace(args=SimpleNamespace(epsilon=0.3, num_generations=2)))
+    capture(tmp_path / "run", trl)
+    recorded = recorded_settings(tmp_path / "run")
+    assert recorded.framework == "trl" and recorded.settings["epsilon"] == 0.3
+    # not even read: a malformed variable does not stop a writer given its settings
+    monkeypatch.setenv(SETTINGS_ENV, "{broken")
+    capture(tmp_path / "again", trl)
+    assert recorded_settings(tmp_path / "again").framework == "trl"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"framework": "verl", "settings": {', '{"framework": "slime", "settings": {}}',
+     '{"framework": "verl", "settings": [1]}', "[]", "verl"],
+)  # fmt: skip
+def test_malformed_settings_in_the_environment_stop_the_writer(tmp_path, monkeypatch, text):
+    monkeypatch.setenv(SETTINGS_ENV, text)
+    with pytest.raises(ValueError, match=f"the {SETTINGS_ENV} environment variable") as error:
+        CaptureWriter(tmp_path / "run")
+    assert "\n" not in str(error.value) and text[:20] in str(error.value)
+    assert not (tmp_path / "run").exists()

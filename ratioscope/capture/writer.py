@@ -33,7 +33,7 @@ from torch import Tensor
 from ratioscope.capture.sampling import choose_units, rows_of_units, sampling_order
 from ratioscope.capture.tensors import Inputs, Part, gather, validate_inputs
 from ratioscope.io.atomic import atomic_path
-from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings
+from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings, settings_from_env
 
 MODES = ("tensors", "report")
 #: prefix of the metadata keys stored in every part file, as 0-d tensors: the loader
@@ -187,9 +187,14 @@ class CaptureWriter:
             the TRL capture sets it itself), stored in every part file as JSON under
             ``ratioscope_trainer``; ``analyze`` takes the clip band, length limit and
             group size from it, and so does mode "report" (``analysis_options`` win).
+            None: those the ``RATIOSCOPE_TRAINER_SETTINGS`` environment variable holds
+            (JSON, as the trainer's driver wrote it:
+            :func:`ratioscope.trainer_settings.forward_verl_settings`,
+            :func:`~ratioscope.trainer_settings.settings_env`), else none.
 
     Raises:
-        ValueError: an option out of range or not meaningful in ``mode``.
+        ValueError: an option out of range or not meaningful in ``mode``, or
+            ``RATIOSCOPE_TRAINER_SETTINGS`` set to something other than settings JSON.
 
     Example (mode "tensors")::
 
@@ -220,8 +225,12 @@ class CaptureWriter:
         self.max_bytes_per_step = _byte_bound(max_bytes_per_step, mode)
         self.analysis_options = _analysis_options(analysis_options, mode)
         #: the trainer's configuration, stored in every part file (see
-        #: ratioscope.trainer_settings); may be set after the writer is made
-        self.trainer_settings = trainer_settings
+        #: ratioscope.trainer_settings); may be set after the writer is made. Without
+        #: the argument, the driver's, handed down in the environment: a writer made in
+        #: a worker has only the worker's part of the config
+        self.trainer_settings = (
+            trainer_settings if trainer_settings is not None else settings_from_env()
+        )
         self.rank = resolve_rank(rank)
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
