@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -453,3 +455,35 @@ def test_malformed_settings_in_the_environment_stop_the_writer(tmp_path, monkeyp
         CaptureWriter(tmp_path / "run")
     assert "\n" not in str(error.value) and text[:20] in str(error.value)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_ray_hands_the_forwarded_settings_to_a_worker_with_its_own_env_vars(tmp_path):
+    # verl's path without verl: run_ppo passes config.ray_kwargs.ray_init to ray.init;
+    # RayWorkerGroup starts each worker with its own runtime_env env_vars (RANK, ...),
+    # which Ray merges with the job's (verl b178a3cd single_controller/ray/base.py 603-640)
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    config = on_policy_verl_config()
+    forward_verl_settings(config)
+    ray_init = dict(config["ray_kwargs"]["ray_init"])
+    env_vars = dict(ray_init.pop("runtime_env")["env_vars"])
+    here = Path(__file__).resolve()  # the workers import ratioscope as here
+    env_vars["PYTHONPATH"] = os.pathsep.join(
+        [str(here.parents[1]), os.environ.get("PYTHONPATH", "")]
+    )
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": env_vars})  # fmt: skip
+    try:
+
+        class Worker:
+            def capture(self, directory: str) -> str:
+                capture(directory)  # a CaptureWriter made without trainer_settings
+                return os.environ["RANK"]
+
+        actor = ray.remote(num_cpus=0)(Worker).options(runtime_env={"env_vars": {"RANK": "1"}})
+        assert ray.get(actor.remote().capture.remote(str(tmp_path / "run"))) == "1"
+    finally:
+        ray.shutdown()
+    assert dict(recorded_settings(tmp_path / "run").settings) == ON_POLICY_SETTINGS
