@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -475,6 +476,10 @@ def test_ray_hands_the_forwarded_settings_to_a_worker_with_its_own_env_vars(tmp_
     )
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": env_vars})  # fmt: skip
+    # this module travels to the worker by value: verl, when installed, brings a top-level
+    # `tests` package of its own, under which the worker would look for it by name
+    module = sys.modules[__name__]
+    ray.cloudpickle.register_pickle_by_value(module)
     try:
 
         class Worker:
@@ -485,5 +490,6 @@ def test_ray_hands_the_forwarded_settings_to_a_worker_with_its_own_env_vars(tmp_
         actor = ray.remote(num_cpus=0)(Worker).options(runtime_env={"env_vars": {"RANK": "1"}})
         assert ray.get(actor.remote().capture.remote(str(tmp_path / "run"))) == "1"
     finally:
+        ray.cloudpickle.unregister_pickle_by_value(module)
         ray.shutdown()
     assert dict(recorded_settings(tmp_path / "run").settings) == ON_POLICY_SETTINGS
