@@ -29,3 +29,16 @@ def sample_report() -> tuple[ratioscope.run_report.RunReport, Path, int]:
     out = Path(directory) / "report.html"
     size = result.write_html(out)
     return result, out, size
+
+
+def kalman_loop(z: list[float], q: float = 1e-6, v: float = 1.0) -> list[float]:
+    """KPO's filter written out (P0 = 0, rho0 = 0): the reference for the report's
+    Kalman-filtered series."""
+    p, rho, out = 0.0, 0.0, []
+    for value in z:
+        predicted = p + q
+        gain = predicted / (predicted + v)
+        p = (1 - gain) * predicted
+        rho = rho + gain * (value - rho)
+        out.append(rho)
+    return out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from report_build import STEPS, sample_report
+from report_build import STEPS, kalman_loop, sample_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARGS = [
@@ -29,18 +29,6 @@ ARGS = [
 ]
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine")
-
-
-def _kalman_loop(z: list[float], q: float = 1e-6, v: float = 1.0) -> list[float]:
-    """KPO's filter written out (P0 = 0, rho0 = 0)."""
-    p, rho, out = 0.0, 0.0, []
-    for value in z:
-        predicted = p + q
-        gain = predicted / (predicted + v)
-        p = (1 - gain) * predicted
-        rho = rho + gain * (value - rho)
-        out.append(rho)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +88,7 @@ def test_report_drills_from_run_to_step_to_tokens(browser, tmp_path):
     page.select_option("#quantity", "kalman")
     page.wait_for_selector("#tokens[data-quantity='kalman']")
     filtered = page.locator("#tokens .tok").evaluate_all("s => s.map(e => Number(e.dataset.value))")
-    for value, expected in zip(filtered, _kalman_loop(z), strict=True):
+    for value, expected in zip(filtered, kalman_loop(z), strict=True):
         assert value == pytest.approx(expected, abs=1e-7)
 
     assert errors == []

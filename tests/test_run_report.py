@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from report_build import STEPS, TOKENIZER, sample_report
+from report_build import STEPS, TOKENIZER, kalman_loop, sample_report
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
@@ -109,18 +109,6 @@ def _floats(b64: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(b64), dtype="<f4")
 
 
-def _kalman_loop(z: list[float], q: float = 1e-6, v: float = 1.0) -> list[float]:
-    """KPO's filter written out (P0 = 0, rho0 = 0)."""
-    p, rho, out = 0.0, 0.0, []
-    for value in z:
-        predicted = p + q
-        gain = predicted / (predicted + v)
-        p = (1 - gain) * predicted
-        rho = rho + gain * (value - rho)
-        out.append(rho)
-    return out
-
-
 def test_rankings_and_tokens_match_the_dump():
     result, _, _ = sample_report()
     drill = result.drilldown
@@ -150,7 +138,7 @@ def test_rankings_and_tokens_match_the_dump():
     z32 = (data["log_probs"] - data["old_log_probs"])[row][mask[row]].numpy()
     np.testing.assert_array_equal(logged, z32)
     filtered = _floats(tokens["series"]["kalman"])
-    np.testing.assert_allclose(filtered, _kalman_loop(z32.astype(float).tolist()), atol=1e-7)
+    np.testing.assert_allclose(filtered, kalman_loop(z32.astype(float).tolist()), atol=1e-7)
     rollout = (data["old_log_probs"] - data["rollout_log_probs"])[row][mask[row]].numpy()
     np.testing.assert_array_equal(_floats(tokens["series"]["rollout_log_ratio"]), rollout)
     entropy = data["entropys"][row][mask[row]].numpy()
