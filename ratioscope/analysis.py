@@ -224,7 +224,7 @@ def run_accumulators(
     files = RunFiles(len(sources), load_options, notes=run.warnings)
     joins = _JoinedSections(
         StepGroupJoin(group_size, own_ids=bool(load_options.group_size)),
-        totals, make, params, run.sequences,
+        totals, params, run.sequences,
     )  # fmt: skip
     joins.scope_groups(group_size, load_options, _chunk_reader(load_options, chunk_elements),
                        lambda chunk: Context(_to_device(chunk, target), params))  # fmt: skip
@@ -283,12 +283,10 @@ class _JoinedSections:
         self,
         join: Any,
         totals: list[Accumulator],
-        make: Callable[[], list[Accumulator]],
         params: AnalysisParams,
         table: SequenceTable | None,
     ) -> None:
         self.join = join
-        self.make = make
         self.params = params
         self.table = table
         self.per_file_totals = [acc for acc in totals if not acc.joins_groups]
@@ -375,7 +373,9 @@ class _JoinedSections:
             source=", ".join(groups.sources),
         )
         ctx = Context(batch, self.params)
-        accumulators = [acc for acc in self.make() if acc.joins_groups]
+        # a fresh accumulator of each joined section only (Accumulator's constructor takes
+        # the params alone), not every section of the run
+        accumulators = [type(total)(self.params) for total in self.joined_totals]
         with serial_if_small(batch.num_sequences):
             for acc in accumulators:
                 if not acc.begin_file(batch):
