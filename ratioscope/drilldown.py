@@ -660,9 +660,9 @@ class _StepRows:
         total (NaN for all when the total is 0 or not finite)."""
         values = [c[1][key] for c in self.candidates if key in c[1]]
         total = math.fsum(v for v in values if math.isfinite(v))
+        usable = total > 0 and math.isfinite(total)
         for _, scores, _ in self.candidates:
             if key in scores:
-                usable = total > 0 and math.isfinite(total)
                 scores[key] = scores[key] / total if usable else math.nan
 
 
