@@ -57,6 +57,16 @@ def test_report_drills_from_run_to_step_to_tokens(browser, tmp_path):
     assert page.locator("#timeline svg g.mark-symbol path").count() >= 12 * 16
     assert page.locator("#step-table tbody tr").count() == 16
     assert page.locator("#verdict .finding").count() >= 1
+    # counts are shown exactly: the run's valid tokens, summed from the dumps' masks
+    tokens = sum(
+        int(torch.load(path, weights_only=True)["response_mask"].sum())
+        for path in sorted(STEPS.glob("step_*.pt"))
+    )
+    vitals = page.locator("#vitals .vital").evaluate_all(
+        "v => v.map(e => [e.querySelector('.key').textContent,"
+        " e.querySelector('.value').textContent])"
+    )
+    assert ["tokens", str(tokens)] in vitals
     page.screenshot(path=str(shots / "report-run.png"))
 
     page.click("#step-table tr[data-step='16'] td")

@@ -47,6 +47,8 @@
     if (typeof value !== "number") return String(value);
     if (!isFinite(value)) return String(value);
     const a = Math.abs(value);
+    // counts (tokens, sequences) exactly: four significant digits would show 252,337 as 252300
+    if (Number.isInteger(value) && a < 1e15) return String(value);
     if (a !== 0 && (a < 1e-3 || a >= 1e6)) return value.toExponential(3);
     return String(Number(value.toPrecision(4)));
   }
