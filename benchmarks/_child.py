@@ -5,7 +5,7 @@ The child is ``python -c`` with a few lines that run the ``ratioscope`` module e
 glibc's heap (``mallinfo2``). Both are read in the child: ``ru_maxrss`` from wait4 keeps
 the forking parent's high-water mark across exec, which hides any child smaller than the
 (torch-importing) benchmark. The CLI never gives its heap back below the allocator's trim
-threshold (``ratioscope/allocator.py``), so the heap at exit is about the largest it has
+threshold (``ratioscope/analysis/allocator.py``), so the heap at exit is about the largest it has
 been, and a heap much larger than its bytes in use is memory freed into holes that later
 allocations could not reuse, not live data. ``--imports-only`` as the sole argument runs
 only the imports (the fixed cost every command pays).
@@ -44,7 +44,7 @@ def _at_exit():
 
 atexit.register(_at_exit)
 if sys.argv[1:] == ["--imports-only"]:
-    import ratioscope.analysis
+    import ratioscope.analysis.pipeline
 else:
     runpy.run_module("ratioscope", run_name="__main__", alter_sys=True)
 """

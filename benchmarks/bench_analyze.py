@@ -79,8 +79,8 @@ def _fields_read(path: Path, section: str, fields: list[str]) -> list[str]:
     """The per-token fields of the batch (and its chunks) that one section's accumulator
     reads: attribute reads recorded while its ``update`` runs (loading and chunking,
     which touch every field, are not the section's)."""
-    from ratioscope.analysis import analyze
-    from ratioscope.batch import TokenBatch
+    from ratioscope.analysis.pipeline import analyze
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.sections import registry
 
     cls = next(c for c in registry.section_classes() if c.name == section)
@@ -165,10 +165,10 @@ def _child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     import ratioscope
-    from ratioscope.allocator import keep_freed_memory
+    from ratioscope.analysis.allocator import keep_freed_memory
 
     result_allocator = keep_freed_memory()  # as the CLI does at start-up
-    from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, analyze
+    from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, analyze
     from ratioscope.sections import registry
 
     result: dict[str, object] = {"threads": torch.get_num_threads()}

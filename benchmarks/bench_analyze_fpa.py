@@ -90,7 +90,7 @@ def _child(mode: str, path: str, lambdas: str) -> None:
     import torch
 
     import ratioscope
-    from ratioscope.io.paging import MappedPages
+    from ratioscope.functional._paging import MappedPages
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     if mode == "peer":

@@ -43,9 +43,10 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import ratioscope.objectives as library
-    from ratioscope.analysis import analyze
-    from ratioscope.batch import TokenBatch
-    from ratioscope.objective_methods import METHODS, MethodInputs
+
+    from ratioscope.analysis.pipeline import analyze
+    from ratioscope.data.batch import TokenBatch
+    from ratioscope.objective_family.methods import METHODS, MethodInputs
 
     tensors = make_synthetic(
         args.batch, args.tokens, seed=0, extras=("advantages", "group", "rewards",

@@ -69,7 +69,7 @@ def _open_time(path: Path, repeat: int = 3) -> float | None:
 
 def measure(name: str, paths: list[Path], tokenizer: Path | None, out: Path) -> None:
     import ratioscope
-    from ratioscope.run_report import run_report
+    from ratioscope.render.html.run_report import run_report
 
     # wall clock and this process's CPU time (on a loaded machine the wall clock mostly
     # measures waiting; torch's threads count in the CPU time)
@@ -132,7 +132,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
     try:
         bundled = sorted((ROOT / "sample_data" / "verl_steps").glob("step_*.pt"))
-        from ratioscope.run_report import run_report
+        from ratioscope.render.html.run_report import run_report
 
         run_report(bundled[:1])  # compiles the numba loops: not part of either time
         measure("bundled 16-step run", bundled, ROOT / "sample_data" / "tokenizer.json",

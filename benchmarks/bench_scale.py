@@ -179,7 +179,7 @@ def main() -> None:
 
     baseline = measure(["--imports-only"], logs / "imports.log")
     print(
-        f"\nimports only (import ratioscope.analysis, which imports torch): "
+        f"\nimports only (import ratioscope.analysis.pipeline, which imports torch): "
         f"{baseline.seconds:.2f} s, peak RSS {_mb(baseline.peak)}"
     )
 

@@ -15,7 +15,7 @@ The streamed run sets `RATIOSCOPE_STREAM_BYTES=0`, so a file below the default 1
 threshold is streamed too (without it a 0.1 GiB file would be read whole twice). Beside
 the peak, the child reports glibc's heap at exit (`mallinfo2`: bytes the heap holds, and
 how many of them are in use): the CLI keeps freed memory for reuse
-(`ratioscope/allocator.py`), so a heap much larger than what is in use is memory freed
+(`ratioscope/analysis/allocator.py`), so a heap much larger than what is in use is memory freed
 into holes that later chunks could not reuse (fragmentation), not live data.
 
 Every section is computed (the default); with `--without-covariance` each size is also

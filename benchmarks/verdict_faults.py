@@ -22,7 +22,7 @@ overflow           ratio overflow (prime-rl #2972): one token whose engine log-p
 =================  ============================================================================
 
 Each copy, and each real step as it is (the healthy control), is analysed and judged by
-:func:`ratioscope.verdict.verdict` with the default thresholds: a step is *flagged* when
+:func:`ratioscope.judgement.verdict.verdict` with the default thresholds: a step is *flagged* when
 any finding is yellow or red (notes do not count). The table gives, per fault and
 dump set, the share of steps flagged (a fault a dump cannot carry, e.g. entropy collapse
 in a dump without entropy, is ``n/a``) and the findings that fired most. A faulty copy
@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from ratioscope.batch import TokenBatch
-    from ratioscope.report import Report
-    from ratioscope.verdict import Verdict
+    from ratioscope.data.batch import TokenBatch
+    from ratioscope.judgement.verdict import Verdict
+    from ratioscope.report.model import Report
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
@@ -109,7 +109,7 @@ def load_step(path: Path, run: Run) -> TokenBatch:
 
     files = expand_paths([path]) if path.is_dir() else [path]
     batches = [load_file(f, LoadOptions(group_size=run.group_size)) for f in files]
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
 
     batch = batches[0] if len(batches) == 1 else TokenBatch.concat(batches)
     return batch if run.rows is None else batch.select_rows(0, run.rows)
@@ -118,8 +118,8 @@ def load_step(path: Path, run: Run) -> TokenBatch:
 def analyse(batch: TokenBatch, run: Run) -> Report:
     """The report of ``batch``, with the run's recorded trainer settings in its
     ``params.trainer`` block (where ``analyze`` puts those a part file holds)."""
-    from ratioscope.analysis import analyze
-    from ratioscope.trainer_settings import RECORDED, Applied, TrainerSettings
+    from ratioscope.analysis.pipeline import analyze
+    from ratioscope.data.trainer_settings import RECORDED, Applied, TrainerSettings
 
     report = analyze(batch, device="cpu")
     if run.settings is not None:
@@ -140,7 +140,7 @@ _COPIED = (
 def rebuild(batch: TokenBatch, **changes: Any) -> TokenBatch:
     """A validated copy of ``batch`` with some canonical tensors replaced; the log-ratio
     is derived again from the log-probs (``None`` drops a tensor)."""
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
 
     tensors = {name: getattr(batch, name) for name in _COPIED}
     tensors.update(changes)
@@ -320,7 +320,7 @@ class Cell:
 
 
 def judge(report: Report, baseline: Report | None) -> Verdict:
-    from ratioscope.verdict import verdict
+    from ratioscope.judgement.verdict import verdict
 
     return verdict(report, baseline=baseline)
 
@@ -328,7 +328,7 @@ def judge(report: Report, baseline: Report | None) -> Verdict:
 def levels(result: Verdict) -> dict[str, int]:
     """Finding key -> level index (0 green, 1 yellow, 2 red); the worst where a key
     repeats."""
-    from ratioscope.verdict import LEVELS
+    from ratioscope.judgement.verdict import LEVELS
 
     found: dict[str, int] = {}
     for finding in result.findings:

@@ -5,7 +5,7 @@ The public API is re-exported here lazily, so that importing the package (and ru
 ``ratioscope --help``) does not import torch; ``dir(ratioscope)`` lists every name, so tab
 completion finds them. ``ratioscope.objectives``, ``timeline``, ``compare``, ``sweep`` and
 ``verdict`` are modules that are also callable as their function of the same name
-(``ratioscope.verdict(report)``, ``ratioscope.verdict.Thresholds``), whatever was imported
+(``ratioscope.verdict(report)``, ``ratioscope.judgement.verdict.Thresholds``), whatever was imported
 first.
 """
 
@@ -19,29 +19,31 @@ from ratioscope._version import __version__
 _LAZY: dict[str, tuple[str, str | None]] = {
     # reading and analysing dumps
     "load": ("ratioscope.io.loaders", "load"),
-    "analyze": ("ratioscope.analysis", "analyze"),
-    "merge_reports": ("ratioscope.analysis", "merge_reports"),
-    "TokenBatch": ("ratioscope.batch", "TokenBatch"),
-    "Report": ("ratioscope.report", "Report"),
-    "AnalysisParams": ("ratioscope.params", "AnalysisParams"),
-    # modules callable as their function
-    "sweep": ("ratioscope.sweep", None),
-    "timeline": ("ratioscope.timeline", None),
-    "compare": ("ratioscope.compare", None),
-    "objectives": ("ratioscope.objectives", None),
-    "verdict": ("ratioscope.verdict", None),
-    "SweepReport": ("ratioscope.sweep", "SweepReport"),
-    "Timeline": ("ratioscope.timeline", "Timeline"),
-    "Comparison": ("ratioscope.compare", "Comparison"),
-    "ObjectivesReport": ("ratioscope.objectives", "ObjectivesReport"),
-    "Verdict": ("ratioscope.verdict", "Verdict"),
-    "Finding": ("ratioscope.verdict", "Finding"),
-    "Note": ("ratioscope.verdict", "Note"),
-    "Thresholds": ("ratioscope.verdict", "Thresholds"),
-    "load_thresholds": ("ratioscope.verdict", "load_thresholds"),
+    "analyze": ("ratioscope.analysis.pipeline", "analyze"),
+    "merge_reports": ("ratioscope.analysis.pipeline", "merge_reports"),
+    "TokenBatch": ("ratioscope.data.batch", "TokenBatch"),
+    "Report": ("ratioscope.report.model", "Report"),
+    "AnalysisParams": ("ratioscope.data.params", "AnalysisParams"),
+    "sweep": ("ratioscope.analysis.sweep", "sweep"),
+    "SweepReport": ("ratioscope.analysis.sweep", "SweepReport"),
+    # run-level views
+    "timeline": ("ratioscope.views.timeline", "timeline"),
+    "Timeline": ("ratioscope.views.timeline", "Timeline"),
+    "compare": ("ratioscope.views.compare", "compare"),
+    "Comparison": ("ratioscope.views.compare", "Comparison"),
+    # the objective family side by side
+    "objectives": ("ratioscope.objective_family.side_by_side", "objectives"),
+    "ObjectivesReport": ("ratioscope.objective_family.side_by_side", "ObjectivesReport"),
+    # judgement
+    "verdict": ("ratioscope.judgement.verdict", "verdict"),
+    "Verdict": ("ratioscope.judgement.verdict", "Verdict"),
+    "Finding": ("ratioscope.judgement.verdict", "Finding"),
+    "Note": ("ratioscope.judgement.verdict", "Note"),
+    "Thresholds": ("ratioscope.judgement.verdict", "Thresholds"),
+    "load_thresholds": ("ratioscope.judgement.verdict", "load_thresholds"),
     # the HTML run report (ratioscope report)
-    "run_report": ("ratioscope.run_report", None),
-    "RunReport": ("ratioscope.run_report", "RunReport"),
+    "run_report": ("ratioscope.render.html.run_report", "run_report"),
+    "RunReport": ("ratioscope.render.html.run_report", "RunReport"),
     # samples: Pass@k and UCC@k
     "load_samples": ("ratioscope.io.samples", "load_samples"),
     "evaluate_passk": ("ratioscope.evaluation", "evaluate_passk"),
@@ -53,21 +55,27 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    # the type checker sees the callable modules as their functions
     from ratioscope import capture, evaluation, functional
-    from ratioscope.analysis import analyze, merge_reports
-    from ratioscope.batch import TokenBatch
-    from ratioscope.compare import Comparison, compare
+    from ratioscope.analysis.pipeline import analyze, merge_reports
+    from ratioscope.analysis.sweep import SweepReport, sweep
+    from ratioscope.data.batch import TokenBatch
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.evaluation import evaluate_passk, evaluate_ucc
     from ratioscope.io.loaders import load
     from ratioscope.io.samples import load_samples
-    from ratioscope.objectives import ObjectivesReport, objectives
-    from ratioscope.params import AnalysisParams
-    from ratioscope.report import Report
-    from ratioscope.run_report import RunReport, run_report
-    from ratioscope.sweep import SweepReport, sweep
-    from ratioscope.timeline import Timeline, timeline
-    from ratioscope.verdict import Finding, Note, Thresholds, Verdict, load_thresholds, verdict
+    from ratioscope.judgement.verdict import (
+        Finding,
+        Note,
+        Thresholds,
+        Verdict,
+        load_thresholds,
+        verdict,
+    )
+    from ratioscope.objective_family.side_by_side import ObjectivesReport, objectives
+    from ratioscope.render.html.run_report import RunReport, run_report
+    from ratioscope.report.model import Report
+    from ratioscope.views.compare import Comparison, compare
+    from ratioscope.views.timeline import Timeline, timeline
 
 
 def __getattr__(name: str) -> Any:

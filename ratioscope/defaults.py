@@ -1,9 +1,11 @@
-"""Defaults of the library that the command line shows, in a module that imports nothing.
+"""Defaults and constants of the library, in a module that imports nothing.
 
-Each value is used by its library home (named beside it) and by the option that sets it
+Each default is used by its library home (named beside it) and by the option that sets it
 in ``ratioscope/cli/_options.py``; keeping them here, rather than in modules that import
-torch or numpy, lets ``ratioscope --help`` show them without loading either.
-Analysis parameters have their defaults in :class:`ratioscope.params.AnalysisParams`,
+torch or numpy, lets ``ratioscope --help`` show them without loading either. Every layer
+may import this module and ``errors`` (docs/architecture.md), the formulas of
+``functional/`` included.
+Analysis parameters have their defaults in :class:`ratioscope.data.params.AnalysisParams`,
 which imports nothing heavy either.
 """
 
@@ -34,6 +36,9 @@ def chunk_rows(chunk_elements: int, width: int) -> int:
     return max(1, chunk_elements // max(1, width, CHUNK_ROW_FLOOR))
 
 
+#: analysis.threads and the compiled kernels (functional._kernels): tensors of at most this
+#: many elements are analysed on one thread (torch's grain size, ``at::internal::GRAIN_SIZE``)
+SERIAL_ELEMENTS = 32768
 #: sweep.sweep: the Q/V values of KPO's Sec. 5.4 parameter analysis
 QVS = (1e-6, 1e-4, 1e-2)
 #: functional.clustering: TF-IDF cosine at or above which correct responses may share a

@@ -18,12 +18,12 @@ TOKENIZER = ROOT / "sample_data" / "tokenizer.json"
 
 
 @functools.cache
-def sample_report() -> tuple[ratioscope.run_report.RunReport, Path, int]:
+def sample_report() -> tuple[ratioscope.render.html.run_report.RunReport, Path, int]:
     """(the report with token text, its HTML file, the file's size in bytes)."""
     # the run as a user names it from the repository (the page shows the paths given)
     relative = os.path.relpath(STEPS)
     steps = relative if not relative.startswith("..") else STEPS
-    result = ratioscope.run_report.run_report(steps, tokenizer=TOKENIZER)
+    result = ratioscope.render.html.run_report.run_report(steps, tokenizer=TOKENIZER)
     directory = tempfile.mkdtemp(prefix="ratioscope-report-")
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     out = Path(directory) / "report.html"

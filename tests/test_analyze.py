@@ -12,7 +12,7 @@ from dumps import LAYOUTS, make_reference, write_layout
 from typer.testing import CliRunner
 
 import ratioscope
-from ratioscope.analysis import merge_reports
+from ratioscope.analysis.pipeline import merge_reports
 from ratioscope.cli import app
 from ratioscope.functional.histogram import RELATIVE_ERROR
 
@@ -198,7 +198,7 @@ def test_each_input_records_the_sha256_of_its_file(tmp_path):
 def test_a_stopped_hash_reads_no_further(tmp_path):
     import threading
 
-    from ratioscope.analysis import _sha256
+    from ratioscope.analysis.pipeline import _sha256
 
     path = tmp_path / "blob.bin"
     path.write_bytes(b"x" * (1 << 23))
@@ -313,7 +313,7 @@ def test_narrow_terminals_get_transposed_tables_with_whole_numbers(verl_dump):
     assert "…" not in narrow.stdout
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
     report = ratioscope.analyze(path)
-    from ratioscope.render.terminal import fmt
+    from ratioscope.render.terminal.report import fmt
 
     # every number of the mismatch table is printed whole in both layouts
     for key in ("k1", "k3", "chi2_token", "ess"):

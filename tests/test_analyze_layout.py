@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
-from ratioscope.render.overview import BRIEF_LINES, DEFAULT_LINES
+from ratioscope.render.terminal.overview import BRIEF_LINES, DEFAULT_LINES
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL = ROOT / "sample_data" / "verl"

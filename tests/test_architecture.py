@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 import ratioscope
-from ratioscope.analysis import run_accumulators
+from ratioscope.analysis.pipeline import run_accumulators
+from ratioscope.data.params import AnalysisParams
 from ratioscope.io.loaders import LoadOptions
-from ratioscope.params import AnalysisParams
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "verl"

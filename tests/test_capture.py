@@ -454,7 +454,7 @@ def test_the_example_in_the_docs_runs_and_analyze_reads_its_output(tmp_path, mon
 def test_report_mode_analyses_with_the_trainer_settings(tmp_path):
     """Mode "report" takes the clip band, the length limit and the group size from the
     trainer's settings, as analyze takes them from the part files' recorded settings."""
-    from ratioscope.trainer_settings import TrainerSettings
+    from ratioscope.data.trainer_settings import TrainerSettings
 
     settings = TrainerSettings(
         "trl",

@@ -167,8 +167,8 @@ def test_verl_capture_records_the_settings_of_the_whole_step_rule(
     of 2 prompts it is one update from the sampling policy, where the new engine's loss
     takes the recomputed ``old_log_probs``: a log-ratio != 0 is trainer noise. With 4
     prompts the step has two mini-batches and no whole-step claim."""
-    from ratioscope.trainer_settings import SETTINGS_KEY, verl_settings
-    from ratioscope.verdict import verdict
+    from ratioscope.data.trainer_settings import SETTINGS_KEY, verl_settings
+    from ratioscope.judgement.verdict import verdict
 
     batch = verl_batch(4)
     mask = batch["response_mask"].bool()

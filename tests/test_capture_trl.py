@@ -403,7 +403,7 @@ def test_a_trainer_without_the_hooks_is_refused_with_a_clear_error():
 
 # ------------------------------------------------------------ the trainer's settings
 def test_each_file_records_the_trainers_settings(step_run):
-    from ratioscope.trainer_settings import SETTINGS_KEY
+    from ratioscope.data.trainer_settings import SETTINGS_KEY
 
     for path in parts(step_run.dir):
         recorded = json.loads(load(path)[SETTINGS_KEY])

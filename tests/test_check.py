@@ -1,7 +1,7 @@
 """Tests for the ``check`` regression gate: rule parsing, bound semantics, outputs, CLI.
 
 Reports are small hand-built dicts (schema_version 1); every expected threshold and
-verdict below is computed by hand from the rule semantics in ``ratioscope/check.py``.
+verdict below is computed by hand from the rule semantics in ``ratioscope/judgement/rules.py``.
 """
 
 from __future__ import annotations
@@ -16,19 +16,20 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ratioscope.check import (
+from ratioscope.cli import app
+from ratioscope.errors import ReportError, RulesError
+from ratioscope.io.documents import lookup
+from ratioscope.judgement.rules import (
     BOUND_KEYS,
     RELATIVE_BOUNDS,
     CheckResult,
     evaluate,
     load_rules,
     parse_rules,
-    run_check,
 )
-from ratioscope.cli import app
-from ratioscope.errors import ReportError, RulesError
-from ratioscope.render.check_table import check_table, junit_xml, markdown_summary
-from ratioscope.report_io import lookup
+from ratioscope.render.ci.check import junit_xml, markdown_summary
+from ratioscope.render.terminal.check import check_table
+from ratioscope.report.files import run_check
 
 runner = CliRunner()
 
@@ -724,7 +725,7 @@ def test_rich_table_breaks_key_paths_only_after_dots():
 
 
 def test_dotted_lines_never_cut_inside_a_name():
-    from ratioscope.render.check_table import dotted_lines
+    from ratioscope.render.terminal.check import dotted_lines
 
     path = "ratios.token.window_frequency.mean.-1"
     for width in range(1, len(path) + 2):

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ratioscope.check import evaluate, load_rules, parse_rules, series_slope
 from ratioscope.cli import app
 from ratioscope.errors import ReportError, RulesError
-from ratioscope.render.check_table import junit_xml, markdown_summary
+from ratioscope.judgement.rules import evaluate, load_rules, parse_rules, series_slope
+from ratioscope.render.ci.check import junit_xml, markdown_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

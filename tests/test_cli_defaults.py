@@ -21,13 +21,13 @@ from typer.models import ParameterInfo
 from ratioscope.cli import app
 from ratioscope.cli._common import parse_floats, parse_mapping
 from ratioscope.cli._options import PARAMETER_OPTIONS, analysis_params, band_text, option_text
-from ratioscope.params import AnalysisParams
+from ratioscope.data.params import AnalysisParams
 
 #: options with no library default to mirror: where output goes, what to draw, and the
 #: device, which the CLI picks itself ("auto": CUDA when present; the library: "cpu")
 CLI_ONLY = {
     "--help",
-    # where tasks run (ratioscope.parallel.Runner; default this process) and the trackers
+    # where tasks run (ratioscope.analysis.parallel.Runner; default this process) and the trackers
     # a timeline also writes to (none by default)
     "--workers",
     "--ray",
@@ -100,15 +100,15 @@ def _default(function: Callable[..., Any], name: str) -> Any:
 def _library_defaults() -> dict[str, tuple[Any, Callable[[Any], Any]]]:
     """flag -> (the library's default, how the CLI turns its value into the library's),
     for the options outside AnalysisParams."""
-    from ratioscope.analysis import analyze
-    from ratioscope.compare import compare
+    from ratioscope.analysis.pipeline import analyze
+    from ratioscope.analysis.sweep import sweep
     from ratioscope.evaluation.evaluate import evaluate_passk, evaluate_ucc
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.samples import DEFAULT_DATASET_FIELD, DEFAULT_METHOD_FIELD, SampleFields
-    from ratioscope.metrics_catalog import metrics
-    from ratioscope.run_report import run_report
-    from ratioscope.sweep import sweep
-    from ratioscope.timeline import timeline
+    from ratioscope.render.html.run_report import run_report
+    from ratioscope.report.catalog import metrics
+    from ratioscope.views.compare import compare
+    from ratioscope.views.timeline import timeline
 
     load, sample_fields = LoadOptions(), SampleFields()
 

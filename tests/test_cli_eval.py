@@ -544,7 +544,7 @@ def test_written_files_are_named_on_stderr_unless_quiet(tmp_path):
 
 def test_curve_legend_covers_no_point(monkeypatch, tmp_path):
     from ratioscope.figures.evaluation import metric_curves
-    from ratioscope.render import eval_plots
+    from ratioscope.render.png import evaluation as eval_plots
 
     figures = []
     monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))
@@ -602,7 +602,7 @@ def _similarity_samples(path: Path) -> Path:
 def test_plot_similarity_shares_axes_outlines_clusters_and_resolves_the_top(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from ratioscope.render import eval_plots
+    from ratioscope.render.png import evaluation as eval_plots
 
     figures = []
     monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))
@@ -624,7 +624,7 @@ def test_plot_similarity_shares_axes_outlines_clusters_and_resolves_the_top(tmp_
 
 
 def test_plot_similarity_skips_or_refuses_problems_without_correct_answers(tmp_path, monkeypatch):
-    from ratioscope.render import eval_plots
+    from ratioscope.render.png import evaluation as eval_plots
 
     figures = []
     monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))
@@ -720,7 +720,7 @@ def test_ucc_table_drops_clusters_per_problem_only_when_it_is_ucc_at_n():
 def _curve_titles(monkeypatch, args) -> tuple[int, str]:
     import matplotlib.pyplot as plt
 
-    from ratioscope.render import eval_plots
+    from ratioscope.render.png import evaluation as eval_plots
 
     figures = []
     monkeypatch.setattr(eval_plots, "save_figure", lambda figure, out: figures.append(figure))

@@ -20,7 +20,7 @@ from dumps import make_reference, write_layout
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
-from ratioscope.report import OPTIONAL_SECTION_KEYS, SECTION_KEYS
+from ratioscope.report.model import OPTIONAL_SECTION_KEYS, SECTION_KEYS
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,7 +119,7 @@ def test_metrics_without_a_report_imports_no_torch_and_lists_the_layout_in_order
     assert out.returncode == 0 and out.stderr.strip() == "False", out.stderr
     listed = [row["key"] for row in json.loads(out.stdout)]
     # the order of the report layout, walked from the report's types (imports torch)
-    from ratioscope.metrics_catalog import entries_for, layout_keys
+    from ratioscope.report.catalog import entries_for, layout_keys
 
     walked = [e.pattern for key in layout_keys() for e in entries_for(key)]
     assert listed == list(dict.fromkeys(walked))
@@ -265,8 +265,8 @@ def test_merge_and_compare_name_an_evaluation_report(documents, tmp_path):
 
 
 def test_merge_prints_the_verdict_of_the_merged_report(documents, tmp_path):
-    from ratioscope.report import Report
-    from ratioscope.verdict import verdict
+    from ratioscope.judgement.verdict import verdict
+    from ratioscope.report.model import Report
 
     report, copy = documents["report"], documents["shard"]
     out = tmp_path / "merged.json"

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from ratioscope._version import __version__
 from ratioscope.cli import app
 from ratioscope.cli._help import flowing
+from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import ParameterError
 from ratioscope.io.loaders import FoundPath, expand_paths
-from ratioscope.params import AnalysisParams
 
 runner = CliRunner()
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_data" / "samples.jsonl"

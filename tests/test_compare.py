@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 import ratioscope
 from ratioscope.cli import app
-from ratioscope.compare import DEFAULT_FLOOR, DEFAULT_REL, compare, difference
 from ratioscope.errors import ParameterError, UsageError
-from ratioscope.timeline import HEADLINES
+from ratioscope.views.compare import DEFAULT_FLOOR, DEFAULT_REL, compare, difference
+from ratioscope.views.timeline import HEADLINES
 
 DATA = Path(__file__).parent / "data"
 REPORT_A = DATA / "report_schema1.json"

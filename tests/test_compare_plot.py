@@ -9,9 +9,9 @@ from test_compare import _timeline
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
-from ratioscope.compare import compare
 from ratioscope.figures.compare import compare_figure
-from ratioscope.timeline import HEADLINES
+from ratioscope.views.compare import compare
+from ratioscope.views.timeline import HEADLINES
 
 DATA = Path(__file__).parent / "data"
 REPORT_A = DATA / "report_schema1.json"

@@ -18,9 +18,9 @@ import typer
 
 from ratioscope.cli import app
 from ratioscope.cli._options import PARAMETER_OPTIONS
+from ratioscope.data.params import AnalysisParams
 from ratioscope.evaluation import evaluate_ucc
 from ratioscope.functional.token_stats import EXACT_ON_BAND
-from ratioscope.params import AnalysisParams
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "decisions.md"
 #: `--flag value` and `parameter=value` in the "ratioscope" column

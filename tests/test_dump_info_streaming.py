@@ -8,8 +8,8 @@ import pytest
 from test_io_streaming import SUFFIXES, WHOLE, write
 from typer.testing import CliRunner
 
+from ratioscope.analysis.dump_info import inspect_file
 from ratioscope.cli import app
-from ratioscope.dump_info import inspect_file
 from ratioscope.io.loaders import LoadOptions
 from ratioscope.io.streaming import open_stream
 
@@ -21,7 +21,7 @@ def test_streamed_info_equals_the_whole_read(tmp_path, suffix, monkeypatch):
     path = write(tmp_path, suffix)
     assert open_stream(path, LoadOptions(stream_bytes=0)) is not None, "the file must stream"
     # chunks of three rows: groups recur across chunks, one chunk has no valid token
-    monkeypatch.setattr("ratioscope.dump_info.INFO_CHUNK_ELEMENTS", 27)
+    monkeypatch.setattr("ratioscope.analysis.dump_info.INFO_CHUNK_ELEMENTS", 27)
     streamed = inspect_file(path, LoadOptions(stream_bytes=0))
     whole = inspect_file(path, LoadOptions(stream_bytes=WHOLE))
     assert asdict(streamed) == asdict(whole)
@@ -39,7 +39,7 @@ def test_info_command_streams_a_large_file(tmp_path, monkeypatch):
         calls.append(stream.path)
         return original(stream, options)
 
-    monkeypatch.setattr("ratioscope.dump_info._inspect_stream", spy)
+    monkeypatch.setattr("ratioscope.analysis.dump_info._inspect_stream", spy)
     streamed = runner.invoke(app, ["info", str(path)])
     assert streamed.exit_code == 0 and whole.exit_code == 0, streamed.output
     assert calls == [path]

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 import ratioscope
-from ratioscope.compare import compare
+from ratioscope.views.compare import compare
 
 ROWS, WIDTH, VOCAB = 4, 6, 5
 

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 import ratioscope
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
 
 # Same formula in float64, summed in another order.
 EXACT = {"rel": 1e-9, "abs": 1e-12}

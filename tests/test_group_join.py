@@ -18,7 +18,7 @@ import torch
 
 import ratioscope
 from ratioscope.functional.quatro import quatro_duals
-from ratioscope.group_join import FileSequences, StepGroupJoin, join_notes
+from ratioscope.sections.group_join import FileSequences, StepGroupJoin, join_notes
 from tests.framework_files import slime_v1_rank, write_rollout_dump
 
 PROMPTS, SAMPLES, ROLLOUT = 4, 4, 7
@@ -235,7 +235,7 @@ def test_without_a_group_size_joined_groups_count_as_whole():
 
 def test_a_group_short_of_the_recorded_size_is_left_out_and_counted(tmp_path):
     from ratioscope.capture import CaptureWriter
-    from ratioscope.trainer_settings import TrainerSettings
+    from ratioscope.data.trainer_settings import TrainerSettings
 
     settings = TrainerSettings("trl", {"epsilon": 0.2, "num_generations": 4})
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # group 0: 4, group 1: 3
@@ -261,7 +261,7 @@ def write_short_group_capture(root, trainer_settings=True):
     """A capture of step 0 in two parts with the recorded group size 4: group 0 whole
     (4 rows), group 1 three rows only (its fourth sample never written)."""
     from ratioscope.capture import CaptureWriter
-    from ratioscope.trainer_settings import TrainerSettings
+    from ratioscope.data.trainer_settings import TrainerSettings
 
     settings = TrainerSettings("trl", {"epsilon": 0.2, "num_generations": 4})
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # group 0: 4, group 1: 3

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratioscope.functional import histogram as bins
-from ratioscope.stats import Histogram, Moments
+from ratioscope.sections.summaries import Histogram, Moments
 
 
 def bound(exact: float) -> float:
@@ -123,7 +123,7 @@ def test_counter_adds_weighted_keys_as_a_plain_tally(size):
     key, keys in increasing order."""
     import collections
 
-    from ratioscope.stats import Counter
+    from ratioscope.sections.summaries import Counter
 
     rng = np.random.default_rng(size)
     keys, weights = rng.integers(0, 40, size), rng.integers(0, 9, size)

@@ -346,7 +346,7 @@ def test_per_sequence_columns_of_chunks_equal_one_chunk(tmp_path, suffix):
 
 
 def test_row_columns_write_each_chunk_at_its_rows():
-    from ratioscope.analysis import _RowColumns
+    from ratioscope.analysis.pipeline import _RowColumns
 
     generator = torch.Generator().manual_seed(3)
     whole = torch.randn(23, 2, generator=generator)
@@ -363,7 +363,7 @@ def test_row_columns_write_each_chunk_at_its_rows():
 
 
 def test_row_columns_leave_out_a_column_some_chunks_lacked():
-    from ratioscope.analysis import _RowColumns
+    from ratioscope.analysis.pipeline import _RowColumns
 
     columns = _RowColumns(6)
     columns.add({"x": torch.zeros(3), "y": torch.ones(3)}, 0)

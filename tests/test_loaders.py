@@ -179,7 +179,7 @@ def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
 
 
 def test_canonical_names_never_select_a_framework_layout(tmp_path):
-    from ratioscope.batch import CANONICAL_KEYS
+    from ratioscope.data.batch import CANONICAL_KEYS
     from ratioscope.io.profiles import PROFILES
 
     for profile in PROFILES.values():

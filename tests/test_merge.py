@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import ratioscope
-from ratioscope.analysis import merge_reports
+from ratioscope.analysis.pipeline import merge_reports
 from ratioscope.cli import app
 
 runner = CliRunner()

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from ratioscope.cli import app
 from ratioscope.errors import ParameterError, ReportError
-from ratioscope.metrics_catalog import (
+from ratioscope.io.documents import lookup
+from ratioscope.report.catalog import (
     CATALOG,
     _matches,
     _report_items,
@@ -18,7 +19,6 @@ from ratioscope.metrics_catalog import (
     layout_keys,
     metrics,
 )
-from ratioscope.report_io import lookup
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -46,7 +46,7 @@ def sample_report(tmp_path_factory) -> Path:
 
 def test_every_key_of_the_report_layout_has_a_catalog_entry() -> None:
     missing = [key for key in layout_keys() if not entries_for(key)]
-    assert not missing, f"add these report keys to ratioscope/metrics_catalog.py: {missing}"
+    assert not missing, f"add these report keys to ratioscope/report/catalog.py: {missing}"
 
 
 def test_every_catalog_entry_matches_a_key_of_the_report_layout() -> None:

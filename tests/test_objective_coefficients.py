@@ -414,8 +414,8 @@ def test_off_policy_sequence_mask_needs_negative_advantage_and_drift():
 
 
 def test_cw_grpo_method_reweights_the_advantage_with_detached_kernel_weights():
-    from ratioscope.batch import TokenBatch
-    from ratioscope.objective_methods import METHODS, MethodInputs
+    from ratioscope.data.batch import TokenBatch
+    from ratioscope.objective_family.methods import METHODS, MethodInputs
 
     mask, old, current, rewards, group, adv = _batch(spread=0.3)
     adv = torch.tensor([1.0, -1.0, 0.7, -0.7], dtype=DOUBLE)  # no degenerate group here

@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pytest
+import ratioscope.objectives as library
 import torch
 from typer.testing import CliRunner
 
-import ratioscope.objectives as library
 from ratioscope.cli import app
 from ratioscope.io.loaders import expand_paths, load_file
-from ratioscope.objective_methods import METHODS
-from ratioscope.objectives import batch_coefficients
+from ratioscope.objective_family.methods import METHODS
+from ratioscope.objective_family.side_by_side import batch_coefficients
 
 VERL = "sample_data/verl/"
 runner = CliRunner()
@@ -171,7 +171,8 @@ def test_plot_objectives_writes_a_figure(tmp_path):
 
 def test_timeline_follows_the_objective_headlines_per_step():
     import ratioscope.timeline as timeline_module
-    from ratioscope.timeline import OBJECTIVE_HEADLINES, OBJECTIVE_METHODS
+
+    from ratioscope.views.timeline import OBJECTIVE_HEADLINES, OBJECTIVE_METHODS
 
     result = timeline_module.timeline(VERL, objectives=True, sections=["mismatch"])
     assert [h.key for h in result.headlines[-len(OBJECTIVE_HEADLINES) :]] == [
@@ -202,7 +203,7 @@ def test_the_docs_show_the_real_table():
 
     from rich.console import Console
 
-    from ratioscope.render.objectives import show_objectives
+    from ratioscope.render.terminal.objectives import show_objectives
 
     buffer = io.StringIO()
     show_objectives(library.objectives(VERL), Console(file=buffer, width=100, color_system=None))

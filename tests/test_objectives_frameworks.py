@@ -2,7 +2,7 @@
 
 ratioscope computes ``dJ / d log pi_theta`` for every token in closed form
 (:mod:`ratioscope.functional.objectives`, :mod:`ratioscope.functional.corrections`,
-:mod:`ratioscope.objective_methods`). Here the same tensors go through the framework's own
+:mod:`ratioscope.objective_family.methods`). Here the same tensors go through the framework's own
 loss, ``loss = -J``, and autograd of that loss with respect to the current log-probs on a
 CPU tensor must equal ``-(values * scale)`` token by token:
 
@@ -32,10 +32,10 @@ from typing import Any
 import pytest
 import torch
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
 from ratioscope.functional import corrections as C
 from ratioscope.functional import objectives as F
-from ratioscope.objective_methods import METHODS, MethodInputs
+from ratioscope.objective_family.methods import METHODS, MethodInputs
 
 pytestmark = pytest.mark.slow  # the frameworks' own losses (verl, TRL imported): the slow tier
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import ratioscope
+from ratioscope.data.trainer_settings import TrainerSettings
 from ratioscope.io.loaders import LoadOptions
-from ratioscope.trainer_settings import TrainerSettings
 from tests.test_group_join import GROUPS, PARTITIONS, REWARDS
 from tests.test_scope_join import _assert_same, _rollout, _whole_groups, _write
 

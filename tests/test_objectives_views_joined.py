@@ -17,12 +17,12 @@ import math
 import numpy as np
 import pytest
 
-from ratioscope.drilldown import drilldown
+from ratioscope.data.params import AnalysisParams
+from ratioscope.data.trainer_settings import TrainerSettings
 from ratioscope.figures.objectives import coefficient_trace
 from ratioscope.io.loaders import LoadOptions
-from ratioscope.objective_methods import METHODS
-from ratioscope.params import AnalysisParams
-from ratioscope.trainer_settings import TrainerSettings
+from ratioscope.objective_family.methods import METHODS
+from ratioscope.views.drilldown import drilldown
 from tests.test_group_join import GROUPS, PARTITIONS, REWARDS
 from tests.test_objectives_joined import _full_rollout
 from tests.test_scope_join import STEP, _write

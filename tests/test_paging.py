@@ -1,4 +1,4 @@
-"""Paging of memory-mapped data (ratioscope.io.paging): pages read are handed back.
+"""Paging of memory-mapped data (ratioscope.functional._paging): pages read are handed back.
 
 Resident memory is measured as the code itself sees it, per mapping from
 ``/proc/self/smaps`` (:func:`find_mapping`), so those tests are Linux-only.
@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import ratioscope
-from ratioscope.functional.fpa import future_log_probs_exact
-from ratioscope.io.paging import (
+from ratioscope.functional._paging import (
     MADV_DONTNEED,
     MADV_PAGEOUT,
     PAGE,
@@ -23,6 +22,7 @@ from ratioscope.io.paging import (
     file_mapping,
     find_mapping,
 )
+from ratioscope.functional.fpa import future_log_probs_exact
 from ratioscope.sections.future_policy import exact_log_probs
 
 linux_only = pytest.mark.skipif(

@@ -14,9 +14,15 @@ import parallel_tasks
 import pytest
 from typer.testing import CliRunner
 
+from ratioscope.analysis.parallel import (
+    Runner,
+    TaskFailed,
+    WorkerLost,
+    file_shards,
+    ordered_results,
+)
 from ratioscope.cli import app
 from ratioscope.errors import InputError
-from ratioscope.parallel import Runner, TaskFailed, WorkerLost, file_shards, ordered_results
 
 runner = CliRunner()
 STEPS = Path(__file__).resolve().parents[1] / "sample_data" / "verl_steps"

@@ -9,16 +9,16 @@ import torch
 from dumps import make_reference, write_canonical, write_layout
 from typer.testing import CliRunner
 
+from ratioscope.analysis.device import resolve_device
+from ratioscope.analysis.sweep import sweep
 from ratioscope.cli import app
 from ratioscope.cli._options import PARAMETER_OPTIONS
-from ratioscope.device import resolve_device
 from ratioscope.errors import ParameterError, UsageError
 from ratioscope.evaluation import evaluate_passk
 from ratioscope.functional import covariance, fpa, passk, tepo, token_stats
 from ratioscope.io.loaders import LoadOptions, load_file
 from ratioscope.io.profiles import get_profile, resolve_keys
 from ratioscope.io.samples import load_samples
-from ratioscope.sweep import sweep
 
 runner = CliRunner()
 

@@ -13,7 +13,6 @@ import torch
 from dumps import make_reference, write_layout
 from test_compare import _timeline
 
-from ratioscope.compare import compare
 from ratioscope.figures.compare import compare_figure
 from ratioscope.figures.timeline import (
     FLOAT32_LOG_RATIO_NOISE,
@@ -22,6 +21,7 @@ from ratioscope.figures.timeline import (
     near_one,
     noise_floor,
 )
+from ratioscope.views.compare import compare
 
 DATA = Path(__file__).parent / "data"
 SAMPLES = Path(__file__).parents[1] / "sample_data" / "samples.jsonl"
@@ -30,13 +30,11 @@ SAMPLES = Path(__file__).parents[1] / "sample_data" / "samples.jsonl"
 @pytest.fixture
 def captured(monkeypatch):
     """The figures the renderers would save, kept open for inspection (and drawn)."""
-    from ratioscope.render import (
-        compare_plots,
-        eval_plots,
-        objectives_plots,
-        ratio_plots,
-        timeline_plots,
-    )
+    from ratioscope.render.png import compare as compare_plots
+    from ratioscope.render.png import evaluation as eval_plots
+    from ratioscope.render.png import objectives as objectives_plots
+    from ratioscope.render.png import ratios as ratio_plots
+    from ratioscope.render.png import timeline as timeline_plots
 
     figures = []
 
@@ -73,7 +71,7 @@ def test_noise_floors_follow_from_float32_rounding_of_log_probs():
 
 
 def test_a_panel_at_float_noise_says_so_and_is_drawn_against_its_floor(tmp_path, captured):
-    from ratioscope.render.timeline_plots import plot_timeline
+    from ratioscope.render.png.timeline import plot_timeline
 
     floor = noise_floor("mismatch.rollout.k3", False)
     assert floor is not None
@@ -108,7 +106,7 @@ def test_a_panel_at_float_noise_says_so_and_is_drawn_against_its_floor(tmp_path,
 
 
 def test_compare_panels_of_an_ess_near_one_have_short_tick_labels(tmp_path, captured):
-    from ratioscope.render.compare_plots import plot_compare
+    from ratioscope.render.png.compare import plot_compare
 
     key = "mismatch.rollout.ess"
     a = {step: 1.0 - (2 + step % 3) * 1e-13 for step in range(0, 12, 2)}
@@ -129,7 +127,7 @@ def test_compare_panels_of_an_ess_near_one_have_short_tick_labels(tmp_path, capt
 
 
 def test_the_diff_figure_shows_both_values_beside_each_bar(tmp_path, captured):
-    from ratioscope.render.compare_plots import plot_compare
+    from ratioscope.render.png.compare import plot_compare
 
     result = compare(DATA / "report_schema1.json", DATA / "report_schema1_step24.json")
     figure_data = compare_figure(result)
@@ -179,7 +177,7 @@ def test_the_chosen_sequence_is_one_where_the_methods_move_and_differ():
 
 def test_identical_traces_merge_and_panels_keep_one_scale():
     from ratioscope.figures.objectives import CoefficientTrace
-    from ratioscope.render.objectives_plots import PANEL_RANGE, scale_panels, trace_lines
+    from ratioscope.render.png.objectives import PANEL_RANGE, scale_panels, trace_lines
 
     values = {
         "grpo": [-3e-5, -3.1e-5, -2.9e-5],
@@ -203,8 +201,8 @@ def test_identical_traces_merge_and_panels_keep_one_scale():
 
 def test_plot_objectives_on_the_sample_run_labels_every_panel(tmp_path, captured):
     from ratioscope.figures.objectives import coefficient_trace
-    from ratioscope.objectives import objectives
-    from ratioscope.render.objectives_plots import plot_objectives
+    from ratioscope.objective_family.side_by_side import objectives
+    from ratioscope.render.png.objectives import plot_objectives
 
     step = Path(__file__).parents[1] / "sample_data" / "verl" / "step_0008.pt"
     methods = "grpo,dapo,gspo,gmpo,dr_grpo,kpo,tis,icepop,seq_tis,geo_rs"
@@ -240,7 +238,7 @@ def PANEL_MAX(ax) -> float:
 def test_similarity_labels_lie_inside_the_figure(tmp_path, captured):
     from ratioscope.figures.evaluation import similarity_panels
     from ratioscope.io.samples import load_samples
-    from ratioscope.render.eval_plots import plot_similarity
+    from ratioscope.render.png.evaluation import plot_similarity
 
     panels = similarity_panels(load_samples(SAMPLES), "075%5", None, threshold=0.8,
                                linkage="single")  # fmt: skip
@@ -257,7 +255,7 @@ def test_similarity_labels_lie_inside_the_figure(tmp_path, captured):
 
 def test_spectrum_says_why_the_sequence_variant_is_not_drawn(tmp_path, captured):
     import ratioscope
-    from ratioscope.render.ratio_plots import plot_spectrum
+    from ratioscope.render.png.ratios import plot_spectrum
 
     dump = write_layout(make_reference(seed=4, rows=8, width=80), "verl", tmp_path)
     report = ratioscope.analyze(dump, sections=["ratios"])

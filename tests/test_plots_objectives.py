@@ -14,7 +14,7 @@ runner = CliRunner()
 @pytest.fixture
 def captured(monkeypatch):
     """The figures plot_covariance would save, kept open for inspection."""
-    from ratioscope.render import objective_plots
+    from ratioscope.render.png import covariance as objective_plots
 
     figures = []
     monkeypatch.setattr(objective_plots, "save_figure", lambda figure, out: figures.append(figure))

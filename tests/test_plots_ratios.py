@@ -122,7 +122,7 @@ def test_ratios_help_does_not_offer_reports():
 @pytest.fixture
 def captured(monkeypatch):
     """The figures the ratio plots would save, kept open for inspection."""
-    from ratioscope.render import ratio_plots
+    from ratioscope.render.png import ratios as ratio_plots
 
     figures = []
     monkeypatch.setattr(ratio_plots, "save_figure", lambda figure, out: figures.append(figure))
@@ -141,7 +141,7 @@ def _report(window_counts, histograms):
     """A minimal report: one variant per histogram entry, 100 sequences analysed."""
     import math
 
-    from ratioscope.report import InputInfo, Report
+    from ratioscope.report.model import InputInfo, Report
     from ratioscope.sections.distribution import Distribution
     from ratioscope.sections.ratios import VariantStats
 
@@ -168,7 +168,7 @@ def _report(window_counts, histograms):
 def test_runlengths_use_markers_only_define_states_and_leave_out_the_sequence_row(
     tmp_path, captured
 ):
-    from ratioscope.render.ratio_plots import plot_runlengths
+    from ratioscope.render.png.ratios import plot_runlengths
 
     token = {"up": {"1": 20, "2": 20, "3": 1, "9": 1}, "down": {"1": 5}, "on": {"4": 20}}
     kalman = {"up": {}, "down": {}, "on": {"100": 3}}
@@ -193,7 +193,7 @@ def test_runlengths_use_markers_only_define_states_and_leave_out_the_sequence_ro
 
 
 def test_windows_fade_rarely_reached_windows_and_use_integer_ticks(tmp_path, captured):
-    from ratioscope.render.ratio_plots import plot_windows, window_reach
+    from ratioscope.render.png.ratios import plot_windows, window_reach
 
     counts = [100, 60, 10, 9, 2]  # 10% of the 100 sequences: the last two are faded
     assert window_reach(counts, 100) == [True, True, True, False, False]
@@ -212,7 +212,7 @@ def test_windows_fade_rarely_reached_windows_and_use_integer_ticks(tmp_path, cap
 
 
 def test_windows_draw_the_sequence_row_without_a_band(tmp_path, captured):
-    from ratioscope.render.ratio_plots import plot_windows
+    from ratioscope.render.png.ratios import plot_windows
 
     plot_windows(_report([100, 90], {"token": {}, "sequence": {}}), tmp_path / "w.png")
     (figure,) = captured
@@ -225,7 +225,7 @@ def test_trace_zoom_shows_the_band_and_the_smooth_signals(tmp_path, captured):
     import math
 
     from ratioscope.figures.ratios import RatioTrace
-    from ratioscope.render.ratio_plots import plot_trace
+    from ratioscope.render.png.ratios import plot_trace
 
     token = [0.0, -0.1, 0.002, 0.3, 0.0]
     kalman = [0.0, -2e-5, -1e-5, 5e-5, 4e-5]
@@ -248,8 +248,8 @@ def test_trace_zoom_shows_the_band_and_the_smooth_signals(tmp_path, captured):
 def test_legends_sit_outside_every_panel(kind, dump_and_report, captured, tmp_path):
     import json
 
-    from ratioscope.render import ratio_plots
-    from ratioscope.report import Report
+    from ratioscope.render.png import ratios as ratio_plots
+    from ratioscope.report.model import Report
 
     _, report = dump_and_report
     document = Report.from_dict(json.loads(report.read_text()))

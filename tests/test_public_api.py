@@ -69,9 +69,9 @@ def test_callable_modules_whatever_was_imported_first():
         for name in CALLABLE_MODULES
     ]
     lines += [
-        "from ratioscope.verdict import Thresholds",
-        "assert ratioscope.verdict.Thresholds is Thresholds is ratioscope.Thresholds",
-        "assert ratioscope.timeline.HEADLINES",
+        "from ratioscope.judgement.verdict import Thresholds",
+        "assert ratioscope.judgement.verdict.Thresholds is Thresholds is ratioscope.Thresholds",
+        "assert ratioscope.views.timeline.HEADLINES",
         "print('ok')",
     ]
     assert _fresh("\n".join(lines)) == "ok"
@@ -104,7 +104,7 @@ def test_every_exported_and_documented_name_resolves():
 def test_report_verdict_is_the_verdict_of_the_report():
     from pathlib import Path
 
-    from ratioscope.verdict import Thresholds, verdict
+    from ratioscope.judgement.verdict import Thresholds, verdict
 
     report = ratioscope.Report.read_json(Path(__file__).parent / "data" / "report_schema1.json")
     assert report.verdict() == verdict(report) == ratioscope.verdict(report)
@@ -120,7 +120,9 @@ def test_library_and_cli_share_one_device_default():
     from ratioscope.cli._options import DEVICE_DEFAULT
 
     assert DEVICE_DEFAULT == "auto"
-    from ratioscope import analysis, sweep, timeline
+    from ratioscope.analysis import pipeline as analysis
+    from ratioscope.analysis import sweep
+    from ratioscope.views import timeline
 
     functions = [
         analysis.analyze,

@@ -30,7 +30,7 @@ from ratioscope.functional.quatro import quatro_delta_sweep
 from ratioscope.functional.tepo import sequence_likelihood_weights
 from ratioscope.io.loaders import expand_paths, load_file
 from ratioscope.sections.future_policy import exact_log_probs
-from ratioscope.stats import LOG_BOUND, VALUE_BOUND, QuantileBound
+from ratioscope.sections.summaries import LOG_BOUND, VALUE_BOUND, QuantileBound
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
 
@@ -177,8 +177,8 @@ def _old(name: str) -> dict:
 
 
 def test_reports_written_before_state_the_value_bound_and_merge_among_themselves() -> None:
-    from ratioscope.params import AnalysisParams
-    from ratioscope.report import Report
+    from ratioscope.data.params import AnalysisParams
+    from ratioscope.report.model import Report
     from ratioscope.sections.covariance import CovarianceAccumulator
     from ratioscope.sections.future_policy import FuturePolicyAccumulator
 
@@ -201,7 +201,7 @@ def test_reports_written_before_state_the_value_bound_and_merge_among_themselves
 
 
 def test_an_old_state_never_merges_with_a_new_one() -> None:
-    from ratioscope.params import AnalysisParams
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.sections.covariance import CovarianceAccumulator
     from ratioscope.sections.future_policy import FuturePolicyAccumulator
 

@@ -1,4 +1,4 @@
-"""Flat per-token columns (:class:`ratioscope.io.raw.Ragged`): rows, slices, joins and
+"""Flat per-token columns (:class:`ratioscope.data.raw.Ragged`): rows, slices, joins and
 padding against plain loops over the rows."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ratioscope.data.raw import Ragged, check_bool_bytes, padded_dtype
 from ratioscope.errors import CorruptFileError
-from ratioscope.io.raw import Ragged, check_bool_bytes, padded_dtype
 
 ROWS = [
     torch.tensor([1.5, -2.0, 3.0]),

@@ -11,8 +11,8 @@ from dumps import make_reference
 from typer.testing import CliRunner
 
 import ratioscope
-from ratioscope.batch import TokenBatch
 from ratioscope.cli import app
+from ratioscope.data.batch import TokenBatch
 
 
 def _k3(z: np.ndarray) -> float:
@@ -110,7 +110,7 @@ def test_text_logs_given_to_analyze_are_named_with_the_command_that_reads_them(
 
 def test_the_ratio_trace_plot_names_the_train_inference_ratio(tmp_path, monkeypatch):
     from ratioscope.figures.ratios import ratio_trace
-    from ratioscope.render import ratio_plots
+    from ratioscope.render.png import ratios as ratio_plots
 
     ref = make_reference(seed=8)
     path = tmp_path / "dump.pt"

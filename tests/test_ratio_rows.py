@@ -16,7 +16,7 @@ from ratioscope.functional import _kernels
 from ratioscope.functional.ratio_rows import ratio_rows
 from ratioscope.functional.surrogate import ppo_row_sums
 from ratioscope.functional.token_stats import low_frequency_ratio, signal_statistics
-from ratioscope.stats import Histogram
+from ratioscope.sections.summaries import Histogram
 
 pytestmark = pytest.mark.skipif(not _kernels.available(), reason="compiled kernels disabled")
 

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.surrogate import constant_ppo_row_sums, ppo_row_sums
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.context import Context
 from ratioscope.sections.ratios import _add_constant_rows
-from ratioscope.stats import Histogram
+from ratioscope.sections.summaries import Histogram
 
 
 def rows(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

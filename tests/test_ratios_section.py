@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import ratioscope
+from ratioscope.analysis.sweep import sweep
 from ratioscope.cli import app
 from ratioscope.functional.kalman import kalman_filter_loop
 from ratioscope.functional.token_stats import DEFAULT_ON_BAND, EXACT_ON_BAND, signal_statistics
-from ratioscope.sweep import sweep
 
 runner = CliRunner()
 

@@ -20,14 +20,14 @@ from typer.testing import CliRunner
 import ratioscope
 from ratioscope.cli import app
 from ratioscope.errors import MergeError, ReportError
-from ratioscope.report import SECTION_KEYS, Report
-from ratioscope.report_io import (
+from ratioscope.io.documents import (
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     JSONShapeError,
     from_jsonable,
     to_jsonable,
 )
+from ratioscope.report.model import SECTION_KEYS, Report
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -211,7 +211,7 @@ def test_a_field_missing_from_an_older_report_takes_its_default():
 
 # -------------------------------------------------------------------- the renderers
 def _printed(report: Report) -> str:
-    from ratioscope.render.terminal import show_report
+    from ratioscope.render.terminal.report import show_report
 
     console = Console(file=io.StringIO(), width=200, color_system=None)
     show_report(report, console)
@@ -368,7 +368,7 @@ def test_check_compares_schema1_reports_with_each_other_and_with_schema2(tmp_pat
 
 
 def test_check_takes_a_typed_report(fresh):
-    from ratioscope.check import evaluate, parse_rules
+    from ratioscope.judgement.rules import evaluate, parse_rules
 
     rules = parse_rules(RULES, "rules.toml")
     typed = evaluate(fresh, rules, fresh)

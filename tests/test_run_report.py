@@ -17,8 +17,8 @@ from report_build import STEPS, TOKENIZER, kalman_loop, sample_report
 from typer.testing import CliRunner
 
 from ratioscope.cli import app
-from ratioscope.drilldown import TokenBudget, spread_order, step_priorities, token_data_bytes
 from ratioscope.functional import drilldown as f
+from ratioscope.views.drilldown import TokenBudget, spread_order, step_priorities, token_data_bytes
 
 runner = CliRunner()
 MiB = 2**20
@@ -82,9 +82,9 @@ def test_token_budget_drops_the_lowest_priority_first():
 
 
 def test_a_small_budget_keeps_the_first_sequences_of_flagged_steps(tmp_path):
-    from ratioscope.drilldown import drilldown
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.io.loaders import LoadOptions
-    from ratioscope.params import AnalysisParams
+    from ratioscope.views.drilldown import drilldown
 
     steps = [(s, [STEPS / f"step_{s:04d}.pt"]) for s in (2, 4)]
     drill = drilldown(
@@ -174,7 +174,7 @@ def test_the_file_is_self_contained_and_within_its_budget():
 def test_the_vendored_chart_libraries_are_the_pinned_files():
     import hashlib
 
-    from ratioscope.render.html_report import chart_libraries, vendored
+    from ratioscope.render.html.page import chart_libraries, vendored
 
     assets = Path(__file__).resolve().parents[1] / "ratioscope" / "render" / "report_assets"
     packages = vendored()

@@ -98,8 +98,8 @@ def check_against_numpy(document: dict, refs: list) -> None:
 def test_sharded_tasks_equal_one_analyze(tmp_path):
     """The tasks --workers/--ray run (one analyze per step, merged in order), here in
     this process: the report of one analyze, and numpy's numbers on the raw arrays."""
-    from ratioscope.parallel import Runner, analyze_in_tasks, file_shards
-    from ratioscope.params import AnalysisParams
+    from ratioscope.analysis.parallel import Runner, analyze_in_tasks, file_shards
+    from ratioscope.data.params import AnalysisParams
 
     paths, refs = write_shards(tmp_path, 5)
     assert len(file_shards(paths)) == 5  # one step a file

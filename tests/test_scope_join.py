@@ -19,7 +19,7 @@ import torch
 
 import ratioscope
 from ratioscope.capture import CaptureWriter
-from ratioscope.trainer_settings import TrainerSettings
+from ratioscope.data.trainer_settings import TrainerSettings
 from tests.test_group_join import GROUPS, PARTITIONS, REWARDS
 
 WIDTH = 7
@@ -241,7 +241,7 @@ def test_files_holding_whole_groups_stay_batches_of_their_own(tmp_path):
 def test_a_batch_in_memory_is_read_again_for_its_whole_groups():
     """A batch given in memory (the capture's report mode), here rows 2.. of a file:
     with the group size 4 given, group 0 (two rows left) is left out."""
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
 
     rollout = _rollout(5)
     batch = TokenBatch.from_tensors({**rollout, "group": torch.tensor(GROUPS)}).select_rows(2, 16)

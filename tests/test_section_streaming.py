@@ -1,7 +1,7 @@
 """Every report section streams: chunked, split-and-merged and one-shot results agree.
 
 For every class of ``section_classes()`` and several real inputs, through the
-orchestrator's own entry point (:func:`ratioscope.analysis.run_accumulators`, which
+orchestrator's own entry point (:func:`ratioscope.analysis.pipeline.run_accumulators`, which
 feeds per-chunk sections chunks of rows and per-file sections whole files):
 
 (a) feeding each file in small chunks gives the result of feeding it at once;
@@ -30,10 +30,10 @@ import torch
 from test_sections_objectives import make_arrays, write
 
 import ratioscope
-from ratioscope.analysis import run_accumulators
+from ratioscope.analysis.pipeline import run_accumulators
+from ratioscope.data.params import AnalysisParams
+from ratioscope.io.documents import to_jsonable
 from ratioscope.io.loaders import LoadOptions
-from ratioscope.params import AnalysisParams
-from ratioscope.report_io import to_jsonable
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.registry import section_classes
 

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import ratioscope
-from ratioscope.analysis import merge_reports
+from ratioscope.analysis.pipeline import merge_reports
 from ratioscope.cli import app
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.covariance import (
     covariance_percentiles,
     covariance_weights,
@@ -39,12 +40,11 @@ from ratioscope.functional.tepo import (
     sequence_clip_fraction,
     tepo_surrogate,
 )
-from ratioscope.params import AnalysisParams
-from ratioscope.report_io import to_jsonable
+from ratioscope.io.documents import to_jsonable
 from ratioscope.sections import covariance as covariance_section
 from ratioscope.sections import future_policy
 from ratioscope.sections.registry import section_classes
-from ratioscope.stats import Histogram
+from ratioscope.sections.summaries import Histogram
 
 runner = CliRunner()
 TOL = RELATIVE_ERROR + 1e-9  # histogram readings: same bin as the exact value

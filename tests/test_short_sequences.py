@@ -67,7 +67,7 @@ def test_the_terminal_and_the_plots_say_so(tmp_path, monkeypatch):
 
     import matplotlib.text
 
-    from ratioscope.render import ratio_plots
+    from ratioscope.render.png import ratios as ratio_plots
 
     texts: list[str] = []
 

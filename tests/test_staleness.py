@@ -19,15 +19,15 @@ import torch
 from typer.testing import CliRunner
 
 import ratioscope
-from ratioscope.analysis import run_accumulators
-from ratioscope.batch import TokenBatch
+from ratioscope.analysis.pipeline import run_accumulators
 from ratioscope.cli import app
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import InputError
+from ratioscope.io.documents import to_jsonable
 from ratioscope.io.loaders import LoadOptions
 from ratioscope.io.paths import flag_given_a_value
-from ratioscope.params import AnalysisParams
-from ratioscope.report import Report
-from ratioscope.report_io import to_jsonable
+from ratioscope.report.model import Report
 from ratioscope.sections.staleness import StalenessAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -379,7 +379,7 @@ def test_metrics_lists_the_keys_with_values(tmp_path, whole):
     assert listed.exit_code == 0
     for key in ("exact_on", "mean_abs_z", "mean_z", "k3", "clip_fraction", "ess", "rows"):
         assert f"staleness.minibatches.*.{key}" in listed.stdout
-    from ratioscope.metrics_catalog import metrics
+    from ratioscope.report.catalog import metrics
 
     values = {m.key: m.value for m in metrics(out, section="staleness")}
     assert values["staleness.minibatches.0.exact_on"] == 1.0
@@ -413,7 +413,7 @@ def test_the_docs_show_the_real_table(whole):
 
     from rich.console import Console
 
-    from ratioscope.render.terminal import show_staleness
+    from ratioscope.render.terminal.report import show_staleness
 
     buffer = io.StringIO()
     show_staleness(whole, Console(file=buffer, width=110, color_system=None))
@@ -445,7 +445,7 @@ def test_a_report_without_the_section_merges_with_one_that_has_it():
     import json
 
     import ratioscope
-    from ratioscope.analysis import merge_reports
+    from ratioscope.analysis.pipeline import merge_reports
     from ratioscope.io.loaders import expand_paths
 
     first, second = expand_paths([str(VERL)])[:2]

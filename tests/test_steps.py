@@ -7,8 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from ratioscope.analysis.steps import (
+    assign_steps,
+    compile_step_from,
+    read_step_meta,
+    step_from_name,
+)
 from ratioscope.errors import InputError, ParameterError
-from ratioscope.steps import assign_steps, compile_step_from, read_step_meta, step_from_name
 
 
 @pytest.mark.parametrize(

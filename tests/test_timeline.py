@@ -12,8 +12,8 @@ from timeline_run import write_run
 
 import ratioscope
 import ratioscope.errors
-from ratioscope.analysis import merge_reports
-from ratioscope.timeline import HEADLINES, Timeline, lookup
+from ratioscope.analysis.pipeline import merge_reports
+from ratioscope.views.timeline import HEADLINES, Timeline, lookup
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
 

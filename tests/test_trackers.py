@@ -150,7 +150,7 @@ def test_a_missing_tracker_package_is_exit_2_before_any_work(tmp_path, monkeypat
 
 
 def test_every_headline_has_its_tracker_name_in_the_docs():
-    from ratioscope.timeline import HEADLINES, OBJECTIVE_HEADLINES
+    from ratioscope.views.timeline import HEADLINES, OBJECTIVE_HEADLINES
 
     text = (DOCS / "framework-metrics.md").read_text()
     for item in (*HEADLINES, *OBJECTIVE_HEADLINES):

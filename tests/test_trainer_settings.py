@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 import ratioscope
 from ratioscope.capture import CaptureWriter
 from ratioscope.cli import app
-from ratioscope.io.loaders import LoadOptions
-from ratioscope.trainer_settings import (
+from ratioscope.data.trainer_settings import (
     SETTINGS_ENV,
     SETTINGS_KEY,
     TrainerSettings,
@@ -28,6 +27,7 @@ from ratioscope.trainer_settings import (
     trl_settings,
     verl_settings,
 )
+from ratioscope.io.loaders import LoadOptions
 
 ROWS, WIDTH = 8, 5
 
@@ -196,7 +196,7 @@ def test_objectives_take_grpos_clip_band_from_the_trainer(tmp_path):
 def capture_steps(directory, epsilons) -> list:
     """One capture part per step, step s recording TRL epsilon ``epsilons[s]`` (None: no
     settings); the part files in step order."""
-    from ratioscope.trainer_settings import TrainerSettings
+    from ratioscope.data.trainer_settings import TrainerSettings
 
     gen = torch.Generator().manual_seed(2)
     for step, epsilon in enumerate(epsilons):
@@ -256,8 +256,8 @@ def test_equal_settings_give_no_warning_and_a_first_file_without_says_so(tmp_pat
 def test_recorded_settings_are_read_without_unpickling(tmp_path, monkeypatch):
     import pickle
 
-    from ratioscope.settings_check import recorded_text
-    from ratioscope.trainer_settings import TrainerSettings, read_recorded
+    from ratioscope.data.trainer_settings import TrainerSettings, read_recorded
+    from ratioscope.judgement.settings import recorded_text
 
     (path,) = capture_steps(tmp_path, [0.25])
     expected = read_recorded(path)

@@ -2,7 +2,7 @@
 
 Reports are the stored single-step report of the sample run (tests/data), with the one
 number a test is about set by hand in its JSON document; every expected level follows
-from the thresholds' defaults in ratioscope/verdict.py (docs/health.md).
+from the thresholds' defaults in ratioscope/judgement/verdict.py (docs/health.md).
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ratioscope.check import load_rules, parse_rules
 from ratioscope.cli import app
 from ratioscope.errors import RulesError
-from ratioscope.report import Report
-from ratioscope.verdict import (
+from ratioscope.judgement.rules import load_rules, parse_rules
+from ratioscope.judgement.verdict import (
     LEVELS,
     Thresholds,
     load_thresholds,
     thresholds_from_table,
     verdict,
 )
+from ratioscope.report.model import Report
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "tests" / "data" / "report_schema1.json"
@@ -332,7 +332,7 @@ def test_analyze_bad_thresholds_file_exits_2(tmp_path):
 def test_notes_are_printed_apart_and_never_counted(document):
     from rich.console import Console
 
-    from ratioscope.render.verdict import show_verdict
+    from ratioscope.render.terminal.verdict import show_verdict
 
     doc = document_with(document, **{"mismatch/rollout": None, "ratios/token/clip_fraction": 0.2})
     result = verdict(Report.from_dict(doc))
@@ -454,7 +454,7 @@ def test_relative_findings_against_a_baseline(document):
 
 
 def test_first_steps_findings_of_a_timeline():
-    from ratioscope.verdict import first_steps_findings
+    from ratioscope.judgement.verdict import first_steps_findings
 
     def step(k3: float) -> dict:
         return {"mismatch.policy.k3": k3}
@@ -519,7 +519,7 @@ def test_baseline_that_is_no_analyze_report_is_one_sentence(tmp_path, document, 
 def test_compact_verdict_folds_the_green_findings_into_one_line(document):
     from rich.console import Console
 
-    from ratioscope.render.verdict import show_verdict
+    from ratioscope.render.terminal.verdict import show_verdict
 
     doc = document_with(document, **{"ratios/token/clip_fraction": 0.2})
     console = Console(width=300, record=True, color_system=None)
@@ -602,7 +602,7 @@ def test_entropy_collapse_against_a_baseline(with_vitals):
 
 
 def test_timeline_change_is_yellow_only_the_bad_way(document):
-    from ratioscope.timeline import HEADLINES, TimelineStep, timeline_verdict
+    from ratioscope.views.timeline import HEADLINES, TimelineStep, timeline_verdict
 
     def step(n: int, k3: float, switch: float, flags: tuple[str, ...] = ()) -> TimelineStep:
         values = {"mismatch.policy.k3": k3, "ratios.token.switch_frequency": switch}
@@ -629,7 +629,7 @@ def test_timeline_change_is_yellow_only_the_bad_way(document):
 
 
 def test_first_steps_worst_step_of_a_quantity_bad_when_small():
-    from ratioscope.verdict import first_steps_findings
+    from ratioscope.judgement.verdict import first_steps_findings
 
     entropy = [0.02, 0.021, 0.019, 0.018, 1e-3, 4e-4, 1.5e-3]
     steps = [(i, {"vitals.entropy.mean": e}) for i, e in enumerate(entropy)]
@@ -762,8 +762,8 @@ def test_whole_step_rule_on_a_real_trl_capture_file(tmp_path):
     capture's part file with on-policy settings; analyze reads them from the file."""
     import torch
 
-    from ratioscope.analysis import analyze
-    from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings
+    from ratioscope.analysis.pipeline import analyze
+    from ratioscope.data.trainer_settings import SETTINGS_KEY, TrainerSettings
 
     full = torch.load(ROOT / "sample_data/trl/step_0032.pt", weights_only=True)
     part = {k: v[:32] if torch.is_tensor(v) else v for k, v in full.items()}

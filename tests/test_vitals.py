@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import ratioscope
 from ratioscope.cli import app
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.vitals import (
     advantage_vital_sums,
     entropy_by_correctness,
@@ -23,8 +24,7 @@ from ratioscope.functional.vitals import (
     masked_sums,
     row_mean_abs,
 )
-from ratioscope.params import AnalysisParams
-from ratioscope.report import Report
+from ratioscope.report.model import Report
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL = ROOT / "sample_data" / "verl"

@@ -14,13 +14,13 @@ import torch
 from typer.testing import CliRunner
 
 import ratioscope
-from ratioscope.analysis import merge_reports
-from ratioscope.batch import TokenBatch
+from ratioscope.analysis.pipeline import merge_reports
 from ratioscope.cli import app
+from ratioscope.data.batch import TokenBatch
 from ratioscope.errors import InputError
 from ratioscope.io.loaders import concatenate, load
-from ratioscope.report import Report
-from ratioscope.timeline import Timeline
+from ratioscope.report.model import Report
+from ratioscope.views.timeline import Timeline
 
 runner = CliRunner()
 NAN = float("nan")

@@ -10,11 +10,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.raw import Ragged, as_ragged
 from ratioscope.errors import InputError, NotADumpError
 from ratioscope.io.loaders import FoundPath, LoadOptions, batch_from_raw, expand_paths, refuse_json
 from ratioscope.io.profiles import get_profile
-from ratioscope.io.raw import Ragged, as_ragged
 from ratioscope.io.readers import read_raw
 from ratioscope.sections.registry import FEATURES
 
@@ -59,7 +59,7 @@ class DumpInfo:
     group_sizes: dict[int, int] | None
     #: how the groups were formed, or why there are none and what would give them
     group_note: str
-    #: what the log-ratio compares (a key of ratioscope.batch.RATIO_PAIRS)
+    #: what the log-ratio compares (a key of ratioscope.data.batch.RATIO_PAIRS)
     ratio_pair: str
     features: list[Feature]
     warnings: list[str]

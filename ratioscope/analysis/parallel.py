@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ratioscope.errors import RatioscopeError, UsageError
 
 if TYPE_CHECKING:
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.io.loaders import LoadOptions
-    from ratioscope.params import AnalysisParams
     from ratioscope.progress import ProgressCallback
-    from ratioscope.report import Report
+    from ratioscope.report.model import Report
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -316,7 +316,7 @@ def file_shards(files: Sequence[Path]) -> list[tuple[Path, ...]]:
     >>> [len(s) for s in file_shards(files)]
     [2, 1]
     """
-    from ratioscope.steps import step_from_name
+    from ratioscope.analysis.steps import step_from_name
 
     shards: list[list[Path]] = []
     previous: int | None = None
@@ -348,7 +348,7 @@ def analyze_in_tasks(
 
     The per-sequence table is not gathered (it would bring every row to the driver).
     """
-    from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, _split_options, merge_reports
+    from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options, merge_reports
     from ratioscope.io.loaders import expand_paths
     from ratioscope.progress import ProgressUpdate, report
 
@@ -386,7 +386,7 @@ def _analyze_shard(
     sections: Sequence[str] | None,
     fixed_params: Collection[str] = (),
 ) -> dict[str, Any]:
-    from ratioscope.analysis import analyze
+    from ratioscope.analysis.pipeline import analyze
 
     return analyze(
         list(shard),

@@ -25,26 +25,33 @@ import torch
 from torch import Tensor
 
 from ratioscope import defaults
-from ratioscope.batch import TokenBatch
-from ratioscope.device import resolve_device
+from ratioscope.analysis.device import resolve_device
+from ratioscope.analysis.steps import step_from_name
+from ratioscope.analysis.threads import one_thread, serial_if_small
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import MergeError, ReportError
-from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths, load_file, refuse_json
+from ratioscope.io.documents import check_schema_version, document_kind, tool_info
+from ratioscope.io.loaders import (
+    LoadOptions,
+    RunFiles,
+    expand_paths,
+    load_file,
+    load_params,
+    refuse_json,
+)
 from ratioscope.io.streaming import StreamedFile, open_stream
-from ratioscope.params import AnalysisParams
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
-from ratioscope.report import SECTION_KEYS, InputInfo, Report, SequenceTable
-from ratioscope.report_io import check_schema_version, document_kind, tool_info
+from ratioscope.report.model import SECTION_KEYS, InputInfo, Report, SequenceTable
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.context import Context
 from ratioscope.sections.registry import section_classes
-from ratioscope.steps import step_from_name
-from ratioscope.threads import one_thread, serial_if_small
 
 if TYPE_CHECKING:
-    from ratioscope.trainer_settings import TrainerSettings
+    from ratioscope.data.trainer_settings import TrainerSettings
 
 #: elements ([rows x tokens]) per chunk: 8 MB per float64 temporary, small enough for the
-#: allocator to reuse freed blocks (see ratioscope.allocator) and for caches to help
+#: allocator to reuse freed blocks (see ratioscope.analysis.allocator) and for caches to help
 DEFAULT_CHUNK_ELEMENTS = defaults.CHUNK_ELEMENTS
 _LOAD_OPTION_NAMES = {f.name for f in fields(LoadOptions)}
 _PARAM_NAMES = {f.name for f in fields(AnalysisParams)}
@@ -164,8 +171,8 @@ def _trainer_defaults(
     chosen: set[str],
 ) -> tuple[AnalysisParams, Any]:
     """``params`` with the trainer's settings where the caller chose nothing, and what
-    was applied (:class:`ratioscope.trainer_settings.Applied`)."""
-    from ratioscope import trainer_settings
+    was applied (:class:`ratioscope.data.trainer_settings.Applied`)."""
+    from ratioscope.data import trainer_settings
 
     settings = load_options.trainer_settings
     if load_options.trainer == "none":
@@ -178,7 +185,7 @@ def _trainer_defaults(
 
 def _settings_note(batch_or_paths: Any, used: TrainerSettings | None) -> str | None:
     """A warning when files of the run record other settings than ``used``."""
-    from ratioscope.settings_check import differing_settings
+    from ratioscope.judgement.settings import differing_settings
 
     paths = [s for s in _sources(batch_or_paths) if isinstance(s, Path)]
     return differing_settings(paths[1:], used) if len(paths) > 1 else None
@@ -211,9 +218,9 @@ def run_accumulators(
     sections that work on whole groups (``joins_groups``) are fed once per training step
     instead, and those that take groups besides (``takes_groups``) get their groups
     there, with the groups joined across the step's files
-    (:mod:`ratioscope.group_join`; ``group_size``: the trainer's, when known).
+    (:mod:`ratioscope.sections.group_join`; ``group_size``: the trainer's, when known).
     """
-    from ratioscope.group_join import StepGroupJoin
+    from ratioscope.sections.group_join import StepGroupJoin
 
     target = resolve_device(device)
     sources = _sources(batch_or_paths)
@@ -295,7 +302,7 @@ class _JoinedSections:
         self.group_takers = [acc for acc in self.per_file_totals if acc.takes_groups]
         #: file index -> its rows and per-sequence columns, until they are final
         self._frames: dict[int, tuple[_FileRows, dict[str, Tensor]]] = {}
-        self.scopes: Any = None  # ratioscope.scope_join.StepScopes, with such a section
+        self.scopes: Any = None  # ratioscope.sections.scope_join.StepScopes, with such a section
 
     def scope_groups(
         self,
@@ -305,9 +312,9 @@ class _JoinedSections:
         context: Callable[[TokenBatch], Context],
     ) -> None:
         """Centre the ``centres_on_groups`` section (covariance) on whole groups of each
-        step (:mod:`ratioscope.scope_join`); ``read``: a file's chunks, read again."""
-        from ratioscope.group_join import StepGroupJoin
-        from ratioscope.scope_join import StepScopes
+        step (:mod:`ratioscope.sections.scope_join`); ``read``: a file's chunks, read again."""
+        from ratioscope.sections.group_join import StepGroupJoin
+        from ratioscope.sections.scope_join import StepScopes
 
         total = next((acc for acc in self.per_file_totals if acc.centres_on_groups), None)
         if total is None:
@@ -325,7 +332,7 @@ class _JoinedSections:
         source: TokenBatch | Path | None = None,
         held: Sequence[Accumulator] = (),
     ) -> None:
-        from ratioscope.group_join import FileSequences
+        from ratioscope.sections.group_join import FileSequences
 
         if self.table is not None:
             self._frames[index] = (rows, dict(columns))
@@ -425,8 +432,8 @@ def report_or_analysis(
         ``(report, source)``: the report and a short description of the inputs.
     """
     from ratioscope.errors import UsageError
+    from ratioscope.io.documents import read_json_report
     from ratioscope.io.paths import is_report_path
-    from ratioscope.report_io import read_json_report
 
     reports = [Path(p) for p in paths if is_report_path(p)]
     if reports and len(reports) != len(paths):
@@ -674,7 +681,7 @@ def _check_same_run(
             f"made with different parameters than {first_name} ({', '.join(differing)}); "
             "only reports of the same analysis settings can be merged",
         )
-    from ratioscope.report import OPTIONAL_SECTION_KEYS
+    from ratioscope.report.model import OPTIONAL_SECTION_KEYS
 
     for key in sections:
         if key not in present and key not in OPTIONAL_SECTION_KEYS:
@@ -1014,7 +1021,7 @@ def _keep(
 
 
 def _kept_names(per_file: list[Accumulator]) -> list[str]:
-    from ratioscope.batch import CANONICAL_KEYS
+    from ratioscope.data.batch import CANONICAL_KEYS
 
     names: dict[str, None] = {}
     for acc in per_file:
@@ -1024,7 +1031,7 @@ def _kept_names(per_file: list[Accumulator]) -> list[str]:
 
 def _gathered(first: TokenBatch, kept: dict[str, Tensor], labels: list[Any] | None) -> TokenBatch:
     """The whole file as a batch of the tensors in ``kept`` (the others None)."""
-    from ratioscope.batch import CANONICAL_KEYS
+    from ratioscope.data.batch import CANONICAL_KEYS
 
     values: dict[str, Any] = dict.fromkeys(n for n in CANONICAL_KEYS if n not in kept)
     values.update(kept)
@@ -1144,22 +1151,6 @@ def _input_info(rows: _FileRows, digest: Future[str] | None) -> InputInfo:
         padding=rows.padding,
         ratio_pair=rows.ratio_pair,
     )
-
-
-def load_params(options: LoadOptions) -> dict[str, Any]:
-    """The ``params.load`` block: the load options that change the numbers."""
-    return {
-        "format": options.format,
-        "mapping": dict(options.mapping),
-        "nonfinite": options.nonfinite,
-        "group_size": options.group_size,
-        # only when set: reports made before these options merge with today's
-        **{
-            key: value
-            for key in ("correct_field", "correct_threshold")
-            if (value := getattr(options, key)) is not None
-        },
-    }
 
 
 def _load_kwargs(state: dict[str, Any]) -> dict[str, Any]:

@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ratioscope import defaults
-from ratioscope._callable_module import make_callable
-from ratioscope.analysis import DEFAULT_CHUNK_ELEMENTS, load_params, run_accumulators
-from ratioscope.batch import TokenBatch
+from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, run_accumulators
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import ParameterError
-from ratioscope.io.loaders import LoadOptions
-from ratioscope.params import AnalysisParams
+from ratioscope.io.documents import SCHEMA_VERSION, to_jsonable, tool_info, write_json
+from ratioscope.io.loaders import LoadOptions, load_params
 from ratioscope.progress import ProgressCallback
-from ratioscope.report import InputInfo
-from ratioscope.report_io import SCHEMA_VERSION, to_jsonable, tool_info, write_json
+from ratioscope.report.model import InputInfo
 from ratioscope.sections.base import Accumulator
 from ratioscope.sections.ratios import RatiosAccumulator, VariantStats
 
@@ -126,7 +125,3 @@ def sweep(
         },
         warnings=warnings,
     )
-
-
-# ``ratioscope.sweep(...)`` calls the function whatever was imported first
-make_callable(__name__)

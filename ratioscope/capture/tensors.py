@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ratioscope.batch import REWARD_FUNCTION_PREFIX
+from ratioscope.data.batch import REWARD_FUNCTION_PREFIX
 
 #: per-token float tensors, [B, T]
 TOKEN_FLOAT_NAMES = (

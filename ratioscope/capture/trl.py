@@ -42,8 +42,8 @@ import torch
 from torch import Tensor
 
 from ratioscope.capture.writer import CaptureWriter
+from ratioscope.data.trainer_settings import trl_settings
 from ratioscope.errors import RatioscopeError
-from ratioscope.trainer_settings import trl_settings
 
 #: the TRL methods the capture overrides; each must exist on the trainer class
 TRL_METHODS = (

@@ -32,8 +32,8 @@ from torch import Tensor
 
 from ratioscope.capture.sampling import choose_units, rows_of_units, sampling_order
 from ratioscope.capture.tensors import Inputs, Part, gather, validate_inputs
+from ratioscope.data.trainer_settings import SETTINGS_KEY, TrainerSettings, settings_from_env
 from ratioscope.io.atomic import atomic_path
-from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings, settings_from_env
 
 MODES = ("tensors", "report")
 #: prefix of the metadata keys stored in every part file, as 0-d tensors: the loader
@@ -42,7 +42,7 @@ METADATA_PREFIX = "ratioscope_capture."
 #: version of the part file layout, stored as ``ratioscope_capture.version``
 FORMAT_VERSION = 1
 #: keyword arguments of :func:`ratioscope.analyze` that ``analysis_options`` may hold
-#: besides the :class:`~ratioscope.params.AnalysisParams` fields
+#: besides the :class:`~ratioscope.data.params.AnalysisParams` fields
 ANALYZE_KEYWORDS = ("params", "device", "chunk_elements", "sections", "nonfinite")
 
 
@@ -183,14 +183,14 @@ class CaptureWriter:
             :func:`ratioscope.analyze` (``window=20``, ``clip=(0.2, 0.28)``,
             ``sections=[...]``, ``nonfinite="mask"``, ``device="cuda"``, ...).
         trainer_settings: the trainer's configuration
-            (:func:`ratioscope.trainer_settings.verl_settings`, ``openrlhf_settings``;
+            (:func:`ratioscope.data.trainer_settings.verl_settings`, ``openrlhf_settings``;
             the TRL capture sets it itself), stored in every part file as JSON under
             ``ratioscope_trainer``; ``analyze`` takes the clip band, length limit and
             group size from it, and so does mode "report" (``analysis_options`` win).
             None: those the ``RATIOSCOPE_TRAINER_SETTINGS`` environment variable holds
             (JSON, as the trainer's driver wrote it:
-            :func:`ratioscope.trainer_settings.forward_verl_settings`,
-            :func:`~ratioscope.trainer_settings.settings_env`), else none.
+            :func:`ratioscope.data.trainer_settings.forward_verl_settings`,
+            :func:`~ratioscope.data.trainer_settings.settings_env`), else none.
 
     Raises:
         ValueError: an option out of range or not meaningful in ``mode``, or
@@ -225,7 +225,7 @@ class CaptureWriter:
         self.max_bytes_per_step = _byte_bound(max_bytes_per_step, mode)
         self.analysis_options = _analysis_options(analysis_options, mode)
         #: the trainer's configuration, stored in every part file (see
-        #: ratioscope.trainer_settings); may be set after the writer is made. Without
+        #: ratioscope.data.trainer_settings); may be set after the writer is made. Without
         #: the argument, the driver's, handed down in the environment: a writer made in
         #: a worker has only the worker's part of the config
         self.trainer_settings = (
@@ -345,8 +345,8 @@ class CaptureWriter:
         state.ended = True
         if state.document is None:
             return None
-        from ratioscope.report_io import write_json
-        from ratioscope.trackers import headline_metrics
+        from ratioscope.io.documents import write_json
+        from ratioscope.views.trackers import headline_metrics
 
         path = report_path(self.directory, step, self.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -386,8 +386,8 @@ class CaptureWriter:
     # ---------------------------------------------------------------- internals
     def _analyse(self, state: _Step, context: _PartContext) -> None:
         """Mode "report": analyse the part and fold it into the step's running report."""
-        from ratioscope.analysis import analyze, merge_reports
-        from ratioscope.batch import TokenBatch
+        from ratioscope.analysis.pipeline import analyze, merge_reports
+        from ratioscope.data.batch import TokenBatch
 
         options = dict(self.analysis_options)
         if self.trainer_settings is not None:
@@ -602,8 +602,8 @@ def _analysis_options(options: dict[str, Any] | None, mode: str) -> dict[str, An
         return {}
     if mode != "report":
         raise ValueError("analysis_options are used by mode 'report' only")
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.errors import UsageError
-    from ratioscope.params import AnalysisParams
     from ratioscope.sections.registry import section_classes
 
     parameter_names = {f.name for f in fields(AnalysisParams)}

@@ -120,7 +120,7 @@ class _BoundaryGroup(TyperGroup):
             _usage_error(error)
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
-        from ratioscope.allocator import keep_freed_memory
+        from ratioscope.analysis.allocator import keep_freed_memory
         from ratioscope.io.paths import refuse_special_files
 
         keep_freed_memory()

@@ -16,9 +16,9 @@ import typer
 
 from ratioscope import defaults
 from ratioscope.cli._common import parse_floats, parse_mapping
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.token_stats import EXACT_ON_BAND
 from ratioscope.io.profiles import FORMAT_CHOICES
-from ratioscope.params import AnalysisParams
 
 if TYPE_CHECKING:
     from ratioscope.io.loaders import LoadOptions
@@ -516,10 +516,10 @@ def load_options(inputs: InputOptions) -> LoadOptions:
     """The library's ``LoadOptions`` from a command's input options, each checked before
     any file is read: an unknown ``--trainer``, ``--format`` or ``--nonfinite``, a
     malformed ``--map`` or a bad ``--correct-threshold`` fails in one sentence."""
+    from ratioscope.data.trainer_settings import TRAINER_CHOICES
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import LoadOptions, correct_rule
     from ratioscope.io.profiles import FORMAT_CHOICES
-    from ratioscope.trainer_settings import TRAINER_CHOICES
 
     if inputs.trainer not in TRAINER_CHOICES:
         raise UsageError(
@@ -556,8 +556,8 @@ def command_load_options(ctx: typer.Context) -> LoadOptions:
 def analysis_params(**options: Any):
     """AnalysisParams from CLI strings: pairs like "0.2,0.28" are parsed here, and
     'exact' for a band is the raw rows' rule (r = 1 up to float32 rounding)."""
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.functional.token_stats import EXACT_ON_BAND
-    from ratioscope.params import AnalysisParams
 
     pairs = ("clip", "seq_clip", "on_band", "token_on_band", "seq_on_band")
     bands = ("on_band", "token_on_band", "seq_on_band")
@@ -583,7 +583,7 @@ def command_analysis_params(ctx: typer.Context):
     defaults included), so that a command lists its options once, in its signature."""
     from dataclasses import fields
 
-    from ratioscope.params import AnalysisParams
+    from ratioscope.data.params import AnalysisParams
 
     names = {f.name for f in fields(AnalysisParams)}
     options = {_FIELD_OF_PARAMETER.get(key, key): value for key, value in ctx.params.items()}
@@ -596,7 +596,7 @@ def given_analysis_params(ctx: typer.Context) -> list[str]:
     from dataclasses import fields
 
     from ratioscope.cli._common import given
-    from ratioscope.params import AnalysisParams
+    from ratioscope.data.params import AnalysisParams
 
     names = {f.name for f in fields(AnalysisParams)}
     return [

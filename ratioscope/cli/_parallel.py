@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from ratioscope.parallel import Runner
+    from ratioscope.analysis.parallel import Runner
 
 Workers = Annotated[
     int,
@@ -35,8 +35,8 @@ RayAddress = Annotated[
 
 
 def runner_of(workers: int, ray: str | None) -> Runner:
-    """The :class:`~ratioscope.parallel.Runner` of ``--workers`` and ``--ray``."""
-    from ratioscope.parallel import Runner
+    """The :class:`~ratioscope.analysis.parallel.Runner` of ``--workers`` and ``--ray``."""
+    from ratioscope.analysis.parallel import Runner
 
     if ray is not None and not ray.strip():
         from ratioscope.errors import UsageError

@@ -159,6 +159,7 @@ def analyze(
     Example: ratioscope analyze 'dump/step_*' --ray auto --json report.json
     """
     import ratioscope
+    from ratioscope.analysis.parallel import analyze_in_tasks
     from ratioscope.cli._common import (
         announce_written,
         check_output_paths,
@@ -174,11 +175,10 @@ def analyze(
     )
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
-    from ratioscope.parallel import analyze_in_tasks
-    from ratioscope.render.overview import Layout, show_analyze
-    from ratioscope.render.terminal import show_warnings
-    from ratioscope.report import read_baseline
-    from ratioscope.verdict import Thresholds, load_thresholds, verdict
+    from ratioscope.judgement.verdict import Thresholds, load_thresholds, verdict
+    from ratioscope.render.terminal.overview import Layout, show_analyze
+    from ratioscope.render.terminal.report import show_warnings
+    from ratioscope.report.files import read_baseline
 
     inputs = [*expand_paths(paths), *(p for p in (thresholds, baseline) if p is not None)]
     check_output_paths(inputs, [json_out, parquet_out, verdict_json])

@@ -43,15 +43,16 @@ def check(
     Example: ratioscope check run.json --rules examples/rules.toml --baseline base.json
     --junit check.xml --summary check.md
     """
-    from ratioscope.check import run_check
     from ratioscope.cli._common import check_output_paths, stdout_console
     from ratioscope.errors import RegressionFound
-    from ratioscope.render import check_table
+    from ratioscope.render.ci.check import write_outputs
+    from ratioscope.render.terminal.check import show
+    from ratioscope.report.files import run_check
 
     inputs = [path for path in (report, rules, baseline) if path is not None]
     check_output_paths(inputs, [junit, summary])
     result = run_check(report, rules, baseline)
-    check_table.show(result, stdout_console())
-    check_table.write_outputs(result, junit=junit, summary=summary)
+    show(result, stdout_console())
+    write_outputs(result, junit=junit, summary=summary)
     if not result.passed:
         raise RegressionFound(f"{report}: {result.summary_line()}")

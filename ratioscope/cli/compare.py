@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ratioscope.cli._options import FigureOut, Quiet
-from ratioscope.compare import DEFAULT_REL
+from ratioscope.views.compare import DEFAULT_REL
 
 CompareInput = Annotated[
     str,
@@ -54,7 +54,7 @@ def compare(
         check_suffix,
         stdout_console,
     )
-    from ratioscope.render.compare import show_comparison
+    from ratioscope.render.terminal.compare import show_comparison
 
     check_output_paths([Path(a), Path(b)], [json_out])
     check_suffix(json_out, ".json", "--json")
@@ -80,8 +80,8 @@ def plot_compare(
     import ratioscope
     from ratioscope.cli._common import announce_written, check_output_paths
     from ratioscope.figures.compare import compare_figure
-    from ratioscope.render.compare_plots import plot_compare as draw
-    from ratioscope.render.figures import check_figure_path
+    from ratioscope.render.png.compare import plot_compare as draw
+    from ratioscope.render.png.output import check_figure_path
 
     check_figure_path(out)
     check_output_paths([Path(a), Path(b)], [out])

@@ -79,7 +79,7 @@ def eval_passk(
     )
     from ratioscope.evaluation.evaluate import evaluate_passk
     from ratioscope.io.samples import load_samples
-    from ratioscope.render.eval_tables import show_eval, show_warnings
+    from ratioscope.render.terminal.evaluation import show_eval, show_warnings
 
     check_output_paths(samples, [json_out])
     check_suffix(json_out, ".json", "--json")

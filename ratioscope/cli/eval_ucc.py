@@ -77,7 +77,7 @@ def eval_ucc(
     )
     from ratioscope.evaluation.evaluate import check_clustering_options, evaluate_ucc
     from ratioscope.io.samples import load_samples
-    from ratioscope.render.eval_tables import show_eval, show_warnings
+    from ratioscope.render.terminal.evaluation import show_eval, show_warnings
 
     check_output_paths(samples, [json_out, per_problem])
     check_suffix(per_problem, ".parquet", "--per-problem")

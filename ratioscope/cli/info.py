@@ -31,10 +31,10 @@ def info(
 
     Example: ratioscope info sample_data/verl/step_0032.pt
     """
+    from ratioscope.analysis.dump_info import inspect_paths
     from ratioscope.cli._common import show_notes, stdout_console
     from ratioscope.cli._options import command_load_options
-    from ratioscope.dump_info import inspect_paths
-    from ratioscope.render.terminal import show_info
+    from ratioscope.render.terminal.report import show_info
 
     options = command_load_options(ctx)
     targets: list[str | Path] = list(paths)

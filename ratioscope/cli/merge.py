@@ -27,7 +27,7 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
 
     Example: ratioscope merge shard_*.json --out run.json
     """
-    from ratioscope.analysis import merge_reports
+    from ratioscope.analysis.pipeline import merge_reports
     from ratioscope.cli._common import (
         announce_written,
         check_output_paths,
@@ -35,10 +35,10 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
         stderr_console,
         stdout_console,
     )
+    from ratioscope.io.documents import read_json_report
     from ratioscope.io.paths import REPORT_SUFFIX
-    from ratioscope.render.terminal import show_report, show_warnings
-    from ratioscope.render.verdict import show_verdict
-    from ratioscope.report_io import read_json_report
+    from ratioscope.render.terminal.report import show_report, show_warnings
+    from ratioscope.render.terminal.verdict import show_verdict
 
     check_output_paths(list(reports), [out])
     check_suffix(out, REPORT_SUFFIX, "--out")

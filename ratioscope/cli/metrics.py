@@ -9,10 +9,10 @@ import typer
 
 # the catalog imports nothing heavy: --section's choices come from it, so a section added
 # to the catalog is listed here too
-from ratioscope.metrics_catalog import catalog_sections
+from ratioscope.report.catalog import catalog_sections
 
 if TYPE_CHECKING:
-    from ratioscope.metrics_catalog import Metric
+    from ratioscope.report.catalog import Metric
 
 Report = Annotated[
     Path | None,
@@ -56,7 +56,7 @@ def metrics(
     """
     from ratioscope.cli._common import stdout_console
     from ratioscope.errors import ParameterError, UsageError
-    from ratioscope.metrics_catalog import metrics as list_metrics
+    from ratioscope.report.catalog import metrics as list_metrics
 
     try:
         rows = list_metrics(report, search=search, section=section)

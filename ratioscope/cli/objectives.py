@@ -22,7 +22,7 @@ from ratioscope.cli._options import (
     UnsafePickle,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
-from ratioscope.objective_methods import METHODS
+from ratioscope.objective_family.methods import METHODS
 
 ObjectivePaths = Annotated[
     list[str] | None,
@@ -119,8 +119,8 @@ def objectives(
     from ratioscope.cli._options import command_load_options
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
-    from ratioscope.objective_methods import parse_settings
-    from ratioscope.render.objectives import show_methods, show_objectives
+    from ratioscope.objective_family.methods import parse_settings
+    from ratioscope.render.terminal.objectives import show_methods, show_objectives
 
     if list_methods:
         show_methods(stdout_console())

@@ -59,8 +59,8 @@ def _curves(ctx: typer.Context, metric: str, inputs: list[Path], out: Path, quie
         progress_bar,
     )
     from ratioscope.figures.evaluation import metric_curves
-    from ratioscope.render.eval_plots import plot_curves
-    from ratioscope.render.figures import check_figure_path
+    from ratioscope.render.png.evaluation import plot_curves
+    from ratioscope.render.png.output import check_figure_path
 
     check_output_paths(inputs, [out])
     check_figure_path(out)
@@ -154,8 +154,8 @@ def similarity(
     from ratioscope.evaluation.evaluate import check_clustering_options
     from ratioscope.figures.evaluation import similarity_panels
     from ratioscope.io.samples import load_samples
-    from ratioscope.render.eval_plots import plot_similarity
-    from ratioscope.render.figures import check_figure_path
+    from ratioscope.render.png.evaluation import plot_similarity
+    from ratioscope.render.png.output import check_figure_path
 
     check_output_paths(samples, [out])
     check_figure_path(out)

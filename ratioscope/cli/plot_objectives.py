@@ -52,12 +52,12 @@ def covariance(
 
     Example: ratioscope plot covariance sample_data/verl/ --out covariance.png
     """
-    from ratioscope.analysis import section_or_analysis
+    from ratioscope.analysis.pipeline import section_or_analysis
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
     from ratioscope.cli._options import command_analysis_params, command_load_options
     from ratioscope.cli.plot_ratios import refuse_report_options
-    from ratioscope.render.figures import check_figure_path
-    from ratioscope.render.objective_plots import plot_covariance
+    from ratioscope.render.png.covariance import plot_covariance
+    from ratioscope.render.png.output import check_figure_path
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])
@@ -129,9 +129,9 @@ def objectives(
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
     from ratioscope.cli._options import command_load_options
     from ratioscope.figures.objectives import coefficient_trace
-    from ratioscope.objective_methods import parse_settings
-    from ratioscope.render.figures import check_figure_path
-    from ratioscope.render.objectives_plots import plot_objectives
+    from ratioscope.objective_family.methods import parse_settings
+    from ratioscope.render.png.objectives import plot_objectives
+    from ratioscope.render.png.output import check_figure_path
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])

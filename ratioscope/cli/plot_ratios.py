@@ -99,11 +99,11 @@ def _report_figure(kind: str, doc: str):
         device: Device = DEVICE_DEFAULT,
         quiet: Quiet = False,
     ) -> None:
-        from ratioscope.analysis import report_or_analysis
+        from ratioscope.analysis.pipeline import report_or_analysis
         from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
         from ratioscope.cli._options import command_analysis_params, command_load_options
-        from ratioscope.render import ratio_plots
-        from ratioscope.render.figures import check_figure_path
+        from ratioscope.render.png import ratios as ratio_plots
+        from ratioscope.render.png.output import check_figure_path
 
         check_figure_path(out)
         check_output_paths([Path(p) for p in paths], [out])
@@ -154,8 +154,8 @@ def ratios(
     from ratioscope.errors import UsageError
     from ratioscope.figures.ratios import ratio_trace
     from ratioscope.io.paths import is_report_path
-    from ratioscope.render.figures import check_figure_path
-    from ratioscope.render.ratio_plots import plot_trace
+    from ratioscope.render.png.output import check_figure_path
+    from ratioscope.render.png.ratios import plot_trace
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])
@@ -171,13 +171,13 @@ def refuse_report_options(ctx: typer.Context, paths: list[str], names: tuple[str
     """A report is plotted as stored: an analysis option the user set must match it.
 
     Checked before any work, against the reports' ``params.analysis``, by the library's
-    one rule (:func:`ratioscope.params.refuse_unlike_report`).
+    one rule (:func:`ratioscope.data.params.refuse_unlike_report`).
     """
     from ratioscope.cli._common import given
     from ratioscope.cli._options import analysis_params
+    from ratioscope.data.params import refuse_unlike_report, stored_analysis
+    from ratioscope.io.documents import read_json_report
     from ratioscope.io.paths import is_report_path
-    from ratioscope.params import refuse_unlike_report, stored_analysis
-    from ratioscope.report_io import read_json_report
 
     reports = [Path(p) for p in paths if is_report_path(p)]
     wanted = [name for name in names if given(ctx, name)]

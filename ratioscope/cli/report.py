@@ -56,7 +56,7 @@ from ratioscope.cli._options import (
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
 from ratioscope.cli.timeline import StepFrom
-from ratioscope.drilldown import DEFAULT_TOKEN_BYTES, DEFAULT_TOP
+from ratioscope.views.drilldown import DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
 ReportPaths = Annotated[
     list[str],
@@ -173,6 +173,7 @@ def report(
 
     Example: ratioscope report sample_data/verl_steps/ --out report.html
     """
+    from ratioscope.analysis.steps import compile_step_from
     from ratioscope.cli._common import (
         announce_written,
         check_html_path,
@@ -184,12 +185,11 @@ def report(
         command_load_options,
         given_analysis_params,
     )
-    from ratioscope.drilldown import DEFAULT_METHODS
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
-    from ratioscope.run_report import run_report
-    from ratioscope.steps import compile_step_from
-    from ratioscope.verdict import load_thresholds
+    from ratioscope.judgement.verdict import load_thresholds
+    from ratioscope.render.html.run_report import run_report
+    from ratioscope.views.drilldown import DEFAULT_METHODS
 
     check_html_path(out, "--out")
     if token_budget < 0:

@@ -57,6 +57,7 @@ def sweep(
 
     Example: ratioscope sweep sample_data/verl/ --qv 1e-6,1e-4,1e-2 --json sweep.json
     """
+    from ratioscope.analysis.sweep import sweep as run_sweep
     from ratioscope.cli._common import (
         announce_written,
         check_output_paths,
@@ -68,8 +69,7 @@ def sweep(
     )
     from ratioscope.cli._options import command_analysis_params, command_load_options
     from ratioscope.io.loaders import expand_paths
-    from ratioscope.render.terminal import show_sweep, show_warnings
-    from ratioscope.sweep import sweep as run_sweep
+    from ratioscope.render.terminal.report import show_sweep, show_warnings
 
     check_output_paths(expand_paths(paths), [json_out])
     check_suffix(json_out, ".json", "--json")

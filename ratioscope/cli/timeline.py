@@ -233,6 +233,7 @@ def timeline(
     Example: ratioscope timeline 'dump/step_*' --ray auto --json timeline.json
     """
     import ratioscope
+    from ratioscope.analysis.steps import compile_step_from
     from ratioscope.cli._common import (
         announce_written,
         check_output_paths,
@@ -246,12 +247,11 @@ def timeline(
         given_analysis_params,
     )
     from ratioscope.io.loaders import expand_paths
-    from ratioscope.render.overview import show_verdict_brief
-    from ratioscope.render.timeline import show_timeline
-    from ratioscope.render.verdict import show_verdict
-    from ratioscope.steps import compile_step_from
-    from ratioscope.trackers import log_timeline, open_trackers, require_trackers
-    from ratioscope.verdict import load_thresholds
+    from ratioscope.judgement.verdict import load_thresholds
+    from ratioscope.render.terminal.overview import show_verdict_brief
+    from ratioscope.render.terminal.timeline import show_timeline
+    from ratioscope.render.terminal.verdict import show_verdict
+    from ratioscope.views.trackers import log_timeline, open_trackers, require_trackers
 
     require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
     runner = runner_of(workers, ray)
@@ -291,7 +291,7 @@ def timeline(
         )
         html_report = None
         if html_out is not None:
-            from ratioscope.run_report import report_from_timeline
+            from ratioscope.render.html.run_report import report_from_timeline
 
             html_report = report_from_timeline(
                 result, params=params, load_options=load, tokenizer=tokenizer, progress=progress
@@ -338,12 +338,12 @@ def plot_timeline(
 
     Example: ratioscope plot timeline timeline.json --out timeline.png
     """
+    from ratioscope.analysis.steps import compile_step_from
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
     from ratioscope.cli._options import command_load_options
     from ratioscope.figures.timeline import timeline_figure, timeline_or_analysis
-    from ratioscope.render.figures import check_figure_path
-    from ratioscope.render.timeline_plots import plot_timeline as draw
-    from ratioscope.steps import compile_step_from
+    from ratioscope.render.png.output import check_figure_path
+    from ratioscope.render.png.timeline import plot_timeline as draw
 
     check_figure_path(out)
     check_output_paths([Path(p) for p in paths], [out])

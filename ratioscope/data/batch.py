@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope.data.raw import check_bool_bytes
 from ratioscope.errors import (
     DumpKeyError,
     EmptyDumpError,
@@ -31,7 +32,6 @@ from ratioscope.errors import (
     NonFiniteError,
     ShapeMismatchError,
 )
-from ratioscope.io.raw import check_bool_bytes
 
 #: per-token float tensors [B, T]
 TOKEN_FLOAT_KEYS = (

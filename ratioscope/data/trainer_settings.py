@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ratioscope.errors import ParameterError
 
 if TYPE_CHECKING:
-    from ratioscope.params import AnalysisParams
+    from ratioscope.data.params import AnalysisParams
 
 #: the top-level key of a part file that holds the settings (a JSON text)
 SETTINGS_KEY = "ratioscope_trainer"
@@ -455,7 +455,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> TrainerSettin
         shown = text if len(text) <= 80 else text[:77] + "..."
         raise ValueError(
             f"the {SETTINGS_ENV} environment variable must hold the trainer settings as "
-            "JSON (ratioscope.trainer_settings.settings_env writes it: an object with "
+            "JSON (ratioscope.data.trainer_settings.settings_env writes it: an object with "
             f"'framework' one of {', '.join(FRAMEWORKS)} and a 'settings' object), "
             f"got {shown!r}"
         )

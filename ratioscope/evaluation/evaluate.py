@@ -203,7 +203,7 @@ def _evaluate(
     options: _ClusterOptions | None,
     progress: ProgressCallback | None,
 ) -> EvalReport:
-    from ratioscope.report_io import tool_info
+    from ratioscope.io.documents import tool_info
 
     if params.base_method is not None:
         _check_base(sample_set, params.base_method)  # before the long part, not after

@@ -170,7 +170,7 @@ class EvalReport:
 
     def to_document(self) -> dict[str, Any]:
         """The JSON document (the per-problem table is not part of it)."""
-        from ratioscope.report_io import to_jsonable
+        from ratioscope.io.documents import to_jsonable
 
         return {
             "schema_version": self.schema_version,
@@ -183,7 +183,7 @@ class EvalReport:
         }
 
     def write_json(self, path: str | Path) -> None:
-        from ratioscope.report_io import write_json
+        from ratioscope.io.documents import write_json
 
         write_json(self.to_document(), path)
 

@@ -1,4 +1,4 @@
-"""What ``plot compare`` draws, read from a :class:`~ratioscope.compare.Comparison`.
+"""What ``plot compare`` draws, read from a :class:`~ratioscope.views.compare.Comparison`.
 
 Two timelines: one panel per headline with data, A and B over the shared steps, the
 diverging steps marked. Two reports (or dumps): one bar per headline, the relative
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ratioscope.compare import Comparison
+    from ratioscope.views.compare import Comparison
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class CompareFigure:
 def compare_figure(comparison: Comparison) -> CompareFigure:
     """The figure data of ``comparison``; headlines without data are left out of panels."""
     from ratioscope.figures.timeline import near_one, noise_floor
-    from ratioscope.timeline import HEADLINES, function_name
+    from ratioscope.views.timeline import HEADLINES, function_name
 
     units = {h.key: h.unit for h in HEADLINES}
     # a run's reward functions are headlines too (their unit: reward)

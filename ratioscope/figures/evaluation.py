@@ -176,14 +176,14 @@ def metric_curves(
 
     Raises:
         ParameterError: a choice that a report input cannot honour (see
-            :func:`ratioscope.params.refuse_unlike_report`).
+            :func:`ratioscope.data.params.refuse_unlike_report`).
         UsageError: reports made with different clustering parameters; curves measured
             on different problems that cannot be cut to the same ones.
         ReportError: a report without ``metric``.
     """
+    from ratioscope.io.documents import read_json_report
     from ratioscope.io.paths import is_report_path
     from ratioscope.io.samples import load_samples
-    from ratioscope.report_io import read_json_report
 
     fields = fields or SampleFields()
     report_paths = [Path(p) for p in paths if is_report_path(p)]
@@ -396,8 +396,8 @@ def _agree(
     linkage: str | None,
 ) -> None:
     """Check a report's parameters against the user's choices and the other reports
-    (equal as :func:`ratioscope.params.same_value` says)."""
-    from ratioscope.params import refuse_unlike_report, same_value
+    (equal as :func:`ratioscope.data.params.same_value` says)."""
+    from ratioscope.data.params import refuse_unlike_report, same_value
 
     chosen: dict[str, Any] = {"k": None if ks is None else sorted({int(k) for k in ks})}
     if metric == "ucc_at_k":

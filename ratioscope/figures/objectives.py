@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
     from ratioscope.io.loaders import LoadOptions
-    from ratioscope.objective_join import FileCoefficientJoin, FileCoefficients
+    from ratioscope.objective_family.step_join import FileCoefficientJoin, FileCoefficients
 
 CHOSEN_BECAUSE = (
     "chosen: the first file's sequence on which the most methods move its tokens and "
@@ -125,18 +125,18 @@ def coefficient_trace(
     """The coefficients of sequence ``index`` (counted over all files in order), or of
     the first file's :func:`informative_row`, each computed on the batch that
     :func:`ratioscope.objectives` gives the sequence (its file, or the files of its
-    step that hold its group whole: :class:`ratioscope.objective_join.
+    step that hold its group whole: :class:`ratioscope.objective_family.step_join.
     FileCoefficientJoin`), with the trainer's clip band as there.
 
     Raises:
         ParameterError: ``index`` is past the last sequence.
     """
+    from ratioscope.analysis.steps import step_from_name
     from ratioscope.errors import ParameterError
     from ratioscope.io.loaders import LoadOptions, RunFiles, expand_paths
-    from ratioscope.objective_join import FileCoefficientJoin
-    from ratioscope.objective_methods import METHODS, looks_across_groups, method_names
-    from ratioscope.objectives import _trainer_clip, batch_coefficients
-    from ratioscope.steps import step_from_name
+    from ratioscope.objective_family.methods import METHODS, looks_across_groups, method_names
+    from ratioscope.objective_family.side_by_side import _trainer_clip, batch_coefficients
+    from ratioscope.objective_family.step_join import FileCoefficientJoin
 
     names = method_names(
         methods if methods is None or isinstance(methods, str) else ",".join(methods)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from torch import Tensor
 
+from ratioscope.data.params import AnalysisParams
 from ratioscope.io.loaders import LoadOptions
-from ratioscope.params import AnalysisParams
 
 #: why :func:`ratio_trace` drew the sequence it chose itself (the figure's title says it)
 CHOSEN_BECAUSE = (

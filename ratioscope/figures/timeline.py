@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ratioscope.timeline import Timeline
+    from ratioscope.views.timeline import Timeline
 
 #: the log-ratio |z| that float32 rounding alone leaves between two computations of the
 #: same log-prob (a few float32 ulps, 2^-23 relative, of log-probs of order 1 to 10): a
@@ -108,11 +108,11 @@ def timeline_figure(timeline: Timeline, source: str = "") -> TimelineFigure:
 
 def timeline_or_analysis(paths: Sequence[str | Path], **options: Any) -> tuple[Timeline, str]:
     """A timeline from one timeline JSON file (as stored), or from dumps or analyze
-    reports (:func:`ratioscope.timeline.timeline` with ``options``); and a short name of
+    reports (:func:`ratioscope.views.timeline.timeline` with ``options``); and a short name of
     the source."""
+    from ratioscope.io.documents import read_json_report
     from ratioscope.io.paths import is_report_path
-    from ratioscope.report_io import read_json_report
-    from ratioscope.timeline import Timeline, timeline
+    from ratioscope.views.timeline import Timeline, timeline
 
     first = Path(paths[0])
     if len(paths) == 1 and is_report_path(first):

@@ -259,10 +259,10 @@ def map_row_parts(
     ``torch.get_num_threads()`` threads: the kernels release the GIL (``nogil``), so
     parts run at the same time. The parts are the same on any number of threads.
 
-    ``elements``: the size of the work; at most :data:`ratioscope.threads.
+    ``elements``: the size of the work; at most :data:`ratioscope.analysis.threads.
     SERIAL_ELEMENTS` runs the parts on the calling thread (handing a few microseconds
     of work to the pool costs more than it saves)."""
-    from ratioscope.threads import SERIAL_ELEMENTS
+    from ratioscope.defaults import SERIAL_ELEMENTS
 
     parts = row_parts(rows)
     small = elements is not None and elements <= SERIAL_ELEMENTS

@@ -581,7 +581,7 @@ def covariance_percentiles_from_bins(
     """CW-GRPO Table 1 read from a signed histogram of c, the streaming form.
 
     The histogram (fixed bins of :mod:`ratioscope.functional.histogram`, e.g. a
-    :class:`ratioscope.stats.Histogram` with sums) merges across files by adding counts
+    :class:`ratioscope.sections.summaries.Histogram` with sums) merges across files by adding counts
     and sums; every value read here is within ``histogram.RELATIVE_ERROR`` (about 1.16 %)
     of the exact :func:`covariance_percentiles` of all tokens whenever the magnitudes lie
     in [1e-9, 1e4). Whole bins enter the top sums exactly; the bin a fraction ends in

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import ParameterError, ShapeMismatchError
+from ratioscope.functional._paging import MappedPages
 from ratioscope.functional.surrogate import sequence_means
-from ratioscope.io.paging import MappedPages
 
 #: The paper's "reliable rule of thumb" (section 3.3; it used 2 for Qwen3-4B-Base).
 DEFAULT_LAMBDA = 1.0
@@ -74,7 +74,7 @@ class _Rows:
     """Row-chunk reader over [..., V] logits seen as [N, V].
 
     For a read-only numpy memory map (``np.load(..., mmap_mode="r")``), the pages of rows
-    already read are handed back to the kernel (:class:`~ratioscope.io.paging.MappedPages`;
+    already read are handed back to the kernel (:class:`~ratioscope.functional._paging.MappedPages`;
     the data stays in the page cache), so the process's resident memory stays bounded by
     the chunk size whatever the file size, instead of growing with every page touched.
     Tensors are left to whoever mapped them: ``analyze`` releases a memory-mapped dump's

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ratioscope.functional import _kernels
 from ratioscope.functional import histogram as bins
-from ratioscope.stats import Moments
+from ratioscope.functional.moments import EMPTY, MomentSums, combine_moments
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def ratio_rows(
     valid = mask.numpy()
     eps_low, eps_high = clip
 
-    def part(start: int, stop: int) -> tuple[np.ndarray, Moments]:
+    def part(start: int, stop: int) -> tuple[np.ndarray, MomentSums]:
         counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
         summary = np.zeros(5, dtype=np.float64)
         _ratio_kernels.histogram_ppo_rows(
@@ -74,17 +74,16 @@ def ratio_rows(
             clipped[start:stop],
         )  # fmt: skip
         count, mean, spread, low, high = summary.tolist()
-        return counts, Moments(int(count), mean, spread, low, high)
+        return counts, MomentSums(int(count), mean, spread, low, high)
 
     # the rows in parts on the threads torch may use, merged in order
     parts = _kernels.map_row_parts(part, rows)
     counts = np.sum([counts for counts, _ in parts], axis=0)
-    moments = Moments()
+    moments = EMPTY
     for _, part_moments in parts:
-        moments.merge(part_moments)
+        moments = combine_moments(moments, part_moments)
     ppo = None
     if advantages is not None:
         sums = torch.from_numpy(row_sums)
         ppo = (torch.from_numpy(clipped), sums[:, 0], sums[:, 1])
-    summary = (moments.count, moments.mean, moments.m2, moments.minimum, moments.maximum)
-    return RatioRows(torch.from_numpy(counts), summary, ppo)
+    return RatioRows(torch.from_numpy(counts), tuple(moments), ppo)

@@ -1,1 +1,1 @@
-"""Loading token dumps and sample files."""
+"""Input and output: dumps, samples and logs read within limits; documents written atomically."""

@@ -14,7 +14,7 @@ would have. Memory is bounded by the rows read, never by the file:
   deflated alike), one range after another.
 * ``.pt``: ``torch.load(mmap=True, weights_only=True)`` maps the tensors of a file saved
   in torch's zip format; the pages of a range are handed back once it is read
-  (:mod:`ratioscope.io.paging`).
+  (:mod:`ratioscope.functional._paging`).
 * ``.parquet``: a range is a row slice of a lazy scan (polars reads the row groups that
   hold it); the longest list and the null counts come from one streaming pass first.
 * ``.jsonl``: one pass parses every line to decide the fields' kinds and remembers where
@@ -38,10 +38,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ratioscope.data.raw import Ragged, RawDump, check_bool_bytes, padded_dtype
 from ratioscope.errors import CorruptFileError, JsonLineError
 from ratioscope.io.jsontext import loads
 from ratioscope.io.limits import not_a_zip, npz_layouts
-from ratioscope.io.raw import Ragged, RawDump, check_bool_bytes, padded_dtype
 
 #: safetensors dtype names -> torch dtypes
 _SAFETENSORS_DTYPES = {
@@ -82,7 +82,7 @@ class ChunkSource(ABC):
 
     def read(self, start: int, stop: int) -> dict[str, Any]:
         """The bound keys' values for rows ``[start, stop)``, as :class:`RawDump` columns,
-        their bool tensors checked (:func:`ratioscope.io.raw.check_bool_bytes`)."""
+        their bool tensors checked (:func:`ratioscope.data.raw.check_bool_bytes`)."""
         columns = self.read_rows(start, stop)
         check_bool_bytes(self.path, columns)
         return columns
@@ -223,7 +223,7 @@ class RawDumpSource(ChunkSource):
         self.pages: Any = None
 
     def bind(self, keys: Mapping[str, str]) -> bool:
-        from ratioscope.io.paging import MappedPages
+        from ratioscope.functional._paging import MappedPages
 
         wanted = {c: k for c, k in keys.items() if k in self.raw.columns}
         mask = wanted.get("mask")

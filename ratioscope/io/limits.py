@@ -11,6 +11,7 @@ rows that overlap) is accepted only while small, as copying it can take without 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -20,6 +21,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any
 
+from ratioscope.defaults import SERIAL_ELEMENTS
 from ratioscope.errors import CorruptFileError, InputError, ParameterError
 
 #: the variable that sets the memory budget, in bytes (suffixes K, M, G, T)
@@ -354,3 +356,24 @@ def check_view(path: Path | str, key: str, tensor: Any) -> None:
             f"{_size(tensor.untyped_storage().nbytes())} (stride 0 or overlapping rows), "
             f"{_size(nbytes)} once copied; save it with tensor.contiguous()",
         )
+
+
+@functools.cache
+def start_thread_pool() -> None:
+    """Start torch's intra-op threads now, before a file's data takes the memory.
+
+    torch's OpenMP runtime (libgomp) creates its threads at the first parallel
+    operation; when it cannot (the memory or the address space is spent by then: a
+    3 MB npz inflated to 3 GiB), it prints "libgomp: Thread creation failed" and ends
+    the process with exit 1, before any Python code can name the file. Started while
+    memory is plentiful, the threads are reused by every later operation (a team of one
+    thread, :func:`ratioscope.analysis.threads.serial_if_small`, runs on the calling
+    thread and keeps them), so an allocation that fails later is a ``MemoryError`` or
+    torch's "can't allocate memory", which the command line reports as out of memory
+    (exit 2). Once per process; nothing to do with one thread.
+    """
+    import torch
+
+    if torch.get_num_threads() > 1:
+        # a reduction over more than torch's grain size runs on the whole team
+        torch.ones(4 * SERIAL_ELEMENTS).sum()

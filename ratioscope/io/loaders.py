@@ -1,4 +1,4 @@
-"""Load dumps into :class:`~ratioscope.batch.TokenBatch`: paths, profiles, ragged padding.
+"""Load dumps into :class:`~ratioscope.data.batch.TokenBatch`: paths, profiles, ragged padding.
 
 ``load(path)`` reads one file (or concatenates the files of a directory or glob);
 ``load_file(path)`` reads exactly one, which is how analyses of many files stream them
@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from ratioscope import defaults
-from ratioscope.batch import SEQUENCE_KEYS, TokenBatch
+from ratioscope.data.batch import SEQUENCE_KEYS, TokenBatch
+from ratioscope.data.raw import as_ragged, is_rows
 from ratioscope.errors import (
     InputError,
     NotADumpError,
@@ -31,11 +32,10 @@ from ratioscope.errors import (
 )
 from ratioscope.io.jsontext import loads
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
-from ratioscope.io.raw import as_ragged, is_rows
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
 
 if TYPE_CHECKING:
-    from ratioscope.trainer_settings import TrainerSettings
+    from ratioscope.data.trainer_settings import TrainerSettings
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 T = TypeVar("T")
@@ -62,7 +62,7 @@ class LoadOptions:
         correct_threshold: a sequence is correct when that value is >= this (default
             0.5 with ``correct_field``; alone, it applies to ``rewards``).
         trainer: whose settings give the defaults of the analysis
-            (:mod:`ratioscope.trainer_settings`): "auto" those a capture recorded in the
+            (:mod:`ratioscope.data.trainer_settings`): "auto" those a capture recorded in the
             files, "trl", "verl" or "openrlhf" those recorded or else that framework's
             documented defaults, "none" neither.
         trainer_settings: the settings in force, given instead of those recorded in the
@@ -93,6 +93,22 @@ class LoadOptions:
 
 #: the threshold of ``correct_field`` when none is given (as for training logs in eval-*)
 DEFAULT_CORRECT_THRESHOLD = 0.5
+
+
+def load_params(options: LoadOptions) -> dict[str, Any]:
+    """The ``params.load`` block: the load options that change the numbers."""
+    return {
+        "format": options.format,
+        "mapping": dict(options.mapping),
+        "nonfinite": options.nonfinite,
+        "group_size": options.group_size,
+        # only when set: reports made before these options merge with today's
+        **{
+            key: value
+            for key in ("correct_field", "correct_threshold")
+            if (value := getattr(options, key)) is not None
+        },
+    }
 
 
 def correct_rule(field: str | None, threshold: float | None) -> tuple[str, float] | None:
@@ -356,7 +372,7 @@ def concatenate(batches: Sequence[TokenBatch]) -> TokenBatch:
     """Append the rows of several batches (groups stay distinct per batch)."""
     from dataclasses import replace
 
-    from ratioscope.batch import CANONICAL_KEYS
+    from ratioscope.data.batch import CANONICAL_KEYS
 
     width = max(b.max_length for b in batches)
     merged: dict[str, Tensor] = {}
@@ -581,15 +597,15 @@ def _pad_ragged(
 ) -> tuple[dict[str, Any], Tensor]:
     """Right-pad per-sequence rows to [B, T]; every ragged column of a row must agree.
 
-    Each column is first one flat :class:`~ratioscope.io.raw.Ragged` (a list of row
+    Each column is first one flat :class:`~ratioscope.data.raw.Ragged` (a list of row
     tensors is joined), then padded in one vectorised step, once the padded size is
     known to fit the memory budget (:func:`ratioscope.io.limits.check_budget`): a file of
     short rows and one long one pads to B x the longest.
 
     ``width``: T, when the rows are a chunk of a file padded to the file's longest row.
     """
+    from ratioscope.data.raw import as_ragged, padded_dtype
     from ratioscope.io.limits import check_budget
-    from ratioscope.io.raw import as_ragged, padded_dtype
 
     flat = {name: as_ragged(columns[name]) for name in sorted(ragged)}
     lengths: Tensor | None = None

@@ -264,7 +264,7 @@ def resolve_keys(
     Order of precedence: the user's ``--map``, the profile's names, the canonical name.
     Each ``reward:NAME`` key (one reward function's values) maps to itself.
     """
-    from ratioscope.batch import CANONICAL_KEYS, REWARD_FUNCTION_PREFIX
+    from ratioscope.data.batch import CANONICAL_KEYS, REWARD_FUNCTION_PREFIX
 
     present = list(keys)
     mapping = dict(mapping or {})

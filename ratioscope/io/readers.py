@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ratioscope.data.raw import Note, NoteKind, Ragged, RawDump, check_bool_bytes
 from ratioscope.errors import (
     CorruptFileError,
     InputError,
@@ -39,7 +40,6 @@ from ratioscope.io.limits import (
     check_view,
     npz_layouts_of,
 )
-from ratioscope.io.raw import Note, NoteKind, Ragged, RawDump, check_bool_bytes
 
 __all__ = ["SUFFIXES", "Note", "NoteKind", "Ragged", "RawDump", "file_format_of", "read_raw"]
 
@@ -68,7 +68,7 @@ def file_format_of(path: Path) -> str:
 
 def read_raw(path: Path, unsafe_pickle: bool = False) -> RawDump:
     """Read one dump file into raw columns (see :class:`RawDump`)."""
-    from ratioscope.threads import start_thread_pool
+    from ratioscope.io.limits import start_thread_pool
 
     kind = file_format_of(path)
     if not path.is_file():

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ratioscope import defaults
-from ratioscope.batch import TOKEN_FLOAT_KEYS, TokenBatch
+from ratioscope.data.batch import TOKEN_FLOAT_KEYS, TokenBatch
 from ratioscope.errors import EmptyDumpError, InputError, NonFiniteError, ParameterError
 from ratioscope.io.chunks import (
     ChunkSource,
@@ -78,7 +78,7 @@ def open_stream(path: Path, options: LoadOptions) -> StreamedFile | None:
         InputError: the file is unreadable, or lacks its mask (as reading it whole would).
         NotADumpError: the file is a samples file or a text log.
     """
-    from ratioscope.threads import start_thread_pool
+    from ratioscope.io.limits import start_thread_pool
 
     if path.stat().st_size < stream_threshold(options):
         return None
@@ -317,7 +317,7 @@ class StreamedFile:
         return columns
 
     def _columns(self, start: int, stop: int) -> dict[str, Any]:
-        from ratioscope.io.raw import RawDump
+        from ratioscope.data.raw import RawDump
 
         raw_columns = self.source.read(start, stop)
         raw = RawDump(
@@ -419,7 +419,7 @@ _ALWAYS_READ = frozenset(
     {"mask", "log_ratio", "log_probs", "old_log_probs", "rollout_log_probs", "group"}
 )
 
-#: the warnings of ``nonfinite="mask"`` (ratioscope/batch.py), added up over chunks
+#: the warnings of ``nonfinite="mask"`` (ratioscope/data/batch.py), added up over chunks
 _MASKED_TOKENS = re.compile(
     r".*: masked (?P<count>\d+) token\(s\) with non-finite '(?P<key>.*)' "
     r"\(first at \(row, column\) = \((?P<row>\d+), (?P<column>\d+)\)\)$"

@@ -1,7 +1,7 @@
 """CI regression rules: hold a report's numbers against bounds and against a baseline.
 
 A rules file (TOML) is a list of ``[[rule]]`` tables. Each rule names a dotted path into
-a report's JSON document (an analyze :class:`~ratioscope.report.Report`, turned into
+a report's JSON document (an analyze :class:`~ratioscope.report.model.Report`, turned into
 its document with ``to_dict()``, or an eval report's document; keys that contain dots
 themselves, such as the quantile ``"0.99"``, are matched when the plain split finds
 nothing) and one or more bounds:
@@ -38,15 +38,23 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from ratioscope.errors import ReportError, RulesError
-from ratioscope.report import Report
-from ratioscope.report_io import document_kind, lookup, read_json_report
-from ratioscope.tomlfile import number, parse_toml, read_text, suggest, toml_module
+from ratioscope.io.documents import document_kind, lookup
+from ratioscope.judgement.tomlfile import number, parse_toml, read_text, suggest, toml_module
+
+
+@runtime_checkable
+class HasDocument(Protocol):
+    """A typed report that gives its JSON document (:class:`~ratioscope.report.model.
+    Report`); the rules address the document."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
 
 #: what ``check`` reads: an analyze report, or the JSON document of any report (eval)
-Checked = Report | Mapping[str, Any]
+Checked = HasDocument | Mapping[str, Any]
 
 ABSOLUTE_BOUNDS = ("min", "max")
 RELATIVE_BOUNDS = ("max_increase", "max_decrease", "max_increase_pct", "max_decrease_pct")
@@ -58,7 +66,7 @@ _UPPER_BOUNDS = frozenset({"max", "max_increase", "max_increase_pct", "slope_max
 SERIES_KEYS = ("series", "last", "aggregate")
 AGGREGATES = ("mean", "max", "min", "last")
 RULE_KEYS = ("path", "name", "description", *BOUND_KEYS, *SERIES_KEYS, *TREND_BOUNDS)
-#: what a rules file may hold: rules, and the verdict's thresholds (ratioscope.verdict)
+#: what a rules file may hold: rules, and the verdict's thresholds (judgement.verdict)
 TOP_LEVEL_KEYS = ("rule", "thresholds")
 
 # Values exactly on a threshold hold even when computing the threshold rounds the wrong way
@@ -367,7 +375,7 @@ def parse_rules(text: str, source: str | Path = "<rules>") -> RuleSet:
                 "rules are written as [[rule]] tables (and verdict thresholds as [thresholds])",
             )
     if "thresholds" in document:
-        from ratioscope.verdict import thresholds_from_table
+        from ratioscope.judgement.verdict import thresholds_from_table
 
         thresholds_from_table(document["thresholds"], source)  # validated, used by analyze
     tables = document.get("rule")
@@ -599,33 +607,8 @@ def evaluate(
     )
 
 
-def run_check(
-    report_path: str | Path,
-    rules_path: str | Path,
-    baseline_path: str | Path | None = None,
-) -> CheckResult:
-    """Read the rules and the report(s) and evaluate; every input problem raises (exit 2).
-
-    The rules are read first, then the report: a rule path missing from it (a report of
-    another kind) is reported before a missing baseline.
-    """
-    rules = load_rules(rules_path)
-    report = read_checked(report_path)
-    baseline = None if baseline_path is None else read_checked(baseline_path)
-    return evaluate(report, rules, baseline, report_name=report_path, baseline_name=baseline_path)
-
-
-def read_checked(path: str | Path) -> Checked:
-    """A report file: an analyze report as a :class:`Report` (schema 1 or 2, checked by
-    :meth:`Report.from_dict`), any other report (eval) as its JSON document."""
-    document = read_json_report(path)
-    if all(key in document for key in ("tool", "inputs", "params", "ratios")):
-        return Report.from_dict(document, source=path)
-    return document
-
-
 def _document(report: Checked) -> Mapping[str, Any]:
-    return report.to_dict() if isinstance(report, Report) else report
+    return report.to_dict() if isinstance(report, HasDocument) else report
 
 
 # ------------------------------------------------------------------------- timelines

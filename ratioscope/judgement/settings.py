@@ -1,7 +1,7 @@
 """Whether the files of a run record the trainer settings in force.
 
 The settings in force are those recorded in the run's first file
-(:func:`ratioscope.trainer_settings.resolve`; an option the user gives wins over them).
+(:func:`ratioscope.data.trainer_settings.resolve`; an option the user gives wins over them).
 A run whose later files record other settings (a resumed run with a changed config, two
 runs in one directory) is still analysed with the first file's, and
 :func:`differing_settings` says so in one warning naming the files and the keys that
@@ -9,7 +9,7 @@ differ.
 
 Each file's settings are read from the pickle of its ``.pt`` archive without unpickling
 it (:mod:`pickletools` walks the opcodes; nothing is run or imported): the capture stores
-them as one JSON string under :data:`~ratioscope.trainer_settings.SETTINGS_KEY`, and a
+them as one JSON string under :data:`~ratioscope.data.trainer_settings.SETTINGS_KEY`, and a
 file whose pickle does not name that key is passed over after one substring test.
 """
 
@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ratioscope.trainer_settings import SETTINGS_KEY, TrainerSettings, read_recorded
+from ratioscope.data.trainer_settings import SETTINGS_KEY, TrainerSettings, read_recorded
 
 #: files named in the warning; the others are counted
 SHOWN = 3
@@ -30,7 +30,7 @@ def recorded_text(path: Path) -> str | None:
     """The settings JSON a capture stored in ``path`` (a ``.pt`` file), or None.
 
     A zip archive's pickle is scanned, never unpickled; a file in torch's legacy
-    format is read as :func:`~ratioscope.trainer_settings.read_recorded` reads it.
+    format is read as :func:`~ratioscope.data.trainer_settings.read_recorded` reads it.
     """
     if path.suffix.lower() not in (".pt", ".pth"):
         return None

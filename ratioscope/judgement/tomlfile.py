@@ -1,6 +1,6 @@
 """TOML files shared by ``check`` rules and verdict thresholds: reading, numbers, hints.
 
-A rules file holds ``[[rule]]`` tables (:mod:`ratioscope.check`) and, optionally, a
+A rules file holds ``[[rule]]`` tables (:mod:`ratioscope.judgement.rules`) and, optionally, a
 ``[thresholds]`` table (:mod:`ratioscope.verdict`); both read it through here, so a
 malformed file gets the same one-sentence error whichever command reads it.
 """

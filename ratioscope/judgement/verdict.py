@@ -1,6 +1,7 @@
 """The health verdict: a report's headline numbers read against named thresholds.
 
-:func:`verdict` turns a :class:`~ratioscope.report.Report` into a few
+:func:`verdict` turns a report (:class:`JudgedReport`: the sections of a
+:class:`~ratioscope.report.model.Report`) into a few
 :class:`Finding`\\ s, each a sentence with the number behind it, the threshold it was
 judged by and where that threshold comes from, graded green / yellow / red. Every
 threshold is a field of :class:`Thresholds` with its source in the field's metadata
@@ -20,14 +21,46 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
 
-from ratioscope._callable_module import make_callable
 from ratioscope.errors import RulesError
 
 if TYPE_CHECKING:
-    from ratioscope.report import Report
-    from ratioscope.sections.mismatch import MismatchStats
+    from ratioscope.sections.covariance import CovarianceSection
+    from ratioscope.sections.future_policy import FuturePolicySection
+    from ratioscope.sections.mismatch import MismatchSection, MismatchStats
+    from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.staleness import StalenessSection
+    from ratioscope.sections.trust_region import TrustRegionSection
+    from ratioscope.sections.vitals import VitalsSection
+
+
+class JudgedReport(Protocol):
+    """What the verdict reads of a report: its parameters and sections.
+
+    :class:`ratioscope.report.model.Report` has them; the verdict is written against
+    this shape so that the report model, one layer up, can offer
+    :meth:`~ratioscope.report.model.Report.verdict` without the two importing each
+    other.
+    """
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+    @property
+    def ratios(self) -> dict[str, VariantStats] | None: ...
+    @property
+    def mismatch(self) -> MismatchSection | None: ...
+    @property
+    def covariance(self) -> CovarianceSection | None: ...
+    @property
+    def future_policy(self) -> FuturePolicySection | None: ...
+    @property
+    def trust_region(self) -> TrustRegionSection | None: ...
+    @property
+    def staleness(self) -> StalenessSection | None: ...
+    @property
+    def vitals(self) -> VitalsSection | None: ...
+
 
 Level = Literal["green", "yellow", "red"]
 LEVELS: tuple[Level, ...] = ("green", "yellow", "red")
@@ -343,7 +376,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (``--verdict-json``): level, counts, bottom line, every
         finding, and the notes about the analysis apart from them."""
-        from ratioscope.report_io import to_jsonable
+        from ratioscope.io.documents import to_jsonable
 
         return to_jsonable(
             {
@@ -358,7 +391,7 @@ class Verdict:
         )
 
     def write_json(self, path: str | Path) -> None:
-        from ratioscope.report_io import write_json
+        from ratioscope.io.documents import write_json
 
         write_json(self.to_dict(), path)
 
@@ -457,7 +490,9 @@ def _train_inference(stats: MismatchStats, key: str, label: str, t: Thresholds) 
 
 
 def verdict(
-    report: Report, thresholds: Thresholds | None = None, baseline: Report | None = None
+    report: JudgedReport,
+    thresholds: Thresholds | None = None,
+    baseline: JudgedReport | None = None,
 ) -> Verdict:
     """Grade the report's headline numbers against ``thresholds`` (defaults: docs/health.md).
 
@@ -514,7 +549,7 @@ def verdict(
     return Verdict(tuple(findings), t.overridden(), tuple(notes))
 
 
-def _overflow_findings(report: Report, t: Thresholds) -> list[Finding]:
+def _overflow_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
     """The largest |log-ratio| over both pairs: exp of it overflows float32 above 88.72."""
     mismatch = report.mismatch
     if mismatch is None:
@@ -538,7 +573,7 @@ def _overflow_findings(report: Report, t: Thresholds) -> list[Finding]:
     ]  # fmt: skip
 
 
-def _drift_finding(report: Report, pooled: MismatchStats, t: Thresholds) -> Finding:
+def _drift_finding(report: JudgedReport, pooled: MismatchStats, t: Thresholds) -> Finding:
     """Policy drift: k3 between the current and the old policy, judged where it is largest.
 
     Spinning Up checks the KL after every update of the policy epochs and stops once it
@@ -565,7 +600,7 @@ def _drift_finding(report: Report, pooled: MismatchStats, t: Thresholds) -> Find
     )  # fmt: skip
 
 
-def _on_policy_findings(report: Report, t: Thresholds) -> list[Finding]:
+def _on_policy_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
     """Log-ratios that must be exactly 0 (PPO ratio only: current vs old): those of the
     whole step where the trainer's recorded settings make every update of it the first
     after sampling (:func:`_whole_step_on_policy`), else those of the first mini-batch of
@@ -593,14 +628,14 @@ def _on_policy_findings(report: Report, t: Thresholds) -> list[Finding]:
     return [finding]
 
 
-def _whole_step_on_policy(report: Report, t: Thresholds) -> Finding | None:
+def _whole_step_on_policy(report: JudgedReport, t: Thresholds) -> Finding | None:
     """Every log-ratio of the step must be exactly 0 when the settings the trainer's
-    capture recorded say so (TRL, verl: :meth:`~ratioscope.trainer_settings.
+    capture recorded say so (TRL, verl: :meth:`~ratioscope.data.trainer_settings.
     TrainerSettings.whole_step_on_policy`); judged on the share of tokens outside the
     exact band of the ratios section (``token_on_band`` at its default, r = 1 up to
     float32 rounding)."""
+    from ratioscope.data.trainer_settings import TrainerSettings
     from ratioscope.functional.token_stats import EXACT_ON_BAND
-    from ratioscope.trainer_settings import TrainerSettings
 
     block = (report.params or {}).get("trainer")
     if not isinstance(block, Mapping) or not isinstance(block.get("settings"), Mapping):
@@ -661,7 +696,7 @@ RELATIVE: tuple[Relative, ...] = (
 )
 
 
-def report_value(report: Report | Mapping[str, Any], path: str) -> float | None:
+def report_value(report: JudgedReport | Mapping[str, Any], path: str) -> float | None:
     """The number at a dotted path of a report (a typed one, its JSON, or a flat mapping
     of dotted paths to numbers), or None."""
     if isinstance(report, Mapping) and path in report:
@@ -676,8 +711,8 @@ def report_value(report: Report | Mapping[str, Any], path: str) -> float | None:
 
 
 def relative_findings(
-    report: Report | Mapping[str, Any],
-    baseline: Report | Mapping[str, Any],
+    report: JudgedReport | Mapping[str, Any],
+    baseline: JudgedReport | Mapping[str, Any],
     t: Thresholds,
     what: str = "the baseline's",
     quantities: tuple[Relative, ...] = RELATIVE,
@@ -795,7 +830,7 @@ def first_steps_findings(
     return findings
 
 
-def _ratio_findings(report: Report, t: Thresholds) -> list[Finding]:
+def _ratio_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
     findings: list[Finding] = []
     token = (report.ratios or {}).get("token")
     if token is None:
@@ -829,7 +864,7 @@ def _ratio_findings(report: Report, t: Thresholds) -> list[Finding]:
     return findings
 
 
-def _objective_findings(report: Report, t: Thresholds) -> list[Finding]:
+def _objective_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
     findings: list[Finding] = []
     cov = report.covariance
     share = None if cov is None else cov.cumulative_share.get("0.01")
@@ -857,7 +892,7 @@ def _objective_findings(report: Report, t: Thresholds) -> list[Finding]:
     return findings
 
 
-def _vitals_findings(report: Report, t: Thresholds) -> list[Finding]:
+def _vitals_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
     """Entropy level, responses at the length limit, equal-reward groups and
     zero-advantage tokens, from the ``vitals`` section."""
     vitals = getattr(report, "vitals", None)
@@ -913,7 +948,7 @@ def _vitals_findings(report: Report, t: Thresholds) -> list[Finding]:
 _COMPARED_PARAMS = ("clip", "token_on_band", "max_length")
 
 
-def _baseline_notes(report: Report, baseline: Report) -> list[Note]:
+def _baseline_notes(report: JudgedReport, baseline: JudgedReport) -> list[Note]:
     """A note when the baseline was analysed with other parameters that change what a
     relative finding compares (the clip band, the on-policy band, the length limit)."""
     mine = (report.params or {}).get("analysis") or {}
@@ -932,7 +967,7 @@ def _baseline_notes(report: Report, baseline: Report) -> list[Note]:
     ]  # fmt: skip
 
 
-def _analysis_notes(report: Report) -> list[Note]:
+def _analysis_notes(report: JudgedReport) -> list[Note]:
     """Notes on ratioscope's own estimates: where the FPA approximation and the exact
     value (from dumped logits) disagree on the direction of the change."""
     notes: list[Note] = []
@@ -968,7 +1003,7 @@ def _analysis_notes(report: Report) -> list[Note]:
 
 def thresholds_from_table(table: Any, source: str | Path) -> Thresholds:
     """:class:`Thresholds` with the values of a ``[thresholds]`` table over the defaults."""
-    from ratioscope.tomlfile import number, suggest
+    from ratioscope.judgement.tomlfile import number, suggest
 
     source = str(source)
     if not isinstance(table, Mapping):
@@ -1003,12 +1038,8 @@ def thresholds_from_table(table: Any, source: str | Path) -> Thresholds:
 def load_thresholds(path: str | Path) -> Thresholds:
     """The ``[thresholds]`` table of a TOML file (a ``check`` rules file or its own);
     the defaults when the file has none."""
-    from ratioscope.tomlfile import read_toml
+    from ratioscope.judgement.tomlfile import read_toml
 
     document = read_toml(path)
     table = document.get("thresholds")
     return Thresholds() if table is None else thresholds_from_table(table, path)
-
-
-# ``ratioscope.verdict(...)`` calls the function whatever was imported first
-make_callable(__name__)

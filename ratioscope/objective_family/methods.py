@@ -22,7 +22,7 @@ from ratioscope.errors import ParameterError
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
 
 Setting = float | tuple[float, ...] | str
@@ -46,7 +46,7 @@ class MethodInputs:
     """The tensors of one batch, with what several methods share computed once.
 
     Attributes:
-        batch: the :class:`~ratioscope.batch.TokenBatch` (one file).
+        batch: the :class:`~ratioscope.data.batch.TokenBatch` (one file).
         base_settings: the settings of :data:`REFERENCE`, the objective that the
             corrections reweight (its defaults when None).
         cache: what several methods share (the base coefficients, FPA's method).
@@ -520,7 +520,7 @@ def looks_across_groups(name: str, settings: Settings) -> bool:
     """Whether method ``name``'s coefficient of a row depends on the other rows of its
     group: Dr. GRPO's and QUATRO's advantages from the group's rewards, CW-GRPO's kernel
     weights centred and scaled per group (scope ``group``). ``objectives`` computes
-    them on whole groups only (:mod:`ratioscope.objective_join`)."""
+    them on whole groups only (:mod:`ratioscope.objective_family.step_join`)."""
     if name == "cw_grpo":
         return str(settings.get("scope")) == "group"
     return name in ("dr_grpo", "quatro")

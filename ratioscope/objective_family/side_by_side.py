@@ -1,16 +1,16 @@
 """What each objective would do to this batch: per-token coefficients side by side.
 
 :func:`objectives` reads the dumps one file (one batch) at a time, computes every
-method's per-token policy-gradient coefficient on it (:mod:`ratioscope.objective_methods`)
+method's per-token policy-gradient coefficient on it (:mod:`ratioscope.objective_family.methods`)
 and folds them into mergeable sums: counts, sums of ``|c|`` and ``c^2``, the pairwise
 sums behind the correlations, and log-magnitude histograms for the top shares, the Gini
 coefficient and the concentration curves. A file is the unit because the methods
 normalise over a batch (token-mean, CW-GRPO's sigma, the groups of Dr. GRPO and QUATRO);
 pooling several files treats them as one batch. A batch never holds part of a group: the
 files of a step that share a split group are one batch, their rows of whole groups read
-again and concatenated (:mod:`ratioscope.objective_join`). The advantage schemes (GRPO,
+again and concatenated (:mod:`ratioscope.objective_family.step_join`). The advantage schemes (GRPO,
 Dr. GRPO, QUATRO, the dump's) work on the groups of each training step joined by group
-id across the step's files too (:mod:`ratioscope.group_join`). Counts, sums,
+id across the step's files too (:mod:`ratioscope.sections.group_join`). Counts, sums,
 shares, ESS, sign flips and correlations are exact; top shares, Gini and curves are read
 from the histograms, within their 1.16 % relative bin width (docs/objectives.md).
 """
@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ratioscope._callable_module import make_callable
-from ratioscope.objective_methods import (
+from ratioscope.objective_family.methods import (
     METHODS,
     REFERENCE,
     MethodInputs,
@@ -34,17 +33,18 @@ from ratioscope.objective_methods import (
     looks_across_groups,
     method_names,
 )
+from ratioscope.objective_family.totals import MethodTotals, Totals
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from ratioscope.batch import TokenBatch
+    from ratioscope.analysis.parallel import Runner
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.functional.objectives import Coefficients
-    from ratioscope.group_join import JoinCounts, JoinedGroups
     from ratioscope.io.loaders import LoadOptions, RunFiles
-    from ratioscope.objective_join import StepCoefficients
-    from ratioscope.parallel import Runner
+    from ratioscope.objective_family.step_join import StepCoefficients
+    from ratioscope.sections.group_join import JoinCounts, JoinedGroups
 
 #: ``schema_version`` of the objectives JSON
 OBJECTIVES_SCHEMA_VERSION = 1
@@ -57,120 +57,12 @@ CURVE_FRACTIONS: tuple[float, ...] = (
 TOP_FRACTION = 0.01
 
 
-@dataclass
-class MethodTotals:
-    """Mergeable sums of one method's coefficients over the valid tokens it ran on."""
-
-    tokens: int = 0
-    zero: int = 0
-    positive: int = 0
-    negative: int = 0
-    sum: float = 0.0
-    sum_abs: float = 0.0
-    sum_squares: float = 0.0
-    flags: dict[str, int] = field(default_factory=dict)
-    #: tokens where the reference method's coefficient is non-zero, and among them
-    #: those where this method's has the opposite sign
-    reference_nonzero: int = 0
-    opposite: int = 0
-    #: sum |c| and tokens over sequences longer than their batch's median length
-    long_abs: float = 0.0
-    long_tokens: int = 0
-    files: int = 0
-    bin_counts: Any = None
-    bin_sums: Any = None
-
-    def add(
-        self,
-        valid: Tensor,
-        flags: dict[str, Tensor],
-        reference_sign: Tensor | None,
-        long_tokens: Tensor,
-        mask: Tensor,
-    ) -> None:
-        """Fold one batch in.
-
-        Args:
-            valid: [N] float64, the coefficients of the batch's valid tokens (row-major).
-            flags: named [B, T] bool, the method's rules.
-            reference_sign: [N] the sign of the reference method's coefficients, or None.
-            long_tokens: [N] float64, 1 on tokens of sequences longer than the median.
-            mask: [B, T] bool, the valid tokens.
-        """
-        import torch
-
-        from ratioscope.functional.concentration import magnitude_bins
-
-        magnitude = valid.abs()
-        sign = torch.sign(valid)
-        negative, zero, positive = torch.bincount((sign + 1).long(), minlength=3).tolist()
-        self.tokens += int(valid.numel())
-        self.zero += zero
-        self.positive += positive
-        self.negative += negative
-        self.sum += float(valid.sum())
-        self.sum_abs += float(magnitude.sum())
-        self.sum_squares += float(torch.dot(valid, valid))
-        for name, flag in flags.items():
-            self.flags[name] = self.flags.get(name, 0) + int(torch.count_nonzero(flag & mask))
-        if reference_sign is not None:
-            self.reference_nonzero += int(torch.count_nonzero(reference_sign))
-            self.opposite += int(torch.count_nonzero(reference_sign * sign < 0))
-        self.long_abs += float(torch.dot(magnitude, long_tokens))
-        self.long_tokens += int(long_tokens.sum())
-        counts, sums = magnitude_bins(magnitude)
-        if self.bin_counts is None:
-            self.bin_counts, self.bin_sums = counts, sums
-        else:
-            self.bin_counts += counts
-            self.bin_sums += sums
-        self.files += 1
-
-    def merge(self, other: MethodTotals) -> None:
-        """Add the sums of ``other`` (a later shard of the same run)."""
-        for name in (
-            "tokens", "zero", "positive", "negative", "sum", "sum_abs", "sum_squares",
-            "reference_nonzero", "opposite", "long_abs", "long_tokens", "files",
-        ):  # fmt: skip
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name, count in other.flags.items():
-            self.flags[name] = self.flags.get(name, 0) + count
-        if self.bin_counts is None:
-            self.bin_counts, self.bin_sums = other.bin_counts, other.bin_sums
-        elif other.bin_counts is not None:
-            self.bin_counts = self.bin_counts + other.bin_counts
-            self.bin_sums = self.bin_sums + other.bin_sums
-
-
-@dataclass
-class PairSums:
-    """Sums over the tokens two methods share, for their Pearson correlation."""
-
-    n: int = 0
-    x: float = 0.0
-    y: float = 0.0
-    xx: float = 0.0
-    yy: float = 0.0
-    xy: float = 0.0
-
-    def merge(self, other: PairSums) -> None:
-        for name in ("n", "x", "y", "xx", "yy", "xy"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def correlation(self) -> float:
-        vx = self.n * self.xx - self.x * self.x
-        vy = self.n * self.yy - self.y * self.y
-        if self.n < 2 or vx <= 0 or vy <= 0:
-            return math.nan
-        return (self.n * self.xy - self.x * self.y) / math.sqrt(vx * vy)
-
-
 @dataclass(frozen=True)
 class MethodSummary:
     """One row of the side-by-side table (docs/objectives.md defines every field).
 
     Attributes:
-        label, family, source: as :class:`~ratioscope.objective_methods.Method`.
+        label, family, source: as :class:`~ratioscope.objective_family.methods.Method`.
         settings: the hyper-parameters used.
         tokens: valid tokens it ran on; files: batches.
         zero_share: share of tokens with coefficient exactly 0 (clipped or masked away).
@@ -263,7 +155,7 @@ class ObjectivesReport:
     kind: str = "objectives"
 
     def to_dict(self) -> dict[str, Any]:
-        from ratioscope.report_io import to_jsonable
+        from ratioscope.io.documents import to_jsonable
 
         return {
             "schema_version": self.schema_version,
@@ -280,7 +172,7 @@ class ObjectivesReport:
         }
 
     def write_json(self, path: str | Path) -> None:
-        from ratioscope.report_io import write_json
+        from ratioscope.io.documents import write_json
 
         write_json(self.to_dict(), path)
 
@@ -319,52 +211,6 @@ def long_rows(mask: Tensor) -> Tensor:
         return present
     median = float(torch.quantile(lengths[present], 0.5))
     return present & (lengths > median)
-
-
-@dataclass
-class _Totals:
-    names: tuple[str, ...]
-    methods: dict[str, MethodTotals] = field(default_factory=dict)
-    pairs: dict[tuple[str, str], PairSums] = field(default_factory=dict)
-    advantage_rows: list[dict[str, Any]] = field(default_factory=list)
-    rollout: dict[str, Any] = field(default_factory=dict)
-
-    def add(self, coefficients: dict[str, Coefficients], mask: Tensor, longer: Tensor) -> None:
-        """Fold one batch in; ``longer`` [B] bool is :func:`long_rows` of ``mask``."""
-        import torch
-
-        long_tokens = longer.unsqueeze(1).expand(mask.shape)[mask].double()
-        valid = {name: coef.values[mask] for name, coef in coefficients.items()}
-        reference = valid.get(REFERENCE)
-        reference_sign = None if reference is None else torch.sign(reference)
-        for name, coef in coefficients.items():
-            totals = self.methods.setdefault(name, MethodTotals())
-            ref = reference_sign if name != REFERENCE else None
-            totals.add(valid[name], coef.flags, ref, long_tokens, mask)
-        present = [n for n in self.names if n in coefficients]
-        if not present:
-            return
-        # pairwise dot products, not one stacked matrix: no second copy of every method
-        sums = {n: float(valid[n].sum()) for n in present}
-        squares = {n: float(torch.dot(valid[n], valid[n])) for n in present}
-        count = int(valid[present[0]].numel())
-        for i, a in enumerate(present):
-            for b in present[i:]:
-                product = squares[a] if a == b else float(torch.dot(valid[a], valid[b]))
-                for x, y in ((a, b), (b, a)) if a != b else ((a, a),):
-                    pair = self.pairs.setdefault((x, y), PairSums())
-                    pair.n += count
-                    pair.x += sums[x]
-                    pair.y += sums[y]
-                    pair.xx += squares[x]
-                    pair.yy += squares[y]
-                    pair.xy += product
-
-    def merge(self, other: _Totals) -> None:
-        for name, totals in other.methods.items():
-            self.methods.setdefault(name, MethodTotals()).merge(totals)
-        for key, pair in other.pairs.items():
-            self.pairs.setdefault(key, PairSums()).merge(pair)
 
 
 def _share(part: float, whole: float) -> float:
@@ -411,7 +257,7 @@ def _summary(
     )
 
 
-def _correlation(totals: _Totals) -> dict[str, Any]:
+def _correlation(totals: Totals) -> dict[str, Any]:
     names = [n for n in totals.names if n in totals.methods]
     matrix = [
         [totals.pairs[(a, b)].correlation() if (a, b) in totals.pairs else math.nan for b in names]
@@ -435,25 +281,25 @@ def objectives(
 
     Args:
         paths: dump files, directories or globs (one file = one batch, unless
-            ``batch_rows``), or a :class:`~ratioscope.batch.TokenBatch`.
+            ``batch_rows``), or a :class:`~ratioscope.data.batch.TokenBatch`.
         batch_rows: cut each file into batches of this many sequences, read one at a
             time (a large file is streamed, so memory is bounded by one batch), as a
             trainer computes its loss per mini-batch; None: one file is one batch. A
             batch never cuts a group: the files of a step that share a split group are
             joined into one batch (memory: their rows), cut only between groups.
         methods: names (or a comma-separated string) from
-            :data:`~ratioscope.objective_methods.METHODS`; default all.
+            :data:`~ratioscope.objective_family.methods.METHODS`; default all.
         settings: ``{method: {key: value}}`` overriding the defaults.
         load_options: how files are read (format, key map, ...).
         progress: callback receiving "files" updates.
-        runner: where the files are read (:class:`ratioscope.parallel.Runner`: local
+        runner: where the files are read (:class:`ratioscope.analysis.parallel.Runner`: local
             processes or Ray, one task per step's files, their sums added in file
             order; default this process).
 
     Returns:
         :class:`ObjectivesReport`.
     """
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.io.loaders import LoadOptions, expand_paths
 
     names = method_names(methods)
@@ -500,8 +346,8 @@ def _trainer_clip(
         incomplete group from a whole one, and a warning when files record other
         settings than those in force.
     """
-    from ratioscope import trainer_settings
-    from ratioscope.settings_check import differing_settings
+    from ratioscope.data import trainer_settings
+    from ratioscope.judgement.settings import differing_settings
 
     paths = [p for p in sources if isinstance(p, Path)]
     settings = options.trainer_settings
@@ -532,7 +378,7 @@ def _trainer_clip(
 class _Sums:
     """Everything :func:`objectives` adds up over files: one task's share, or the run's."""
 
-    totals: _Totals
+    totals: Totals
     advantages: _AdvantageSums = field(default_factory=lambda: _AdvantageSums())
     rollout: _RolloutRatioSums = field(default_factory=lambda: _RolloutRatioSums())
     skipped: dict[str, str] = field(default_factory=dict)
@@ -602,13 +448,13 @@ def _file_sums(
 ) -> _Sums:
     """The sums of ``sources``, read one batch at a time; ``group_size``: the trainer's,
     when known (a group with fewer samples is completed from the next step or left
-    out of the advantage schemes, :mod:`ratioscope.group_join`)."""
-    from ratioscope.batch import TokenBatch
+    out of the advantage schemes, :mod:`ratioscope.sections.group_join`)."""
+    from ratioscope.analysis.steps import step_from_name
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.io.loaders import RunFiles
-    from ratioscope.objective_join import FileGroups
-    from ratioscope.steps import step_from_name
+    from ratioscope.objective_family.step_join import FileGroups
 
-    sums = _Sums(totals=_Totals(names))
+    sums = _Sums(totals=Totals(names))
     run = RunFiles(len(sources), options, sums.run_notes)
     steps = _StepAdvantages(sums.advantages, own_ids=bool(options.group_size), size=group_size)
     coefficients = _step_coefficients(sums, names, chosen, options, batch_rows, group_size)
@@ -618,7 +464,7 @@ def _file_sums(
         report(progress, ProgressUpdate("files", index, len(sources), Path(label).name))
         sequences = tokens = 0
         profile = None
-        own = _Totals(names)  # the file's own batches, until its step says they stand
+        own = Totals(names)  # the file's own batches, until its step says they stand
         groups = FileGroups()
         for batch in _batches(source, run, options, batch_rows):
             sums.warnings.extend(batch.warnings)
@@ -650,7 +496,7 @@ def _fold_batch(
     names: tuple[str, ...],
     chosen: Mapping[str, Settings],
     batch: TokenBatch,
-    totals: _Totals,
+    totals: Totals,
     label: str | None = None,
 ) -> Tensor:
     """Fold ``batch``'s coefficients of ``names`` into ``totals`` (FPA's method and the
@@ -672,14 +518,14 @@ def _step_coefficients(
     group_size: int | None,
 ) -> StepCoefficients:
     """The coefficients of each step's files on whole groups
-    (:mod:`ratioscope.objective_join`): batches of a set of files are read again."""
-    from ratioscope.group_join import StepGroupJoin
-    from ratioscope.objective_join import StepCoefficients
+    (:mod:`ratioscope.objective_family.step_join`): batches of a set of files are read again."""
+    from ratioscope.objective_family.step_join import StepCoefficients
+    from ratioscope.sections.group_join import StepGroupJoin
 
     across = tuple(n for n in names if looks_across_groups(n, chosen[n]))
     others = tuple(n for n in names if n not in across)
 
-    def fold(batch: TokenBatch, totals: _Totals, every_method: bool) -> None:
+    def fold(batch: TokenBatch, totals: Totals, every_method: bool) -> None:
         _fold_batch(sums, names if every_method else others, chosen, batch, totals)
 
     def read(source: TokenBatch | Path) -> Iterator[TokenBatch]:
@@ -697,7 +543,7 @@ def _read_again(
     rows streamed from the file where its type allows, else the file read whole."""
     from dataclasses import replace
 
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.io.loaders import load_file
     from ratioscope.io.streaming import open_stream
 
@@ -740,15 +586,15 @@ def _sums_in_tasks(
 ) -> _Sums:
     import functools
 
+    from ratioscope.analysis.parallel import describe_shard, file_shards, ordered_results
     from ratioscope.io.loaders import RunFiles
-    from ratioscope.parallel import describe_shard, file_shards, ordered_results
 
     shards = file_shards(files)
     work = functools.partial(
         _shard_sums, names=names, chosen=chosen, options=options, batch_rows=batch_rows,
         group_size=group_size,
     )  # fmt: skip
-    sums = _Sums(totals=_Totals(names))
+    sums = _Sums(totals=Totals(names))
     report(progress, ProgressUpdate("files", 0, len(shards), runner.describe()))
     for index, shard_sums in enumerate(
         ordered_results(work, shards, runner, describe=describe_shard)
@@ -762,7 +608,7 @@ def _sums_in_tasks(
 def _objectives_report(
     sums: _Sums, names: tuple[str, ...], chosen: Mapping[str, Settings], batch_rows: int | None
 ) -> ObjectivesReport:
-    from ratioscope.report_io import tool_info
+    from ratioscope.io.documents import tool_info
 
     warnings = [*sums.warnings, *sums.run_notes]
     across = [METHODS[n].label for n in names if looks_across_groups(n, chosen[n])]
@@ -815,7 +661,7 @@ def _batches(
     (streamed from the file when its type allows, else cut from the file read whole)."""
     from dataclasses import replace
 
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
     from ratioscope.errors import NotADumpError
     from ratioscope.io.streaming import open_stream
 
@@ -880,7 +726,7 @@ class _AdvantageSums:
     schemes: dict[str, _SchemeSums] = field(default_factory=dict)
 
     def add(self, groups: JoinedGroups, side: Mapping[int, _RowFacts]) -> None:
-        """Fold in the whole groups of one step (:mod:`ratioscope.group_join`), their
+        """Fold in the whole groups of one step (:mod:`ratioscope.sections.group_join`), their
         rows' length split, presence and dump advantage taken from ``side`` (batch index
         -> :class:`_RowFacts`) by each row's batch and row."""
         import torch
@@ -959,13 +805,13 @@ def _gathered_facts(
 class _StepAdvantages:
     """Feeds :class:`_AdvantageSums` the groups of each step joined across its batches
     (files, rank files, ``batch_rows`` cuts) by group id, as ``analyze``'s group-level
-    sections are fed (:class:`ratioscope.group_join.StepGroupJoin`): a prompt's samples
+    sections are fed (:class:`ratioscope.sections.group_join.StepGroupJoin`): a prompt's samples
     split over two rank files are one group, not two. With the trainer's group size
     (``size``) a group short of it is completed from the next step or left out and
     counted, never taken as whole."""
 
     def __init__(self, sums: _AdvantageSums, own_ids: bool, size: int | None = None) -> None:
-        from ratioscope.group_join import StepGroupJoin
+        from ratioscope.sections.group_join import StepGroupJoin
 
         self.sums = sums
         self.join = StepGroupJoin(size, own_ids=own_ids)
@@ -976,7 +822,7 @@ class _StepAdvantages:
         """One batch of step ``step`` (None: a step of its own)."""
         import torch
 
-        from ratioscope.group_join import FileSequences
+        from ratioscope.sections.group_join import FileSequences
 
         if batch.rewards is None or batch.group is None:
             return
@@ -1024,7 +870,7 @@ class JoinTally:
     sizes: dict[int, int] = field(default_factory=dict)
 
     def add(self, counts: JoinCounts, files: int) -> None:
-        """A join's counts (:class:`ratioscope.group_join.JoinCounts`)."""
+        """A join's counts (:class:`ratioscope.sections.group_join.JoinCounts`)."""
         self.joined += counts.joined
         self.files += files
         self.completed += counts.completed
@@ -1164,7 +1010,3 @@ class _RolloutRatioSums:
             "min_sequence_log_ratio": self.seq_log_min,
             "max_sequence_log_ratio": self.seq_log_max,
         }
-
-
-# ``ratioscope.objectives(...)`` calls the function whatever was imported first
-make_callable(__name__)

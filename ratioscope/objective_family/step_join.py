@@ -5,7 +5,7 @@ across the rows of a prompt's group, and every method normalises over its batch.
 that holds whole groups (every sample of each of its groups, none short of the trainer's
 group size, and, with ``batch_rows``, no group cut by two of its batches) keeps the
 coefficients computed as it was read. The other files wait for their step to close
-(:class:`ratioscope.group_join.StepGroupJoin`, on the group ids alone): then each
+(:class:`ratioscope.sections.group_join.StepGroupJoin`, on the group ids alone): then each
 smallest set of files that holds their groups whole (files linked by a group with samples
 in each) is one batch: the rows of those groups, read again from each file of the set
 (streamed in ``batch_rows`` chunks where the file type allows), concatenated in the
@@ -16,7 +16,7 @@ than ``batch_rows`` is a batch of its own), so no group is split.
 
 A group short of the trainer's group size is completed from the next step's files, as
 the other group-level numbers complete it, or left out of the methods that look across
-a group (:func:`ratioscope.objective_methods.looks_across_groups`) and counted in a
+a group (:func:`ratioscope.objective_family.methods.looks_across_groups`) and counted in a
 note; the other methods take its rows, file by file.
 """
 
@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
-from ratioscope.group_join import FileSequences, JoinedGroups, StepGroupJoin
-from ratioscope.scope_join import linked_files, whole_group_rows
+from ratioscope.data.batch import TokenBatch
+from ratioscope.sections.group_join import FileSequences, JoinedGroups, StepGroupJoin
+from ratioscope.sections.scope_join import linked_files, whole_group_rows
 
 if TYPE_CHECKING:
     from ratioscope.functional.objectives import Coefficients
-    from ratioscope.objectives import _Totals
+    from ratioscope.objective_family.totals import Totals
 
 #: ``(batch, totals, every_method)``: fold the batch's coefficients into ``totals``;
 #: ``every_method`` False leaves out the methods that look across a group
-Fold = Callable[[TokenBatch, "_Totals", bool], None]
+Fold = Callable[[TokenBatch, "Totals", bool], None]
 #: a source's chunks in file order, read anew on every call (their ``row_offset`` set)
 ChunkReader = Callable[[TokenBatch | Path], Iterable[TokenBatch]]
 
@@ -91,7 +91,7 @@ class _Held:
             batches cut no group; placed: [rows] bool, the rows taken into a joined batch.
     """
 
-    totals: _Totals | None
+    totals: Totals | None
     source: TokenBatch | Path
     rows: int
     whole: bool
@@ -115,7 +115,7 @@ class StepCoefficients:
 
     def __init__(
         self,
-        total: _Totals,
+        total: Totals,
         join: StepGroupJoin,
         fold: Fold,
         read: ChunkReader,
@@ -141,7 +141,7 @@ class StepCoefficients:
         index: int,
         source: TokenBatch | Path,
         rows: FileSequences | None,
-        totals: _Totals,
+        totals: Totals,
         whole: bool,
     ) -> None:
         """File ``index`` of step ``step`` (None: a step of its own), its coefficients
@@ -237,7 +237,7 @@ class StepCoefficients:
             for piece in _cut_between_groups(batch, self.batch_rows):
                 self.fold(piece, self.total, False)
 
-    def _drop_across(self, totals: _Totals) -> None:
+    def _drop_across(self, totals: Totals) -> None:
         """``totals`` without the methods that look across a group (its rows were in no
         whole group)."""
         for name in self.across:

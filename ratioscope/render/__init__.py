@@ -1,1 +1,1 @@
-"""Renderers: turn result objects into terminal tables, figures and report files."""
+"""Renderers by medium: the terminal, figures (PNG), the HTML run report, files for CI."""

@@ -5,9 +5,9 @@ stands for any key of a mapping (a ratio variant, a state, a quantile), ``N`` fo
 position (``0``, ``1``, ..., or ``-1`` for the last). Only numbers are rule-addressable,
 so strings, booleans and the mergeable ``state`` block are left out.
 
-The layout comes from the typed report (:class:`ratioscope.report.Report` and the
+The layout comes from the typed report (:class:`ratioscope.report.model.Report` and the
 section dataclasses, walked through their type hints as
-:func:`ratioscope.report_io.from_jsonable` reads them); meanings and units come from
+:func:`ratioscope.io.documents.from_jsonable` reads them); meanings and units come from
 :data:`CATALOG`, one table taken from the key tables of docs/metrics-ratios.md,
 docs/metrics-objectives.md and docs/framework-metrics.md. ``tests/test_metrics.py``
 fails when a report key has no entry or an entry matches no key, so the table cannot
@@ -666,13 +666,12 @@ def layout_keys() -> list[str]:
 
     ``params`` is typed ``dict[str, Any]`` in :class:`Report`; its blocks are walked as
     the parameter classes they are written from (``analysis``: AnalysisParams, ``load``:
-    the LoadOptions fields that ``analysis.load_params`` writes, the ones that change the
+    the LoadOptions fields that ``io.loaders.load_params`` writes, the ones that change the
     numbers; options of memory or safety alone are not in a report).
     """
-    from ratioscope.analysis import load_params
-    from ratioscope.io.loaders import LoadOptions
-    from ratioscope.params import AnalysisParams
-    from ratioscope.report import Report, _report_hints
+    from ratioscope.data.params import AnalysisParams
+    from ratioscope.io.loaders import LoadOptions, load_params
+    from ratioscope.report.model import Report, _report_hints
 
     hints = _report_hints()
     keys: list[str] = []
@@ -683,7 +682,7 @@ def layout_keys() -> list[str]:
         if f.name == "params":
             keys.extend(_walk_type(AnalysisParams, ["params", "analysis"], {}))
             # LoadOptions names TrainerSettings for the type checker only
-            from ratioscope.trainer_settings import TrainerSettings
+            from ratioscope.data.trainer_settings import TrainerSettings
 
             load_hints = get_type_hints(LoadOptions, localns={"TrainerSettings": TrainerSettings})
             for option in dataclasses.fields(LoadOptions):
@@ -830,8 +829,8 @@ def metrics(
 
 
 def _report_rows(report: str | Path | Mapping[str, Any]) -> list[Metric]:
-    from ratioscope.report import Report
-    from ratioscope.report_io import read_json_report
+    from ratioscope.io.documents import read_json_report
+    from ratioscope.report.model import Report
 
     source: str | Path | None = None
     if isinstance(report, Mapping):

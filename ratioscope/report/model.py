@@ -1,7 +1,7 @@
 """The typed, versioned analysis report (docs/formats.md).
 
 :class:`Report` is what :func:`ratioscope.analyze` returns. JSON comes from one writer
-(:mod:`ratioscope.report_io`); the per-sequence table (``--parquet``) is streamed to
+(:mod:`ratioscope.io.documents`); the per-sequence table (``--parquet``) is streamed to
 disk while the analysis runs and copied to its destination atomically. The ``state``
 block holds the mergeable sums behind every section so that reports of shards can be
 merged exactly (``ratioscope merge``).
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from ratioscope.errors import OutputError, ReportError
 from ratioscope.io.atomic import PENDING, atomic_path, output_problem
-from ratioscope.report_io import (
+from ratioscope.io.documents import (
     SCHEMA_VERSION,
     JSONShapeError,
     check_schema_version,
@@ -38,6 +38,7 @@ from ratioscope.report_io import (
 )
 
 if TYPE_CHECKING:
+    from ratioscope.judgement.verdict import Thresholds, Verdict
     from ratioscope.sections.covariance import CovarianceSection
     from ratioscope.sections.future_policy import FuturePolicySection
     from ratioscope.sections.mismatch import MismatchSection
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
     from ratioscope.sections.vitals import VitalsSection
-    from ratioscope.verdict import Thresholds, Verdict
 
 #: the sections every report has, null when not computed
 SECTION_KEYS = ("ratios", "mismatch", "covariance", "future_policy", "tepo", "trust_region")
@@ -66,7 +66,7 @@ class InputInfo:
     sequences: int
     tokens: int
     padding: str
-    #: what z compares (a key of ratioscope.batch.RATIO_PAIRS)
+    #: what z compares (a key of ratioscope.data.batch.RATIO_PAIRS)
     ratio_pair: str = "current/old"
 
 
@@ -115,7 +115,7 @@ class Report:
         version (written back, it says so). A field that an older report lacks takes
         its default; a ``proportion`` pooled over tokens (reports older than
         ``proportion_pooled``) moves there
-        (:func:`~ratioscope.report_io.upgrade_pooled_proportion`).
+        (:func:`~ratioscope.io.documents.upgrade_pooled_proportion`).
         ``state`` stays the JSON dict that ``Accumulator.from_state`` reads.
 
         Raises:
@@ -162,10 +162,10 @@ class Report:
     def verdict(
         self, thresholds: Thresholds | None = None, baseline: Report | None = None
     ) -> Verdict:
-        """The health verdict of this report (:func:`ratioscope.verdict.verdict`): its
+        """The health verdict of this report (:func:`ratioscope.judgement.verdict.verdict`): its
         headline numbers graded against ``thresholds`` (default: docs/health.md), and
         against a healthy ``baseline`` report where one is given."""
-        from ratioscope.verdict import verdict
+        from ratioscope.judgement.verdict import verdict
 
         return verdict(self, thresholds, baseline)
 
@@ -234,30 +234,3 @@ class SequenceTable:
                 return
             scans = [pl.scan_parquet(p) for p in self._parts]
             pl.concat(scans, how="diagonal_relaxed").sink_parquet(tmp)
-
-
-def read_baseline(path: str | Path) -> Report:
-    """The analyze report a ``--baseline`` file holds; an evaluation report, a timeline
-    or another ratioscope document is refused in one sentence naming what it is."""
-    document = read_json_report(path)
-    kind = document.get("kind")
-    if kind == "timeline":
-        raise ReportError(
-            path,
-            "is a timeline (ratioscope timeline --json), not an analyze report: give the "
-            "--json report of one run or step as the baseline (a timeline judges its "
-            "later steps against its own first steps)",
-        )
-    if "by_method" in document:
-        raise ReportError(
-            path,
-            "is an evaluation report (Pass@k/UCC@k of samples), not an analyze report of "
-            "training dumps: give a report written by 'ratioscope analyze --json'",
-        )
-    if kind is not None:
-        raise ReportError(
-            path,
-            f"is a {kind} document, not an analyze report: give a report written by "
-            "'ratioscope analyze --json'",
-        )
-    return Report.from_dict(document, source=path)

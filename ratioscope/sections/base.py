@@ -5,9 +5,10 @@ declines files that lack its inputs and notes per-file facts), then fed
 :class:`~ratioscope.sections.context.Context` objects (the file's chunks of rows; the
 whole file for sections that need complete groups; or, for such a section that declares
 ``passes``, the file's chunks several times over, :meth:`Accumulator.update_pass`), and
-finally produces its typed section. Its mergeable state (:mod:`ratioscope.stats` values,
-counts, file lists) is declared once with :func:`~ratioscope.sections.state.mergeable`,
-from which ``merge``, ``state()`` and ``from_state`` (for ``ratioscope merge``) follow.
+finally produces its typed section. Its mergeable state
+(:mod:`ratioscope.sections.summaries` values, counts, file lists) is declared once with
+:func:`~ratioscope.sections.state.mergeable`, from which ``merge``, ``state()`` and
+``from_state`` (for ``ratioscope merge``) follow.
 A section whose inputs are missing in every file is ``None`` in the report with a
 warning naming the missing tensor.
 """
@@ -19,9 +20,9 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import DumpKeyError
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.context import Context
 from ratioscope.sections.state import Declared, mergeable
 
@@ -61,7 +62,7 @@ class Accumulator(Declared, ABC):
     per_file: ClassVar[bool] = False
     #: True for a ``per_file`` section that works on per-sequence values of whole groups
     #: only: it is fed once per training step, with the groups of every file of the
-    #: step joined by group id (:mod:`ratioscope.group_join`), a [N, 1] mask standing
+    #: step joined by group id (:mod:`ratioscope.sections.group_join`), a [N, 1] mask standing
     #: in for the tokens
     joins_groups: ClassVar[bool] = False
     #: True for a section whose token-level work stays per file but whose group-level
@@ -69,7 +70,7 @@ class Accumulator(Declared, ABC):
     takes_groups: ClassVar[bool] = False
     #: True for a section with ``passes`` whose per-group statistics need whole groups:
     #: its result of a file that does not hold its groups whole is replaced by passes
-    #: over the step's files joined by group id (:mod:`ratioscope.scope_join`)
+    #: over the step's files joined by group id (:mod:`ratioscope.sections.scope_join`)
     centres_on_groups: ClassVar[bool] = False
     #: canonical tensors the section cannot do without
     requires: ClassVar[tuple[str, ...]] = ()
@@ -136,11 +137,11 @@ class Accumulator(Declared, ABC):
 
     def update_groups(self, groups: Any) -> None:
         """A ``takes_groups`` section: the whole groups of one step, joined across its
-        files (:class:`ratioscope.group_join.JoinedGroups`, [N] per-sequence values)."""
+        files (:class:`ratioscope.sections.group_join.JoinedGroups`, [N] per-sequence values)."""
 
     def record_join(self, counts: Any) -> None:
         """A ``joins_groups`` section: what the join of the run's steps did
-        (:class:`ratioscope.group_join.JoinCounts`), for its state and notes."""
+        (:class:`ratioscope.sections.group_join.JoinCounts`), for its state and notes."""
 
     def merge(self, other: Accumulator) -> None:
         """Fold another accumulator of the same class and parameters into this one."""

@@ -12,9 +12,9 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.surrogate import AdvantageSums, advantage_sums
-from ratioscope.params import AnalysisParams
 
 VARIANTS = ("token", "sequence", "kalman")
 T = TypeVar("T")

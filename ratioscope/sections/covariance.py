@@ -8,7 +8,7 @@ batch-wide sums; the values are those of
 :func:`~ratioscope.functional.covariance.covariance_weights` on the whole batch, bit for
 bit), so that memory holds one chunk however large the batch. A batch is a file that
 holds whole groups, or the files of a step linked by groups they split, joined by id
-(:mod:`ratioscope.scope_join`: the file's own result is then replaced by passes over
+(:mod:`ratioscope.sections.scope_join`: the file's own result is then replaced by passes over
 those files, on the rows of whole groups). What is kept across batches
 is mergeable: exact counts and sums (advantage mass, tokens below a weight, Clip-Cov and
 KL-Cov counts, linear weight-histogram counts) and fixed log-magnitude histograms with
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
 from ratioscope.functional import histogram as bins
 from ratioscope.functional.covariance import (
     CLIP_COV_BOUNDS,
@@ -52,7 +52,7 @@ from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
 from ratioscope.sections.state import mergeable
-from ratioscope.stats import Counter, Histogram, LogHistogram, Moments
+from ratioscope.sections.summaries import Counter, Histogram, LogHistogram, Moments
 
 #: raw kernel weights below these are counted (docs/metrics-objectives.md)
 WEIGHT_THRESHOLDS: tuple[float, ...] = (0.5, 0.1)
@@ -203,7 +203,7 @@ class CovarianceAccumulator(Accumulator):
     clip_cov = mergeable(lambda: torch.zeros(3, dtype=torch.long), "sum")  # count, eligible, total
     kl_cov = mergeable(lambda: torch.zeros(2, dtype=torch.long), "sum")  # count, total
     #: groups completed from the next step, and left out short of the trainer's group
-    #: size (size -> groups), by the step join of the group scopes (ratioscope.scope_join)
+    #: size (size -> groups), by the step join of the group scopes (ratioscope.sections.scope_join)
     groups_completed = mergeable(int, "sum", optional=True)
     groups_incomplete: dict[str, int] = mergeable(dict, "sum", optional=True)
 
@@ -430,7 +430,7 @@ class CovarianceAccumulator(Accumulator):
         )
 
     def warnings(self) -> list[str]:
-        from ratioscope.group_join import join_notes
+        from ratioscope.sections.group_join import join_notes
 
         incomplete = sum(self.groups_incomplete.values())
         notes = join_notes(self.name, 0, self.groups_completed, incomplete, self.groups_incomplete)

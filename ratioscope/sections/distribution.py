@@ -1,7 +1,7 @@
 """A distribution in a report: exact moments, histogram quantiles and their stated bound.
 
 Every :class:`Distribution` says in which coordinate its quantiles were read and how far
-they may be from the exact order statistics (:class:`~ratioscope.stats.QuantileBound`):
+they may be from the exact order statistics (:class:`~ratioscope.sections.summaries.QuantileBound`):
 ``"value"`` for quantities around 0 or of any scale (log-ratios, the covariance ``c``,
 QUATRO's duals and advantages), ``"log"`` for weights and ratios that live near 1
 (CW-GRPO's ``w`` and ``w~``, FPA's sequence weights and future/current ratios, TEPO's
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratioscope.sections.state import Codec
-from ratioscope.stats import VALUE_BOUND, Histogram, LogHistogram, QuantileBound
+from ratioscope.sections.summaries import VALUE_BOUND, Histogram, LogHistogram, QuantileBound
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ def distribution_of(
 def coordinate_codec(value_key: str, log_key: str) -> Codec:
     """The state codec of a histogram field (or a dict of histograms) by coordinate.
 
-    A :class:`~ratioscope.stats.LogHistogram` (or a dict of them) is written under
-    ``log_key``, a :class:`~ratioscope.stats.Histogram` under ``value_key``; reading
+    A :class:`~ratioscope.sections.summaries.LogHistogram` (or a dict of them) is written under
+    ``log_key``, a :class:`~ratioscope.sections.summaries.Histogram` under ``value_key``; reading
     takes whichever key the block has, so reports written before keep their value
     histograms.
     """

@@ -30,8 +30,10 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import InputError
+from ratioscope.functional._paging import MappedPages
 from ratioscope.functional.fpa import (
     ApproximateSequenceTerms,
     BelowThreshold,
@@ -43,13 +45,11 @@ from ratioscope.functional.fpa import (
     sequence_log_ratio,
     sequence_weights,
 )
-from ratioscope.io.paging import MappedPages
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
-from ratioscope.stats import Counter, Histogram, LogHistogram
+from ratioscope.sections.summaries import Counter, Histogram, LogHistogram
 
 EXACT_INPUTS = ("logits", "ref_logits", "token_ids")
 APPROXIMATE_INPUTS = ("log_probs", "ref_log_probs")
@@ -522,7 +522,7 @@ def exact_log_probs(
     The logits are read in segments of at most about :data:`SLICE_ELEMENTS` values
     (:func:`segments`): every row up to its last valid token, never the padding after the
     last row of a segment; each segment is computed on ``device`` and, for memory-mapped
-    logits, its pages are released once read (:class:`~ratioscope.io.paging.MappedPages`).
+    logits, its pages are released once read (:class:`~ratioscope.functional._paging.MappedPages`).
 
     Returns:
         ``(future [L, B, T] float32, reference [B, T] float32)`` on ``device``, 0 at

@@ -6,7 +6,7 @@ engine that sampled (z = log_probs - rollout_log_probs). ``rollout``: the traine
 policy against the inference engine (z = old_log_probs - rollout_log_probs), the
 train/inference mismatch, present when both are dumped. A dump whose only log-probs are
 old vs engine (slime, SkyRL, NeMo-RL) fills ``rollout`` alone. ``pairs`` names, per row,
-the two log-probs compared (keys of :data:`ratioscope.batch.RATIO_PAIRS`).
+the two log-probs compared (keys of :data:`ratioscope.data.batch.RATIO_PAIRS`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
 from ratioscope.functional.mismatch import (
     MismatchPartials,
     MismatchStats,

@@ -9,7 +9,7 @@ global and window-local variance (:mod:`ratioscope.functional.token_stats`).
 Per-sequence statistics, the state proportions among them, are averaged over
 sequences (Table 2: "averaged over all samples") from exact sums and counts, so chunks,
 files and shard reports merge exactly. Each row has its own on-policy band
-(:meth:`~ratioscope.params.AnalysisParams.state_band`): r = 1 up to float32 rounding for
+(:meth:`~ratioscope.data.params.AnalysisParams.state_band`): r = 1 up to float32 rounding for
 the raw token and sequence ratios, the paper's band for the Kalman-filtered one.
 """
 
@@ -22,7 +22,8 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.kalman import ClosedFormDeviation
 from ratioscope.functional.ratio_rows import ratio_rows
 from ratioscope.functional.ratio_rows import usable as ratio_rows_usable
@@ -43,12 +44,11 @@ from ratioscope.functional.token_stats import (
     state_shares,
     window_moments,
 )
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
 from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
-from ratioscope.stats import Counter, Histogram, Moments, Vector
+from ratioscope.sections.summaries import Counter, Histogram, Moments, Vector
 
 #: kalman_impl='reference' is flagged where it is this far from the exact filter
 REFERENCE_TOLERANCE = 1e-4  # column j of the [.., 3] state tensors is state j - 1

@@ -4,7 +4,7 @@ CW-GRPO centres log pi and A on each prompt's group and takes sigma and sum w th
 (``--cov-scope group``). A file that holds whole groups (every sample of each of its
 groups, and no group short of the trainer's group size) keeps the result of its own
 passes, made with the other sections as the file was read. The other files are analysed
-again once their step is closed (:class:`ratioscope.group_join.StepGroupJoin`, here on
+again once their step is closed (:class:`ratioscope.sections.group_join.StepGroupJoin`, here on
 the group ids alone), in the smallest sets of files that hold their groups whole (files
 linked by a group with samples in each): the section's passes go over a set's files
 one after another, each file read again for each pass (streamed where its type allows),
@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ratioscope.batch import CANONICAL_KEYS, TokenBatch
-from ratioscope.group_join import FileSequences, JoinedGroups, StepGroupJoin
+from ratioscope.data.batch import CANONICAL_KEYS, TokenBatch
 from ratioscope.sections.context import Context
 from ratioscope.sections.covariance import SEQUENCE_COLUMNS, CovarianceAccumulator
+from ratioscope.sections.group_join import FileSequences, JoinedGroups, StepGroupJoin
 
 #: a source's chunks in file order, read anew on every call (its rows' row_offset set)
 ChunkReader = Callable[[TokenBatch | Path], Iterable[TokenBatch]]

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
 from ratioscope.functional.staleness import (
     MinibatchStats,
     MinibatchSums,

@@ -24,7 +24,7 @@ Reductions (``reduce``):
 - ``"same"``: values that must agree (the lambdas of a sweep); merging fails otherwise.
 
 JSON, where no :class:`Codec` is declared: a value with a ``state()`` method (the
-:mod:`ratioscope.stats` types, :class:`Record`) writes that and is read by its class's
+:mod:`ratioscope.sections.summaries` types, :class:`Record`) writes that and is read by its class's
 ``from_state``; other dataclasses write their fields; tensors write ``tolist()``; lists,
 tuples and dicts are written element by element; numbers and strings as they are. A
 field whose layout is a quirk of reports already written declares its codec.

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.functional import histogram as bins
+from ratioscope.functional.moments import MomentSums, combine_moments
 
 
 def _none_to(value: Any, default: float) -> float:
@@ -94,15 +95,9 @@ class Moments:
         self._combine(other.count, other.mean, other.m2, other.minimum, other.maximum)
 
     def _combine(self, n: int, mean: float, m2: float, low: float, high: float) -> None:
-        if n == 0:
-            return
-        total = self.count + n
-        delta = mean - self.mean
-        self.mean += delta * n / total
-        self.m2 += m2 + delta * delta * self.count * n / total
-        self.count = total
-        self.minimum = min(self.minimum, low)
-        self.maximum = max(self.maximum, high)
+        mine = MomentSums(self.count, self.mean, self.m2, self.minimum, self.maximum)
+        merged = combine_moments(mine, MomentSums(n, mean, m2, low, high))
+        self.count, self.mean, self.m2, self.minimum, self.maximum = merged
 
     @property
     def variance(self) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ratioscope.batch import TokenBatch
+from ratioscope.data.batch import TokenBatch
 from ratioscope.functional.surrogate import (
     Aggregates,
     AggregationSums,
@@ -36,7 +36,7 @@ from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution
 from ratioscope.sections.state import Codec, mergeable
-from ratioscope.stats import LOG_BOUND, Histogram, Moments, QuantileBound
+from ratioscope.sections.summaries import LOG_BOUND, Histogram, Moments, QuantileBound
 
 QUADRANTS = (
     "pos_decreasing",

@@ -22,14 +22,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.objectives import zero_variance_groups
 from ratioscope.functional.quatro import grpo_advantages, quatro_delta_sweep
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Record, mergeable
-from ratioscope.stats import Counter, Histogram
+from ratioscope.sections.summaries import Counter, Histogram
 
 #: GRPO advantage conventions used beside QUATRO (ratioscope's population std)
 GRPO_EPS = 1e-6
@@ -147,7 +147,7 @@ class TrustRegionAccumulator(Accumulator):
     #: "size,correct" -> the sums of _CELL_FIELDS over the groups of that cell
     cells: dict[str, list[float]] = mergeable(dict, "sum")
     #: groups joined across the files of a step, completed from the next step, and
-    #: left out incomplete (size -> groups) (ratioscope.group_join)
+    #: left out incomplete (size -> groups) (ratioscope.sections.group_join)
     groups_joined = mergeable(int, "sum", optional=True)
     groups_completed = mergeable(int, "sum", optional=True)
     groups_incomplete: dict[str, int] = mergeable(dict, "sum", optional=True)
@@ -270,7 +270,7 @@ class TrustRegionAccumulator(Accumulator):
             self.groups_incomplete[str(size)] = self.groups_incomplete.get(str(size), 0) + n
 
     def warnings(self) -> list[str]:
-        from ratioscope.group_join import join_notes
+        from ratioscope.sections.group_join import join_notes
 
         incomplete = sum(self.groups_incomplete.values())
         notes = join_notes(

@@ -11,7 +11,7 @@ row): token sums stream chunk by chunk, while the short/long split of the advant
 (at the file's median length) needs the file's rows, kept per row and folded in when the
 pass ends. The equal-reward groups are counted on the whole groups of each training
 step, joined by group id across the step's files (``takes_groups``,
-:mod:`ratioscope.group_join`), as trust_region's are.
+:mod:`ratioscope.sections.group_join`), as trust_region's are.
 
 The length limit is, in order: the ``max_length`` analysis parameter (``--max-length``;
 source "option"), else the padded width of each file (source "padded width", with a
@@ -27,7 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ratioscope.batch import REWARD_FUNCTION_PREFIX, TokenBatch
+from ratioscope.data.batch import REWARD_FUNCTION_PREFIX, TokenBatch
+from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.vitals import (
     AdvantageVitalSums,
     CoMoments,
@@ -42,12 +43,11 @@ from ratioscope.functional.vitals import (
     mechanics_pairs,
     row_mean_abs,
 )
-from ratioscope.params import AnalysisParams
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Codec, mergeable
-from ratioscope.stats import Counter, Histogram, Moments
+from ratioscope.sections.summaries import Counter, Histogram, Moments
 
 #: where the length limit came from (``LengthVitals.limit_source``)
 LIMIT_SOURCES = ("option", "trainer settings", "padded width")
@@ -343,7 +343,7 @@ class VitalsAccumulator(Accumulator):
     def update(self, ctx: Context) -> dict[str, Tensor]:
         """A whole file at once (a caller that feeds the section directly; its groups
         are taken as whole)."""
-        from ratioscope.group_join import FileSequences, StepGroupJoin
+        from ratioscope.sections.group_join import FileSequences, StepGroupJoin
 
         self.begin_passes(True)
         self.update_pass(0, ctx)

@@ -2,7 +2,7 @@
 
 :func:`compare` takes two analyze reports (or dumps, analysed with the default options)
 or two timelines, and reads the headline quantities that a timeline follows
-(:data:`ratioscope.timeline.HEADLINES`, each read with :meth:`~ratioscope.timeline.
+(:data:`ratioscope.views.timeline.HEADLINES`, each read with :meth:`~ratioscope.timeline.
 Headline.value`), so a comparison and a timeline always speak of the same numbers.
 
 Two values *diverge* when
@@ -22,11 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ratioscope._callable_module import make_callable
-
 if TYPE_CHECKING:
-    from ratioscope.report import Report
-    from ratioscope.timeline import Headline, Timeline
+    from ratioscope.report.model import Report
+    from ratioscope.views.timeline import Headline, Timeline
 
 #: the default relative divergence threshold: B and A diverge when they differ by more
 #: than 20 % of the larger of the two
@@ -84,7 +82,7 @@ class HeadlineComparison:
     """One row of the comparison.
 
     Attributes:
-        key, label, short: the headline (:class:`ratioscope.timeline.Headline`).
+        key, label, short: the headline (:class:`ratioscope.views.timeline.Headline`).
         total: A against B; for timelines, the means over the shared steps where both
             have a value.
         diverging_steps: for timelines, the shared steps where the headline diverges.
@@ -118,7 +116,7 @@ class Comparison:
         kind: ``"reports"`` (two analyze reports) or ``"timelines"``.
         a, b: where A and B came from (a path, or ``"A"``/``"B"`` for documents).
         rel, floor: the divergence rule's parameters.
-        headlines: one row per headline, in :data:`~ratioscope.timeline.HEADLINES` order,
+        headlines: one row per headline, in :data:`~ratioscope.views.timeline.HEADLINES` order,
             with one per reward function of either side after the reward's own.
         steps: for timelines, one row per step both have, in step order.
         only_a, only_b: for timelines, the steps that only A (only B) has.
@@ -142,7 +140,7 @@ class Comparison:
         """The comparison JSON document (``"kind": "comparison"``)."""
         from dataclasses import asdict
 
-        from ratioscope.report_io import to_jsonable
+        from ratioscope.io.documents import to_jsonable
 
         document = asdict(self)
         document["compared"] = document.pop("kind")
@@ -152,7 +150,7 @@ class Comparison:
 
     def write_json(self, path: str | Path) -> None:
         """Write :meth:`to_dict` atomically."""
-        from ratioscope.report_io import write_json
+        from ratioscope.io.documents import write_json
 
         write_json(self.to_dict(), path)
 
@@ -169,8 +167,8 @@ def compare(
     Args:
         a, b: each an analyze report JSON file, a timeline JSON file (``"kind":
             "timeline"``), a dump or run directory (analysed with the default options by
-            :func:`ratioscope.analyze`), a :class:`~ratioscope.report.Report`, a
-            :class:`~ratioscope.timeline.Timeline`, or a JSON document of either. Both
+            :func:`ratioscope.analyze`), a :class:`~ratioscope.report.model.Report`, a
+            :class:`~ratioscope.views.timeline.Timeline`, or a JSON document of either. Both
             must be timelines, or neither.
         rel: the relative divergence threshold (> 0).
         floor: the absolute floor of the divergence scale (>= 0).
@@ -186,7 +184,7 @@ def compare(
         InputError: a file that is neither a report, a timeline nor a dump.
     """
     from ratioscope.errors import ParameterError, UsageError
-    from ratioscope.timeline import HEADLINES, Timeline, reward_function_names
+    from ratioscope.views.timeline import HEADLINES, Timeline, reward_function_names
 
     if not (isinstance(rel, (int, float)) and math.isfinite(rel) and rel > 0):
         raise ParameterError("rel", f"must be a positive number, got {rel!r}")
@@ -251,7 +249,7 @@ def _fpa_note(a: str | None, b: str | None) -> str:
 
 def _with_functions(headlines: tuple[Headline, ...], names: list[str]) -> tuple[Headline, ...]:
     """``headlines`` and one per reward function that either side has (A's first)."""
-    from ratioscope.timeline import reward_function_headlines, with_reward_functions
+    from ratioscope.views.timeline import reward_function_headlines, with_reward_functions
 
     return with_reward_functions(headlines, reward_function_headlines(list(dict.fromkeys(names))))
 
@@ -263,7 +261,7 @@ def _row(item: Headline, total: Difference, steps: tuple[int, ...] = ()) -> Head
 def _timelines(
     a: Timeline, b: Timeline, name_a: str, name_b: str, rel: float, floor: float
 ) -> Comparison:
-    from ratioscope.timeline import HEADLINES, function_name
+    from ratioscope.views.timeline import HEADLINES, function_name
 
     names = [n for h in (*a.headlines, *b.headlines) if (n := function_name(h.key)) is not None]
     headlines = _with_functions(HEADLINES, names)
@@ -317,7 +315,7 @@ def _timelines(
 
 def _side(value: Any, name: str) -> tuple[Mapping[str, Any] | Timeline, str]:
     """A report document or a Timeline, and a name for it."""
-    from ratioscope.timeline import Timeline
+    from ratioscope.views.timeline import Timeline
 
     if isinstance(value, Timeline):
         return value, name
@@ -334,11 +332,11 @@ def _side(value: Any, name: str) -> tuple[Mapping[str, Any] | Timeline, str]:
 def _read(path: Path) -> Mapping[str, Any] | Timeline:
     from ratioscope.errors import InputError, NotADumpError
     from ratioscope.io.paths import is_report_path
-    from ratioscope.timeline import Timeline
+    from ratioscope.views.timeline import Timeline
 
     if path.is_file() and is_report_path(path):
+        from ratioscope.io.documents import document_kind, read_json_report
         from ratioscope.io.jsontext import loads
-        from ratioscope.report_io import document_kind, read_json_report
 
         try:
             document = loads(path.read_text(encoding="utf-8"))
@@ -351,7 +349,7 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
         if kind != "an analyze report":
             raise InputError(path, f"{kind}; compare takes analyze reports, timelines or dumps")
         return report
-    from ratioscope.analysis import analyze
+    from ratioscope.analysis.pipeline import analyze
 
     try:
         return analyze([path]).to_dict()
@@ -359,7 +357,3 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
         raise InputError(
             path, f"neither an analyze report, a timeline JSON nor a dump ({error.problem})"
         ) from None
-
-
-# ``ratioscope.compare(...)`` calls the function whatever was imported first
-make_callable(__name__)

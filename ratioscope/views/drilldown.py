@@ -5,9 +5,9 @@ the top ones (docs/report.md).
 sequence (:mod:`ratioscope.functional.drilldown`, on per-token values the rest of the
 library computes: the batch's log-ratios, the Kalman filter and token states of the
 analysis (:class:`ratioscope.sections.context.Context`), each objective's per-token
-coefficients (:func:`ratioscope.objectives.batch_coefficients`)), keeps the ``top``
-sequences of each ranking, and keeps all the tokens of those sequences within a byte
-budget (:class:`TokenBudget`): every ranking's first sequence before any second one,
+coefficients (:func:`ratioscope.objective_family.side_by_side.batch_coefficients`)),
+keeps the ``top`` sequences of each ranking, and keeps all the tokens of those sequences
+within a byte budget (:class:`TokenBudget`): every ranking's first sequence before any second one,
 flagged steps before the others, the rest of the steps spread evenly over the run.
 Memory stays bounded by one step's batch plus the budget.
 """
@@ -27,11 +27,11 @@ from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from ratioscope.batch import TokenBatch
+    from ratioscope.data.batch import TokenBatch
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.io.tokenizer import TokenText
-    from ratioscope.objective_join import FileCoefficients
-    from ratioscope.params import AnalysisParams
+    from ratioscope.objective_family.step_join import FileCoefficients
 
 #: methods whose per-token coefficient the sequence page offers (those that run on any
 #: dump with log-probs and advantages; the others need rewards, groups or a reference)
@@ -134,7 +134,7 @@ class Drilldown:
     dropped: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        from ratioscope.report_io import to_jsonable
+        from ratioscope.io.documents import to_jsonable
 
         return to_jsonable(
             {
@@ -184,13 +184,13 @@ def token_series(
     """Every per-token quantity of the sequence page on one batch ([B, T] each), and the
     methods' coefficients, from the library's own computations; ``coefficients``: the
     methods' coefficients of the batch's rows computed on whole groups
-    (:class:`ratioscope.objective_join.FileCoefficientJoin`; NaN rows: left out), else
+    (:class:`ratioscope.objective_family.step_join.FileCoefficientJoin`; NaN rows: left out), else
     computed on the batch alone."""
     import torch
 
     from ratioscope.functional.token_stats import token_states
-    from ratioscope.objective_methods import chosen_settings
-    from ratioscope.objectives import batch_coefficients
+    from ratioscope.objective_family.methods import chosen_settings
+    from ratioscope.objective_family.side_by_side import batch_coefficients
     from ratioscope.sections.context import Context
 
     ctx = Context(batch, params)
@@ -226,8 +226,8 @@ def ranking_inputs(
     """What the rankings need of one batch: the two log-ratio pairs ([B, T]) and the
     reference method's (GRPO's) coefficients (``coefficients`` when given, as for
     :func:`token_series`), without the other series."""
-    from ratioscope.objective_methods import REFERENCE, chosen_settings
-    from ratioscope.objectives import batch_coefficients
+    from ratioscope.objective_family.methods import REFERENCE, chosen_settings
+    from ratioscope.objective_family.side_by_side import batch_coefficients
 
     series: dict[str, Tensor] = {}
     z_policy, z_rollout = _mismatch_pairs(batch)
@@ -254,7 +254,7 @@ def _mismatch_pairs(batch: TokenBatch) -> tuple[Tensor | None, Tensor | None]:
 
 def series_info(methods: Sequence[str]) -> list[SeriesInfo]:
     """The quantities the sequence page can colour tokens by, in menu order."""
-    from ratioscope.objective_methods import METHODS
+    from ratioscope.objective_family.methods import METHODS
 
     base = [
         SeriesInfo("log_ratio", "log-ratio z = log pi_theta - log pi_old", "diverging"),
@@ -283,7 +283,7 @@ def sequence_scores(
     import torch
 
     from ratioscope.functional import drilldown as f
-    from ratioscope.objective_methods import REFERENCE
+    from ratioscope.objective_family.methods import REFERENCE
 
     mask = batch.mask
     lengths = mask.sum(dim=1).double()
@@ -497,7 +497,7 @@ def _group_size(
 ) -> int | None:
     """The trainer's group size (recorded in the first file, or ``--trainer``'s
     defaults), by which a group short of it is told from a whole one; None: unknown."""
-    from ratioscope.objectives import _trainer_clip
+    from ratioscope.objective_family.side_by_side import _trainer_clip
 
     first = [Path(p) for _, paths in steps[:1] for p in paths]
     return _trainer_clip(first, load_options, {}, {})[1]
@@ -513,16 +513,16 @@ def _step_coefficients(
 ) -> Iterator[FileCoefficients]:
     """Each file of one step with the coefficients of ``methods`` of its rows, on the
     batches ``objectives`` gives them: its groups joined across the step's files
-    (:class:`ratioscope.objective_join.FileCoefficientJoin`; a group short of the
+    (:class:`ratioscope.objective_family.step_join.FileCoefficientJoin`; a group short of the
     trainer's group size after joining is left out of the methods that look across a
     group, NaN there, and counted in ``notes``)."""
-    from ratioscope.objective_join import FileCoefficientJoin
-    from ratioscope.objective_methods import (
+    from ratioscope.objective_family.methods import (
         METHODS,
         chosen_settings,
         looks_across_groups,
     )
-    from ratioscope.objectives import batch_coefficients
+    from ratioscope.objective_family.side_by_side import batch_coefficients
+    from ratioscope.objective_family.step_join import FileCoefficientJoin
 
     names = tuple(dict.fromkeys(methods))
     chosen = chosen_settings(names, None)

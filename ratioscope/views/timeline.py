@@ -1,12 +1,12 @@
 """A run step by step: the headline quantities of each training step, and where they change.
 
-:func:`timeline` groups the input files by training step (:mod:`ratioscope.steps`),
+:func:`timeline` groups the input files by training step (:mod:`ratioscope.analysis.steps`),
 analyses one step at a time with :func:`ratioscope.analyze` (memory is bounded as for
 one analysis: one step's report is held while the next is made), reads the headline
 quantities (:data:`HEADLINES`) from each step's typed report, and flags the steps where a
 series departs from its own recent history (:func:`~ratioscope.functional.changepoint.
 change_flags`). The step reports are folded into the pooled report with the merge that
-``ratioscope merge`` applies (:class:`~ratioscope.analysis.ReportMerge`; a step analysed
+``ratioscope merge`` applies (:class:`~ratioscope.analysis.pipeline.ReportMerge`; a step analysed
 here is folded from its accumulators, without writing its state and reading it back),
 so the pooled report equals ``analyze`` of all the files, and, on request, written one
 file per step (``reports_dir``).
@@ -28,19 +28,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ratioscope import defaults
-from ratioscope._callable_module import make_callable
+from ratioscope.analysis.steps import StepFiles, assign_steps
 from ratioscope.functional.changepoint import ChangeRule, change_flags
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
-from ratioscope.steps import StepFiles, assign_steps
 
 if TYPE_CHECKING:
+    from ratioscope.analysis.parallel import Runner
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.functional.vitals import MechanicsFit
     from ratioscope.io.loaders import LoadOptions
-    from ratioscope.parallel import Runner
-    from ratioscope.params import AnalysisParams
-    from ratioscope.report import Report
+    from ratioscope.judgement.verdict import Thresholds, Verdict
+    from ratioscope.report.model import Report
     from ratioscope.sections.base import Accumulator
-    from ratioscope.verdict import Thresholds, Verdict
 
 #: the timeline JSON layout's version (``schema_version``)
 TIMELINE_SCHEMA_VERSION = 1
@@ -440,7 +439,7 @@ class Timeline:
 
     def to_dict(self) -> dict[str, Any]:
         """The timeline JSON document (schema version 1)."""
-        from ratioscope.report_io import to_jsonable
+        from ratioscope.io.documents import to_jsonable
 
         verdict = self.verdict
         if verdict is not None and hasattr(verdict, "to_dict"):
@@ -536,7 +535,7 @@ class Timeline:
 
     def write_json(self, path: str | Path) -> None:
         """Write the timeline JSON atomically."""
-        from ratioscope.report_io import write_json
+        from ratioscope.io.documents import write_json
 
         write_json(self.to_dict(), path)
 
@@ -585,7 +584,7 @@ def timeline(
         params, load_options, device, chunk_elements, sections: as for
             :func:`ratioscope.analyze`, applied to each step.
         step_from: a regular expression with one capture group giving the step from a
-            file's path; it wins over names and stored steps (:mod:`ratioscope.steps`).
+            file's path; it wins over names and stored steps (:mod:`ratioscope.analysis.steps`).
         change: the change rule (default :class:`ChangeRule`).
         reports_dir: write each step's report there as ``step_NNNNNN.json`` (created if
             missing; written only when the whole timeline succeeds).
@@ -594,7 +593,7 @@ def timeline(
         objectives: also follow :data:`OBJECTIVE_HEADLINES`, from
             :func:`ratioscope.objectives` of each step's files (dumps only).
         progress: callback receiving "steps" updates, and analyze's "files"/"chunks".
-        runner: where the steps are analysed (:class:`ratioscope.parallel.Runner`: local
+        runner: where the steps are analysed (:class:`ratioscope.analysis.parallel.Runner`: local
             processes or Ray, one task per step; default this process). The steps are
             folded in step order, so the result is the sequential one.
         fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
@@ -607,16 +606,16 @@ def timeline(
         InputError: a file without a step (naming it and the ways to give one);
         ParameterError: a bad ``step_from``; what :func:`ratioscope.analyze` raises.
     """
-    from ratioscope.analysis import (
+    from ratioscope.analysis.pipeline import (
         DEFAULT_CHUNK_ELEMENTS,
         ReportMerge,
         _split_options,
         merge_reports,
     )
     from ratioscope.errors import UsageError
+    from ratioscope.io.documents import tool_info
     from ratioscope.io.loaders import expand_paths
     from ratioscope.io.paths import is_report_path
-    from ratioscope.report_io import tool_info
 
     params, load_options = _split_options(params, load_options, {})
     rule = change or ChangeRule()
@@ -656,8 +655,8 @@ def timeline(
         built from when it was analysed here (folded into the pooled report as they are;
         its state is written only for ``staging``)."""
         if tasks is not None:
-            from ratioscope.parallel import ordered_results
-            from ratioscope.report import Report
+            from ratioscope.analysis.parallel import ordered_results
+            from ratioscope.report.model import Report
 
             for document, step_objectives in ordered_results(
                 work, by_step, tasks, describe=_describe_step
@@ -750,8 +749,8 @@ def _run_settings(
     record others."""
     from dataclasses import replace
 
-    from ratioscope import trainer_settings
-    from ratioscope.settings_check import differing_settings
+    from ratioscope.data import trainer_settings
+    from ratioscope.judgement.settings import differing_settings
 
     if reports or load_options.trainer == "none" or load_options.trainer_settings is not None:
         return load_options, ()
@@ -800,7 +799,7 @@ def _read_mechanics(block: Any) -> MechanicsFit | None:
     if block is None:
         return None
     from ratioscope.functional.vitals import MechanicsFit
-    from ratioscope.report_io import from_jsonable
+    from ratioscope.io.documents import from_jsonable
 
     return from_jsonable(MechanicsFit, block, "$.entropy_mechanics")
 
@@ -827,7 +826,7 @@ def _sections_document(step_report: Report) -> dict[str, Any]:
     """The report's sections, what the headlines read (:func:`lookup` walks the section
     objects as it walks their JSON): converting the whole report to JSON, ``state``
     included, was most of a small step's time."""
-    from ratioscope.report import OPTIONAL_SECTION_KEYS, SECTION_KEYS
+    from ratioscope.report.model import OPTIONAL_SECTION_KEYS, SECTION_KEYS
 
     return {key: getattr(step_report, key) for key in (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)}
 
@@ -840,7 +839,7 @@ def _describe_step(group: StepFiles) -> str:
 
 def _step_objectives(group: StepFiles, load_options: LoadOptions) -> dict[str, Any]:
     """The per-method summaries of one step's side-by-side view, as JSON."""
-    from ratioscope.objectives import objectives
+    from ratioscope.objective_family.side_by_side import objectives
 
     result = objectives(list(group.paths), methods=OBJECTIVE_METHODS, load_options=load_options)
     return dict(result.to_dict()["methods"])
@@ -858,7 +857,7 @@ def timeline_verdict(
     when the first change goes the way :data:`BAD_CHANGE` calls bad, else green and
     informational), then the later steps judged against the run's own first steps
     (``relative_rows``: (step, :func:`relative_values`) in step order; docs/health.md)."""
-    from ratioscope.verdict import Finding, Verdict, first_steps_findings, verdict
+    from ratioscope.judgement.verdict import Finding, Verdict, first_steps_findings, verdict
 
     judged = verdict(pooled, thresholds)
     changes = []
@@ -925,8 +924,8 @@ def _bad_change(key: str, before: float | None, value: float | None) -> bool:
 
 def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:
     """The numbers of a step's report JSON that the verdict judges against the run's
-    first steps (:data:`ratioscope.verdict.RELATIVE`), by dotted path."""
-    from ratioscope.verdict import RELATIVE, report_value
+    first steps (:data:`ratioscope.judgement.verdict.RELATIVE`), by dotted path."""
+    from ratioscope.judgement.verdict import RELATIVE, report_value
 
     return {item.path: report_value(document, item.path) for item in RELATIVE}
 
@@ -980,8 +979,8 @@ def _analyze_step_totals(
     state: bool = True,
 ) -> tuple[Report, list[Accumulator]]:
     """The step's report and the accumulators it was built from
-    (:func:`ratioscope.analysis.analyze_totals`)."""
-    from ratioscope.analysis import analyze_totals
+    (:func:`ratioscope.analysis.pipeline.analyze_totals`)."""
+    from ratioscope.analysis.pipeline import analyze_totals
 
     return analyze_totals(
         list(group.paths),
@@ -997,13 +996,13 @@ def _analyze_step_totals(
 
 
 def _read_meta(path: Path, unsafe_pickle: bool) -> dict[str, Any]:
-    from ratioscope.steps import read_step_meta
+    from ratioscope.analysis.steps import read_step_meta
 
     return read_step_meta(path, unsafe_pickle=unsafe_pickle)
 
 
 def _read_report(path: Path) -> dict[str, Any]:
-    from ratioscope.report_io import read_json_report
+    from ratioscope.io.documents import read_json_report
 
     return read_json_report(path)
 
@@ -1039,7 +1038,3 @@ class _staged:
                     file.replace(self.target / file.name)
         finally:
             shutil.rmtree(self.staging, ignore_errors=True)
-
-
-# ``ratioscope.timeline(...)`` calls the function whatever was imported first
-make_callable(__name__)

@@ -1,7 +1,7 @@
 """The per-step headline quantities, written to the experiment trackers users watch.
 
 A tracker metric is named ``ratioscope/`` followed by the headline's key
-(:data:`ratioscope.timeline.HEADLINES`), e.g. ``ratioscope/mismatch.rollout.k3``; the
+(:data:`ratioscope.views.timeline.HEADLINES`), e.g. ``ratioscope/mismatch.rollout.k3``; the
 table of names is in docs/framework-metrics.md ("ratioscope in your tracker"). A step
 where a headline is missing (its section was not computed, or the value is not finite)
 logs nothing under that name.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ratioscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from ratioscope.timeline import Headline, Timeline
+    from ratioscope.views.timeline import Headline, Timeline
 
 #: the prefix of every metric ratioscope writes to a tracker
 PREFIX = "ratioscope/"
@@ -53,12 +53,12 @@ def headline_metrics(
 
     Args:
         document: ``Report.to_dict()`` of one step (or the JSON a capture wrote).
-        headlines: the quantities (default :data:`ratioscope.timeline.HEADLINES`).
+        headlines: the quantities (default :data:`ratioscope.views.timeline.HEADLINES`).
 
     Returns:
         ``{"ratioscope/<key>": value}`` for every headline present and finite.
     """
-    from ratioscope.timeline import HEADLINES
+    from ratioscope.views.timeline import HEADLINES
 
     chosen = HEADLINES if headlines is None else headlines
     values = {metric_name(item.key): item.value(document) for item in chosen}

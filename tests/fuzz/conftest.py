@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An analyze report of a bundled sample dump (the report JSON of a real run)."""
-    from ratioscope.analysis import analyze
+    from ratioscope.analysis.pipeline import analyze
 
     path = tmp_path_factory.mktemp("report") / "run.json"
     root = Path(__file__).resolve().parents[2]

@@ -154,7 +154,7 @@ import resource, sys
 import torch
 torch.set_num_threads(2)
 if sys.argv[1] == "started":
-    from ratioscope.threads import start_thread_pool
+    from ratioscope.io.limits import start_thread_pool
     start_thread_pool()
 with open("/proc/self/status") as status:
     mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
@@ -173,7 +173,7 @@ print("done")
 def test_thread_pool_started_before_memory_runs_out() -> None:
     """libgomp creates torch's threads at the first parallel operation and ends the
     process (exit 1, "Thread creation failed") when it cannot; the readers start them
-    first (ratioscope.threads.start_thread_pool), so a parallel operation with the
+    first (ratioscope.io.limits.start_thread_pool), so a parallel operation with the
     memory spent still runs."""
     import subprocess
     import sys
@@ -246,7 +246,7 @@ def _two_token_rows(path: Path, rows: int) -> None:
 def test_parquet_many_two_token_rows_read_flat(tmp_path: Path) -> None:
     """The 79 KB file of 200,000 two-token rows that peaked at 2.4 GB: its per-token
     columns are read as one flat column each, never one tensor per row."""
-    from ratioscope.io.raw import Ragged
+    from ratioscope.data.raw import Ragged
     from ratioscope.io.readers import read_raw
 
     _two_token_rows(tmp_path / "r.parquet", 200_000)

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from ratioscope.data.raw import RawDump, is_rows
 from ratioscope.io.frameworks.common import prompt_label
-from ratioscope.io.raw import RawDump, is_rows
 
 #: fields that identify the layout
 SIGNATURE = ("token_loss_mask", "prev_logprobs", "generation_logprobs")

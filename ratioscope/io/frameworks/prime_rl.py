@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ratioscope.data.raw import RawDump, is_rows
 from ratioscope.io.frameworks.common import prompt_label
-from ratioscope.io.raw import RawDump, is_rows
 
 #: derived column: one label per sample, equal for samples with the same prompt tokens
 PROMPT_GROUP = "prompt_prefix_group"

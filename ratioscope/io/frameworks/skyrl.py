@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ratioscope.data.raw import RawDump
 from ratioscope.errors import CorruptFileError, InputError
 from ratioscope.io.limits import check_view, checked_shape
-from ratioscope.io.raw import RawDump
 from ratioscope.io.safe_pickle import AllowList, load_allowed
 
 _MODULE = "skyrl.backends.skyrl_train.training_batch"

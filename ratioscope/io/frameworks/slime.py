@@ -33,8 +33,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope.data.raw import RawDump
 from ratioscope.errors import InputError, SkippedFileError
-from ratioscope.io.raw import RawDump
 
 #: derived columns
 RAW_REWARDS = "raw_rewards"

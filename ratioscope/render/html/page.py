@@ -67,7 +67,7 @@ def _asset(name: str) -> str:
 
 
 def render_html(document: dict[str, Any]) -> str:
-    """The HTML page of a run report document (:meth:`ratioscope.run_report.RunReport.
+    """The HTML page of a run report document (:meth:`ratioscope.render.html.run_report.RunReport.
     to_dict`): the page's script and style (``report_assets/``) and the chart libraries
     inline."""
     title = str(document.get("title") or "ratioscope run report")

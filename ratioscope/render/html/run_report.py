@@ -1,10 +1,10 @@
 """The run report: one self-contained HTML file from a run's trend to a step, a sequence
 and its tokens (``ratioscope report``, ``timeline --html``; docs/report.md).
 
-:func:`run_report` computes the run's :func:`~ratioscope.timeline.timeline` (and the
-baseline's), then the drill-down data of each step (:func:`ratioscope.drilldown.
+:func:`run_report` computes the run's :func:`~ratioscope.views.timeline.timeline` (and the
+baseline's), then the drill-down data of each step (:func:`ratioscope.views.drilldown.
 drilldown`); :meth:`RunReport.write_html` hands the document to
-:mod:`ratioscope.render.html_report`, which only lays it out.
+:mod:`ratioscope.render.html.page`, which only lays it out.
 """
 
 from __future__ import annotations
@@ -14,17 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ratioscope._callable_module import make_callable
-from ratioscope.drilldown import DEFAULT_METHODS, DEFAULT_TOKEN_BYTES, DEFAULT_TOP
+from ratioscope.views.drilldown import DEFAULT_METHODS, DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
 if TYPE_CHECKING:
-    from ratioscope.drilldown import Drilldown
+    from ratioscope.analysis.parallel import Runner
+    from ratioscope.data.params import AnalysisParams
     from ratioscope.io.loaders import LoadOptions
-    from ratioscope.parallel import Runner
-    from ratioscope.params import AnalysisParams
+    from ratioscope.judgement.verdict import Thresholds
     from ratioscope.progress import ProgressCallback
-    from ratioscope.timeline import Timeline
-    from ratioscope.verdict import Thresholds
+    from ratioscope.views.drilldown import Drilldown
+    from ratioscope.views.timeline import Timeline
 
 #: the report document's layout version (inside the HTML, ``report-data``)
 REPORT_SCHEMA_VERSION = 1
@@ -63,7 +62,7 @@ class RunReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report document embedded in the HTML (JSON)."""
-        from ratioscope.report_io import to_jsonable, tool_info
+        from ratioscope.io.documents import to_jsonable, tool_info
 
         return to_jsonable(
             {
@@ -79,7 +78,7 @@ class RunReport:
 
     def html(self) -> str:
         """The report as one HTML document (every script and style inline)."""
-        from ratioscope.render.html_report import render_html
+        from ratioscope.render.html.page import render_html
 
         return render_html(self.to_dict())
 
@@ -131,9 +130,9 @@ def report_from_timeline(
     """The run report of a timeline already computed (``timeline --html``): its steps'
     dumps are read once more for the drill-down; a timeline of analyze reports (no
     per-token data) gets the run page alone."""
-    from ratioscope.drilldown import drilldown
     from ratioscope.io.paths import is_report_path
     from ratioscope.io.tokenizer import TokenText
+    from ratioscope.views.drilldown import drilldown
 
     token_text = None if tokenizer is None else TokenText(tokenizer)
     notes: list[str] = []
@@ -216,11 +215,11 @@ def run_report(
     Returns:
         :class:`RunReport`; :meth:`RunReport.write_html` writes the file.
     """
-    from ratioscope.analysis import _split_options
-    from ratioscope.drilldown import check_options
+    from ratioscope.analysis.pipeline import _split_options
     from ratioscope.io.tokenizer import TokenText
-    from ratioscope.objective_methods import method_names
-    from ratioscope.timeline import timeline
+    from ratioscope.objective_family.methods import method_names
+    from ratioscope.views.drilldown import check_options
+    from ratioscope.views.timeline import timeline
 
     params, load_options = _split_options(params, load_options, {})
     methods = method_names(methods)  # an unknown name fails before any dump is read
@@ -260,7 +259,7 @@ def _baseline_timeline(
     baseline: str | Path | Sequence[str | Path], options: dict[str, Any]
 ) -> Timeline:
     """The baseline's timeline: read from a timeline JSON file, or computed."""
-    from ratioscope.timeline import Timeline, timeline
+    from ratioscope.views.timeline import Timeline, timeline
 
     listed = [baseline] if isinstance(baseline, (str, Path)) else list(baseline)
     if len(listed) == 1 and str(listed[0]).endswith(".json"):
@@ -273,7 +272,3 @@ def _baseline_timeline(
         if isinstance(document, dict) and document.get("kind") == "timeline":
             return Timeline.from_dict(document, source=listed[0])
     return timeline(listed, **options)
-
-
-# ``ratioscope.run_report(...)`` calls the function whatever was imported first
-make_callable(__name__)

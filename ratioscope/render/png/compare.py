@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ratioscope.figures.compare import CompareFigure, ComparePanel
-from ratioscope.render.figures import pyplot, save_figure
-from ratioscope.render.series import at_noise, finish_axes, power_of_ten
+from ratioscope.render.png.output import pyplot, save_figure
+from ratioscope.render.png.series import at_noise, finish_axes, power_of_ten
 
 COLUMNS = 3
 COLOR_A = "tab:blue"

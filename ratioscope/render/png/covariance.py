@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ratioscope.render.figures import check_figure_path, pyplot, save_figure
-from ratioscope.render.tables import known
+from ratioscope.render.png.output import check_figure_path, pyplot, save_figure
+from ratioscope.render.terminal.tables import known
 
 if TYPE_CHECKING:
     from ratioscope.sections.covariance import CovarianceSection

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ratioscope.figures.evaluation import MetricCurves, SimilarityPanel
-from ratioscope.render.figures import pyplot, save_figure
+from ratioscope.render.png.output import pyplot, save_figure
 
 _CURVE_LABELS = {
     "pass_at_k": (

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ratioscope.figures.objectives import SAME_TRACE
-from ratioscope.render.figures import check_figure_path, pyplot, save_figure
+from ratioscope.render.png.output import check_figure_path, pyplot, save_figure
 
 if TYPE_CHECKING:
     from ratioscope.figures.objectives import CoefficientTrace
-    from ratioscope.objectives import ObjectivesReport
+    from ratioscope.objective_family.side_by_side import ObjectivesReport
 
 #: one colour per method family, varied by line style inside a family
 _FAMILY_COLOURS = {

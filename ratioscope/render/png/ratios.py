@@ -1,6 +1,6 @@
 """Figures of the ratios section (KPO Figs. 1 and 4): spectrum, traces, windows, runs.
 
-All but the trace are drawn from a :class:`~ratioscope.report.Report`, fresh or read
+All but the trace are drawn from a :class:`~ratioscope.report.model.Report`, fresh or read
 from a report JSON, so a stored report plots without recomputation. Legends sit outside
 the axes, so they never hide data.
 """
@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ratioscope.render.figures import pyplot, save_figure
-from ratioscope.render.tables import known
+from ratioscope.render.png.output import pyplot, save_figure
+from ratioscope.render.terminal.tables import known
 
 if TYPE_CHECKING:
     from ratioscope.figures.ratios import RatioTrace
-    from ratioscope.report import Report
+    from ratioscope.report.model import Report
     from ratioscope.sections.ratios import VariantStats
 
 COLORS = {"token": "tab:blue", "sequence": "tab:purple", "kalman": "tab:red"}
@@ -76,7 +76,7 @@ def _legend_under(
 
 def _note_short_sequences(axes: Any, ratios: Mapping[str, Any]) -> None:
     """A line in the corner saying how many sequences were too short to be drawn."""
-    from ratioscope.render.terminal import short_sequences_note
+    from ratioscope.render.terminal.report import short_sequences_note
 
     note = short_sequences_note(list(ratios.items()))
     if note:
@@ -280,7 +280,7 @@ def _band_text(band: Any, exact: str) -> str:
 
 def runlength_caption(params: Mapping[str, Any]) -> str:
     """What up, down and on mean for each drawn row, and why the sequence row is absent."""
-    from ratioscope.params import stored_analysis
+    from ratioscope.data.params import stored_analysis
 
     analysis = stored_analysis(params)
     token = _band_text(analysis.get("token_on_band"), "r = 1 up to float32 rounding")
@@ -363,7 +363,7 @@ def _zoom_limit(values: Sequence[float], band: tuple[float, float]) -> float:
     return 1.35 * top if top > 0 else 1e-3
 
 
-#: the y-axis of a trace by what its log-ratio compares (ratioscope.batch.RATIO_PAIRS)
+#: the y-axis of a trace by what its log-ratio compares (ratioscope.data.batch.RATIO_PAIRS)
 _LOG_RATIO_LABELS = {
     "current/old": "log(pi_theta / pi_old)",
     "current/engine": "log(pi_theta / pi_engine)",

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ratioscope.figures.timeline import TimelineFigure, TimelinePanel
-from ratioscope.render.figures import pyplot, save_figure
-from ratioscope.render.series import at_noise, finish_axes, power_of_ten
+from ratioscope.render.png.output import pyplot, save_figure
+from ratioscope.render.png.series import at_noise, finish_axes, power_of_ten
 
 COLUMNS = 3
 

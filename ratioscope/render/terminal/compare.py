@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ratioscope.render.tables import DASH, print_table
+from ratioscope.render.terminal.tables import DASH, print_table
 
 if TYPE_CHECKING:
-    from ratioscope.compare import Comparison, Difference
+    from ratioscope.views.compare import Comparison, Difference
 
 #: the most diverging steps listed in a cell before "... (N in all)"
 MAX_STEPS = 6

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ratioscope.evaluation.model import ClusterSummary, DiversitySummary, EvalReport, MetricBlock
-from ratioscope.render.tables import DASH
+from ratioscope.render.terminal.tables import DASH
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from ratioscope.render.tables import DASH, pct, print_table
+from ratioscope.render.terminal.tables import DASH, pct, print_table
 
 if TYPE_CHECKING:
-    from ratioscope.objectives import MethodSummary, ObjectivesReport
+    from ratioscope.objective_family.side_by_side import MethodSummary, ObjectivesReport
 
 #: the correlation matrix is printed for at most this many methods (it is in the JSON)
 MATRIX_METHODS = 8
@@ -193,7 +193,7 @@ def show_rollout_ratio(result: ObjectivesReport, console: Console) -> None:
 
 def show_methods(console: Console) -> None:
     """The methods with their family, source and default hyper-parameters (``--list``)."""
-    from ratioscope.objective_methods import METHODS
+    from ratioscope.objective_family.methods import METHODS
 
     table = Table(title="Methods of ratioscope objectives", title_justify="left")
     for name in ("method", "family", "defaults", "source"):

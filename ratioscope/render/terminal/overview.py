@@ -23,12 +23,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ratioscope.render.tables import DASH, print_table
-from ratioscope.render.verdict import STYLES, finding_line, note_line, verdict_headline
+from ratioscope.render.terminal.tables import DASH, print_table
+from ratioscope.render.terminal.verdict import STYLES, finding_line, note_line, verdict_headline
 
 if TYPE_CHECKING:
-    from ratioscope.report import Report
-    from ratioscope.verdict import Verdict
+    from ratioscope.judgement.verdict import Verdict
+    from ratioscope.report.model import Report
 
 Layout = Literal["brief", "default", "detail"]
 #: the most lines each layout prints on the bundled run at 100 columns
@@ -75,7 +75,7 @@ def note_name(text: str) -> str:
 def key_rows(report: Report) -> list[tuple[str, str, str]]:
     """(section, quantity, value) for each headline quantity the report has, the vital
     signs left out (their own table shows them), then the staleness of the last update."""
-    from ratioscope.timeline import HEADLINES
+    from ratioscope.views.timeline import HEADLINES
 
     document = report.to_dict()
     rows: list[tuple[str, str, str]] = []
@@ -132,9 +132,9 @@ def key_table(report: Report) -> Table | None:
 
 def show_analyze(report: Report, verdict: Verdict, console: Console, layout: Layout) -> None:
     """Print ``report`` in ``layout`` (see the module docstring)."""
-    from ratioscope.render.terminal import short_sequences_note, show_inputs, show_report
-    from ratioscope.render.verdict import show_verdict
-    from ratioscope.render.vitals import show_vitals
+    from ratioscope.render.terminal.report import short_sequences_note, show_inputs, show_report
+    from ratioscope.render.terminal.verdict import show_verdict
+    from ratioscope.render.terminal.vitals import show_vitals
 
     if layout == "detail":
         show_verdict(console, verdict)

@@ -1,6 +1,6 @@
 """Rich terminal output for ``info``, ``analyze``, ``merge`` and ``sweep``.
 
-Renderers take the typed :class:`~ratioscope.report.Report` (fresh, merged or read with
+Renderers take the typed :class:`~ratioscope.report.model.Report` (fresh, merged or read with
 ``Report.from_dict``) and print a non-finite number, which the JSON stores as null, as a
 dash: a re-loaded report prints exactly like a fresh one.
 """
@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ratioscope.dump_info import DumpInfo, OtherFile
-from ratioscope.render import sections
-from ratioscope.render.tables import (
+from ratioscope.analysis.dump_info import DumpInfo, OtherFile
+from ratioscope.render.terminal import sections
+from ratioscope.render.terminal.tables import (
     DASH,
     Renderer,
     clip_band,
@@ -30,12 +30,12 @@ from ratioscope.render.tables import (
 )
 
 if TYPE_CHECKING:
+    from ratioscope.analysis.sweep import SweepReport
     from ratioscope.functional.mismatch import MismatchStats
-    from ratioscope.report import Report
+    from ratioscope.report.model import Report
     from ratioscope.sections.mismatch import MismatchSection
     from ratioscope.sections.ratios import VariantStats
     from ratioscope.sections.staleness import StalenessSection
-    from ratioscope.sweep import SweepReport
 
 # The table helpers moved to render.tables; they stay importable from here.
 __all__ = [
@@ -113,7 +113,7 @@ def show_report(report: Report, console: Console) -> None:
 
 def report_renderers() -> list[Renderer]:
     """The section printers of :func:`show_report`, in the order they print."""
-    from ratioscope.render.vitals import show_vitals
+    from ratioscope.render.terminal.vitals import show_vitals
 
     return [
         show_inputs,
@@ -180,7 +180,7 @@ def correct_text(params: Mapping[str, Any]) -> str:
 
 def ratio_label(pair: str) -> str:
     """``current/old`` -> ``current policy / behaviour (old) policy`` for headings."""
-    from ratioscope.batch import RATIO_PAIRS
+    from ratioscope.data.batch import RATIO_PAIRS
 
     return RATIO_PAIRS.get(pair, pair)
 
@@ -333,7 +333,7 @@ def short_sequences_note(rows: Sequence[tuple[str, VariantStats | None]]) -> str
 def show_sweep(sweep: SweepReport | Mapping[str, Any], console: Console) -> None:
     """The Q/V sweep: token and sequence rows, then one Kalman row per Q/V.
 
-    Takes the :class:`~ratioscope.sweep.SweepReport` or its JSON document (rebuilt).
+    Takes the :class:`~ratioscope.analysis.sweep.SweepReport` or its JSON document (rebuilt).
     """
     if isinstance(sweep, Mapping):
         sweep = _sweep_report(sweep)
@@ -344,8 +344,8 @@ def show_sweep(sweep: SweepReport | Mapping[str, Any], console: Console) -> None
 
 
 def _sweep_report(document: Mapping[str, Any]) -> SweepReport:
-    from ratioscope.report_io import from_jsonable
-    from ratioscope.sweep import SweepReport
+    from ratioscope.analysis.sweep import SweepReport
+    from ratioscope.io.documents import from_jsonable
 
     body = dict(document)
     body.update(body.pop("sweep"))

@@ -1,6 +1,6 @@
 """Terminal renderers of the objective-side sections, printed by render.terminal.show_report.
 
-Each renderer takes the :class:`~ratioscope.report.Report` and a rich Console and prints
+Each renderer takes the :class:`~ratioscope.report.model.Report` and a rich Console and prints
 its section when present (a missing section is explained by the warnings). Non-finite
 numbers, null in the report's JSON, print as a dash.
 """
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from ratioscope.render.tables import DASH, Renderer, clip_band, num, print_table, share
+from ratioscope.render.terminal.tables import DASH, Renderer, clip_band, num, print_table, share
 
 if TYPE_CHECKING:
     from ratioscope.functional.fpa import BelowThreshold, ByCorrectness
-    from ratioscope.report import Report
+    from ratioscope.report.model import Report
     from ratioscope.sections.distribution import Distribution
     from ratioscope.sections.future_policy import FuturePolicySection, MethodResult
 

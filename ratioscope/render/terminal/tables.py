@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from ratioscope.report import Report
+    from ratioscope.report.model import Report
 
 DASH = "—"
 

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ratioscope.render.tables import DASH, print_table
+from ratioscope.render.terminal.tables import DASH, print_table
 
 if TYPE_CHECKING:
-    from ratioscope.timeline import Headline, Timeline
+    from ratioscope.views.timeline import Headline, Timeline
 
 #: the columns shown by default: they fit 100 terminal columns
 DEFAULT_COLUMNS = (
@@ -35,7 +35,7 @@ MARK = "*"
 def choose_columns(timeline: Timeline, columns: Sequence[str] | None) -> list[Headline]:
     """The headlines to show: ``columns`` (keys or short names, or "all"), else the
     defaults that the timeline has."""
-    from ratioscope.timeline import headline
+    from ratioscope.views.timeline import headline
 
     if columns is None:
         keys = [h.key for h in timeline.headlines]
@@ -117,6 +117,6 @@ def legend(timeline: Timeline, shown: Sequence[Headline]) -> list[str]:
 
 
 def _is_function(item: Headline) -> bool:
-    from ratioscope.timeline import function_name
+    from ratioscope.views.timeline import function_name
 
     return function_name(item.key) is not None

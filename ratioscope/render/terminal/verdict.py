@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from ratioscope.verdict import Level, Verdict
+    from ratioscope.judgement.verdict import Level, Verdict
 
 STYLES: dict[str, str] = {"green": "green", "yellow": "bold yellow", "red": "bold red"}
 TAGS: dict[str, str] = {"green": "green", "yellow": "yellow", "red": "RED"}

@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ratioscope.render.tables import DASH, num, print_table, share
+from ratioscope.render.terminal.tables import DASH, num, print_table, share
 
 if TYPE_CHECKING:
-    from ratioscope.report import Report
+    from ratioscope.report.model import Report
     from ratioscope.sections.vitals import VitalsSection
 
 

@@ -1,0 +1,1 @@
+"""Orchestration over files and steps: dumps -> chunks -> accumulators -> Report."""

@@ -1,0 +1,1 @@
+"""The data model: raw columns, the canonical TokenBatch, analysis parameters, trainer settings."""

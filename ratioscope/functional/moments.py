@@ -1,0 +1,47 @@
+"""Moments that merge: count, mean, sum of squared deviations, min and max of a stream.
+
+Chan, Golub and LeVeque's parallel update ("Updating formulae and a pairwise algorithm
+for computing sample variances", 1979): two parts of ``n_a`` and ``n_b`` values with
+means ``mean_a``, ``mean_b`` and sums of squared deviations ``m2_a``, ``m2_b`` combine
+exactly into ``n = n_a + n_b``, ``mean = mean_a + delta n_b / n`` and
+``m2 = m2_a + m2_b + delta^2 n_a n_b / n`` with ``delta = mean_b - mean_a``. The
+mergeable state of the report sections (:class:`ratioscope.sections.summaries.Moments`)
+and the compiled ratio pass (:mod:`ratioscope.functional.ratio_rows`) both use it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class MomentSums(NamedTuple):
+    """(count, mean, sum of squared deviations, min, max) of a set of values."""
+
+    count: int
+    mean: float
+    m2: float
+    minimum: float
+    maximum: float
+
+
+EMPTY = MomentSums(0, 0.0, 0.0, float("inf"), float("-inf"))
+
+
+def combine_moments(a: MomentSums, b: MomentSums) -> MomentSums:
+    """The moments of the union of two disjoint sets of values (Chan et al.'s update).
+
+    >>> combine_moments(MomentSums(2, 1.5, 0.5, 1.0, 2.0), MomentSums(1, 3.0, 0.0, 3.0, 3.0))
+    MomentSums(count=3, mean=2.0, m2=2.0, minimum=1.0, maximum=3.0)
+    """
+    if b.count == 0:
+        return a
+    total = a.count + b.count
+    delta = b.mean - a.mean
+    return MomentSums(
+        count=total,
+        mean=a.mean + delta * b.count / total,
+        # grouped as the streaming update adds it, so merged reports stay bit-identical
+        m2=a.m2 + (b.m2 + delta * delta * a.count * b.count / total),
+        minimum=min(a.minimum, b.minimum),
+        maximum=max(a.maximum, b.maximum),
+    )

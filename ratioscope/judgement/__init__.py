@@ -1,0 +1,1 @@
+"""Judgement of a report: the health verdict, CI check rules and their TOML, recorded settings."""

@@ -1,0 +1,1 @@
+"""Renderers for the terminal: rich tables and the lines each command prints."""

@@ -1,0 +1,1 @@
+"""The analyze report: its typed model and JSON, the files that hold one, its metrics catalog."""

@@ -1,0 +1,1 @@
+"""Run-level views: a run step by step, two runs side by side, a step drilled down, trackers."""
