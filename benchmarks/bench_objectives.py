@@ -42,8 +42,7 @@ def main() -> None:
     from make_synthetic import make_synthetic
 
     torch.set_num_threads(args.threads)
-    import ratioscope.objectives as library
-
+    import ratioscope.objective_family.side_by_side as library
     from ratioscope.analysis.pipeline import analyze
     from ratioscope.data.batch import TokenBatch
     from ratioscope.objective_family.methods import METHODS, MethodInputs

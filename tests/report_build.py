@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import ratioscope.run_report
+import ratioscope.render.html.run_report
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ROOT / "sample_data" / "verl_steps"

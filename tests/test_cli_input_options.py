@@ -68,7 +68,7 @@ class _Captured(UsageError):
 @pytest.fixture
 def captured(monkeypatch) -> list[LoadOptions]:
     """The LoadOptions that ``objectives`` and ``plot objectives`` hand the library."""
-    import ratioscope.objectives as library
+    import ratioscope.objective_family.side_by_side as library
 
     seen: list[LoadOptions] = []
 

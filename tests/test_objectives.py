@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
-import ratioscope.objectives as library
 import torch
 from typer.testing import CliRunner
 
+import ratioscope.objective_family.side_by_side as library
 from ratioscope.cli import app
 from ratioscope.io.loaders import expand_paths, load_file
 from ratioscope.objective_family.methods import METHODS
@@ -170,8 +170,7 @@ def test_plot_objectives_writes_a_figure(tmp_path):
 
 
 def test_timeline_follows_the_objective_headlines_per_step():
-    import ratioscope.timeline as timeline_module
-
+    import ratioscope.views.timeline as timeline_module
     from ratioscope.views.timeline import OBJECTIVE_HEADLINES, OBJECTIVE_METHODS
 
     result = timeline_module.timeline(VERL, objectives=True, sections=["mismatch"])

@@ -176,7 +176,7 @@ def test_the_vendored_chart_libraries_are_the_pinned_files():
 
     from ratioscope.render.html.page import chart_libraries, vendored
 
-    assets = Path(__file__).resolve().parents[1] / "ratioscope" / "render" / "report_assets"
+    assets = Path(__file__).resolve().parents[1] / "ratioscope" / "render" / "html" / "assets"
     packages = vendored()
     assert [p["name"] for p in packages] == ["vega", "vega-lite", "vega-embed"]
     for package in packages:

@@ -131,7 +131,7 @@ def objectives(
     check_suffix(json_out, ".json", "--json")
     overrides = parse_settings(settings)
     runner = runner_of(workers, ray)
-    import ratioscope.objectives as library
+    import ratioscope.objective_family.side_by_side as library
 
     with progress_bar(not quiet) as progress:
         result = library.objectives(

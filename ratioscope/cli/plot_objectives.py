@@ -125,7 +125,7 @@ def objectives(
 
     Example: ratioscope plot objectives sample_data/verl/ --methods grpo,gspo,kpo --out obj.png
     """
-    import ratioscope.objectives as library
+    import ratioscope.objective_family.side_by_side as library
     from ratioscope.cli._common import announce_written, check_output_paths, progress_bar
     from ratioscope.cli._options import command_load_options
     from ratioscope.figures.objectives import coefficient_trace

@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 
 class MomentSums(NamedTuple):
-    """(count, mean, sum of squared deviations, min, max) of a set of values."""
+    """(count n, mean, sum of squared deviations, min, max) of a set of values."""
 
-    count: int
+    n: int
     mean: float
     m2: float
     minimum: float
@@ -31,17 +31,17 @@ def combine_moments(a: MomentSums, b: MomentSums) -> MomentSums:
     """The moments of the union of two disjoint sets of values (Chan et al.'s update).
 
     >>> combine_moments(MomentSums(2, 1.5, 0.5, 1.0, 2.0), MomentSums(1, 3.0, 0.0, 3.0, 3.0))
-    MomentSums(count=3, mean=2.0, m2=2.0, minimum=1.0, maximum=3.0)
+    MomentSums(n=3, mean=2.0, m2=2.0, minimum=1.0, maximum=3.0)
     """
-    if b.count == 0:
+    if b.n == 0:
         return a
-    total = a.count + b.count
+    total = a.n + b.n
     delta = b.mean - a.mean
     return MomentSums(
-        count=total,
-        mean=a.mean + delta * b.count / total,
+        n=total,
+        mean=a.mean + delta * b.n / total,
         # grouped as the streaming update adds it, so merged reports stay bit-identical
-        m2=a.m2 + (b.m2 + delta * delta * a.count * b.count / total),
+        m2=a.m2 + (b.m2 + delta * delta * a.n * b.n / total),
         minimum=min(a.minimum, b.minimum),
         maximum=max(a.maximum, b.maximum),
     )

@@ -86,4 +86,4 @@ def ratio_rows(
     if advantages is not None:
         sums = torch.from_numpy(row_sums)
         ppo = (torch.from_numpy(clipped), sums[:, 0], sums[:, 1])
-    return RatioRows(torch.from_numpy(counts), tuple(moments), ppo)
+    return RatioRows(torch.from_numpy(counts), moments, ppo)

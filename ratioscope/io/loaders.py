@@ -111,6 +111,13 @@ def load_params(options: LoadOptions) -> dict[str, Any]:
     }
 
 
+def stored_correct_rule(params: Mapping[str, Any]) -> tuple[str | None, float | None]:
+    """``(correct_field, correct_threshold)`` of a report's ``params`` block as
+    :func:`load_params` wrote it; (None, None) for the default rule."""
+    load = params.get("load") or {}
+    return load.get("correct_field"), load.get("correct_threshold")
+
+
 def correct_rule(field: str | None, threshold: float | None) -> tuple[str, float] | None:
     """See :meth:`LoadOptions.correct_rule`."""
     import math

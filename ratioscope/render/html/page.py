@@ -1,7 +1,7 @@
 """The run report as one self-contained HTML file (docs/report.md).
 
 Everything is inline: the report document as JSON, the page's own script and style, and
-one copy of Vega, Vega-Lite and vega-embed (``report_assets/``, pinned in
+one copy of Vega, Vega-Lite and vega-embed (``assets/``, pinned in
 ``vendor.json``) for the interactive charts; the token view is plain HTML. The page
 computes nothing: every value it shows is in the document; it only lays out, colours
 and formats.
@@ -24,7 +24,7 @@ _SOURCE_MAP = re.compile(r"^//# sourceMappingURL=.*$", re.M)
 
 
 def vendored() -> list[dict[str, Any]]:
-    """The chart libraries the page inlines, in load order (``report_assets/vendor.json``:
+    """The chart libraries the page inlines, in load order (``assets/vendor.json``:
     name, version, file, npm integrity, sha256)."""
     return list(json.loads(_asset("vendor.json"))["packages"])
 
@@ -61,14 +61,12 @@ def _inline_script(source: str) -> str:
 def _asset(name: str) -> str:
     from importlib import resources
 
-    return (resources.files("ratioscope.render") / "report_assets" / name).read_text(
-        encoding="utf-8"
-    )
+    return (resources.files("ratioscope.render.html") / "assets" / name).read_text(encoding="utf-8")
 
 
 def render_html(document: dict[str, Any]) -> str:
     """The HTML page of a run report document (:meth:`ratioscope.render.html.run_report.RunReport.
-    to_dict`): the page's script and style (``report_assets/``) and the chart libraries
+    to_dict`): the page's script and style (``assets/``) and the chart libraries
     inline."""
     title = str(document.get("title") or "ratioscope run report")
     versions = ", ".join(f"{item['name']} {item['version']}" for item in vendored())

@@ -259,10 +259,11 @@ def _baseline_timeline(
     baseline: str | Path | Sequence[str | Path], options: dict[str, Any]
 ) -> Timeline:
     """The baseline's timeline: read from a timeline JSON file, or computed."""
+    from ratioscope.io.paths import is_report_path
     from ratioscope.views.timeline import Timeline, timeline
 
     listed = [baseline] if isinstance(baseline, (str, Path)) else list(baseline)
-    if len(listed) == 1 and str(listed[0]).endswith(".json"):
+    if len(listed) == 1 and is_report_path(listed[0]):
         import json
 
         try:

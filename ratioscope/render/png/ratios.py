@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratioscope.data.params import AnalysisParams
 from ratioscope.render.png.output import pyplot, save_figure
 from ratioscope.render.terminal.tables import known
 
@@ -268,23 +269,18 @@ def _window_curve(
     return (shade, line)
 
 
-def _band_text(band: Any, exact: str) -> str:
+def _band_text(band: tuple[float, float], exact: str) -> str:
     """The on-policy band of one row as a reader sees it: ``r = 1`` or ``r in [...]``."""
-    if not band:
-        return "r in the report's on band"
     low, high = float(band[0]), float(band[1])
     if max(low, high) <= 2.0**-20:  # float32 rounding only: on means exactly 1
         return exact
     return f"r in [1 - {low:.3g}, 1 + {high:.3g}]"
 
 
-def runlength_caption(params: Mapping[str, Any]) -> str:
+def runlength_caption(params: AnalysisParams) -> str:
     """What up, down and on mean for each drawn row, and why the sequence row is absent."""
-    from ratioscope.data.params import stored_analysis
-
-    analysis = stored_analysis(params)
-    token = _band_text(analysis.get("token_on_band"), "r = 1 up to float32 rounding")
-    kalman = _band_text(analysis.get("on_band"), "r = 1")
+    token = _band_text(params.token_on_band, "r = 1 up to float32 rounding")
+    kalman = _band_text(params.on_band, "r = 1")
     return (
         f"on: raw rows {token} (token_on_band), Kalman rows {kalman} (on_band); "
         "up: r above that band, down: r below it.\n"
@@ -349,7 +345,7 @@ def plot_runlengths(report: Report, out: Path, source: str = "") -> None:
     panels[0].set_ylabel("share of runs")
     figure.suptitle(
         "Run lengths of token states (pooled over sequences)\n"
-        + runlength_caption(_params(report)),
+        + runlength_caption(AnalysisParams.from_dict(_params(report))),
         fontsize=10,
     )
     _footer(figure, source)

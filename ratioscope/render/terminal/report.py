@@ -160,7 +160,7 @@ def show_inputs(report: Report | SweepReport, console: Console) -> None:
     )
     pairs = list(dict.fromkeys(i.ratio_pair for i in inputs))
     console.print("importance ratio z = log " + "; ".join(ratio_label(p) for p in pairs))
-    console.print(f"correct: {correct_text(report.params)}")
+    console.print(f"correct: {correct_text(report)}")
     trainer = report.params.get("trainer")
     if isinstance(trainer, Mapping):
         applied = trainer.get("applied") or {}
@@ -170,12 +170,11 @@ def show_inputs(report: Report | SweepReport, console: Console) -> None:
         )
 
 
-def correct_text(params: Mapping[str, Any]) -> str:
-    """How ``correct`` was decided, from a report's ``params`` (its ``load`` block)."""
-    from ratioscope.io.loaders import correct_rule_text
+def correct_text(report: Report | SweepReport) -> str:
+    """How ``correct`` was decided: the rule of the report's load options."""
+    from ratioscope.io.loaders import correct_rule_text, stored_correct_rule
 
-    load = params.get("load") or {}
-    return correct_rule_text(load.get("correct_field"), load.get("correct_threshold"))
+    return correct_rule_text(*stored_correct_rule(report.params))
 
 
 def ratio_label(pair: str) -> str:
