@@ -89,3 +89,64 @@ def test_every_dump_command_takes_the_rule_and_says_it(tmp_path, command):
         assert "correct: accuracy >= 1" in result.output
         report = json.loads(out.read_text())
         assert report["params"]["load"]["correct_threshold"] == 1.0
+
+
+# --- the default with several reward functions ----------------------------------------
+def functions_dump(path, functions: dict[str, list[float]], rewards: list[float]) -> None:
+    gen = torch.Generator().manual_seed(5)
+    rows = len(rewards)
+    old = -torch.rand(rows, WIDTH, generator=gen)
+    save_file(
+        {
+            "mask": torch.ones(rows, WIDTH, dtype=torch.bool),
+            "old_log_probs": old,
+            "log_probs": old + 0.01 * torch.randn(rows, WIDTH, generator=gen),
+            "rewards": torch.tensor(rewards),
+            **{f"reward:{name}": torch.tensor(v) for name, v in functions.items()},
+        },
+        str(path),
+    )
+
+
+def test_of_several_reward_functions_the_one_scoring_0_or_1_decides(tmp_path):
+    # a verifier's 0/1 beside a shaping reward paid to every rollout: rewards > 0 would
+    # call all four correct; the verifier calls the first and the third correct
+    accuracy = [1.0, 0.0, 1.0, 0.0]
+    length = [0.5, 0.75, 1.0, 0.25]
+    path = tmp_path / "d.safetensors"
+    functions_dump(path, {"accuracy": accuracy, "length": length},
+                   [a + b for a, b in zip(accuracy, length, strict=True)])  # fmt: skip
+    report = ratioscope.analyze(path, per_sequence=True)
+    assert correct_column(report) == [True, False, True, False]
+    assert report.vitals.correct_share == 0.5
+    assert any("0/1 function 'accuracy'" in w for w in report.warnings)
+
+
+def test_two_functions_scoring_0_or_1_choose_the_verifier_by_name(tmp_path):
+    # a length reward that happens to be 0 or 1 everywhere (every response at the limit
+    # or none) beside the verifier: the name settles it
+    path = tmp_path / "d.safetensors"
+    at_limit, correct = [1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]
+    functions_dump(path, {"at_limit": at_limit, "correctness": correct},
+                   [a + b for a, b in zip(at_limit, correct, strict=True)])  # fmt: skip
+    report = ratioscope.analyze(path, per_sequence=True)
+    assert correct_column(report) == [False, True, False, False]
+
+
+def test_no_function_scoring_0_or_1_gives_no_correct_share_and_says_so(tmp_path):
+    path = tmp_path / "d.safetensors"
+    functions_dump(path, {"length": [0.5, 0.25, 1.0, 0.75], "style": [0.1, 0.2, 0.3, 0.4]},
+                   [0.6, 0.45, 1.3, 1.15])  # fmt: skip
+    report = ratioscope.analyze(path)
+    assert report.vitals.correct_share is None
+    note = next(w for w in report.warnings if w.startswith("correct:"))
+    assert "no correct share" in note and "`correct_field`" in note
+    result = CliRunner().invoke(app, ["analyze", str(path)])
+    assert result.exit_code == 0 and "--correct-field" in result.output
+
+
+def test_one_reward_function_keeps_rewards_above_0(tmp_path):
+    path = tmp_path / "d.safetensors"
+    functions_dump(path, {"shaped": [0.2, 0.0, 0.7, 0.1]}, [0.2, 0.0, 0.7, 0.1])
+    report = ratioscope.analyze(path, per_sequence=True)
+    assert correct_column(report) == [True, False, True, True]

@@ -584,8 +584,12 @@ class ReportMerge:
             self.inputs.append(entry)
         self.loader_warnings.extend(shard.state.get("loader_warnings", []))
 
-    def result(self) -> Report:
-        """The merged report (its sections recomputed from the merged sums).
+    def result(self, state: bool = True, sections: Collection[str] | None = None) -> Report:
+        """The merged report (its sections recomputed from the merged sums); ``state``:
+        with each section's mergeable state (False: the report of the sums so far, to be
+        read, not merged: a timeline's verdict after each step); ``sections``: only those
+        sections (the others null; None: all). The sums are left as they are, so more
+        reports may be added after.
 
         Raises:
             MergeError: nothing was added.
@@ -595,8 +599,9 @@ class ReportMerge:
             raise MergeError(None, "no report to merge")
         load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
         merged = _build_report(
-            self.inputs, first.params, load_options, list(self.totals.values()),
-            self.loader_warnings, None,
+            list(self.inputs), first.params, load_options,
+            [acc for name, acc in self.totals.items() if sections is None or name in sections],
+            list(self.loader_warnings), None, state,
         )  # fmt: skip
         if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
             merged.params["trainer"] = first.params_block["trainer"]

@@ -169,6 +169,7 @@ def analyze(
         stdout_console,
     )
     from ratioscope.cli._options import (
+        PARAMETER_OPTIONS,
         command_analysis_params,
         command_load_options,
         given_analysis_params,
@@ -221,7 +222,7 @@ def analyze(
     layout: Layout = "detail" if detail else "brief" if quiet else "default"
     show_analyze(report, health, stdout_console(), layout)
     if layout != "brief":  # -q: the verdict block and errors only (the JSON keeps them)
-        show_warnings(report, stderr_console())
+        show_warnings(report, stderr_console(), PARAMETER_OPTIONS)
     if json_out is not None:
         report.write_json(json_out)
     if parquet_out is not None:

@@ -35,6 +35,7 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
         stderr_console,
         stdout_console,
     )
+    from ratioscope.cli._options import PARAMETER_OPTIONS
     from ratioscope.io.documents import read_json_report
     from ratioscope.io.paths import REPORT_SUFFIX
     from ratioscope.render.terminal.report import show_report, show_warnings
@@ -50,4 +51,4 @@ def merge(reports: Reports, out: Out, quiet: Quiet = False) -> None:
     show_verdict(stdout_console(), merged.verdict())
     if not quiet:
         show_report(merged, stdout_console())
-        show_warnings(merged, stderr_console())
+        show_warnings(merged, stderr_console(), PARAMETER_OPTIONS)

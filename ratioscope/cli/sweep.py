@@ -67,7 +67,11 @@ def sweep(
         stderr_console,
         stdout_console,
     )
-    from ratioscope.cli._options import command_analysis_params, command_load_options
+    from ratioscope.cli._options import (
+        PARAMETER_OPTIONS,
+        command_analysis_params,
+        command_load_options,
+    )
     from ratioscope.io.loaders import expand_paths
     from ratioscope.render.terminal.report import show_sweep, show_warnings
 
@@ -84,7 +88,7 @@ def sweep(
             progress=progress,
         )
     show_sweep(result, stdout_console())
-    show_warnings(result, stderr_console())
+    show_warnings(result, stderr_console(), PARAMETER_OPTIONS)
     if json_out is not None:
         result.write_json(json_out)
     announce_written([json_out], quiet)

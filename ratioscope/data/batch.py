@@ -284,7 +284,9 @@ class _Builder:
             mask, values, vocab = _shift_left(mask, offsets, values, vocab)
         values = self.derive(mask, values, pair)
         if sequence_values.get("correct") is None and sequence_values.get("rewards") is not None:
-            sequence_values["correct"] = sequence_values["rewards"] > 0
+            correct = self.default_correct(sequence_values["rewards"], functions)
+            if correct is not None:
+                sequence_values["correct"] = correct
         if not bool(mask.any()):
             raise EmptyDumpError(self.source, "the mask marks no valid token")
         # the three key sets are disjoint; Any because mypy cannot match names to fields
@@ -429,6 +431,35 @@ class _Builder:
             self.check_shape(key, tensor, (rows,), "one value per sequence")
             functions[name] = _as_float(tensor)
         return functions
+
+    def default_correct(self, rewards: Tensor, functions: Mapping[str, Tensor]) -> Tensor | None:
+        """``correct`` when the file names none: ``rewards > 0``, or, where the file keeps
+        several reward functions (a shaping reward beside the verifier's), the one that
+        scores 0 or 1 (its value 1), since ``rewards > 0`` would count every rollout a
+        shaping reward pays as a success. Several such functions: the one named like a
+        verifier (``correct``, ``accura``); none, or no way to choose: no ``correct``,
+        with a warning naming ``correct_field``. [B] -> [B] bool or None."""
+        if len(functions) < 2:
+            return rewards > 0
+        binary = [name for name, values in functions.items() if _is_binary(values)]
+        if len(binary) > 1:
+            binary = [name for name in binary if _names_a_verifier(name)]
+        names = ", ".join(f"'{name}'" for name in functions)
+        if len(binary) != 1:
+            self.warnings.append(
+                f"correct: the dumps keep several reward functions ({names}) and no "
+                f"'correct', and {'none' if not binary else 'more than one'} of them scores "
+                "0 or 1 alone: no correct share; `correct_field` names the function that "
+                "decides correctness"
+            )
+            return None
+        self.warnings.append(
+            f"correct: the dumps keep several reward functions ({names}) and no 'correct': "
+            f"a sequence is correct when the 0/1 function '{binary[0]}' gives it 1 "
+            "(rewards > 0 would count the others' rewards as success); `correct_field` "
+            "names another"
+        )
+        return functions[binary[0]] == 1
 
     def group_ids(self, raw: Any) -> tuple[Tensor, list[Any]]:
         """Map any labels (ints, strings) to ids 0..G-1 in order of first appearance."""
@@ -641,6 +672,22 @@ def _as_float(tensor: Tensor) -> Tensor:
     if tensor.dtype in (torch.float32, torch.float64):
         return tensor
     return tensor.float()
+
+
+def _is_binary(values: Tensor) -> bool:
+    """Whether a reward function gives at least one value and every value it gives
+    (NaN: none) is exactly 0 or 1."""
+    given = values[~torch.isnan(values)]
+    return bool(given.numel()) and bool(((given == 0) | (given == 1)).all())
+
+
+#: words in a reward function's name that mark it as the verifier's (TRL's examples name
+#: theirs ``accuracy_reward``, ``correctness_reward_func``)
+_VERIFIER_WORDS = ("correct", "accura")
+
+
+def _names_a_verifier(name: str) -> bool:
+    return any(word in name.lower() for word in _VERIFIER_WORDS)
 
 
 def _leading_invalid(mask: Tensor) -> Tensor:

@@ -64,10 +64,17 @@ class TimelinePanel:
 
 @dataclass(frozen=True)
 class TimelineFigure:
-    """The panels and a subtitle naming the run and the change rule."""
+    """The panels, a subtitle naming the run and the change rule, and the verdict after
+    each step.
+
+    Attributes:
+        levels: (step, level) of each step with a per-step verdict; the panels shade the
+            yellow and red ones.
+    """
 
     panels: tuple[TimelinePanel, ...]
     subtitle: str
+    levels: tuple[tuple[int, str], ...] = ()
 
 
 def timeline_figure(timeline: Timeline, source: str = "") -> TimelineFigure:
@@ -103,7 +110,22 @@ def timeline_figure(timeline: Timeline, source: str = "") -> TimelineFigure:
         f"(more than {rule.get('k')} robust sd from the median of the last "
         f"{rule.get('window')} steps)"
     )
-    return TimelineFigure(panels=tuple(panels), subtitle=subtitle)
+    levels = tuple(
+        (step.step, level)
+        for step, level in zip(timeline.steps, timeline.levels(), strict=True)
+        if level is not None
+    )
+    if levels:
+        firsts = [
+            f"first {name} at step {found}"
+            for name, ranks in (("yellow", ("yellow", "red")), ("red", ("red",)))
+            if (found := next((s for s, level in levels if level in ranks), None)) is not None
+        ]
+        subtitle += (
+            "; shading: the verdict after each step, yellow or red"
+            + (f" ({', '.join(firsts)})" if firsts else " (green throughout)")
+        )
+    return TimelineFigure(panels=tuple(panels), subtitle=subtitle, levels=levels)
 
 
 def timeline_or_analysis(paths: Sequence[str | Path], **options: Any) -> tuple[Timeline, str]:

@@ -76,19 +76,36 @@ def change_flags(values: Sequence[float | None], rule: ChangeRule | None = None)
     >>> change_flags([0.5] * 6 + [0.5000001])  # a flat series: float noise is no change
     [False, False, False, False, False, False, False]
     """
-    rule = rule or ChangeRule()
-    flags = [False] * len(values)
-    history: list[float] = []
-    for t, raw in enumerate(values):
-        if raw is None or not math.isfinite(raw):
-            continue
-        x = float(raw)
-        recent = history[-rule.window :]
-        if len(recent) >= rule.min_history and _departs(x, recent, rule):
-            flags[t] = True
-            history = []  # the new level is the reference from here on
-        history.append(x)
-    return flags
+    tracker = ChangeTracker(rule)
+    return [tracker.add(value) for value in values]
+
+
+class ChangeTracker:
+    """:func:`change_flags` one value at a time, for a series that grows (``watch``):
+    ``add`` returns whether that value is flagged, as :func:`change_flags` of the whole
+    series would say (the rule looks back only). Keeps at most ``window`` values.
+
+    >>> tracker = ChangeTracker()
+    >>> [tracker.add(v) for v in (1.0, 1.1, 0.9, 1.0, 1.05, 3.0)]
+    [False, False, False, False, False, True]
+    """
+
+    def __init__(self, rule: ChangeRule | None = None) -> None:
+        self.rule = rule or ChangeRule()
+        self.history: list[float] = []
+
+    def add(self, value: float | None) -> bool:
+        """Whether ``value`` (the next step's; None or NaN: missing) starts a change."""
+        if value is None or not math.isfinite(value):
+            return False
+        x = float(value)
+        rule = self.rule
+        flagged = len(self.history) >= rule.min_history and _departs(x, self.history, rule)
+        if flagged:
+            self.history = []  # the new level is the reference from here on
+        self.history.append(x)
+        del self.history[: -rule.window]
+        return flagged
 
 
 def _departs(x: float, history: list[float], rule: ChangeRule) -> bool:

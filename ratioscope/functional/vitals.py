@@ -347,6 +347,100 @@ def fit_entropy_mechanics(
     )
 
 
+@dataclass(frozen=True)
+class PerformanceFit:
+    """The entropy-performance law of Cui et al. (2025), ``R = -a exp(H) + b``, over a run.
+
+    Attributes:
+        steps: steps with both a performance and an entropy.
+        a, b: the least-squares fit over all of them (None for fewer than 3 steps or a
+            constant entropy).
+        ceiling: ``b - a``, the performance the law predicts at entropy 0, and
+            ``ceiling_interval`` its 95 % confidence interval (the fit's standard error
+            at exp(H) = 1, Student's t with steps - 2 degrees of freedom).
+        head_steps: the first steps (``head_share`` of them, at least 3) whose own fit
+            predicts the rest; ``head_a``, ``head_b`` that fit; ``holdout_rmse`` the
+            root-mean-square error of its predictions on the remaining steps (Cui et al.
+            predict final performance from the first ~15 % of training).
+    """
+
+    steps: int
+    a: float | None
+    b: float | None
+    ceiling: float | None
+    ceiling_interval: tuple[float, float] | None
+    head_steps: int
+    head_a: float | None
+    head_b: float | None
+    holdout_rmse: float | None
+
+
+def fit_entropy_performance(
+    entropy: list[float | None], performance: list[float | None], head_share: float = 0.15
+) -> PerformanceFit:
+    """Fit ``R = -a exp(H) + b`` (Cui et al. 2025, arXiv 2505.22617, Eq. 1) to a run.
+
+    ``entropy``: the token entropy of each step (nats); ``performance``: its reward or
+    correct share (None: missing). The law is linear in ``x = exp(H)``: ``R = b - a x``,
+    fitted by ordinary least squares.
+
+    >>> entropy = [0.0, 0.5, 1.0, 1.5]
+    >>> fit = fit_entropy_performance(entropy, [1.4 - 0.5 * math.exp(h) for h in entropy])
+    >>> round(fit.a, 6), round(fit.b, 6), round(fit.ceiling, 6)
+    (0.5, 1.4, 0.9)
+    """
+    pairs = [
+        (math.exp(h), r)
+        for h, r in zip(entropy, performance, strict=True)
+        if h is not None and r is not None and math.isfinite(h) and math.isfinite(r)
+    ]
+    whole = _law(pairs)
+    head = max(3, math.ceil(head_share * len(pairs)))
+    early = _law(pairs[:head]) if head < len(pairs) else None
+    rmse = None
+    if early is not None:
+        rest = pairs[head:]
+        a0, b0 = early[0], early[1]
+        rmse = math.sqrt(sum((b0 - a0 * x - r) ** 2 for x, r in rest) / len(rest))
+    return PerformanceFit(
+        steps=len(pairs),
+        a=None if whole is None else whole[0],
+        b=None if whole is None else whole[1],
+        ceiling=None if whole is None else whole[1] - whole[0],
+        ceiling_interval=None if whole is None else whole[2],
+        head_steps=min(head, len(pairs)),
+        head_a=None if early is None else early[0],
+        head_b=None if early is None else early[1],
+        holdout_rmse=rmse,
+    )
+
+
+def _law(
+    pairs: list[tuple[float, float]],
+) -> tuple[float, float, tuple[float, float] | None] | None:
+    """(a, b, the 95 % interval of b - a) of ``r = b - a x`` by least squares."""
+    n = len(pairs)
+    if n < 3:
+        return None
+    mx = sum(x for x, _ in pairs) / n
+    my = sum(r for _, r in pairs) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pairs)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mx) * (r - my) for x, r in pairs) / sxx
+    intercept = my - slope * mx
+    a, b = -slope, intercept
+    interval = None
+    if n > 2:
+        from scipy.stats import t as student
+
+        residual = sum((r - (intercept + slope * x)) ** 2 for x, r in pairs) / (n - 2)
+        se = math.sqrt(residual * (1 / n + (1 - mx) ** 2 / sxx))
+        half = float(student.ppf(0.975, n - 2)) * se
+        interval = (b - a - half, b - a + half)
+    return a, b, interval
+
+
 def _pearson(x: list[float], y: list[float]) -> float | None:
     n = len(x)
     if n < 3:

@@ -135,7 +135,10 @@ def correct_rule_text(field: str | None, threshold: float | None) -> str:
     """How ``correct`` was decided, in words, for reports (from ``params.load``)."""
     rule = correct_rule(field, threshold)
     if rule is None:
-        return "the file's 'correct' where it has one, else rewards > 0 (default)"
+        return (
+            "the file's 'correct' where it has one, else rewards > 0 (default; of several "
+            "reward functions, the one scoring 0/1)"
+        )
     return f"{rule[0]} >= {rule[1]:g}"
 
 

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from ratioscope.sections.vitals import VitalsSection
 
 
+#: the report sections the verdict's findings read (``future_policy`` feeds a note only)
+FINDING_SECTIONS = ("ratios", "mismatch", "covariance", "trust_region", "staleness", "vitals")
+
+
 class JudgedReport(Protocol):
     """What the verdict reads of a report: its parameters and sections.
 
@@ -215,13 +219,20 @@ class Thresholds:
         1e-4, _OURS, "token entropy: mean below this is red (near-deterministic sampling)"
     )
     length_limit_yellow: float = _threshold(
-        0.3,
+        0.15,
         f"{_OURS}, measured on the bundled run (2 % to 21 % of its responses reach the "
-        "152-token limit); verl logs the share as response_length/clip_ratio with no bound",
+        "152-token limit, a task whose answers are up to 146 tokens long) and on the corpus "
+        "of real runs (benchmarks/runs: healthy runs at most 14 %); verl logs the share as "
+        "response_length/clip_ratio with no bound",
         "share of responses that reach the length limit",
     )
     length_limit_red: float = _threshold(
-        0.8, _OURS, "share of responses at the length limit where red starts"
+        0.3,
+        f"{_OURS}, measured on the corpus of real runs (benchmarks/runs: healthy runs at "
+        "most 14 % of their responses at the limit on any step; runs that hacked a length "
+        "reward or a lenient verifier passed 30 % 0 to 16 steps before their accuracy "
+        "halved): a third of the responses truncated is a length blow-up",
+        "share of responses at the length limit where red starts",
     )
     equal_groups_yellow: float = _threshold(
         0.4,
@@ -231,7 +242,11 @@ class Thresholds:
         "share of groups whose rewards are all equal",
     )
     equal_groups_red: float = _threshold(
-        0.8, _OURS, "share of equal-reward groups where red starts"
+        0.9,
+        f"{_OURS}, measured on the corpus of real runs (benchmarks/runs: a healthy run "
+        "with 4 samples a prompt that solves 85 % of them has 80 % of its groups all "
+        "correct on some steps): nine in ten groups teach nothing",
+        "share of equal-reward groups where red starts",
     )
     zero_advantage_yellow: float = _threshold(
         0.4,
@@ -241,8 +256,86 @@ class Thresholds:
         "share of valid tokens with advantage exactly 0",
     )
     zero_advantage_red: float = _threshold(
-        0.8, _OURS, "share of zero-advantage tokens where red starts"
+        0.9,
+        f"{_OURS}, measured on the corpus of real runs (a healthy run reaches 83 % on "
+        "some steps, as its groups become all correct)",
+        "share of zero-advantage tokens where red starts",
     )
+    trend_steps: float = _threshold(
+        3,
+        f"{_OURS}: the fewest steps in a row that make a trend (one step rises or falls "
+        "half of the time by chance, three in a row one time in eight)",
+        "steps over which the trend rules look: rises or falls on each of them",
+    )
+    entropy_rise_yellow: float = _threshold(
+        1.5,
+        f"{_OURS}, measured on the corpus of real runs (benchmarks/runs: healthy runs stay "
+        "within 0.41x to 1.43x of their first steps' token entropy; a learning rate too "
+        "high, too many updates per batch and stale samples raise it 1.5x to 4.4x before "
+        "their accuracy falls)",
+        "token entropy this many times the first steps' is yellow (the policy loses its sharpness)",
+    )
+    entropy_rise_red: float = _threshold(
+        1.5, f"{_OURS}, measured on the corpus (as entropy_rise_yellow)",
+        "token entropy this many times the first steps' on each of the last trend_steps "
+        "steps is red (one step above it is yellow)",
+    )  # fmt: skip
+    entropy_fall_yellow: float = _threshold(
+        0.5,
+        "Microsoft's Post-Training Toolkit and rlwatch flag an entropy drop of 50 % or "
+        "more; healthy runs of the corpus fell to 0.41x as they learned",
+        "token entropy at or below this share of the first steps' is yellow (collapse)",
+    )
+    entropy_fall_red: float = _threshold(
+        0.2,
+        f"{_OURS}: a fifth of the first steps' entropy; the TRL run that hacked its shaping "
+        "reward fell to 0.028x (docs/health.md)",
+        "token entropy at or below this share of the first steps' is red",
+    )
+    entropy_drop_yellow: float = _threshold(
+        0.3,
+        "Cui et al. 2025 (arXiv 2505.22617), Theorem 2: a step changes the entropy by about "
+        "-eta * Cov(log pi, A), so a positive covariance says a fall goes on; the share "
+        f"is {_OURS}",
+        "a fall of this share of the token entropy within trend_steps steps, with "
+        "Cov(log pi, A) > 0 on each, is yellow",
+    )
+    length_climb_yellow: float = _threshold(
+        0.15,
+        f"{_OURS}: Zhang et al. (arXiv 2602.01826) name a surge of the response length as "
+        "the early sign of a collapse; healthy runs of the corpus stay at or below 14 % at "
+        "the limit",
+        "share at the length limit that, rising on each of trend_steps steps, is yellow",
+    )
+    rise_factor_yellow: float = _threshold(
+        3.0,
+        "Precision-RL (arXiv 2510.26788): the train/inference KL leaves its level some "
+        f"200 to 300 steps before a BF16 run collapses; the factor is {_OURS}",
+        "k3 (drift, train/inference) rising on each of trend_steps steps by this factor "
+        "in all is yellow",
+    )
+    ess_fall_yellow: float = _threshold(
+        0.05, _OURS, "ESS falling on each of trend_steps steps by this much in all is yellow"
+    )
+    hack_rise_yellow: float = _threshold(
+        0.1,
+        f"{_OURS}: a reward function 10 % above its first steps (or within 10 % of its "
+        "maximum) while correctness falls",
+        "a reward function's rise (share of its first steps' mean) that, with correctness "
+        "falling, makes a reward-hacking finding",
+    )
+    hack_fall_yellow: float = _threshold(
+        0.2,
+        f"{_OURS}, measured on the corpus of real runs (a shaping reward for length beside "
+        "the verifier: correctness fell 20 % within 4 to 9 steps of the start of the "
+        "hacking, and below half its best within 17 to 18)",
+        "correct share fallen by this share of its first steps' while a reward function "
+        "rises: yellow",
+    )
+    hack_fall_red: float = _threshold(
+        0.4, f"{_OURS}, measured on the corpus (as hack_fall_yellow)",
+        "correct share fallen by this share while a reward function rises: red",
+    )  # fmt: skip
     relative_yellow: float = _threshold(
         10.0,
         _RELATIVE_MEASURED,
@@ -335,6 +428,10 @@ class Verdict:
     findings: tuple[Finding, ...]
     overridden: tuple[str, ...] = ()
     notes: tuple[Note, ...] = ()
+    #: a run's verdict (``timeline``): the first steps whose per-step verdict was yellow
+    #: (or worse) and red; None for a single report
+    first_yellow: int | None = None
+    first_red: int | None = None
 
     @property
     def level(self) -> Level:
@@ -369,26 +466,35 @@ class Verdict:
         '1 problem: b'
         """
         names = self.problems()
+        firsts = [
+            f"first {level} at step {step}"
+            for level, step in (("yellow", self.first_yellow), ("red", self.first_red))
+            if step is not None
+        ]
+        when = f" ({', '.join(firsts)})" if firsts else ""
         if not names:
-            return "healthy: nothing to do"
-        return f"{len(names)} problem{'s' if len(names) > 1 else ''}: {', '.join(names)}"
+            return "healthy: nothing to do" + when
+        return f"{len(names)} problem{'s' if len(names) > 1 else ''}: {', '.join(names)}{when}"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (``--verdict-json``): level, counts, bottom line, every
         finding, and the notes about the analysis apart from them."""
         from ratioscope.io.documents import to_jsonable
 
-        return to_jsonable(
-            {
-                "kind": "verdict",
-                "level": self.level,
-                "counts": {level: self.count(level) for level in LEVELS},
-                "bottom_line": self.bottom_line(),
-                "findings": self.findings,
-                "notes": self.notes,
-                "overridden_thresholds": self.overridden,
-            }
-        )
+        document: dict[str, Any] = {
+            "kind": "verdict",
+            "level": self.level,
+            "counts": {level: self.count(level) for level in LEVELS},
+            "bottom_line": self.bottom_line(),
+        }
+        if self.first_yellow is not None or self.first_red is not None:
+            document["first_yellow"], document["first_red"] = self.first_yellow, self.first_red
+        document |= {
+            "findings": self.findings,
+            "notes": self.notes,
+            "overridden_thresholds": self.overridden,
+        }
+        return to_jsonable(document)
 
     def write_json(self, path: str | Path) -> None:
         from ratioscope.io.documents import write_json
@@ -777,57 +883,146 @@ def first_steps_findings(
     runs of up to three steps); each later step is judged as by :func:`relative_findings`.
     One finding per quantity with a yellow or red step, naming the steps and the worst;
     one green line when every later step stays within the bounds; nothing for a run of
-    one step.
+    one step. :class:`FirstSteps` gives the same one step at a time.
     """
-    t = t or Thresholds()
-    if len(steps) < 2:
-        return []
-    count = 1 if len(steps) <= first else first
-    head, tail = steps[:count], steps[count:]
-    names = ", ".join(str(step) for step, _ in head)
-    what = f"step {names}'s" if count == 1 else f"the median of steps {names},"
-    judged_any = False
-    findings: list[Finding] = []
-    for item in quantities:
-        values = [report_value(document, item.path) for _, document in head]
-        present = sorted(v for v in values if v is not None)
-        if not present:
-            continue
-        base = present[len(present) // 2] if len(present) % 2 else (
-            0.5 * (present[len(present) // 2 - 1] + present[len(present) // 2])
-        )  # fmt: skip
-        reference = {item.path: base}
-        bad: list[tuple[int, Finding]] = []
-        for step, document in tail:
-            found = relative_findings(document, reference, t, what, (item,))
-            judged_any = judged_any or bool(found)
-            bad += [(step, f) for f in found if f.level != "green"]
-        if bad:
-            level = max((f.level for _, f in bad), key=LEVELS.index)
+    judge = FirstSteps(t, first, quantities)
+    for step, document in steps:
+        judge.add(step, document)
+    return judge.findings()
+
+
+class FirstSteps:
+    """:func:`first_steps_findings` of a run that grows one step at a time: after each
+    :meth:`add`, :meth:`findings` is what :func:`first_steps_findings` of the steps so
+    far gives, at a cost per step that does not grow with the run."""
+
+    def __init__(
+        self,
+        t: Thresholds | None = None,
+        first: int = FIRST_STEPS,
+        quantities: tuple[Relative, ...] = RELATIVE,
+    ) -> None:
+        self.t = t or Thresholds()
+        self.first = first
+        self.quantities = quantities
+        #: (step, values) of the steps up to ``first`` (until the baseline is fixed)
+        self.head: list[tuple[int, dict[str, float | None]]] = []
+        self.steps = 0
+        #: path -> baseline value, fixed once the run has more than ``first`` steps
+        self.baseline: dict[str, float] | None = None
+        self.what = ""
+        #: path -> (step, finding) of each later step beyond a bound
+        self.bad: dict[str, list[tuple[int, Finding]]] = {}
+        self.judged_any = False
+
+    def add(self, step: int, document: Any) -> None:
+        """The next step's report (typed, its JSON, or a flat ``{path: value}``)."""
+        self.steps += 1
+        values = {item.path: report_value(document, item.path) for item in self.quantities}
+        if self.baseline is None:
+            self.head.append((step, values))
+            if self.steps <= self.first:
+                return
+            # the run outgrew its first steps: their medians are the baseline from now on
+            base = self.head[: self.first]
+            self.baseline = {}
+            for item in self.quantities:
+                present = sorted(v for _, row in base if (v := row[item.path]) is not None)
+                if present:
+                    self.baseline[item.path] = _median(present)
+            self.what = self._what(base)
+            self.bad, self.judged_any = {}, False
+            self.head = []
+        self._judge(step, values, self.baseline, self.what)
+
+    def findings(self) -> list[Finding]:
+        """The findings of the steps so far (see :func:`first_steps_findings`)."""
+        if self.baseline is not None:
+            return self._built(self.bad, self.judged_any, self.what)
+        if len(self.head) < 2:
+            return []
+        # up to ``first`` steps: the first step alone is the baseline of the others
+        bad: dict[str, list[tuple[int, Finding]]] = {}
+        judged_any = False
+        first_step, first_values = self.head[0]
+        reference = {k: v for k, v in first_values.items() if v is not None}
+        what = self._what(self.head[:1])
+        for step, values in self.head[1:]:
+            judged_any = self._judge(step, values, reference, what, bad) or judged_any
+        del first_step
+        return self._built(bad, judged_any, what)
+
+    @staticmethod
+    def _what(base: Sequence[tuple[int, Any]]) -> str:
+        names = ", ".join(str(step) for step, _ in base)
+        return f"step {names}'s" if len(base) == 1 else f"the median of steps {names},"
+
+    def _judge(
+        self,
+        step: int,
+        values: Mapping[str, float | None],
+        reference: Mapping[str, float],
+        what: str,
+        bad: dict[str, list[tuple[int, Finding]]] | None = None,
+    ) -> bool:
+        """Judge one later step; records into ``bad`` (default: the run's own)."""
+        into = self.bad if bad is None else bad
+        judged = False
+        for item in self.quantities:
+            if item.path not in reference:
+                continue
+            found = relative_findings(values, reference, self.t, what, (item,))
+            judged = judged or bool(found)
+            into.setdefault(item.path, []).extend((step, f) for f in found if f.level != "green")
+        if bad is None:
+            self.judged_any = self.judged_any or judged
+        return judged
+
+    def _built(
+        self, bad: Mapping[str, list[tuple[int, Finding]]], judged_any: bool, what: str
+    ) -> list[Finding]:
+        findings: list[Finding] = []
+        for item in self.quantities:
+            steps = bad.get(item.path)
+            if not steps:
+                continue
+            level = max((f.level for _, f in steps), key=LEVELS.index)
             sign = 1.0 if item.direction == "up" else -1.0  # the worst is the largest
             worst_step, worst = max(  # multiple of the baseline: a large value, or a small
-                bad, key=lambda pair: (LEVELS.index(pair[1].level), sign * (pair[1].value or 0.0))
+                steps, key=lambda pair: (LEVELS.index(pair[1].level), sign * (pair[1].value or 0.0))
             )
-            at = ", ".join(str(step) for step, _ in bad)
+            at = ", ".join(str(step) for step, _ in steps)
             findings.append(
                 Finding(
                     f"relative.{item.path}", level, worst.value, worst.threshold,
                     f"{worst.text} at step {worst_step} (beyond the bound at step"
-                    f"{'s' if len(bad) > 1 else ''} {at})",
+                    f"{'s' if len(steps) > 1 else ''} {at})",
                     worst.source, f"{item.label} vs first steps",
                 )
             )  # fmt: skip
-    if judged_any and not findings:
-        labels = ", ".join(item.label for item in quantities)
-        findings.append(
-            Finding(
-                "relative", "green", None, t.relative_yellow,
-                f"against its first steps ({names}): every later step within "
-                f"{_num(t.relative_yellow)}x on {labels}",
-                Thresholds.source("relative_yellow"), "first steps",
-            )
-        )  # fmt: skip
-    return findings
+        if judged_any and not findings:
+            labels = ", ".join(item.label for item in self.quantities)
+            names = _WHAT_STEPS.sub(r"\1", what)
+            findings.append(
+                Finding(
+                    "relative", "green", None, self.t.relative_yellow,
+                    f"against its first steps ({names}): every later step within "
+                    f"{_num(self.t.relative_yellow)}x on {labels}",
+                    Thresholds.source("relative_yellow"), "first steps",
+                )
+            )  # fmt: skip
+        return findings
+
+
+#: the steps a baseline's words name ("the median of steps 1, 2, 3," / "step 1's")
+_WHAT_STEPS = re.compile(r"^(?:the median of steps |step )(.*?)(?:,|'s)$")
+
+
+def _median(sorted_values: Sequence[float]) -> float:
+    middle = len(sorted_values) // 2
+    if len(sorted_values) % 2:
+        return sorted_values[middle]
+    return 0.5 * (sorted_values[middle - 1] + sorted_values[middle])
 
 
 def _ratio_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
@@ -1025,7 +1220,8 @@ def thresholds_from_table(table: Any, source: str | Path) -> Thresholds:
             if red not in names:
                 continue
             y, r = getattr(result, name), getattr(result, red)
-            below = name.startswith(("rollout_ess", "entropy"))
+            # thresholds of a quantity bad when small: red at or below yellow
+            below = name.startswith(("rollout_ess", "entropy")) and name != "entropy_rise_yellow"
             if (r > y) if below else (r < y):
                 raise RulesError(
                     source,

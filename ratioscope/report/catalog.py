@@ -623,6 +623,8 @@ CATALOG: tuple[Entry, ...] = (
     ),
     Entry("vitals.reward.per_function.*.mean", "reward", "reward function *: mean"),
     Entry("vitals.reward.per_function.*.std", "reward", "reward function *: std (ddof 0)"),
+    Entry("vitals.reward.per_function.*.minimum", "reward", "reward function *: smallest value"),
+    Entry("vitals.reward.per_function.*.maximum", "reward", "reward function *: largest value"),
     Entry("vitals.correct_share", "fraction", "share of sequences that are correct"),
     Entry("vitals.advantages.tokens", "tokens", "valid tokens with an advantage"),
     Entry("vitals.advantages.mean_abs", "advantage", "token mean of |A|"),

@@ -111,11 +111,15 @@ class RewardFunctionVitals:
     Attributes:
         sequences: sequences with a value (NaN, the function's "no value", left out).
         mean, std: over them (population std, ddof 0; NaN without a sequence).
+        minimum, maximum: the smallest and the largest value it gave (None without a
+            sequence); a function that climbs to its maximum pays every response alike.
     """
 
     sequences: int
     mean: float
     std: float
+    minimum: float | None = None
+    maximum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -508,7 +512,13 @@ class VitalsAccumulator(Accumulator):
         if self.rewards.count == 0:
             return None
         functions = {
-            name: RewardFunctionVitals(m.count, m.mean if m.count else float("nan"), m.std)
+            name: RewardFunctionVitals(
+                m.count,
+                m.mean if m.count else float("nan"),
+                m.std,
+                m.minimum if m.count else None,
+                m.maximum if m.count else None,
+            )
             for name, m in self.reward_functions.items()
         }
         return RewardVitals(

@@ -29,14 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 from ratioscope import defaults
 from ratioscope.analysis.steps import StepFiles, assign_steps
-from ratioscope.functional.changepoint import ChangeRule, change_flags
+from ratioscope.functional.changepoint import ChangeRule
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 
 if TYPE_CHECKING:
     from ratioscope.analysis.parallel import Runner
     from ratioscope.data.params import AnalysisParams
-    from ratioscope.functional.vitals import MechanicsFit
+    from ratioscope.functional.vitals import MechanicsFit, PerformanceFit
     from ratioscope.io.loaders import LoadOptions
+    from ratioscope.judgement.run_verdict import StepVerdict
     from ratioscope.judgement.verdict import Thresholds, Verdict
     from ratioscope.report.model import Report
     from ratioscope.sections.base import Accumulator
@@ -393,12 +394,16 @@ class TimelineStep:
         inputs: its files, as given.
         values: headline key -> value (None: missing in this step).
         flags: the keys of the headlines whose series changes at this step.
+        verdict: what the verdict said after this step, from the steps so far
+            (:class:`~ratioscope.judgement.run_verdict.StepVerdict`; None for a
+            timeline read from a document written before it existed).
     """
 
     step: int
     inputs: tuple[str, ...]
     values: dict[str, float | None]
     flags: tuple[str, ...] = ()
+    verdict: StepVerdict | None = None
 
 
 @dataclass(frozen=True)
@@ -428,6 +433,8 @@ class Timeline:
     verdict: Any = None
     #: predicted against observed entropy change over the steps (None: not followed)
     entropy_mechanics: MechanicsFit | None = None
+    #: the entropy-performance law fitted over the steps (None: not enough steps)
+    entropy_performance: EntropyPerformance | None = None
 
     def series(self, key: str) -> list[float | None]:
         """The values of headline ``key``, one per step."""
@@ -436,6 +443,10 @@ class Timeline:
     def flagged(self, key: str) -> list[bool]:
         """Whether each step is flagged for headline ``key``."""
         return [key in step.flags for step in self.steps]
+
+    def levels(self) -> list[str | None]:
+        """The verdict's level after each step (None where the step has no verdict)."""
+        return [None if step.verdict is None else step.verdict.level for step in self.steps]
 
     def to_dict(self) -> dict[str, Any]:
         """The timeline JSON document (schema version 1)."""
@@ -460,11 +471,13 @@ class Timeline:
                         "inputs": list(s.inputs),
                         "values": {h.key: s.values.get(h.key) for h in self.headlines},
                         "flags": list(s.flags),
+                        **({} if s.verdict is None else {"verdict": s.verdict.to_dict()}),
                     }
                     for s in self.steps
                 ],
                 "verdict": verdict,
                 "entropy_mechanics": self.entropy_mechanics,
+                "entropy_performance": self.entropy_performance,
                 "warnings": list(self.warnings),
             }
         )
@@ -496,12 +509,19 @@ class Timeline:
                 or Headline(item["key"], item["label"], item["key"][-10:], item["unit"], "")
                 for item in document["headlines"]
             )
+            from ratioscope.judgement.run_verdict import StepVerdict
+
             steps = tuple(
                 TimelineStep(
                     step=int(item["step"]),
                     inputs=tuple(item["inputs"]),
                     values={k: _number(v) for k, v in item["values"].items()},
                     flags=tuple(item["flags"]),
+                    verdict=(
+                        None
+                        if item.get("verdict") is None
+                        else StepVerdict.from_dict(int(item["step"]), item["verdict"])
+                    ),
                 )
                 for item in document["steps"]
             )
@@ -513,6 +533,7 @@ class Timeline:
                 warnings=tuple(document.get("warnings") or ()),
                 verdict=document.get("verdict"),
                 entropy_mechanics=_read_mechanics(document.get("entropy_mechanics")),
+                entropy_performance=_read_performance(document.get("entropy_performance")),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ReportError(
@@ -616,6 +637,7 @@ def timeline(
     from ratioscope.io.documents import tool_info
     from ratioscope.io.loaders import expand_paths
     from ratioscope.io.paths import is_report_path
+    from ratioscope.judgement.verdict import FINDING_SECTIONS
 
     params, load_options = _split_options(params, load_options, {})
     rule = change or ChangeRule()
@@ -638,8 +660,7 @@ def timeline(
     )
     load_options, settings_note = _run_settings(by_step, load_options, all(reports))
     rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
-    # the quantities the verdict judges against the run's own first steps, per step
-    relative_rows: list[tuple[int, dict[str, float | None]]] = []
+    judging = StepJudging(followed, rule, thresholds)
 
     work = functools.partial(
         _step_result, params=params, load_options=load_options, device=device,
@@ -682,8 +703,10 @@ def timeline(
                 yield step_report, step_objectives, totals
 
     def fold_steps(staging: Path | None) -> Report:
-        """The steps one at a time: their rows, and the pooled report of them all."""
+        """The steps one at a time: their rows, the verdict after each, and the pooled
+        report of them all."""
         pooling = ReportMerge()
+        pooled: Report | None = None
         first = f"step {by_step[0].step}" if by_step else "no step"
         report(progress, ProgressUpdate("steps", 0, len(by_step), first))
         for index, (group, (step_report, step_objectives, totals)) in enumerate(
@@ -703,14 +726,24 @@ def timeline(
             method = getattr(step_report.future_policy, "method", None)
             if method:
                 fpa_steps.setdefault(str(method), []).append(group.step)
-            relative_rows.append((group.step, relative_values(document)))
             rows.append((group.step, tuple(str(p) for p in group.paths), values))
             if staging is not None:
                 step_report.write_json(staging / f"step_{group.step:06d}.json")
             # the step's sections are read: its accumulators may now join the pooled sums
             pooling.add(step_report, f"step {group.step}", totals)
+            last = index + 1 == len(by_step)
+            # the pooled report of the steps so far: the user's view after this step (its
+            # findings' sections; the whole report, with its state, after the last)
+            so_far = None
+            if last and index > 0:
+                so_far = pooling.result()
+            elif index > 0:
+                so_far = pooling.result(state=False, sections=FINDING_SECTIONS)
+            judging.add(group.step, step_report, so_far, values, list(functions))
+            if last and so_far is not None:
+                pooled = so_far
         report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
-        return pooling.result()
+        return pooled if pooled is not None else pooling.result()
 
     fpa_steps: dict[str, list[int]] = {}
     # the run's reward functions, in order of first appearance (a dict as an ordered set)
@@ -721,7 +754,12 @@ def timeline(
     for _, _, values in rows:
         for item in headlines:
             values.setdefault(item.key, None)  # a function a step's files do not have
-    steps = _flag(rows, rule, headlines)
+    steps = tuple(
+        TimelineStep(step=step, inputs=inputs, values=values, flags=flags, verdict=judged)
+        for (step, inputs, values), flags, judged in zip(
+            rows, judging.flags, judging.judge.verdicts, strict=True
+        )
+    )
     fpa_note = _fpa_methods_note(fpa_steps)
     return Timeline(
         tool=tool_info(),
@@ -735,9 +773,70 @@ def timeline(
         steps=steps,
         warnings=(*settings_note, *pooled.warnings, *fpa_note),
         pooled=pooled,
-        verdict=timeline_verdict(pooled, steps, thresholds, headlines, relative_rows),
+        verdict=judging.verdict(),
         entropy_mechanics=entropy_mechanics(steps),
+        entropy_performance=entropy_performance(steps),
     )
+
+
+class StepJudging:
+    """A timeline's verdict after each step, as its steps are folded in: the change rule
+    on each followed headline, one step at a time (:class:`~ratioscope.functional.
+    changepoint.ChangeTracker`: the flags of the run so far are those of the whole run),
+    and the run's :class:`~ratioscope.judgement.run_verdict.RunJudge`."""
+
+    def __init__(
+        self,
+        followed: Sequence[Headline],
+        rule: ChangeRule,
+        thresholds: Thresholds | None,
+    ) -> None:
+        from ratioscope.functional.changepoint import ChangeTracker
+        from ratioscope.judgement.run_verdict import RunJudge
+
+        self.followed = tuple(followed)
+        self.rule = rule
+        self.trackers: dict[str, ChangeTracker] = {}
+        self.tracker = ChangeTracker
+        self.judge = RunJudge(thresholds)
+        #: the flags of each step so far
+        self.flags: list[tuple[str, ...]] = []
+
+    def add(
+        self,
+        step: int,
+        step_report: Report,
+        pooled: Report | None,
+        values: Mapping[str, float | None],
+        functions: Sequence[str],
+    ) -> None:
+        """Fold one step in: its own report, the pooled report so far (None for the
+        first step), its headline values and the run's reward functions so far."""
+        headlines = with_reward_functions(self.followed, reward_function_headlines(functions))
+        flags = tuple(
+            h.key
+            for h in headlines
+            if self.trackers.setdefault(h.key, self.tracker(self.rule)).add(values.get(h.key))
+        )
+        self.flags.append(flags)
+        self.judge.changes.labels = {h.key: h.label for h in headlines}
+        self.judge.add(step, step_report, pooled=pooled, values=values, flags=flags)
+
+    def verdict(self) -> Verdict | None:
+        """The verdict after the last step, with the first yellow and red steps."""
+        from dataclasses import replace
+
+        from ratioscope.judgement.run_verdict import first_step_at
+
+        current = self.judge.current
+        if current is None:
+            return None
+        verdicts = self.judge.verdicts
+        return replace(
+            current,
+            first_yellow=first_step_at(verdicts, "yellow"),
+            first_red=first_step_at(verdicts, "red"),
+        )
 
 
 def _run_settings(
@@ -793,6 +892,46 @@ def entropy_mechanics(steps: Sequence[TimelineStep]) -> MechanicsFit | None:
     covariance = [step.values.get(COVARIANCE) for step in steps]
     fit = fit_entropy_mechanics(observed, covariance)
     return fit if fit.steps else None
+
+
+@dataclass(frozen=True)
+class EntropyPerformance:
+    """The entropy-performance law over a run (:func:`ratioscope.functional.vitals.
+    fit_entropy_performance`), with the series it was fitted to: ``performance`` is the
+    headline key of R (the correct share, else the reward), ``entropy`` that of H."""
+
+    performance: str
+    entropy: str
+    fit: PerformanceFit
+
+
+#: the series of the entropy-performance law: R (the first one a run has), and H
+PERFORMANCE_KEYS = ("vitals.correct_share", "vitals.reward.mean")
+ENTROPY_KEY = "vitals.entropy.mean"
+
+
+def entropy_performance(steps: Sequence[TimelineStep]) -> EntropyPerformance | None:
+    """``R = -a exp(H) + b`` (Cui et al. 2025) fitted over the steps, R the correct share
+    (else the mean reward) and H the token entropy; None without 3 steps having both."""
+    from ratioscope.functional.vitals import fit_entropy_performance
+
+    entropy = [step.values.get(ENTROPY_KEY) for step in steps]
+    for key in PERFORMANCE_KEYS:
+        performance = [step.values.get(key) for step in steps]
+        fit = fit_entropy_performance(entropy, performance)
+        if fit.a is not None:
+            return EntropyPerformance(key, ENTROPY_KEY, fit)
+    return None
+
+
+def _read_performance(block: Any) -> EntropyPerformance | None:
+    if block is None:
+        return None
+    from ratioscope.functional.vitals import PerformanceFit
+    from ratioscope.io.documents import from_jsonable
+
+    fit = from_jsonable(PerformanceFit, block["fit"], "$.entropy_performance.fit")
+    return EntropyPerformance(str(block["performance"]), str(block["entropy"]), fit)
 
 
 def _read_mechanics(block: Any) -> MechanicsFit | None:
@@ -853,73 +992,23 @@ def timeline_verdict(
     relative_rows: Sequence[tuple[int, Mapping[str, float | None]]] = (),
 ) -> Verdict:
     """The health verdict of the pooled report, then one finding per headline whose
-    series changes, naming the steps and the values before and at the change (yellow
-    when the first change goes the way :data:`BAD_CHANGE` calls bad, else green and
-    informational), then the later steps judged against the run's own first steps
-    (``relative_rows``: (step, :func:`relative_values`) in step order; docs/health.md)."""
-    from ratioscope.judgement.verdict import Finding, Verdict, first_steps_findings, verdict
+    series changes (:class:`~ratioscope.judgement.run_verdict.ChangeFindings`), then the
+    later steps against the run's first steps (``relative_rows``: (step,
+    :func:`relative_values`) in step order): the verdict of a timeline whose step reports
+    are gone. :func:`timeline` judges every step as it folds it (:class:`StepJudging`)."""
+    from ratioscope.judgement.run_verdict import FIRST_STEPS_QUANTITIES, ChangeFindings
+    from ratioscope.judgement.verdict import Verdict, first_steps_findings, verdict
 
     judged = verdict(pooled, thresholds)
-    changes = []
-    for item in headlines:
-        at = [i for i, step in enumerate(steps) if item.key in step.flags]
-        if not at:
-            continue
-        first = at[0]
-        before = next(
-            (v for s in reversed(steps[:first]) if (v := s.values.get(item.key)) is not None),
-            None,
-        )
-        value = steps[first].values.get(item.key)
-        named = ", ".join(str(steps[i].step) for i in at)
-        bad = _bad_change(item.key, before, value)
-        text = (
-            f"{item.label}: changed at step{'s' if len(at) > 1 else ''} {named} "
-            f"({_short(before)} -> {_short(value)} at step {steps[first].step})"
-        ) + ("" if bad else " (informational)")
-        changes.append(
-            Finding(
-                key=item.key,
-                level="yellow" if bad else "green",
-                value=value,
-                threshold=None,
-                text=text,
-                source="ratioscope's change rule (docs/timeline.md)",
-                name=f"{item.label} changed",
-            )
-        )
-    relative = first_steps_findings(relative_rows, thresholds)
+    changes = ChangeFindings({h.key: h.label for h in headlines})
+    for step in steps:
+        changes.add(step.step, step.values, step.flags)
+    relative = first_steps_findings(relative_rows, thresholds, quantities=FIRST_STEPS_QUANTITIES)
     return Verdict(
-        judged.findings + tuple(changes) + tuple(relative), judged.overridden, judged.notes
+        judged.findings + tuple(changes.findings()) + tuple(relative),
+        judged.overridden,
+        judged.notes,
     )
-
-
-#: the headlines whose change is a problem in one direction (the verdict judges them by
-#: a threshold too): a rise ("up") or a fall ("down"); a change of any other headline
-#: (a rising reward, the raw switch frequency) is informational
-BAD_CHANGE: dict[str, str] = {
-    "mismatch.policy.k3": "up",
-    "mismatch.policy.ess": "down",
-    "mismatch.rollout.k3": "up",
-    "mismatch.rollout.ess": "down",
-    "ratios.token.clip_fraction": "up",
-    "covariance.cumulative_share.0.01": "up",
-    "trust_region.degenerate_share": "up",
-    "vitals.entropy.mean": "down",
-    "vitals.length.at_limit_share": "up",
-    "vitals.advantages.zero_share": "up",
-    "vitals.equal_reward_groups.share": "up",
-}
-
-
-def _bad_change(key: str, before: float | None, value: float | None) -> bool:
-    """Whether a flagged change of headline ``key`` goes its bad way (unknown: yes)."""
-    direction = BAD_CHANGE.get(key)
-    if direction is None:
-        return False
-    if before is None or value is None:
-        return True
-    return value > before if direction == "up" else value < before
 
 
 def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:
@@ -932,23 +1021,6 @@ def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:
 
 def _short(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
-
-
-def _flag(
-    rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]],
-    rule: ChangeRule,
-    headlines: Sequence[Headline] = HEADLINES,
-) -> tuple[TimelineStep, ...]:
-    flags: list[list[str]] = [[] for _ in rows]
-    for item in headlines:
-        series = [values[item.key] for _, _, values in rows]
-        for index, flagged in enumerate(change_flags(series, rule)):
-            if flagged:
-                flags[index].append(item.key)
-    return tuple(
-        TimelineStep(step=step, inputs=inputs, values=values, flags=tuple(flagged))
-        for (step, inputs, values), flagged in zip(rows, flags, strict=True)
-    )
 
 
 def _analyze_step(

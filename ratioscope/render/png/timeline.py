@@ -26,7 +26,7 @@ def plot_timeline(figure_data: TimelineFigure, out: Path) -> None:
         if index >= len(panels):
             ax.set_visible(False)
             continue
-        _panel(ax, panels[index])
+        _panel(ax, panels[index], figure_data.levels)
         if index + COLUMNS >= len(panels):  # the lowest panel of its column
             ax.set_xlabel("training step")
             ax.xaxis.set_tick_params(labelbottom=True)
@@ -38,7 +38,23 @@ def plot_timeline(figure_data: TimelineFigure, out: Path) -> None:
     save_figure(figure, out)
 
 
-def _panel(ax: Any, panel: TimelinePanel) -> None:
+#: the shading of a step by the verdict after it
+LEVEL_SHADES = {"yellow": "#f3d36b", "red": "#e57373"}
+
+
+def _shade_levels(ax: Any, levels: tuple[tuple[int, str], ...]) -> None:
+    """A band behind each yellow or red step, half-way to its neighbours."""
+    steps = [step for step, _ in levels]
+    for index, (step, level) in enumerate(levels):
+        if level not in LEVEL_SHADES:
+            continue
+        left = (step + steps[index - 1]) / 2 if index > 0 else step - 0.5
+        right = (step + steps[index + 1]) / 2 if index + 1 < len(steps) else step + 0.5
+        ax.axvspan(left, right, color=LEVEL_SHADES[level], alpha=0.35, lw=0, zorder=0)
+
+
+def _panel(ax: Any, panel: TimelinePanel, levels: tuple[tuple[int, str], ...] = ()) -> None:
+    _shade_levels(ax, levels)
     noise = at_noise(panel.values, panel.noise_floor)
     # the power of ten goes into the axis label, not over the title
     exponent = power_of_ten(panel.values, panel.noise_floor)

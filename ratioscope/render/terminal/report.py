@@ -125,11 +125,20 @@ def report_renderers() -> list[Renderer]:
     ]
 
 
-def show_warnings(report: Report | SweepReport | Mapping[str, Any], console: Console) -> None:
-    """The report's warnings, one line each (a JSON document's too: ``sweep`` hands it)."""
+def show_warnings(
+    report: Report | SweepReport | Mapping[str, Any],
+    console: Console,
+    names: Mapping[str, str] | None = None,
+) -> None:
+    """The report's warnings, one line each (a JSON document's too: ``sweep`` hands it);
+    ``names``: parameter -> what the reader sets it with (the command line's options),
+    for the parameters a warning mentions in backquotes (:func:`errors.naming_options`)."""
+    from ratioscope.errors import naming_options
+
     warnings = report.get("warnings", []) if isinstance(report, Mapping) else report.warnings
     for warning in warnings:
-        console.print(Text(f"warning: {warning}", style="yellow"))
+        shown = warning if names is None else naming_options(warning, names)
+        console.print(Text(f"warning: {shown}", style="yellow"))
 
 
 def show_ratios(report: Report, console: Console) -> None:

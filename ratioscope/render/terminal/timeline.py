@@ -14,7 +14,8 @@ from ratioscope.render.terminal.tables import DASH, print_table
 if TYPE_CHECKING:
     from ratioscope.views.timeline import Headline, Timeline
 
-#: the columns shown by default: they fit 100 terminal columns
+#: the columns shown by default, beside the step, its files and its verdict: they fit 100
+#: terminal columns (the raw ratios' switch frequency, informational, with --columns)
 DEFAULT_COLUMNS = (
     "vitals.entropy.mean",
     "vitals.length.at_limit_share",
@@ -22,7 +23,6 @@ DEFAULT_COLUMNS = (
     "mismatch.policy.k3",
     "mismatch.rollout.k3",
     "ratios.token.clip_fraction",
-    "ratios.token.switch_frequency",
     "covariance.cumulative_share.0.01",
     # with --objectives
     "objectives.grpo.top_share",
@@ -54,10 +54,16 @@ def show_timeline(
     table = Table(title=f"Timeline: {len(timeline.steps)} steps", title_justify="left")
     table.add_column("step", justify="right")
     table.add_column("files", justify="right")
+    levels = timeline.levels()
+    with_levels = any(level is not None for level in levels)
+    if with_levels:
+        table.add_column("verdict", justify="left")
     for item in shown:
         table.add_column(item.short, justify="right")
-    for step in timeline.steps:
+    for step, level in zip(timeline.steps, levels, strict=True):
         cells: list[str | Text] = [str(step.step), str(len(step.inputs))]
+        if with_levels:
+            cells.append(level_cell(level))
         for item in shown:
             cells.append(_cell(step.values.get(item.key), item.key in step.flags))
         table.add_row(*cells)
@@ -67,6 +73,35 @@ def show_timeline(
     mechanics = mechanics_line(timeline)
     if mechanics:
         console.print(mechanics, highlight=False)
+    law = performance_line(timeline)
+    if law:
+        console.print(law, highlight=False)
+
+
+def performance_line(timeline: Timeline) -> str | None:
+    """The entropy-performance law over the run in one sentence (None when not fitted)."""
+    found = timeline.entropy_performance
+    if found is None or found.fit.a is None or found.fit.b is None:
+        return None
+    fit = found.fit
+    what = "correct share" if found.performance.endswith("correct_share") else "reward"
+    ceiling = DASH if fit.ceiling is None else f"{fit.ceiling:.3g}"
+    interval = (
+        ""
+        if fit.ceiling_interval is None
+        else f" [{fit.ceiling_interval[0]:.3g}, {fit.ceiling_interval[1]:.3g}]"
+    )
+    head = (
+        f"; the first {fit.head_steps} steps' fit predicts the other {fit.steps - fit.head_steps}"
+        f" with RMSE {fit.holdout_rmse:.3g}"
+        if fit.holdout_rmse is not None
+        else ""
+    )
+    return (
+        f"entropy-performance law (Cui et al. 2025: R = -a exp(H) + b, R the {what}): over "
+        f"{fit.steps} steps a = {fit.a:.3g}, b = {fit.b:.3g}, predicted ceiling b - a = "
+        f"{ceiling}{interval} (95 %){head} (docs/timeline.md)"
+    )
 
 
 def mechanics_line(timeline: Timeline) -> str | None:
@@ -85,6 +120,19 @@ def mechanics_line(timeline: Timeline) -> str | None:
     )
 
 
+#: how a step's verdict reads in the table: the word, and its style
+LEVEL_CELLS = {"green": ("green", "green"), "yellow": ("yellow", "bold yellow"),
+               "red": ("RED", "bold red")}  # fmt: skip
+
+
+def level_cell(level: str | None) -> str | Text:
+    """A step's verdict level as a table cell (the level word, coloured)."""
+    if level is None:
+        return DASH
+    word, style = LEVEL_CELLS[level]
+    return Text(word, style=style)
+
+
 def _cell(value: float | None, flagged: bool) -> str | Text:
     text = DASH if value is None else f"{value:.3g}"
     if not flagged:
@@ -96,6 +144,8 @@ def legend(timeline: Timeline, shown: Sequence[Headline]) -> list[str]:
     """The legend: the change rule, the columns' names, flags in columns not shown."""
     rule = timeline.params.get("change", {})
     lines = [
+        "verdict: the level after each step, from the steps so far (the pooled report, "
+        "that step alone, changes, first steps, trends); docs/health.md",
         f"{MARK} change: departs from the median of the last {rule.get('window')} steps by "
         f"more than {rule.get('k')} robust sd (1.4826 MAD, at least {rule.get('floor_rel')} "
         "of the median); see docs/timeline.md",

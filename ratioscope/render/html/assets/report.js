@@ -83,6 +83,11 @@
     });
   }
   function stepFlags(step) { return new Set(step.flags || []); }
+  // the verdict after a step, from the steps so far (null for a timeline without it)
+  function stepLevel(step) { return step.verdict ? step.verdict.level : null; }
+  function stepProblems(step) {
+    return step.verdict ? step.verdict.findings.map(function (f) { return f.level + ": " + f.text; }).join("\n") : "";
+  }
 
   // ------------------------------------------------------------------ run page
   function verdictBox(run, label) {
@@ -155,7 +160,8 @@
           const value = s.values[h.key];
           if (value === null || value === undefined) return;
           rows.push({ label: h.label, unit: h.unit, step: s.step, value: value, run: pair[1],
-            flagged: pair[1] === "run" && flags.has(h.key), threshold: pair[1] === "run" && RUN.thresholds[h.key] !== undefined ? RUN.thresholds[h.key] : null });
+            flagged: pair[1] === "run" && flags.has(h.key), threshold: pair[1] === "run" && RUN.thresholds[h.key] !== undefined ? RUN.thresholds[h.key] : null,
+            level: stepLevel(s) });
         });
       });
     });
@@ -183,7 +189,12 @@
             encoding: { x: x, y: y, tooltip: tooltip } },
           { transform: [{ filter: "datum.threshold !== null" }, { aggregate: [{ op: "max", field: "threshold", as: "threshold" }], groupby: ["label"] }],
             mark: { type: "rule", color: "#e6a100", strokeDash: [3, 3], strokeWidth: 1.5 },
-            encoding: { y: { field: "threshold", type: "quantitative" }, tooltip: [{ field: "threshold", title: "the verdict's threshold", format: ".4~g" }] } }
+            encoding: { y: { field: "threshold", type: "quantitative" }, tooltip: [{ field: "threshold", title: "the verdict's threshold", format: ".4~g" }] } },
+          // the verdict after each step: a strip of squares along the bottom of the panel
+          { transform: [{ filter: "datum.run === 'run' && datum.level !== null" }],
+            mark: { type: "square", size: 36, opacity: 0.9, cursor: "pointer" },
+            encoding: { x: x, y: { value: 126 }, tooltip: [{ field: "step" }, { field: "level", title: "verdict after the step" }],
+              color: { field: "level", type: "nominal", scale: { domain: ["green", "yellow", "red"], range: ["#2e7d32", "#b8860b", "#c62828"] }, legend: null } } }
         ]
       },
       resolve: { scale: { y: "independent", x: "independent" } }
@@ -198,12 +209,14 @@
   }
   function stepTable() {
     const heads = headlineKeys(RUN);
-    const headers = ["step", "sequences", "mean length", "mean reward", "share correct"].concat(heads.map(function (h) { return h.short || h.key; }));
+    const levels = RUN.timeline.steps.some(function (s) { return stepLevel(s) !== null; });
+    const headers = ["step"].concat(levels ? ["verdict"] : []).concat(["sequences", "mean length", "mean reward", "share correct"]).concat(heads.map(function (h) { return h.short || h.key; }));
     const rows = RUN.timeline.steps.map(function (s) {
       const drill = STEPS[s.step];
       const flags = stepFlags(s);
       const tr = el("tr", { class: drill ? "click" : null, "data-step": s.step, onclick: drill ? function () { location.hash = "step=" + s.step; } : null });
       tr.appendChild(el("td", { class: "left" }, drill ? el("a", { href: "#step=" + s.step, text: String(s.step) }) : String(s.step)));
+      if (levels) tr.appendChild(el("td", { class: "left level", title: stepProblems(s) || "nothing to do" }, stepLevel(s) ? levelBadge(stepLevel(s)) : "\u2014"));
       const summary = drill ? drill.summary : {};
       tr.appendChild(el("td", { text: drill ? String(drill.sequences) : "\u2014" }));
       tr.appendChild(el("td", { text: fmt(summary.mean_length) }));
@@ -228,7 +241,15 @@
     app.appendChild(vitalsBox(RUN));
     (DATA.notes || []).concat(RUN.timeline.warnings || []).forEach(function (n) { app.appendChild(el("div", { class: "note", text: n })); });
     app.appendChild(el("h2", { text: "Timeline" }));
-    app.appendChild(el("div", { class: "muted", text: "Red rings: a change flagged by the change rule; dotted line: the verdict's threshold; hover for values, click a point for its step." }));
+    app.appendChild(el("div", { class: "muted", text: "Red rings: a change flagged by the change rule; dotted line: the verdict's threshold; squares along the bottom: the verdict after each step, from the steps so far (green, yellow, red); hover for values, click a point for its step." }));
+    const law = RUN.timeline.entropy_performance;
+    if (law && law.fit && law.fit.a !== null) {
+      const f = law.fit;
+      app.appendChild(el("div", { class: "muted", id: "entropy-performance", text: "Entropy-performance law (Cui et al. 2025, R = \u2212a\u00b7exp(H) + b, R the " +
+        (law.performance.indexOf("correct") >= 0 ? "correct share" : "reward") + "): a = " + fmt(f.a) + ", b = " + fmt(f.b) + ", predicted ceiling b \u2212 a = " + fmt(f.ceiling) +
+        (f.ceiling_interval ? " [" + fmt(f.ceiling_interval[0]) + ", " + fmt(f.ceiling_interval[1]) + "] (95 %)" : "") +
+        (f.holdout_rmse !== null ? "; the first " + f.head_steps + " steps predict the rest with RMSE " + fmt(f.holdout_rmse) : "") + "." }));
+    }
     const chart = el("div", { id: "timeline" });
     app.appendChild(chart);
     const drawn = headlineKeys(RUN).length ? timelineChart(chart) : Promise.resolve();
@@ -260,7 +281,11 @@
       ["generation limit (tokens)", drill.length_limit], ["mean length", drill.summary.mean_length],
       ["mean reward", drill.summary.mean_reward], ["share correct", drill.summary.correct_share]];
     if (tl && tl.flags.length) facts.push(["changes flagged", tl.flags.join(", ")]);
+    if (tl && tl.verdict) facts.push(["verdict after this step", tl.verdict.level]);
     app.appendChild(table(["", "value"], facts.map(function (f) { return el("tr", null, el("td", { class: "left", text: f[0] }), el("td", { class: "left", text: fmt(f[1]) })); }), { left: [0, 1] }));
+    if (tl && tl.verdict) tl.verdict.findings.forEach(function (f) {
+      app.appendChild(el("div", { class: "finding " + f.level }, el("span", { class: "lvl", text: f.level }), f.text));
+    });
     drill.notes.forEach(function (n) { app.appendChild(el("div", { class: "note", text: n })); });
     const grid = el("div", { class: "rankings", id: "rankings" });
     app.appendChild(grid);

@@ -1,0 +1,286 @@
+"""A run's verdict at every step, from the steps so far (``timeline``, ``watch``).
+
+After step N a user watching the run sees what ``ratioscope timeline`` of the steps up to
+N says. :class:`RunJudge` gives it one step at a time, with work per step that does not
+grow with the run:
+
+1. the verdict of the pooled report of the steps so far (:func:`~ratioscope.judgement.
+   verdict.verdict`);
+2. the latest step judged on its own, so that a run that turns bad at step 3 of 30 is
+   red at step 3, not once its bad steps outweigh the good ones in the pooled numbers;
+3. the changes flagged so far (the change rule of :mod:`ratioscope.functional.
+   changepoint`, which looks back only, so its flags are those of the run so far);
+4. the later steps against the run's first steps (:class:`~ratioscope.judgement.verdict.
+   FirstSteps`);
+5. what moves fast (:mod:`ratioscope.judgement.trends`): entropy against the first steps
+   and falling as Cui et al. predict, responses climbing to the length limit, drift or
+   mismatch rising, ESS falling, and a reward function that rises while correctness falls.
+
+The worst of them is the step's level; :class:`StepVerdict` keeps the level, the counts
+and the yellow and red findings of each step (the timeline JSON's per-step ``verdict``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ratioscope.judgement.trends import TrendHistory, trend_findings
+from ratioscope.judgement.verdict import (
+    LEVELS,
+    RELATIVE,
+    Finding,
+    FirstSteps,
+    JudgedReport,
+    Level,
+    Thresholds,
+    Verdict,
+    verdict,
+)
+
+#: the quantities a timeline judges against its first steps: those of a baseline report,
+#: but the entropy, which the trend rules judge both ways with tighter bounds
+FIRST_STEPS_QUANTITIES = tuple(item for item in RELATIVE if item.path != "vitals.entropy.mean")
+
+#: the headlines whose change is a problem in one direction (the verdict judges them by
+#: a threshold too): a rise ("up") or a fall ("down"); a change of any other headline
+#: (a rising reward, the raw switch frequency) is informational
+BAD_CHANGE: dict[str, str] = {
+    "mismatch.policy.k3": "up",
+    "mismatch.policy.ess": "down",
+    "mismatch.rollout.k3": "up",
+    "mismatch.rollout.ess": "down",
+    "ratios.token.clip_fraction": "up",
+    "covariance.cumulative_share.0.01": "up",
+    "trust_region.degenerate_share": "up",
+    "vitals.entropy.mean": "down",
+    "vitals.length.at_limit_share": "up",
+    "vitals.advantages.zero_share": "up",
+    "vitals.equal_reward_groups.share": "up",
+}
+
+
+@dataclass(frozen=True)
+class StepFinding:
+    """A yellow or red finding as a step's verdict keeps it: what, how bad, the number
+    and the sentence (the threshold's source is in the run's verdict and docs/health.md)."""
+
+    key: str
+    level: Level
+    value: float | None
+    text: str
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """What the verdict said after one step: its level, how many findings of each level,
+    and the yellow and red ones (a green one says nothing a reader acts on)."""
+
+    step: int
+    level: Level
+    counts: dict[str, int]
+    findings: tuple[StepFinding, ...] = ()
+
+    @classmethod
+    def of(cls, step: int, judged: Verdict) -> StepVerdict:
+        return cls(
+            step=step,
+            level=judged.level,
+            counts={level: judged.count(level) for level in LEVELS},
+            findings=tuple(
+                StepFinding(f.key, f.level, f.value, f.text)
+                for f in judged.findings
+                if f.level != "green"
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        from ratioscope.io.documents import to_jsonable
+
+        return to_jsonable(
+            {"level": self.level, "counts": self.counts, "findings": list(self.findings)}
+        )
+
+    @classmethod
+    def from_dict(cls, step: int, document: Mapping[str, Any]) -> StepVerdict:
+        findings = tuple(
+            StepFinding(
+                key=str(item["key"]),
+                level=item["level"],
+                value=None if item.get("value") is None else float(item["value"]),
+                text=str(item["text"]),
+            )
+            for item in document.get("findings") or ()
+        )
+        counts = {str(level): int((document.get("counts") or {}).get(level, 0)) for level in LEVELS}
+        return cls(step, document["level"], counts, findings)
+
+
+def first_step_at(verdicts: Sequence[StepVerdict], level: Level) -> int | None:
+    """The first step whose level is ``level`` or worse (None: none)."""
+    rank = LEVELS.index(level)
+    return next((v.step for v in verdicts if LEVELS.index(v.level) >= rank), None)
+
+
+@dataclass
+class _Change:
+    """What the change findings need of one headline: its flagged steps so far, and the
+    values around its first flag."""
+
+    steps: list[int] = field(default_factory=list)
+    before: float | None = None
+    value: float | None = None
+
+
+class ChangeFindings:
+    """One finding per headline whose series was flagged by the change rule: yellow when
+    its first change goes the way :data:`BAD_CHANGE` calls bad, else green (informational);
+    built from the flags one step at a time."""
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        #: headline key -> its words, in the order the findings are listed
+        self.labels = dict(labels)
+        self.changes: dict[str, _Change] = {}
+        #: the last value each headline had before the step being added
+        self.last: dict[str, float | None] = {}
+
+    def add(self, step: int, values: Mapping[str, float | None], flags: Collection[str]) -> None:
+        for key in self.labels:
+            value = values.get(key)
+            if key in flags:
+                change = self.changes.setdefault(key, _Change())
+                if not change.steps:
+                    change.before, change.value = self.last.get(key), value
+                change.steps.append(step)
+            if value is not None:
+                self.last[key] = value
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for key, label in self.labels.items():
+            change = self.changes.get(key)
+            if change is None:
+                continue
+            bad = bad_change(key, change.before, change.value)
+            named = ", ".join(str(step) for step in change.steps)
+            text = (
+                f"{label}: changed at step{'s' if len(change.steps) > 1 else ''} {named} "
+                f"({_short(change.before)} -> {_short(change.value)} at step "
+                f"{change.steps[0]})"
+            ) + ("" if bad else " (informational)")
+            out.append(
+                Finding(
+                    key=key,
+                    level="yellow" if bad else "green",
+                    value=change.value,
+                    threshold=None,
+                    text=text,
+                    source="ratioscope's change rule (docs/timeline.md)",
+                    name=f"{label} changed",
+                )
+            )
+        return out
+
+
+#: below these, a change of the quantity is a change of its rounding (the floors of the
+#: verdict's relative findings, :data:`~ratioscope.judgement.verdict.RELATIVE`)
+CHANGE_FLOORS: dict[str, float] = {item.path: item.floor for item in RELATIVE}
+
+
+def bad_change(key: str, before: float | None, value: float | None) -> bool:
+    """Whether a flagged change of headline ``key`` goes its bad way (unknown: yes); a
+    rise that stays below the quantity's floor (a train/inference k3 of 1e-13 becoming
+    3e-13: float32 rounding) is not."""
+    direction = BAD_CHANGE.get(key)
+    if direction is None:
+        return False
+    if before is None or value is None:
+        return True
+    if direction == "up" and value <= CHANGE_FLOORS.get(key, 0.0):
+        return False
+    return value > before if direction == "up" else value < before
+
+
+def _short(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+class RunJudge:
+    """The verdict of a run after each of its steps (see the module).
+
+    Args:
+        thresholds: the verdict's thresholds (default :class:`Thresholds`).
+        labels: the followed headlines, key -> words, for the change findings.
+    """
+
+    def __init__(
+        self, thresholds: Thresholds | None = None, labels: Mapping[str, str] | None = None
+    ) -> None:
+        self.t = thresholds or Thresholds()
+        self.changes = ChangeFindings(labels or {})
+        self.first = FirstSteps(self.t, quantities=FIRST_STEPS_QUANTITIES)
+        self.history = TrendHistory()
+        self.verdicts: list[StepVerdict] = []
+        self.current: Verdict | None = None
+
+    def add(
+        self,
+        step: int,
+        report: JudgedReport,
+        *,
+        pooled: JudgedReport | None = None,
+        values: Mapping[str, float | None] | None = None,
+        flags: Collection[str] = (),
+    ) -> Verdict:
+        """Judge the run after ``step``, whose own report is ``report``.
+
+        Args:
+            step: the step number (steps come in order).
+            report: the step's own report.
+            pooled: the pooled report of the steps so far (None: the step's own, as for
+                a run's first step).
+            values: the step's headline values (key -> value) for the change findings.
+            flags: the headlines the change rule flags at this step.
+
+        Returns:
+            The verdict after this step (also :attr:`current`, and a :class:`StepVerdict`
+            appended to :attr:`verdicts`).
+        """
+        pooled_verdict = verdict(pooled if pooled is not None else report, self.t)
+        latest = verdict(report, self.t) if pooled is not None else pooled_verdict
+        self.changes.add(step, values or {}, flags)
+        self.first.add(step, report)
+        self.history.add(step, report)
+        findings = (
+            _worse_of(pooled_verdict.findings, latest.findings, step)
+            + tuple(self.changes.findings())
+            + tuple(self.first.findings())
+            + tuple(trend_findings(self.history, self.t))
+        )
+        judged = Verdict(findings, pooled_verdict.overridden, pooled_verdict.notes)
+        self.current = judged
+        self.verdicts.append(StepVerdict.of(step, judged))
+        return judged
+
+
+def _worse_of(
+    pooled: Sequence[Finding], latest: Sequence[Finding], step: int
+) -> tuple[Finding, ...]:
+    """The pooled findings, each replaced by the latest step's of the same key where that
+    one is worse (its text then says it is the step's own); the latest step's findings
+    of keys the pooled report has not, where not green."""
+    by_key = {f.key: f for f in latest}
+    out = []
+    for finding in pooled:
+        own = by_key.pop(finding.key, None)
+        if own is not None and LEVELS.index(own.level) > LEVELS.index(finding.level):
+            out.append(_own(own, step))
+        else:
+            out.append(finding)
+    out += [_own(f, step) for f in by_key.values() if f.level != "green"]
+    return tuple(out)
+
+
+def _own(finding: Finding, step: int) -> Finding:
+    return replace(finding, text=f"step {step} alone: {finding.text}")
