@@ -61,7 +61,7 @@ def judge_run(run: str) -> dict[str, Any]:
             {
                 "step": step.step,
                 "level": verdict.level,
-                "findings": [(f.key, f.level) for f in verdict.findings],
+                "findings": [(kind_of(f.key, f.text), f.level) for f in verdict.findings],
             }
         )
     return {
@@ -73,6 +73,18 @@ def judge_run(run: str) -> dict[str, Any]:
         "bottom_line": result.verdict.bottom_line() if result.verdict is not None else "",
         "cpu_seconds": time.process_time() - started,
     }
+
+
+def kind_of(key: str, text: str) -> str:
+    """A finding's rule, for the counts: the change rule, the run's first steps, a trend,
+    the step alone, or the pooled report; with its key."""
+    if "changed at step" in text:
+        return f"change {key}"
+    if key.startswith(("relative", "trend")):
+        return key
+    if text.startswith("step ") and " alone: " in text:
+        return f"step alone {key}"
+    return f"pooled {key}"
 
 
 def first(steps: list[dict[str, Any]], levels: tuple[str, ...]) -> int | None:

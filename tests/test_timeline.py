@@ -114,7 +114,7 @@ def test_json_layout(sample_timeline, tmp_path):
     document = json.loads(path.read_text())
     assert list(document) == [
         "schema_version", "kind", "tool", "params", "headlines", "steps", "verdict",
-        "entropy_mechanics", "warnings",
+        "entropy_mechanics", "entropy_performance", "warnings",
     ]  # fmt: skip
     assert document["schema_version"] == 1 and document["kind"] == "timeline"
     assert {"analysis", "step_from", "change"} <= set(document["params"])

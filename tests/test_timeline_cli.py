@@ -39,8 +39,19 @@ def test_timeline_leads_with_the_answer_and_detail_prints_every_finding(tmp_path
     document = json.loads(out.read_text())
     verdict = document["verdict"]
     block = brief.stdout.split("Timeline: ")[0].splitlines()
-    # the bottom line, the green checks by name on one line, the notes by name on one
-    assert block[0].startswith("health: nothing to do (") and len(block) <= 4, block
+    # the bottom line with the first yellow step (step 8: 21 % of its responses at the
+    # length limit), the problems of the last step judged on its own (8 of its 16 groups
+    # with equal rewards) and the entropy's fall over the last three steps; the green
+    # checks by name on one line, the notes by name on one; the pooled report is green
+    assert block[0].startswith(
+        "health: 3 problems: equal-reward groups, zero-advantage tokens, entropy falling; "
+        "first yellow at step 8"
+    ), block
+    problems = [f for f in verdict["findings"] if f["level"] != "green"]
+    assert all(
+        f["text"].startswith("step 32 alone: ") or f["key"] == "trend.entropy_falling"
+        for f in problems
+    ), problems
     assert not any("at or below" in line for line in block)
     assert "note    FPA approximation (about the analysis, not the run; in full: --detail)" in (
         brief.stdout

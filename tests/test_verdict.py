@@ -568,7 +568,7 @@ def test_length_limit_share(with_vitals):
     green = judged(with_vitals)["vitals.length.at_limit_share"]
     assert green.level == "green" and green.value == 11 / 128
     assert "(11 of 128 at 152 tokens, padded width)" in green.text
-    for share, level in [(0.5, "yellow"), (1.0, "red")]:
+    for share, level in [(0.2, "yellow"), (0.5, "red"), (1.0, "red")]:
         found = judged(with_vitals, **{"vitals/length/at_limit_share": share})
         assert found["vitals.length.at_limit_share"].level == level
 

@@ -193,6 +193,9 @@ CORPUS: tuple[tuple[str, int], ...] = (
 #: share of each step's groups they keep (CaptureWriter's sample_fraction)
 BUNDLED: tuple[str, ...] = ("healthy-s1", "shaping_hack-s1")
 BUNDLED_FRACTION = 0.25
+#: the bundled runs' steps (the shaping run's label is step 18), captured in one call a
+#: step without token ids: the size budget of sample_data/
+BUNDLED_STEPS = 30
 
 
 def run_name(scenario: str, seed: int) -> str:
@@ -321,7 +324,8 @@ def trainer_settings(scenario: Scenario) -> Any:
 
 
 def grpo_run(scenario: Scenario, seed: int, start: task.TinyCausalLM, out: Path,
-             sample_fraction: float = 1.0, steps: int | None = None) -> dict[str, Any]:  # fmt: skip
+             sample_fraction: float = 1.0, steps: int | None = None,
+             one_call: bool = False) -> dict[str, Any]:  # fmt: skip
     """Train one run, writing its capture and trainer log under ``out``; returns its
     summary (the label included)."""
     from ratioscope.capture import CaptureWriter
@@ -353,7 +357,7 @@ def grpo_run(scenario: Scenario, seed: int, start: task.TinyCausalLM, out: Path,
             behaviour = copy.deepcopy(policy).to(torch.bfloat16)
         chosen = [prompt_rng.choice(pool) for _ in range(scenario.prompts)]
         values = grpo_step(step, scenario, policy, behaviour, reference, optimizer, chosen,
-                           generator, writer)  # fmt: skip
+                           generator, writer, one_call=one_call)  # fmt: skip
         writer.end_step(step)
         log_lines.append(json.dumps({"step": step, **values}, sort_keys=True))
     writer.close()
@@ -384,9 +388,11 @@ def grpo_step(
     chosen: Sequence[task.Problem],
     generator: torch.Generator,
     writer: Any,
+    one_call: bool = False,
 ) -> dict[str, float]:
     """Sample with ``behaviour``, score, then ``epochs`` passes of mini-batch updates;
-    every mini-batch of the last epoch is captured. Returns the trainer's log values."""
+    every mini-batch of the last epoch is captured (``one_call``: all of them in one call,
+    without token ids). Returns the trainer's log values."""
     group = scenario.group
     rows = [p for p in chosen for _ in range(group)]
     prompts = torch.tensor([[task.BOS, *task.encode(p.prompt)] for p in rows])
@@ -429,8 +435,10 @@ def grpo_step(
     old_log_probs, old_entropy = old_log_probs * mask, old_entropy * mask
     ref_log_probs = ref_log_probs * mask
     clipped_tokens = 0.0
+    parts: list[dict[str, Tensor]] = []
+    groups: list[list[str]] = []
     for epoch in range(scenario.epochs):
-        for index, start in enumerate(range(0, batch, per_minibatch)):
+        for start in range(0, batch, per_minibatch):
             part = slice(start, start + per_minibatch)
             log_probs, entropy = task.token_log_probs_and_entropy(
                 logits_of(policy, part), responses[part]
@@ -447,22 +455,38 @@ def grpo_step(
             outside = ((ratio - 1).abs() > scenario.clip) & mask[part]
             clipped_tokens += float(outside.sum())
             if epoch == scenario.epochs - 1:
-                writer.write(
-                    step,
-                    mask=mask[part],
-                    log_probs=log_probs.detach() * mask[part],
-                    old_log_probs=old_log_probs[part],
-                    rollout_log_probs=rollout.log_probs[part],
-                    ref_log_probs=ref_log_probs[part],
-                    advantages=token_advantages[part],
-                    entropy=entropy.detach() * mask[part],
-                    old_entropy=old_entropy[part],
-                    rewards=rewards[part],
-                    group=[p.problem_id for p in rows[part]],
-                    token_ids=responses[part],
-                    per_sequence={f"reward:{name}": v[part] for name, v in functions.items()},
+                parts.append(
+                    {
+                        "mask": mask[part],
+                        "log_probs": log_probs.detach() * mask[part],
+                        "old_log_probs": old_log_probs[part],
+                        "rollout_log_probs": rollout.log_probs[part],
+                        "ref_log_probs": ref_log_probs[part],
+                        "advantages": token_advantages[part],
+                        "entropy": entropy.detach() * mask[part],
+                        "old_entropy": old_entropy[part],
+                        "rewards": rewards[part],
+                        "token_ids": responses[part],
+                        **{f"reward:{name}": v[part] for name, v in functions.items()},
+                    }
                 )
-            del index
+                groups.append([p.problem_id for p in rows[part]])
+    # as a loss hook captures: one call per mini-batch (or, for the bundled runs, the
+    # step's mini-batches in one call)
+    calls = (
+        [(parts, groups)] if one_call else [([a], [g]) for a, g in zip(parts, groups, strict=True)]
+    )
+    for batch_parts, batch_groups in calls:
+        joined = {key: torch.cat([p[key] for p in batch_parts]) for key in batch_parts[0]}
+        functions_of = {k: joined.pop(k) for k in list(joined) if k.startswith("reward:")}
+        token_ids = joined.pop("token_ids")
+        writer.write(
+            step,
+            **joined,
+            group=[label for labels in batch_groups for label in labels],
+            token_ids=None if one_call else token_ids,
+            per_sequence=functions_of,
+        )
     valid = mask.sum()
     values = {
         CORRECT: float(strict.mean()),
@@ -501,11 +525,14 @@ def _make_start(job: tuple[int, str]) -> float:
 
 def _one(job: tuple[str, int, str, str, float, int | None]) -> dict[str, Any]:
     scenario_name, seed, out, starts, fraction, steps = job
+    one_call = steps is not None  # the bundled runs
     _deterministic()
     started = time.process_time()
     start = task.TinyCausalLM(task.ModelConfig(max_len=96))
     start.load_state_dict(torch.load(_start_path(Path(starts), seed), weights_only=True))
-    summary = grpo_run(SCENARIOS[scenario_name], seed, start, Path(out), fraction, steps)
+    summary = grpo_run(
+        SCENARIOS[scenario_name], seed, start, Path(out), fraction, steps, one_call=one_call
+    )
     summary["cpu_seconds"] = round(time.process_time() - started, 1)
     return summary
 
@@ -522,13 +549,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.bundled:
         out = args.out or ROOT / "sample_data" / "runs"
         wanted = list(BUNDLED)
-        fraction = BUNDLED_FRACTION
+        fraction, steps = BUNDLED_FRACTION, BUNDLED_STEPS
     else:
         if args.out is None:
             parser.error("--out is required (or --bundled)")
         out = args.out
         wanted = [run_name(s, seed) for s, seed in CORPUS]
-        fraction = 1.0
+        fraction, steps = 1.0, None
     if args.only:
         wanted = [name for name in wanted if name in set(args.only.split(","))]
     by_name = {run_name(s, seed): (s, seed) for s in SCENARIOS for seed in range(1, 10)}
@@ -540,12 +567,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         seeds = sorted({by_name[name][1] for name in wanted})
         start_cpu = sum(pool.map(_make_start, [(seed, starts) for seed in seeds]))
         print(f"supervised starts of seeds {seeds}: {start_cpu:.0f} s CPU", flush=True)
-        jobs = [(*by_name[name], str(out / name), starts, fraction, None) for name in wanted]
+        jobs = [(*by_name[name], str(out / name), starts, fraction, steps) for name in wanted]
         for summary in pool.map(_one, jobs):
             label = summary["label"]
+            outcome = f"{label['rule'] or 'healthy'}; {label['detail']}"
             print(
-                f"{summary['run']:<22} label {label['step']!s:>4} "
-                f"({label['rule'] or 'healthy'}; {label['detail']}), {summary['cpu_seconds']} s CPU",
+                f"{summary['run']:<22} label {label['step']!s:>4} ({outcome}), "
+                f"{summary['cpu_seconds']} s CPU",
                 flush=True,
             )
             summaries.append(summary)

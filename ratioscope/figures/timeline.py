@@ -121,9 +121,8 @@ def timeline_figure(timeline: Timeline, source: str = "") -> TimelineFigure:
             for name, ranks in (("yellow", ("yellow", "red")), ("red", ("red",)))
             if (found := next((s for s, level in levels if level in ranks), None)) is not None
         ]
-        subtitle += (
-            "; shading: the verdict after each step, yellow or red"
-            + (f" ({', '.join(firsts)})" if firsts else " (green throughout)")
+        subtitle += "; shading: the verdict after each step, yellow or red" + (
+            f" ({', '.join(firsts)})" if firsts else " (green throughout)"
         )
     return TimelineFigure(panels=tuple(panels), subtitle=subtitle, levels=levels)
 

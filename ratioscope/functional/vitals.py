@@ -425,7 +425,7 @@ def _law(
     mx = sum(x for x, _ in pairs) / n
     my = sum(r for _, r in pairs) / n
     sxx = sum((x - mx) ** 2 for x, _ in pairs)
-    if sxx <= 0:
+    if sxx <= 1e-12 * n * mx * mx:  # one entropy throughout (up to rounding): no slope
         return None
     slope = sum((x - mx) * (r - my) for x, r in pairs) / sxx
     intercept = my - slope * mx

@@ -276,7 +276,10 @@ class Thresholds:
         "token entropy this many times the first steps' is yellow (the policy loses its sharpness)",
     )
     entropy_rise_red: float = _threshold(
-        1.5, f"{_OURS}, measured on the corpus (as entropy_rise_yellow)",
+        1.5,
+        f"{_OURS}, measured on the corpus: no healthy step reaches 1.5x; held on three "
+        "steps it made the learning-rate and shaping-reward runs red 7 to 12 steps before "
+        "their labels",
         "token entropy this many times the first steps' on each of the last trend_steps "
         "steps is red (one step above it is yellow)",
     )  # fmt: skip
@@ -327,8 +330,8 @@ class Thresholds:
     hack_fall_yellow: float = _threshold(
         0.2,
         f"{_OURS}, measured on the corpus of real runs (a shaping reward for length beside "
-        "the verifier: correctness fell 20 % within 4 to 9 steps of the start of the "
-        "hacking, and below half its best within 17 to 18)",
+        "the verifier: the correct share fell 20 % below its first steps' by step 7 or 8, "
+        "below half its best by step 17 or 18)",
         "correct share fallen by this share of its first steps' while a reward function "
         "rises: yellow",
     )
@@ -471,7 +474,7 @@ class Verdict:
             for level, step in (("yellow", self.first_yellow), ("red", self.first_red))
             if step is not None
         ]
-        when = f" ({', '.join(firsts)})" if firsts else ""
+        when = f"; {', '.join(firsts)}" if firsts else ""
         if not names:
             return "healthy: nothing to do" + when
         return f"{len(names)} problem{'s' if len(names) > 1 else ''}: {', '.join(names)}{when}"
