@@ -136,8 +136,7 @@ def correct_rule_text(field: str | None, threshold: float | None) -> str:
     rule = correct_rule(field, threshold)
     if rule is None:
         return (
-            "the file's 'correct' where it has one, else rewards > 0 or the 0/1 function "
-            "(default)"
+            "the file's 'correct' where it has one, else rewards > 0 or the 0/1 function (default)"
         )
     return f"{rule[0]} >= {rule[1]:g}"
 
