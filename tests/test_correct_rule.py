@@ -150,3 +150,17 @@ def test_one_reward_function_keeps_rewards_above_0(tmp_path):
     functions_dump(path, {"shaped": [0.2, 0.0, 0.7, 0.1]}, [0.2, 0.0, 0.7, 0.1])
     report = ratioscope.analyze(path, per_sequence=True)
     assert correct_column(report) == [True, False, True, True]
+
+
+def test_the_function_is_chosen_for_the_whole_file_not_per_chunk(tmp_path):
+    # 'b' scores 0 or 1 on the first half of the rows only: over the file 'a' is the one
+    # 0/1 function; a chunk of the first half alone would see two and choose neither
+    rows = 64
+    a = [float(i % 3 == 0) for i in range(rows)]
+    b = [float(i % 2) if i < rows // 2 else 0.5 for i in range(rows)]
+    path = tmp_path / "d.safetensors"
+    functions_dump(path, {"a": a, "b": b}, [x + y for x, y in zip(a, b, strict=True)])
+    whole = ratioscope.analyze(path, per_sequence=True, stream_bytes=1 << 60)
+    streamed = ratioscope.analyze(path, per_sequence=True, stream_bytes=0, chunk_elements=256)
+    assert correct_column(whole) == correct_column(streamed) == [x == 1.0 for x in a]
+    assert whole.warnings == streamed.warnings

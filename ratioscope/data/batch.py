@@ -215,6 +215,7 @@ class TokenBatch:
         nonfinite: str = "error",
         expected_names: Mapping[str, str] | None = None,
         file_keys: Sequence[str] | None = None,
+        default_correct: bool = True,
     ) -> TokenBatch:
         """Validate canonical tensors and build a batch.
 
@@ -228,11 +229,16 @@ class TokenBatch:
             expected_names: canonical -> the name the file's layout would use, for
                 messages about keys that are missing.
             file_keys: every key of the file, listed when a required one is missing.
+            default_correct: without ``correct``, decide it (``rewards > 0``, or the 0/1
+                function of several: :func:`correctness_function`); False where the
+                caller decided it for a whole file (the loaders: a chunk of a streamed
+                file must not decide alone).
 
         Raises:
             DumpKeyError, ShapeMismatchError, MaskError, NonFiniteError, EmptyDumpError.
         """
         builder = _Builder(tensors, str(source), dict(key_map or {}), nonfinite)
+        builder.default_correct = default_correct
         builder.expected = dict(expected_names or {})
         builder.file_keys = list(file_keys) if file_keys is not None else None
         return builder.build(
@@ -255,6 +261,7 @@ class _Builder:
         self.key_map = key_map
         self.nonfinite = nonfinite
         self.warnings: list[str] = []
+        self.default_correct = True
         self.expected: dict[str, str] = {}
         self.file_keys: list[str] | None = None
 
@@ -283,10 +290,15 @@ class _Builder:
             padding = "left"
             mask, values, vocab = _shift_left(mask, offsets, values, vocab)
         values = self.derive(mask, values, pair)
-        if sequence_values.get("correct") is None and sequence_values.get("rewards") is not None:
-            correct = self.default_correct(sequence_values["rewards"], functions)
-            if correct is not None:
-                sequence_values["correct"] = correct
+        rewards = sequence_values.get("rewards")
+        if sequence_values.get("correct") is None and rewards is not None and self.default_correct:
+            if len(functions) < 2:
+                sequence_values["correct"] = rewards > 0
+            else:
+                chosen, note = correctness_function(functions)
+                self.warnings.append(note)
+                if chosen is not None:
+                    sequence_values["correct"] = functions[chosen] == 1
         if not bool(mask.any()):
             raise EmptyDumpError(self.source, "the mask marks no valid token")
         # the three key sets are disjoint; Any because mypy cannot match names to fields
@@ -431,35 +443,6 @@ class _Builder:
             self.check_shape(key, tensor, (rows,), "one value per sequence")
             functions[name] = _as_float(tensor)
         return functions
-
-    def default_correct(self, rewards: Tensor, functions: Mapping[str, Tensor]) -> Tensor | None:
-        """``correct`` when the file names none: ``rewards > 0``, or, where the file keeps
-        several reward functions (a shaping reward beside the verifier's), the one that
-        scores 0 or 1 (its value 1), since ``rewards > 0`` would count every rollout a
-        shaping reward pays as a success. Several such functions: the one named like a
-        verifier (``correct``, ``accura``); none, or no way to choose: no ``correct``,
-        with a warning naming ``correct_field``. [B] -> [B] bool or None."""
-        if len(functions) < 2:
-            return rewards > 0
-        binary = [name for name, values in functions.items() if _is_binary(values)]
-        if len(binary) > 1:
-            binary = [name for name in binary if _names_a_verifier(name)]
-        names = ", ".join(f"'{name}'" for name in functions)
-        if len(binary) != 1:
-            self.warnings.append(
-                f"correct: the dumps keep several reward functions ({names}) and no "
-                f"'correct', and {'none' if not binary else 'more than one'} of them scores "
-                "0 or 1 alone: no correct share; `correct_field` names the function that "
-                "decides correctness"
-            )
-            return None
-        self.warnings.append(
-            f"correct: the dumps keep several reward functions ({names}) and no 'correct': "
-            f"a sequence is correct when the 0/1 function '{binary[0]}' gives it 1 "
-            "(rewards > 0 would count the others' rewards as success); `correct_field` "
-            "names another"
-        )
-        return functions[binary[0]] == 1
 
     def group_ids(self, raw: Any) -> tuple[Tensor, list[Any]]:
         """Map any labels (ints, strings) to ids 0..G-1 in order of first appearance."""
@@ -672,6 +655,38 @@ def _as_float(tensor: Tensor) -> Tensor:
     if tensor.dtype in (torch.float32, torch.float64):
         return tensor
     return tensor.float()
+
+
+def correctness_function(functions: Mapping[str, Tensor]) -> tuple[str | None, str]:
+    """Of several reward functions (name -> [B] values, NaN: none), the one that decides
+    ``correct`` when nothing else does, and the warning that says so.
+
+    ``rewards > 0`` counts every rollout a shaping reward (a format bonus, a length
+    reward) pays as a success, so the function that scores 0 or 1 decides (its value 1
+    is correct); of several such, the one named like a verifier (``correct``,
+    ``accura``: TRL's examples name theirs ``accuracy_reward``, ``correctness_reward_func``).
+    None, with the warning naming ``correct_field``, where none or more than one is left.
+
+    >>> import torch
+    >>> correctness_function({"accuracy": torch.tensor([1.0, 0.0]),
+    ...                       "length": torch.tensor([0.5, 0.25])})[0]
+    'accuracy'
+    """
+    binary = [name for name, values in functions.items() if _is_binary(values)]
+    if len(binary) > 1:
+        binary = [name for name in binary if _names_a_verifier(name)]
+    names = ", ".join(f"'{name}'" for name in functions)
+    if len(binary) != 1:
+        return None, (
+            f"correct: the dumps keep several reward functions ({names}) and no 'correct', "
+            f"and {'none' if not binary else 'more than one'} of them scores 0 or 1 alone: "
+            "no correct share; `correct_field` names the function that decides correctness"
+        )
+    return binary[0], (
+        f"correct: the dumps keep several reward functions ({names}) and no 'correct': a "
+        f"sequence is correct when the 0/1 function '{binary[0]}' gives it 1 (rewards > 0 "
+        "would count the others' rewards as success); `correct_field` names another"
+    )
 
 
 def _is_binary(values: Tensor) -> bool:

@@ -422,8 +422,10 @@ class ParquetSource(ChunkSource):
         wanted = {c: k for c, k in keys.items() if k in self.header.columns}
         if "mask" not in wanted or wanted["mask"] not in self.header.ragged:
             return False
-        scalars = [k for k in wanted.values() if k not in self.header.ragged]
-        ragged = [k for k in wanted.values() if k in self.header.ragged]
+        # one file key may stand for two names (``correct`` read from a reward function)
+        unique = list(dict.fromkeys(wanted.values()))
+        scalars = [k for k in unique if k not in self.header.ragged]
+        ragged = [k for k in unique if k in self.header.ragged]
         query = pl.scan_parquet(self.path).select(
             pl.len().alias("__rows"),
             *(pl.col(k).list.len().max().alias(f"__len_{k}") for k in ragged),

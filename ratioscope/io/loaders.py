@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ratioscope import defaults
-from ratioscope.data.batch import SEQUENCE_KEYS, TokenBatch
+from ratioscope.data.batch import REWARD_FUNCTION_PREFIX, SEQUENCE_KEYS, TokenBatch
 from ratioscope.data.raw import as_ragged, is_rows
 from ratioscope.errors import (
     InputError,
@@ -171,6 +171,54 @@ def bind_correct_field(
     return {**key_map, "correct": key}
 
 
+def bind_default_correct(
+    keys: Sequence[str],
+    key_map: dict[str, str],
+    options: LoadOptions,
+    read_functions: Callable[[list[str]], Mapping[str, Any]],
+) -> tuple[dict[str, str], float | None, str | None]:
+    """``correct`` of a whole file whose correctness no rule names: with several reward
+    functions (``reward:NAME`` keys) beside ``rewards`` and no ``correct``, the one that
+    scores 0 or 1 over the whole file (:func:`ratioscope.data.batch.correctness_function`),
+    decided once per file so that a file read in chunks gives the correctness it gives
+    read whole.
+
+    Args:
+        keys: the file's keys; key_map: canonical -> file key.
+        read_functions: the file's values of the given function keys, all rows.
+
+    Returns:
+        (key_map, with ``correct`` bound to the chosen function's key where one is
+        chosen; the threshold that makes its 1 correct, or the rule's; the warning, or
+        None where the file needs no choice).
+    """
+    rule = options.correct_rule()
+    if rule is not None:
+        return key_map, rule[1], None
+    names = [k for k in keys if k.startswith(REWARD_FUNCTION_PREFIX)]
+    if "correct" in key_map or "rewards" not in key_map or len(names) < 2:
+        return key_map, None, None
+    import torch
+
+    from ratioscope.data.batch import correctness_function
+
+    columns = read_functions(names)
+    functions = {}
+    for key in names:
+        try:
+            values = torch.as_tensor(columns[key]).double()
+        except (TypeError, ValueError, RuntimeError):
+            values = None
+        if values is None or values.dim() != 1:
+            # not one number a sequence: the validation says so in its own sentence
+            return key_map, None, None
+        functions[key[len(REWARD_FUNCTION_PREFIX) :]] = values
+    chosen, note = correctness_function(functions)
+    if chosen is None:
+        return key_map, None, note
+    return {**key_map, "correct": REWARD_FUNCTION_PREFIX + chosen}, 0.5, note
+
+
 def _natural_key(path: Path) -> list[Any]:
     """Sort step_2 before step_10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
@@ -258,9 +306,11 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
         raw = import_module(f"ratioscope.io.frameworks.{profile.native}").prepare(path, raw)
     key_map = resolve_keys(profile, raw.columns, options.mapping)
     key_map = bind_correct_field(path, profile, list(raw.columns), key_map, options)
+    key_map, threshold, correct_note = bind_default_correct(
+        list(raw.columns), key_map, options, lambda names: {k: raw.columns[k] for k in names}
+    )
     factors = apply_mask_factors(path, raw, profile, key_map)
-    rule = options.correct_rule()
-    canonical = _canonical_columns(path, raw, profile, key_map, correct_threshold=rule and rule[1])
+    canonical = _canonical_columns(path, raw, profile, key_map, correct_threshold=threshold)
     if options.group_size and not profile.consecutive_rows:
         raise ParameterError(
             "group_size",
@@ -287,8 +337,10 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
         nonfinite=options.nonfinite,
         expected_names={c: names[0] for c, names in profile.keys.items()},
         file_keys=list(raw.columns),
+        default_correct=correct_note is None,
     )
-    batch.warnings[:0] = [f"{path}: {text}" for text in raw.texts("warning")]
+    notes = [f"{path}: {text}" for text in raw.texts("warning")]
+    batch.warnings[:0] = [*notes, *([correct_note] if correct_note else [])]
     batch.content_key = raw.meta.get("content_key")
     return batch
 

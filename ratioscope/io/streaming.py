@@ -45,6 +45,7 @@ from ratioscope.io.loaders import (
     _consecutive_groups,
     _refuse_text_log,
     bind_correct_field,
+    bind_default_correct,
 )
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
 from ratioscope.io.readers import file_format_of
@@ -129,6 +130,12 @@ def _bind(path: Path, source: ChunkSource, options: LoadOptions) -> StreamedFile
         return None  # a framework hook (or a mask factor) reads the whole file
     key_map = resolve_keys(profile, header.columns, options.mapping)
     key_map = bind_correct_field(path, profile, list(header.columns), key_map, options)
+    # correctness of several reward functions is decided over the whole file, before its
+    # chunks (each read alone could decide otherwise): their columns, one value a row
+    key_map, threshold, correct_note = bind_default_correct(
+        list(header.columns), key_map, options,
+        lambda keys: _whole_columns(source, key_map.get("mask", "mask"), keys),
+    )  # fmt: skip
     names = {c: names[0] for c, names in profile.keys.items()}
     if key_map.get("mask") not in header.columns:
         # the same sentence as reading the file whole, without reading it
@@ -149,7 +156,29 @@ def _bind(path: Path, source: ChunkSource, options: LoadOptions) -> StreamedFile
     groups = None
     if options.group_size and "group" not in key_map:
         groups = _consecutive_groups(path, source.rows, options.group_size)
-    return StreamedFile(path, source, options, profile, key_map, names, groups)
+    stream = StreamedFile(path, source, options, profile, key_map, names, groups)
+    stream.correct_threshold, stream.correct_note = threshold, correct_note
+    if correct_note is not None:
+        stream.totals.warnings.setdefault(correct_note, None)
+    return stream
+
+
+def _whole_columns(source: ChunkSource, mask: str, keys: list[str]) -> dict[str, Any]:
+    """Every row of ``keys`` (per-sequence columns: small), read before the chunks, a
+    few thousand rows at a time (with the mask, which a source reads rows by)."""
+    if not source.bind({"mask": mask, **{key: key for key in keys}}):
+        return {key: [] for key in keys}
+    parts: dict[str, list[Any]] = {key: [] for key in keys}
+    for start in range(0, source.rows, _FUNCTION_ROWS):
+        columns = source.read(start, min(start + _FUNCTION_ROWS, source.rows))
+        for key in keys:
+            value = columns[key]
+            parts[key].extend(value.reshape(-1).tolist() if isinstance(value, Tensor) else value)
+    return parts
+
+
+#: rows of the reward functions read at a time before the chunks
+_FUNCTION_ROWS = 4096
 
 
 @dataclass
@@ -195,6 +224,11 @@ class StreamedFile:
         ragged_width = source.width()
         self.width = max(ragged_width, 1) if ragged_width is not None else None
         self.totals = FileTotals()
+        #: the threshold that makes ``correct`` (the rule's, or 0.5 of a 0/1 reward
+        #: function chosen for the whole file) and the warning of that choice
+        rule = options.correct_rule()
+        self.correct_threshold: float | None = rule and rule[1]
+        self.correct_note: str | None = None
         #: the keys the source reads now (a later pass may read fewer)
         self.read_map = key_map
         used = set(key_map.values())
@@ -325,9 +359,8 @@ class StreamedFile:
             file_format=self.file_format,
             ragged={k for k in raw_columns if k in self.source.header.ragged},
         )
-        rule = self.options.correct_rule()
         canonical = _canonical_columns(
-            self.path, raw, self.profile, self.read_map, self.width, rule and rule[1]
+            self.path, raw, self.profile, self.read_map, self.width, self.correct_threshold
         )
         if self.groups is not None:
             canonical["group"] = self.groups[start:stop]
@@ -366,6 +399,7 @@ class StreamedFile:
             nonfinite=self.options.nonfinite,
             expected_names=self.names,
             file_keys=self.file_keys,
+            default_correct=self.correct_note is None,
         )
 
     def _take(self, batch: TokenBatch, start: int, again: bool = False) -> TokenBatch:
@@ -501,7 +535,14 @@ def convert_to_safetensors(path: Path, target: Path, options: LoadOptions | None
     rows = max(1, (1 << 20) // max(1, stream.padded_width()))
     starts = range(0, stream.rows, rows)
     first = stream.canonical(0, min(rows, stream.rows))
-    layout = {k: (v.dtype, list(v.shape[1:])) for k, v in first.items() if isinstance(v, Tensor)}
+    # a ``correct`` the file does not hold but its reward functions decide by default is
+    # left to the reader of the new file, which decides it (and says so) as this one did
+    skipped = {"correct"} if stream.correct_note is not None else set()
+    layout = {
+        k: (v.dtype, list(v.shape[1:]))
+        for k, v in first.items()
+        if isinstance(v, Tensor) and k not in skipped
+    }
     header: dict[str, Any] = {"__metadata__": {"converted_by": "ratioscope convert"}}
     offsets: dict[str, int] = {}
     offset = 0
