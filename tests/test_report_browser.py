@@ -57,6 +57,15 @@ def test_report_drills_from_run_to_step_to_tokens(browser, tmp_path):
     assert page.locator("#timeline svg g.mark-symbol path").count() >= 12 * 16
     assert page.locator("#step-table tbody tr").count() == 16
     assert page.locator("#verdict .finding").count() >= 1
+    # the verdict after each step: a badge in the table, a square under each panel, as
+    # the timeline the page was made from says
+    from ratioscope.views.timeline import timeline
+
+    expected = timeline(STEPS).levels()
+    badges = page.locator("#step-table td.level .badge").all_inner_texts()
+    assert [b.lower() for b in badges] == expected
+    squares = page.locator("#timeline svg g.mark-symbol path").count()
+    assert squares >= 2 * 12 * 16  # the points and the squares of every panel
     # counts are shown exactly: the run's valid tokens, summed from the dumps' masks
     tokens = sum(
         int(torch.load(path, weights_only=True)["response_mask"].sum())
