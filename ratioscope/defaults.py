@@ -39,6 +39,8 @@ def chunk_rows(chunk_elements: int, width: int) -> int:
 #: analysis.threads and the compiled kernels (functional._kernels): tensors of at most this
 #: many elements are analysed on one thread (torch's grain size, ``at::internal::GRAIN_SIZE``)
 SERIAL_ELEMENTS = 32768
+#: analysis.cache.StepCache: the bound on the step cache's size (2 GiB)
+CACHE_MAX_BYTES = 2 << 30
 #: sweep.sweep: the Q/V values of KPO's Sec. 5.4 parameter analysis
 QVS = (1e-6, 1e-4, 1e-2)
 #: functional.clustering: TF-IDF cosine at or above which correct responses may share a

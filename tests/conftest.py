@@ -28,3 +28,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def reference() -> Reference:
     return make_reference()
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test its own cache home: the commands' step cache (on by default) neither
+    reads what another test left nor writes to the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache-home")))

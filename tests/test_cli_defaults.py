@@ -56,6 +56,11 @@ CLI_ONLY = {
     # objectives headlines (off, as ratioscope.timeline's objectives=False)
     "--columns",
     "--objectives",
+    # the step cache: on by default on the command line (ratioscope.timeline's cache=None
+    # keeps none); its bound is StepCache's (test_the_cache_bound_is_the_librarys)
+    "--cache",
+    "--no-cache",
+    "--cache-max-bytes",
     # timeline --html: where to write the run report (none by default)
     "--html",
     # objectives: which methods (default all: methods=None), overrides (none), --list
@@ -220,3 +225,13 @@ def test_help_shows_the_library_defaults():
     assert result.exit_code == 0
     for shown in ("[default: 0.2,0.28]", "[default: 3e-4,4e-4]", "[default: exact]"):
         assert shown in result.stdout
+
+
+def test_the_cache_bound_is_the_librarys():
+    import inspect as _inspect
+
+    from ratioscope.analysis.cache import StepCache
+    from ratioscope.cli._cache import CACHE_MAX_BYTES_DEFAULT
+
+    bound = _inspect.signature(StepCache).parameters["max_bytes"].default
+    assert bound == CACHE_MAX_BYTES_DEFAULT == 2 * 2**30

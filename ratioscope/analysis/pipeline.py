@@ -564,11 +564,15 @@ class ReportMerge:
         else:
             _check_same_run(name, shard, self.first, list(self.totals), present)
             with one_thread():
-                for key in present:
-                    if live is not None:
-                        other = live[key]
-                    else:
-                        other = _restore(self.classes[key], self.first.params, shard, name)
+                # every section restored before any is folded: a state that does not
+                # read back leaves the merge as it was
+                others = {
+                    key: live[key]
+                    if live is not None
+                    else _restore(self.classes[key], self.first.params, shard, name)
+                    for key in present
+                }
+                for key, other in others.items():
                     if key in self.totals:
                         _fold(self.totals[key], other, name)
                     else:  # an optional section that earlier shards had no data for
@@ -620,7 +624,8 @@ def _as_report(item: Report | Mapping[str, Any], name: str, needs_state: bool = 
         if "state" not in item or "analysis" not in (item.get("params") or {}):
             raise MergeError(name, "not an analyze report (no 'state' block to merge)")
         try:
-            shard = Report.from_dict(item, source=name)
+            # merged from its state: the sections are recomputed from the merged sums
+            shard = Report.from_dict(item, source=name, sections=False)
         except ReportError as error:
             raise MergeError(name, error.problem) from None
     if (needs_state and not shard.state) or "analysis" not in shard.params:
@@ -638,6 +643,23 @@ class _FirstReport:
 
 
 _MALFORMED = (KeyError, TypeError, ValueError, IndexError, RuntimeError)
+
+
+def report_totals(report: Report, name: str) -> list[Accumulator]:
+    """The accumulators a report's ``state`` holds, to be folded as they are
+    (:meth:`ReportMerge.add`): a report read back (the step cache's) whose state is
+    checked before it joins a merge.
+
+    Raises:
+        MergeError: a damaged state, or parameters that do not read back.
+    """
+    params = _params_of(report, name)
+    with one_thread():
+        return [
+            _restore(cls, params, report, name)
+            for cls in section_classes()
+            if cls.name in report.state
+        ]
 
 
 def _params_of(report: Report, name: str) -> AnalysisParams:

@@ -177,7 +177,7 @@ def assign_steps(
     read = read_meta or read_step_meta
     found: dict[int, tuple[list[Path], StepSource]] = {}
     for path in files:
-        step, source = _step_of(Path(path), pattern, step_from, read)
+        step, source = step_of(Path(path), pattern, step_from, read)
         found.setdefault(step, ([], source))[0].append(Path(path))
     return [
         StepFiles(step=step, paths=tuple(paths), source=source)
@@ -185,12 +185,17 @@ def assign_steps(
     ]
 
 
-def _step_of(
+def step_of(
     path: Path,
     pattern: re.Pattern[str] | None,
     step_from: str | None,
     read: Callable[[Path], dict[str, Any]],
 ) -> tuple[int, StepSource]:
+    """The step of one file and how it was found (``pattern``: ``step_from`` compiled).
+
+    Raises:
+        ParameterError: ``step_from`` does not match the path; InputError: no step.
+    """
     if pattern is not None:
         match = pattern.search(path.as_posix())
         if match is None or match.group(1) is None:

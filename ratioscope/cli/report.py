@@ -7,6 +7,13 @@ from typing import Annotated
 
 import typer
 
+from ratioscope.cli._cache import (
+    CACHE_MAX_BYTES_DEFAULT,
+    CacheDir,
+    CacheMaxBytes,
+    NoCache,
+    cache_of,
+)
 from ratioscope.cli._options import (
     CHUNK_ELEMENTS_DEFAULT,
     CLIP_DEFAULT,
@@ -160,6 +167,9 @@ def report(
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     workers: Workers = 1,
     ray: RayAddress = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    cache_max_bytes: CacheMaxBytes = CACHE_MAX_BYTES_DEFAULT,
     quiet: Quiet = False,
 ) -> None:
     """The run report: one self-contained HTML file, from the trend to a step, a sequence
@@ -192,6 +202,7 @@ def report(
     from ratioscope.views.drilldown import DEFAULT_METHODS
 
     check_html_path(out, "--out")
+    cache = cache_of(cache_dir, no_cache, cache_max_bytes)
     if token_budget < 0:
         raise UsageError(f"--token-budget must be >= 0 MiB, got {token_budget}")
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
@@ -218,6 +229,7 @@ def report(
             title=title,
             progress=progress,
             runner=runner_of(workers, ray),
+            cache=cache,
         )
     result.write_html(out)
     announce_written([out], quiet)

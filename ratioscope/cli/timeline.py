@@ -7,6 +7,13 @@ from typing import Annotated
 
 import typer
 
+from ratioscope.cli._cache import (
+    CACHE_MAX_BYTES_DEFAULT,
+    CacheDir,
+    CacheMaxBytes,
+    NoCache,
+    cache_of,
+)
 from ratioscope.cli._options import (
     CHUNK_ELEMENTS_DEFAULT,
     CLIP_DEFAULT,
@@ -186,6 +193,9 @@ def timeline(
     wandb: WandbRun = False,
     workers: Workers = 1,
     ray: RayAddress = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    cache_max_bytes: CacheMaxBytes = CACHE_MAX_BYTES_DEFAULT,
     device: Device = DEVICE_DEFAULT,
     format: Format = FORMAT_DEFAULT,
     mapping: Mapping = None,
@@ -255,6 +265,7 @@ def timeline(
 
     require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
     runner = runner_of(workers, ray)
+    cache = cache_of(cache_dir, no_cache, cache_max_bytes)
     inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
     check_output_paths(inputs, [json_out, parquet_out, html_out])
     check_suffix(json_out, ".json", "--json")
@@ -288,6 +299,7 @@ def timeline(
             objectives=objectives,
             progress=progress,
             runner=runner,
+            cache=cache,
         )
         html_report = None
         if html_out is not None:

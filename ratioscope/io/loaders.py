@@ -8,6 +8,7 @@ with memory bounded by the largest file.
 from __future__ import annotations
 
 import glob
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -246,11 +247,35 @@ class FoundPath(_ConcretePath):
     """
 
 
-def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+def walk_files(directory: Path) -> list[Path]:
+    """The files under ``directory``, at any depth, through symbolic links to folders too
+    (users arrange a run's step folders as links), each real folder entered once: a link
+    back to a folder above is a loop, and the files it leads to are already listed."""
+    entered: set[tuple[int, int]] = set()
+    files: list[Path] = []
+    for root, folders, names in os.walk(directory, followlinks=True):
+        try:
+            status = os.stat(root)
+        except OSError:  # gone while walking
+            folders[:] = []
+            continue
+        identity = (status.st_dev, status.st_ino)
+        if identity in entered:
+            folders[:] = []
+            continue
+        entered.add(identity)
+        files.extend(Path(root) / name for name in names)
+    return files
+
+
+def expand_paths(paths: Sequence[str | Path], allow_empty: bool = False) -> list[Path]:
     """Files named by ``paths``: files as given, directories searched recursively for
-    known suffixes, glob patterns expanded; each in natural order, duplicates dropped.
-    The files found by a walk or a glob are :class:`FoundPath`; a file both named and
-    found counts as named.
+    known suffixes (through symbolic links to folders; hidden files, such as a writer's
+    temporary files, left out), glob patterns expanded; each in natural order, duplicates
+    dropped. The files found by a walk or a glob are :class:`FoundPath`; a file both
+    named and found counts as named. ``allow_empty``: a directory without a dump, or a
+    pattern without a match, adds nothing instead of failing (a run being watched that
+    has not written its first step).
     """
     if not paths:
         raise UnreadablePathError(None, "no input path given")
@@ -260,18 +285,22 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
         if _GLOB_CHARS.search(text) and not Path(text).exists():
             matches = sorted((Path(m) for m in glob.glob(text, recursive=True)), key=_natural_key)
             matches = [m for m in matches if m.is_file()]
-            if not matches:
+            if not matches and not allow_empty:
                 raise UnreadablePathError(text, "the pattern matches no file")
             files.extend(FoundPath(m) for m in matches)
             continue
         path = Path(text)
         if path.is_dir():
             found = sorted(
-                (p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES),
+                (
+                    p
+                    for p in walk_files(path)
+                    if p.suffix.lower() in SUFFIXES and not p.name.startswith(".") and p.is_file()
+                ),
                 key=_natural_key,
             )
             found = [p for p in found if p.suffix.lower() not in (".pkl", ".pickle")] or found
-            if not found:
+            if not found and not allow_empty:
                 raise UnreadablePathError(path, "the directory holds no dump file")
             files.extend(FoundPath(p) for p in found)
         elif path.exists():

@@ -227,28 +227,39 @@ class RunJudge:
     def add(
         self,
         step: int,
-        report: JudgedReport,
+        report: JudgedReport | Mapping[str, Any],
         *,
-        pooled: JudgedReport | None = None,
+        pooled: JudgedReport | Verdict | None = None,
         values: Mapping[str, float | None] | None = None,
         flags: Collection[str] = (),
+        own: Verdict | None = None,
     ) -> Verdict:
         """Judge the run after ``step``, whose own report is ``report``.
 
         Args:
             step: the step number (steps come in order).
-            report: the step's own report.
-            pooled: the pooled report of the steps so far (None: the step's own, as for
-                a run's first step).
+            report: the step's own report (typed, or its JSON document with ``own``).
+            pooled: the pooled report of the steps so far, or its verdict (None: the
+                step's own, as for a run's first step).
             values: the step's headline values (key -> value) for the change findings.
             flags: the headlines the change rule flags at this step.
+            own: the step's own verdict, where it is known (a cached step); else it is
+                judged from ``report``.
 
         Returns:
             The verdict after this step (also :attr:`current`, and a :class:`StepVerdict`
             appended to :attr:`verdicts`).
         """
-        pooled_verdict = verdict(pooled if pooled is not None else report, self.t)
-        latest = verdict(report, self.t) if pooled is not None else pooled_verdict
+        if own is None:
+            assert not isinstance(report, Mapping), "a report document needs its own verdict"
+            own = verdict(report, self.t)
+        latest = own
+        if pooled is None:
+            pooled_verdict = own
+        elif isinstance(pooled, Verdict):
+            pooled_verdict = pooled
+        else:
+            pooled_verdict = verdict(pooled, self.t)
         self.changes.add(step, values or {}, flags)
         self.first.add(step, report)
         self.history.add(step, report)

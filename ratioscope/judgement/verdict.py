@@ -504,6 +504,30 @@ class Verdict:
 
         write_json(self.to_dict(), path)
 
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Verdict:
+        """The verdict a :meth:`to_dict` document holds (a cached step's, a timeline's).
+
+        Raises:
+            ValueError: a finding or note without its fields, or of an unknown level.
+        """
+        from ratioscope.io.documents import from_jsonable
+
+        findings = tuple(
+            from_jsonable(Finding, item, "$.findings") for item in document.get("findings") or ()
+        )
+        if any(f.level not in LEVELS for f in findings):
+            raise ValueError("a finding of an unknown level")
+        notes = tuple(from_jsonable(Note, item, "$.notes") for item in document.get("notes") or ())
+        overridden = tuple(str(name) for name in document.get("overridden_thresholds") or ())
+        return cls(
+            findings,
+            overridden,
+            notes,
+            first_yellow=document.get("first_yellow"),
+            first_red=document.get("first_red"),
+        )
+
 
 # --------------------------------------------------------------------------- judging
 

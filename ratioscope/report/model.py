@@ -108,8 +108,12 @@ class Report:
         return to_jsonable(document)
 
     @classmethod
-    def from_dict(cls, document: Mapping[str, Any], source: str | Path | None = None) -> Report:
-        """The report a JSON document (``to_dict()``, a report file) holds, sections typed.
+    def from_dict(
+        cls, document: Mapping[str, Any], source: str | Path | None = None, sections: bool = True
+    ) -> Report:
+        """The report a JSON document (``to_dict()``, a report file) holds, sections typed
+        (``sections=False``: left out, for a report that is only merged, from its
+        ``state``: the merge recomputes every section from the merged sums).
 
         Reads schema versions 1 and 2 (the same layout); the report is of the current
         version (written back, it says so). A field that an older report lacks takes
@@ -135,6 +139,8 @@ class Report:
                 continue
             if key not in known:
                 raise ReportError(source, f"not an analyze report (unknown key '{key}')")
+            if not sections and key in _SECTIONS:
+                continue
             try:
                 values[key] = from_jsonable(hints[key], value, key)
             except JSONShapeError as error:
@@ -168,6 +174,10 @@ class Report:
         from ratioscope.judgement.verdict import verdict
 
         return verdict(self, thresholds, baseline)
+
+
+#: the report's sections (what ``from_dict(sections=False)`` leaves out)
+_SECTIONS = frozenset((*SECTION_KEYS, *OPTIONAL_SECTION_KEYS))
 
 
 def _report_hints() -> dict[str, Any]:

@@ -18,11 +18,10 @@ equal-reward groups), then the five papers' quantities.
 
 from __future__ import annotations
 
-import functools
 import math
 import shutil
 import tempfile
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,9 +29,18 @@ from typing import TYPE_CHECKING, Any
 from ratioscope import defaults
 from ratioscope.analysis.steps import StepFiles, assign_steps
 from ratioscope.functional.changepoint import ChangeRule
+from ratioscope.judgement.verdict import FINDING_SECTIONS
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
+from ratioscope.views.step_analysis import (
+    OBJECTIVE_METHODS,
+    StepAnalysis,
+    StepResult,
+    read_meta,
+    thresholds_key,
+)
 
 if TYPE_CHECKING:
+    from ratioscope.analysis.cache import StepCache
     from ratioscope.analysis.parallel import Runner
     from ratioscope.data.params import AnalysisParams
     from ratioscope.functional.vitals import MechanicsFit, PerformanceFit
@@ -40,7 +48,6 @@ if TYPE_CHECKING:
     from ratioscope.judgement.run_verdict import StepVerdict
     from ratioscope.judgement.verdict import Thresholds, Verdict
     from ratioscope.report.model import Report
-    from ratioscope.sections.base import Accumulator
 
 #: the timeline JSON layout's version (``schema_version``)
 TIMELINE_SCHEMA_VERSION = 1
@@ -332,8 +339,6 @@ OBJECTIVE_HEADLINES: tuple[Headline, ...] = (
         "the engine's ratios exceed the cap more often",
     ),
 )
-#: the methods the objective headlines need
-OBJECTIVE_METHODS = ("grpo", "gspo", "tis", "opsm")
 
 
 def headline(key: str) -> Headline:
@@ -596,6 +601,7 @@ def timeline(
     progress: ProgressCallback | None = None,
     runner: Runner | None = None,
     fixed_params: Collection[str] = (),
+    cache: StepCache | None = None,
 ) -> Timeline:
     """The headline quantities of a run, step by step, with change flags.
 
@@ -609,7 +615,7 @@ def timeline(
         change: the change rule (default :class:`ChangeRule`).
         reports_dir: write each step's report there as ``step_NNNNNN.json`` (created if
             missing; written only when the whole timeline succeeds).
-        thresholds: the verdict's thresholds (default: :class:`ratioscope.verdict.
+        thresholds: the verdict's thresholds (default: :class:`ratioscope.judgement.verdict.
             Thresholds`).
         objectives: also follow :data:`OBJECTIVE_HEADLINES`, from
             :func:`ratioscope.objectives` of each step's files (dumps only).
@@ -619,6 +625,9 @@ def timeline(
             folded in step order, so the result is the sequential one.
         fixed_params: as for :func:`ratioscope.analyze`: parameters the trainer's
             recorded settings leave alone.
+        cache: a :class:`~ratioscope.analysis.cache.StepCache`: steps analysed before with
+            the same files and parameters are read from it, the others written to it
+            (default: none).
 
     Returns:
         :class:`Timeline`.
@@ -627,17 +636,10 @@ def timeline(
         InputError: a file without a step (naming it and the ways to give one);
         ParameterError: a bad ``step_from``; what :func:`ratioscope.analyze` raises.
     """
-    from ratioscope.analysis.pipeline import (
-        DEFAULT_CHUNK_ELEMENTS,
-        ReportMerge,
-        _split_options,
-        merge_reports,
-    )
+    from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options
     from ratioscope.errors import UsageError
-    from ratioscope.io.documents import tool_info
     from ratioscope.io.loaders import expand_paths
     from ratioscope.io.paths import is_report_path
-    from ratioscope.judgement.verdict import FINDING_SECTIONS
 
     params, load_options = _split_options(params, load_options, {})
     rule = change or ChangeRule()
@@ -651,132 +653,210 @@ def timeline(
             "the objective headlines need the dumps themselves: a report holds no per-token "
             "log-probs"
         )
-    followed = (*HEADLINES, *OBJECTIVE_HEADLINES) if objectives else HEADLINES
     unsafe_pickle = load_options.unsafe_pickle
     by_step = assign_steps(
         files,
         step_from,
-        read_meta=lambda p: _read_meta(p, unsafe_pickle),
+        read_meta=lambda p: read_meta(p, unsafe_pickle),
     )
-    load_options, settings_note = _run_settings(by_step, load_options, all(reports))
-    rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
-    judging = StepJudging(followed, rule, thresholds)
-
-    work = functools.partial(
-        _step_result, params=params, load_options=load_options, device=device,
+    load_options, settings_note = run_settings(by_step, load_options, all(reports))
+    steps = StepAnalysis(
+        params=params, load_options=load_options, device=device,
         chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections=sections,
-        objectives=objectives, fixed_params=tuple(fixed_params),
+        objectives=objectives, fixed_params=tuple(fixed_params), cache=cache,
+        thresholds=thresholds,
     )  # fmt: skip
+    fold = RunFold(thresholds=thresholds, rule=rule, objectives=objectives, cache=cache)
     tasks = runner if runner is not None and runner.parallel and not all(reports) else None
-
-    def results(
-        staging: Path | None,
-    ) -> Iterator[tuple[Report, dict[str, Any] | None, list[Accumulator] | None]]:
-        """Each step's report, its objective summaries, and the accumulators it was
-        built from when it was analysed here (folded into the pooled report as they are;
-        its state is written only for ``staging``)."""
-        if tasks is not None:
-            from ratioscope.analysis.parallel import ordered_results
-            from ratioscope.report.model import Report
-
-            for document, step_objectives in ordered_results(
-                work, by_step, tasks, describe=_describe_step
-            ):
-                yield Report.from_dict(document), step_objectives, None
-            return
-        for group in by_step:
-            if all(reports):
-                yield (
-                    merge_reports(
-                        (_read_report(p) for p in group.paths), names=[str(p) for p in group.paths]
-                    ),
-                    None,
-                    None,
-                )
-            else:
-                step_report, totals = _analyze_step_totals(
-                    group, params, load_options, device,
-                    chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections, progress, fixed_params,
-                    state=staging is not None,
-                )  # fmt: skip
-                step_objectives = _step_objectives(group, load_options) if objectives else None
-                yield step_report, step_objectives, totals
-
-    def fold_steps(staging: Path | None) -> Report:
-        """The steps one at a time: their rows, the verdict after each, and the pooled
-        report of them all."""
-        pooling = ReportMerge()
-        pooled: Report | None = None
+    with _staged(reports_dir) as staging:
+        results = steps.results(by_step, all(reports), tasks, progress, staging is not None)
         first = f"step {by_step[0].step}" if by_step else "no step"
         report(progress, ProgressUpdate("steps", 0, len(by_step), first))
-        for index, (group, (step_report, step_objectives, totals)) in enumerate(
-            zip(by_step, results(staging), strict=True)
-        ):
+        for index, (group, result) in enumerate(zip(by_step, results, strict=True)):
             # the step is done (in this process or a task): the next one is under way
             label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
             report(progress, ProgressUpdate("steps", index + 1, len(by_step), label))
-            document = _sections_document(step_report)
-            if step_objectives is not None:
-                document["objectives"] = step_objectives
-            values = {h.key: h.value(document) for h in followed}
-            for name in reward_function_names(document):
-                functions.setdefault(name, None)
-                item = reward_function_headline(name)
-                values[item.key] = item.value(document)
-            method = getattr(step_report.future_policy, "method", None)
-            if method:
-                fpa_steps.setdefault(str(method), []).append(group.step)
-            rows.append((group.step, tuple(str(p) for p in group.paths), values))
-            if staging is not None:
-                step_report.write_json(staging / f"step_{group.step:06d}.json")
-            # the step's sections are read: its accumulators may now join the pooled sums
-            pooling.add(step_report, f"step {group.step}", totals)
             last = index + 1 == len(by_step)
-            # the pooled report of the steps so far: the user's view after this step (its
-            # findings' sections; the whole report, with its state, after the last)
-            so_far = None
-            if last and index > 0:
-                so_far = pooling.result()
-            elif index > 0:
-                so_far = pooling.result(state=False, sections=FINDING_SECTIONS)
-            judging.add(group.step, step_report, so_far, values, list(functions))
-            if last and so_far is not None:
-                pooled = so_far
+            result = fold_step(fold, steps, group, result, last, progress, staging is not None)
+            if staging is not None:
+                result.write_json(staging / f"step_{group.step:06d}.json")
         report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
-        return pooled if pooled is not None else pooling.result()
+        if not by_step:
+            fold.pooled = fold.pooling.result()
+    return fold.timeline(step_from=step_from, warnings=settings_note)
 
-    fpa_steps: dict[str, list[int]] = {}
-    # the run's reward functions, in order of first appearance (a dict as an ordered set)
-    functions: dict[str, None] = {}
-    with _staged(reports_dir) as staging:
-        pooled = fold_steps(staging)
-    headlines = with_reward_functions(followed, reward_function_headlines(list(functions)))
-    for _, _, values in rows:
-        for item in headlines:
-            values.setdefault(item.key, None)  # a function a step's files do not have
-    steps = tuple(
-        TimelineStep(step=step, inputs=inputs, values=values, flags=flags, verdict=judged)
-        for (step, inputs, values), flags, judged in zip(
-            rows, judging.flags, judging.judge.verdicts, strict=True
+
+def fold_step(
+    fold: RunFold,
+    steps: StepAnalysis,
+    group: StepFiles,
+    result: StepResult,
+    last: bool = False,
+    progress: ProgressCallback | None = None,
+    state: bool = False,
+) -> StepResult:
+    """Fold one step into the run; a step read from the cache that does not join it
+    (made with other parameters, sums of another shape: a planted or damaged entry) is
+    not trusted: it is analysed again. Returns the step as folded."""
+    from ratioscope.errors import MergeError
+
+    try:
+        fold.add(group.step, group.paths, result, last=last)
+    except MergeError:
+        if result.document is None or steps.cache is None:
+            raise
+        steps.cache.refuse()
+        result = steps.analysed(group, result.key, progress, state)
+        fold.add(group.step, group.paths, result, last=last)
+    return result
+
+
+class RunFold:
+    """A timeline built one step at a time (:func:`timeline`, ``watch``): each step's
+    headline values, its change flags and its verdict, from the steps so far, and the
+    pooled report of the steps so far.
+
+    Args:
+        thresholds: the verdict's; rule: the change rule; objectives: follow the objective
+            headlines too.
+        view_sections: the sections of the pooled report of the steps so far (computed
+            after each step for the verdict; None: every section, as ``watch`` shows it).
+        cache: where the verdict of the pooled report after each step is kept, keyed by
+            the steps so far (their cache keys, in order) and the thresholds: a run
+            folded again reads it instead of computing the pooled report at every step.
+    """
+
+    def __init__(
+        self,
+        *,
+        thresholds: Thresholds | None = None,
+        rule: ChangeRule | None = None,
+        objectives: bool = False,
+        view_sections: Sequence[str] | None = FINDING_SECTIONS,
+        cache: StepCache | None = None,
+    ) -> None:
+        from ratioscope.analysis.pipeline import ReportMerge
+
+        self.rule = rule or ChangeRule()
+        self.objectives = objectives
+        self.followed = (*HEADLINES, *OBJECTIVE_HEADLINES) if objectives else HEADLINES
+        self.pooling = ReportMerge()
+        self.judging = StepJudging(self.followed, self.rule, thresholds)
+        self.view_sections = view_sections
+        self.rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
+        #: the run's reward functions, in order of first appearance (an ordered set)
+        self.functions: dict[str, None] = {}
+        self.fpa_steps: dict[str, list[int]] = {}
+        #: the pooled report of the steps so far (with its state after the last step;
+        #: None after a step whose pooled verdict the cache held)
+        self.pooled: Report | None = None
+        self.thresholds = thresholds
+        self.cache = cache
+        #: the key of the steps so far, in order (None once a step has no cache key)
+        self.chain: str | None = _chain_seed(thresholds, view_sections) if cache else None
+
+    def add(
+        self, step: int, inputs: Sequence[str | Path], result: StepResult, last: bool = False
+    ) -> None:
+        """Fold one step in (steps in order); ``last``: the run's last step (the pooled
+        report is then made whole, with its state)."""
+        step_report = result.report
+        # merged first: a step that does not join the run leaves the fold as it was
+        self.pooling.add(step_report, f"step {step}", result.totals)
+        document: dict[str, Any] = (
+            dict(result.document) if result.document is not None
+            else _sections_document(step_report)
+        )  # fmt: skip
+        if result.objectives is not None:
+            document["objectives"] = result.objectives
+        values = {h.key: h.value(document) for h in self.followed}
+        for name in reward_function_names(document):
+            self.functions.setdefault(name, None)
+            item = reward_function_headline(name)
+            values[item.key] = item.value(document)
+        method = lookup(document, "future_policy.method")
+        if method:
+            self.fpa_steps.setdefault(str(method), []).append(step)
+        self.rows.append((step, tuple(str(p) for p in inputs), values))
+        self.chain = _chained(self.chain, result.key)
+        # the first step's pooled report is its own: judged once, not twice
+        so_far: Report | Verdict | None = None
+        if len(self.rows) > 1:
+            so_far = self._pooled_verdict()
+        if last:
+            self.pooled = self.pooling.result()
+        elif so_far is None or len(self.rows) == 1:
+            self.pooled = self.pooling.result(state=False, sections=self.view_sections)
+        else:  # the cache's verdict stands for the pooled report: it is not computed
+            self.pooled = None
+        if len(self.rows) > 1 and so_far is None:
+            so_far = self._judge_pooled()
+        own_report = step_report if result.document is None or result.own is None else document
+        self.judging.add(step, own_report, so_far, values, list(self.functions), own=result.own)
+
+    def _pooled_verdict(self) -> Verdict | None:
+        """The cache's verdict of the pooled report of the steps so far, if it holds one
+        that reads back."""
+        if self.cache is None or self.chain is None:
+            return None
+        from ratioscope.judgement.verdict import Verdict
+
+        entry = self.cache.get(self.chain, kind="pooled verdict")
+        if entry is None:
+            return None
+        try:
+            return Verdict.from_dict(entry["verdict"])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            self.cache.refuse()
+            return None
+
+    def _judge_pooled(self) -> Verdict:
+        """The verdict of the pooled report of the steps so far (kept in the cache)."""
+        from ratioscope.judgement.verdict import verdict
+
+        assert self.pooled is not None
+        judged = verdict(self.pooled, self.thresholds)
+        if self.cache is not None and self.chain is not None:
+            self.cache.put(self.chain, {"verdict": judged.to_dict()}, kind="pooled verdict")
+        return judged
+
+    def timeline(self, *, step_from: str | None = None, warnings: Sequence[str] = ()) -> Timeline:
+        """The timeline of the steps so far."""
+        from ratioscope.io.documents import tool_info
+
+        pooled = self.pooled
+        headlines = with_reward_functions(
+            self.followed, reward_function_headlines(list(self.functions))
         )
-    )
-    fpa_note = _fpa_methods_note(fpa_steps)
-    return Timeline(
-        tool=tool_info(),
-        params={
-            **pooled.params,
-            "step_from": step_from,
-            "change": rule.to_dict(),
-            "objectives": list(OBJECTIVE_METHODS) if objectives else None,
-        },
-        headlines=headlines,
-        steps=steps,
-        warnings=(*settings_note, *pooled.warnings, *fpa_note),
-        pooled=pooled,
-        verdict=judging.verdict(),
-        entropy_mechanics=entropy_mechanics(steps),
-        entropy_performance=entropy_performance(steps),
-    )
+        for _, _, values in self.rows:
+            for item in headlines:
+                values.setdefault(item.key, None)  # a function a step's files do not have
+        steps = tuple(
+            TimelineStep(step=step, inputs=inputs, values=values, flags=flags, verdict=judged)
+            for (step, inputs, values), flags, judged in zip(
+                self.rows, self.judging.flags, self.judging.judge.verdicts, strict=True
+            )
+        )
+        return Timeline(
+            tool=tool_info(),
+            params={
+                **(pooled.params if pooled is not None else {}),
+                "step_from": step_from,
+                "change": self.rule.to_dict(),
+                "objectives": list(OBJECTIVE_METHODS) if self.objectives else None,
+            },
+            headlines=headlines,
+            steps=steps,
+            warnings=(
+                *warnings,
+                *(pooled.warnings if pooled is not None else ()),
+                *_fpa_methods_note(self.fpa_steps),
+            ),
+            pooled=pooled,
+            verdict=self.judging.verdict(),
+            entropy_mechanics=entropy_mechanics(steps),
+            entropy_performance=entropy_performance(steps),
+        )
 
 
 class StepJudging:
@@ -805,13 +885,15 @@ class StepJudging:
     def add(
         self,
         step: int,
-        step_report: Report,
-        pooled: Report | None,
+        step_report: Report | Mapping[str, Any],
+        pooled: Report | Verdict | None,
         values: Mapping[str, float | None],
         functions: Sequence[str],
+        own: Verdict | None = None,
     ) -> None:
-        """Fold one step in: its own report, the pooled report so far (None for the
-        first step), its headline values and the run's reward functions so far."""
+        """Fold one step in: its own report (or its JSON with ``own``, its verdict), the
+        pooled report so far (None for the first step), its headline values and the
+        run's reward functions so far."""
         headlines = with_reward_functions(self.followed, reward_function_headlines(functions))
         flags = tuple(
             h.key
@@ -820,7 +902,7 @@ class StepJudging:
         )
         self.flags.append(flags)
         self.judge.changes.labels = {h.key: h.label for h in headlines}
-        self.judge.add(step, step_report, pooled=pooled, values=values, flags=flags)
+        self.judge.add(step, step_report, pooled=pooled, values=values, flags=flags, own=own)
 
     def verdict(self) -> Verdict | None:
         """The verdict after the last step, with the first yellow and red steps."""
@@ -839,7 +921,27 @@ class StepJudging:
         )
 
 
-def _run_settings(
+def _chain_seed(thresholds: Thresholds | None, view_sections: Sequence[str] | None) -> str:
+    """The start of :attr:`RunFold.chain`: what a pooled verdict depends on besides the
+    steps."""
+    import hashlib
+
+    text = thresholds_key(thresholds) + repr(
+        None if view_sections is None else sorted(view_sections)
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _chained(chain: str | None, key: str | None) -> str | None:
+    """The key of the steps so far, one more step folded in."""
+    import hashlib
+
+    if chain is None or key is None:
+        return None
+    return hashlib.sha256(f"{chain}:{key}".encode()).hexdigest()
+
+
+def run_settings(
     by_step: Sequence[StepFiles], load_options: LoadOptions, reports: bool
 ) -> tuple[LoadOptions, tuple[str, ...]]:
     """Every step analysed with the run's trainer settings (those recorded in its first
@@ -943,24 +1045,6 @@ def _read_mechanics(block: Any) -> MechanicsFit | None:
     return from_jsonable(MechanicsFit, block, "$.entropy_mechanics")
 
 
-def _step_result(
-    group: StepFiles,
-    *,
-    params: AnalysisParams,
-    load_options: LoadOptions,
-    device: str,
-    chunk_elements: int,
-    sections: Sequence[str] | None,
-    objectives: bool,
-    fixed_params: Collection[str] = (),
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """One step as a task: its report document and, on request, its objective summaries."""
-    document = _analyze_step(
-        group, params, load_options, device, chunk_elements, sections, None, fixed_params
-    ).to_dict()
-    return document, (_step_objectives(group, load_options) if objectives else None)
-
-
 def _sections_document(step_report: Report) -> dict[str, Any]:
     """The report's sections, what the headlines read (:func:`lookup` walks the section
     objects as it walks their JSON): converting the whole report to JSON, ``state``
@@ -968,20 +1052,6 @@ def _sections_document(step_report: Report) -> dict[str, Any]:
     from ratioscope.report.model import OPTIONAL_SECTION_KEYS, SECTION_KEYS
 
     return {key: getattr(step_report, key) for key in (*SECTION_KEYS, *OPTIONAL_SECTION_KEYS)}
-
-
-def _describe_step(group: StepFiles) -> str:
-    first = group.paths[0] if group.paths else "no file"
-    more = f" and {len(group.paths) - 1} more" if len(group.paths) > 1 else ""
-    return f"step {group.step} ({first}{more})"
-
-
-def _step_objectives(group: StepFiles, load_options: LoadOptions) -> dict[str, Any]:
-    """The per-method summaries of one step's side-by-side view, as JSON."""
-    from ratioscope.objective_family.side_by_side import objectives
-
-    result = objectives(list(group.paths), methods=OBJECTIVE_METHODS, load_options=load_options)
-    return dict(result.to_dict()["methods"])
 
 
 def timeline_verdict(
@@ -1021,62 +1091,6 @@ def relative_values(document: Mapping[str, Any]) -> dict[str, float | None]:
 
 def _short(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
-
-
-def _analyze_step(
-    group: StepFiles,
-    params: AnalysisParams,
-    load_options: LoadOptions,
-    device: str,
-    chunk_elements: int,
-    sections: Sequence[str] | None,
-    progress: ProgressCallback | None,
-    fixed_params: Collection[str] = (),
-) -> Report:
-    report, _ = _analyze_step_totals(
-        group, params, load_options, device, chunk_elements, sections, progress, fixed_params
-    )
-    return report
-
-
-def _analyze_step_totals(
-    group: StepFiles,
-    params: AnalysisParams,
-    load_options: LoadOptions,
-    device: str,
-    chunk_elements: int,
-    sections: Sequence[str] | None,
-    progress: ProgressCallback | None,
-    fixed_params: Collection[str] = (),
-    state: bool = True,
-) -> tuple[Report, list[Accumulator]]:
-    """The step's report and the accumulators it was built from
-    (:func:`ratioscope.analysis.pipeline.analyze_totals`)."""
-    from ratioscope.analysis.pipeline import analyze_totals
-
-    return analyze_totals(
-        list(group.paths),
-        params=params,
-        load_options=load_options,
-        device=device,
-        chunk_elements=chunk_elements,
-        sections=sections,
-        progress=progress,
-        fixed_params=fixed_params,
-        state=state,
-    )
-
-
-def _read_meta(path: Path, unsafe_pickle: bool) -> dict[str, Any]:
-    from ratioscope.analysis.steps import read_step_meta
-
-    return read_step_meta(path, unsafe_pickle=unsafe_pickle)
-
-
-def _read_report(path: Path) -> dict[str, Any]:
-    from ratioscope.io.documents import read_json_report
-
-    return read_json_report(path)
 
 
 class _staged:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ratioscope.views.drilldown import DEFAULT_METHODS, DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
 if TYPE_CHECKING:
+    from ratioscope.analysis.cache import StepCache
     from ratioscope.analysis.parallel import Runner
     from ratioscope.data.params import AnalysisParams
     from ratioscope.io.loaders import LoadOptions
@@ -193,6 +194,7 @@ def run_report(
     progress: ProgressCallback | None = None,
     fixed_params: Collection[str] = (),
     runner: Runner | None = None,
+    cache: StepCache | None = None,
 ) -> RunReport:
     """The run report of a run's dumps (and a baseline run's, drawn beside it).
 
@@ -211,6 +213,7 @@ def run_report(
         fixed_params: as for :func:`ratioscope.timeline`.
         runner: where the timelines' steps are analysed, as for
             :func:`ratioscope.timeline` (the drill-down then reads the kept steps here).
+        cache: the step cache of the timelines, as for :func:`ratioscope.timeline`.
 
     Returns:
         :class:`RunReport`; :meth:`RunReport.write_html` writes the file.
@@ -236,6 +239,7 @@ def run_report(
         "progress": progress,
         "fixed_params": tuple(fixed_params),
         "runner": runner,
+        "cache": cache,
     }
     result = timeline(paths, **options)  # type: ignore[arg-type]
     other = None
