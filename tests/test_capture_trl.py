@@ -186,12 +186,12 @@ def train(root: Path, trainer_class: type, capture: CaptureConfig, **overrides):
         per_device_train_batch_size=4,
         gradient_accumulation_steps=2,  # generation batch: 8 rows = 2 prompts x 4
         num_generations=GENERATIONS,
-        num_iterations=2,  # old_per_token_logps exist: the ratio is not identically 1
+        num_iterations=overrides.pop("num_iterations", 2),  # old logps exist: the ratio is not 1
         beta=0.04,  # ref_per_token_logps exist
         reward_weights=list(WEIGHTS),
         max_completion_length=8,
         max_steps=overrides.pop("max_steps", STEPS),
-        learning_rate=5e-2,  # large enough for the ratio to move after one step
+        learning_rate=overrides.pop("learning_rate", 5e-2),  # the ratio moves after one step
         use_cpu=True,
         bf16=False,
         fp16=False,

@@ -92,7 +92,9 @@ def test_a_changed_parameter_is_a_miss(tmp_path, counted):
     ratioscope.timeline(tmp_path / "run", cache=StepCache(tmp_path / "cache"))
     counted.clear()
     other = ratioscope.AnalysisParams(clip=(0.1, 0.1))
-    result = ratioscope.timeline(tmp_path / "run", params=other, cache=StepCache(tmp_path / "cache"))
+    result = ratioscope.timeline(
+        tmp_path / "run", params=other, cache=StepCache(tmp_path / "cache")
+    )
     assert counted == [0, 1]
     assert comparable(result) == comparable(ratioscope.timeline(tmp_path / "run", params=other))
 

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -44,6 +45,12 @@ from torch import Tensor
 from ratioscope.capture.writer import CaptureWriter
 from ratioscope.data.trainer_settings import trl_settings
 from ratioscope.errors import RatioscopeError
+
+if TYPE_CHECKING:
+    from ratioscope.judgement.verdict import Thresholds
+
+#: where the stop rule says why it stopped the training
+_LOGGER = logging.getLogger("ratioscope")
 
 #: the TRL methods the capture overrides; each must exist on the trainer class
 TRL_METHODS = (
@@ -84,6 +91,13 @@ class CaptureConfig:
             shuffles rows across micro-batches). ``"micro_batch"`` writes each loss
             micro-batch at once: less memory, but a group's rows are spread over the
             step's files and ``analyze`` sees partial groups.
+        stop_on: mode "report": stop the training at the first step whose verdict (the
+            one of ``ratioscope timeline``, from the steps so far) is this level
+            (``"red"`` or ``"yellow"``): ``control.should_training_stop`` is set at the
+            end of that step and the findings are logged (logger ``ratioscope``, and
+            ``ratioscope/verdict.level`` to the trainer's loggers). With several
+            processes, each judges its own rows and all stop when one does.
+        thresholds: the verdict's thresholds (default: the defaults).
     """
 
     directory: str | os.PathLike[str]
@@ -93,6 +107,8 @@ class CaptureConfig:
     mode: str = "tensors"
     analysis_options: dict[str, Any] | None = field(default=None, hash=False)
     granularity: str = "step"
+    stop_on: str | None = None
+    thresholds: Thresholds | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -109,6 +125,8 @@ class CaptureConfig:
             max_bytes_per_step=self.max_bytes_per_step,
             mode=self.mode,
             analysis_options=self.analysis_options,
+            stop_on=self.stop_on,
+            thresholds=self.thresholds,
         )
 
 
@@ -176,6 +194,7 @@ class RatioscopeCaptureMixin:
         self._ratioscope_pending: dict[int, list[dict[str, Any]]] = {}
         self._ratioscope_written_steps: set[int] = set()
         self._ratioscope_closed = False
+        self._ratioscope_stopping = False
         super().__init__(*args, **kwargs)
         if config is None:
             return
@@ -320,6 +339,37 @@ class RatioscopeCaptureMixin:
             writer = self._ratioscope_active_writer()
             writer.end_step(step)
             self._ratioscope_log(writer.step_metrics(step))
+        self._ratioscope_stop_check()
+
+    def _ratioscope_stop_check(self) -> None:
+        """``stop_on``: stop the training once the run's verdict reached the level (on
+        every process at once: each calls this at each step's end)."""
+        config = self._ratioscope_config
+        writer = self._ratioscope_writer
+        if config is None or config.stop_on is None or writer is None:
+            return
+        if self._ratioscope_stopping:
+            return
+        reached = writer.stop_step is not None
+        accelerator = self.accelerator  # type: ignore[attr-defined]
+        if accelerator.num_processes > 1:
+            flag = torch.tensor([1.0 if reached else 0.0], device=accelerator.device)
+            reached = bool(accelerator.reduce(flag, reduction="sum").item() > 0)
+        if not reached:
+            return
+        self._ratioscope_stopping = True
+        verdict = writer.verdict
+        findings = [] if verdict is None else [f for f in verdict.findings if f.level != "green"]
+        step = writer.stop_step
+        where = f"at step {step}" if step is not None else "on another process"
+        _LOGGER.warning(
+            "ratioscope: the run's verdict reached %s %s; stopping the training (stop_on=%r): %s",
+            config.stop_on,
+            where,
+            config.stop_on,
+            "; ".join(f"{f.level}: {f.text}" for f in findings) or "see the step reports",
+        )
+        self.control.should_training_stop = True  # type: ignore[attr-defined]
 
     def _ratioscope_log(self, metrics: dict[str, float]) -> None:
         """Mode "report": the step's headline quantities to the trainer's own logger.

@@ -21,10 +21,10 @@ import math
 import numbers
 import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +34,10 @@ from ratioscope.capture.sampling import choose_units, rows_of_units, sampling_or
 from ratioscope.capture.tensors import Inputs, Part, gather, validate_inputs
 from ratioscope.data.trainer_settings import SETTINGS_KEY, TrainerSettings, settings_from_env
 from ratioscope.io.atomic import atomic_path
+
+if TYPE_CHECKING:
+    from ratioscope.judgement.verdict import Thresholds, Verdict
+    from ratioscope.views.watch import RunMonitor
 
 MODES = ("tensors", "report")
 #: prefix of the metadata keys stored in every part file, as 0-d tensors: the loader
@@ -191,10 +195,33 @@ class CaptureWriter:
             (JSON, as the trainer's driver wrote it:
             :func:`ratioscope.data.trainer_settings.forward_verl_settings`,
             :func:`~ratioscope.data.trainer_settings.settings_env`), else none.
+        stop_on: mode "report" only: judge the run after each step (the verdict of
+            ``ratioscope timeline``, from the steps so far: :class:`~ratioscope.views.
+            watch.RunMonitor`) and stop it at the first step whose verdict is this level
+            (``"red"`` or ``"yellow"``): :attr:`should_stop` turns True and ``on_stop``
+            is called, once. The TRL capture stops the trainer
+            (``CaptureConfig(stop_on="red")``); another loop reads :attr:`should_stop`
+            or passes ``on_stop``.
+        on_stop: called once as ``on_stop(step, verdict)`` when the run should stop (a
+            :class:`~ratioscope.judgement.verdict.Verdict`: its ``findings`` say why).
+        thresholds: the verdict's thresholds (a
+            :class:`~ratioscope.judgement.verdict.Thresholds`; default: the defaults).
 
     Raises:
         ValueError: an option out of range or not meaningful in ``mode``, or
             ``RATIOSCOPE_TRAINER_SETTINGS`` set to something other than settings JSON.
+
+    Example (mode "report", a loop of one's own that stops on red)::
+
+        capture = CaptureWriter("reports", mode="report", stop_on="red")
+        for step, batch in enumerate(loader):
+            ...
+            capture.write(step, mask=mask, log_probs=logp, old_log_probs=old_logp,
+                          advantages=adv, group=uids)
+            capture.end_step(step)
+            if capture.should_stop:
+                print(capture.verdict.bottom_line())
+                break
 
     Example (mode "tensors")::
 
@@ -216,9 +243,25 @@ class CaptureWriter:
         mode: str = "tensors",
         analysis_options: dict[str, Any] | None = None,
         trainer_settings: TrainerSettings | None = None,
+        stop_on: str | None = None,
+        on_stop: Callable[[int, Verdict], None] | None = None,
+        thresholds: Thresholds | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if (stop_on is not None or on_stop is not None) and mode != "report":
+            raise ValueError(
+                "stop_on judges the step reports, which only mode 'report' makes: "
+                "CaptureWriter(..., mode='report', stop_on='red')"
+            )
+        if on_stop is not None and stop_on is None:
+            raise ValueError("on_stop is called when the verdict reaches stop_on: give stop_on")
+        self._monitor: RunMonitor | None = None
+        if stop_on is not None:
+            from ratioscope.views.watch import RunMonitor
+
+            self._monitor = RunMonitor(thresholds, stop_on)
+        self.on_stop = on_stop
         self.mode = mode
         self.sample_fraction = _fraction(sample_fraction)
         self.seed = _non_negative_int("seed", seed)
@@ -352,10 +395,39 @@ class CaptureWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(state.document, path)
         state.metrics = headline_metrics(state.document)
+        if self._monitor is not None:
+            self._judge(step, state)
         state.document = None  # the step's memory is given back once it is on disk
         self._count("bytes_written", path.stat().st_size)
         self._count("reports_written")
         return path
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether the run's verdict reached ``stop_on`` (at :attr:`stop_step`)."""
+        return self._monitor is not None and self._monitor.stop_step is not None
+
+    @property
+    def stop_step(self) -> int | None:
+        """The first step whose verdict reached ``stop_on`` (None: none, or no stop_on)."""
+        return None if self._monitor is None else self._monitor.stop_step
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """With ``stop_on``: the run's verdict after the latest ended step."""
+        return None if self._monitor is None else self._monitor.verdict
+
+    def _judge(self, step: int, state: _Step) -> None:
+        """Fold the ended step into the run's verdict; call ``on_stop`` when it turns."""
+        from ratioscope.views.watch import LEVEL_METRIC, LEVEL_NUMBERS
+
+        monitor = self._monitor
+        assert monitor is not None and state.document is not None
+        was = monitor.stop_step
+        judged = monitor.add(step, state.document)
+        state.metrics = {**(state.metrics or {}), LEVEL_METRIC: LEVEL_NUMBERS[judged.level]}
+        if was is None and monitor.stop_step is not None and self.on_stop is not None:
+            self.on_stop(step, judged)
 
     def step_metrics(self, step: int) -> dict[str, float]:
         """Mode "report": the headline quantities of ended ``step`` (this rank's rows), by

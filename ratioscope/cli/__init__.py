@@ -234,6 +234,7 @@ def _register() -> None:
         report,
         sweep,
         timeline,
+        watch,
     )
 
     app.command("info")(info.info)
@@ -241,6 +242,7 @@ def _register() -> None:
     app.command("sweep")(sweep.sweep)
     app.command("timeline")(timeline.timeline)
     app.command("report")(report.report)
+    app.command("watch")(watch.watch)
     app.command("compare")(compare.compare)
     app.command("objectives")(objectives.objectives)
     app.add_typer(plot.plot_app, name="plot")

@@ -205,9 +205,9 @@ def report(
     cache = cache_of(cache_dir, no_cache, cache_max_bytes)
     if token_budget < 0:
         raise UsageError(f"--token-budget must be >= 0 MiB, got {token_budget}")
-    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    inputs = [*expand_paths(paths, shard_reports=True), *([thresholds] if thresholds else [])]
     if baseline:
-        inputs += expand_paths(baseline)
+        inputs += expand_paths(baseline, shard_reports=True)
     check_output_paths(inputs, [out])
     compile_step_from(step_from)
     limits = None if thresholds is None else load_thresholds(thresholds)

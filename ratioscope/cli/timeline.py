@@ -266,7 +266,7 @@ def timeline(
     require_trackers(tensorboard=tensorboard is not None, mlflow=mlflow is not None, wandb=wandb)
     runner = runner_of(workers, ray)
     cache = cache_of(cache_dir, no_cache, cache_max_bytes)
-    inputs = [*expand_paths(paths), *([thresholds] if thresholds else [])]
+    inputs = [*expand_paths(paths, shard_reports=True), *([thresholds] if thresholds else [])]
     check_output_paths(inputs, [json_out, parquet_out, html_out])
     check_suffix(json_out, ".json", "--json")
     check_suffix(parquet_out, ".parquet", "--parquet")

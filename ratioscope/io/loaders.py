@@ -247,6 +247,10 @@ class FoundPath(_ConcretePath):
     """
 
 
+#: the capture's shard report of a step (mode "report"), as a directory walk finds it
+SHARD_REPORT = re.compile(r"(?:^|/)step_\d+/rank_\d+\.json$")
+
+
 def walk_files(directory: Path) -> list[Path]:
     """The files under ``directory``, at any depth, through symbolic links to folders too
     (users arrange a run's step folders as links), each real folder entered once: a link
@@ -268,14 +272,18 @@ def walk_files(directory: Path) -> list[Path]:
     return files
 
 
-def expand_paths(paths: Sequence[str | Path], allow_empty: bool = False) -> list[Path]:
+def expand_paths(
+    paths: Sequence[str | Path], allow_empty: bool = False, shard_reports: bool = False
+) -> list[Path]:
     """Files named by ``paths``: files as given, directories searched recursively for
     known suffixes (through symbolic links to folders; hidden files, such as a writer's
     temporary files, left out), glob patterns expanded; each in natural order, duplicates
     dropped. The files found by a walk or a glob are :class:`FoundPath`; a file both
     named and found counts as named. ``allow_empty``: a directory without a dump, or a
     pattern without a match, adds nothing instead of failing (a run being watched that
-    has not written its first step).
+    has not written its first step). ``shard_reports``: a walk finds the capture's shard
+    reports too (``step_N/rank_R.json``, mode "report"), for the commands that read a run
+    step by step.
     """
     if not paths:
         raise UnreadablePathError(None, "no input path given")
@@ -295,7 +303,12 @@ def expand_paths(paths: Sequence[str | Path], allow_empty: bool = False) -> list
                 (
                     p
                     for p in walk_files(path)
-                    if p.suffix.lower() in SUFFIXES and not p.name.startswith(".") and p.is_file()
+                    if (
+                        p.suffix.lower() in SUFFIXES
+                        or (shard_reports and SHARD_REPORT.search(p.as_posix()))
+                    )
+                    and not p.name.startswith(".")
+                    and p.is_file()
                 ),
                 key=_natural_key,
             )

@@ -644,7 +644,7 @@ def timeline(
     params, load_options = _split_options(params, load_options, {})
     rule = change or ChangeRule()
     listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    files = expand_paths(listed)
+    files = expand_paths(listed, shard_reports=True)
     reports = [is_report_path(f) for f in files]
     if any(reports) and not all(reports):
         raise UsageError("give either dumps or analyze report JSON files, not both")
@@ -819,6 +819,16 @@ class RunFold:
         if self.cache is not None and self.chain is not None:
             self.cache.put(self.chain, {"verdict": judged.to_dict()}, kind="pooled verdict")
         return judged
+
+    def recent(self, count: int) -> list[TimelineStep]:
+        """The last ``count`` steps folded (what a live view shows after each step,
+        without building the whole timeline)."""
+        start = max(0, len(self.rows) - count)
+        flags, verdicts = self.judging.flags, self.judging.judge.verdicts
+        return [
+            TimelineStep(step, inputs, values, flags[index], verdicts[index])
+            for index, (step, inputs, values) in enumerate(self.rows[start:], start)
+        ]
 
     def timeline(self, *, step_from: str | None = None, warnings: Sequence[str] = ()) -> Timeline:
         """The timeline of the steps so far."""

@@ -168,6 +168,20 @@ def report_from_timeline(
     return RunReport(title=title or _title(result), runs=runs, drilldown=drill, notes=notes)
 
 
+def watch_report(result: Timeline, title: str | None = None) -> RunReport:
+    """The run report of a run being watched (``watch --html``): its run page, without
+    the drill-down (reading every step's dumps again after each step would not keep up
+    with the run; ``ratioscope report`` makes it)."""
+    last = result.steps[-1].step if result.steps else None
+    note = (
+        f"written by ratioscope watch after step {last}; the drill-down into sequences "
+        "is made by ratioscope report"
+    )
+    return RunReport(
+        title=title or _title(result), runs=[run_page("run", result)], drilldown=None, notes=[note]
+    )
+
+
 def _title(result: Timeline) -> str:
     inputs = [p for s in result.steps for p in s.inputs]
     if not inputs:

@@ -1,0 +1,322 @@
+"""watch's library: a step is read once its files settle, never while written; the
+timeline after each step is the timeline of the steps so far; a truncated step is
+skipped and read again when rewritten; a late step folds the run again; a restart
+resumes from the cache; the capture's stop rule; symbolic links to step folders."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from timeline_run import write_step
+from typer.testing import CliRunner
+
+import ratioscope
+import ratioscope.views.step_analysis as step_analysis
+from ratioscope.analysis.cache import StepCache
+from ratioscope.cli import app
+from ratioscope.render.terminal.watch import sparkline
+from ratioscope.views.watch import RunMonitor, RunWatch, red_hook_environment
+
+
+class Clock:
+    """The time a test says it is (seconds)."""
+
+    def __init__(self, now: float = 2_000_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def written(path: Path, seed: int, at: float, noise: float = 0.05) -> Path:
+    """A step's dump, last written at ``at``."""
+    write_step(path, seed=seed, noise=noise)
+    os.utime(path, (at, at))
+    return path
+
+
+def comparable(result) -> dict:
+    document = result.to_dict()
+    document.pop("tool", None)
+    return document
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    calls: list[int] = []
+    original = step_analysis.analyze_step_totals
+
+    def counting(group, *args, **kwargs):
+        calls.append(group.step)
+        return original(group, *args, **kwargs)
+
+    monkeypatch.setattr(step_analysis, "analyze_step_totals", counting)
+    return calls
+
+
+def test_a_step_is_read_once_its_files_have_settled(tmp_path):
+    clock = Clock()
+    watch = RunWatch(tmp_path, settle=5.0, clock=clock)
+    assert watch.poll().added == ()  # an empty directory: nothing yet, no error
+    written(tmp_path / "step_0" / "rank_0.pt", 0, at=clock.now - 1)
+    first = watch.poll()
+    assert first.added == () and first.waiting == 1
+    clock.now += 5
+    assert watch.poll().added == (0,)
+    assert watch.steps == [0]
+
+
+def test_a_file_that_keeps_growing_is_not_read(tmp_path, counted):
+    """A writer that appends keeps the file's time old here (as a copy that keeps
+    times would): the size that changed between two looks holds the step back."""
+    clock = Clock()
+    path = written(tmp_path / "step_0" / "rank_0.pt", 0, at=clock.now - 100)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 3])
+    os.utime(path, (clock.now - 100, clock.now - 100))
+    watch = RunWatch(tmp_path, settle=1.0, clock=clock)
+    # the first look cannot tell an old file still appended to from a finished one: it
+    # reads it, and skips the step as truncated
+    assert watch.poll().skipped[0].step == 0
+    path.write_bytes(whole[: 2 * len(whole) // 3])
+    os.utime(path, (clock.now - 100, clock.now - 100))
+    assert watch.poll().waiting == 1  # grew since the last look: not read
+    path.write_bytes(whole)
+    os.utime(path, (clock.now - 100, clock.now - 100))
+    assert watch.poll().waiting == 1
+    assert watch.poll().added == (0,)  # the same size twice: read, and whole
+    assert counted == [0, 0]  # the first look's read, and the one of the whole file
+
+
+def test_the_timeline_after_each_step_is_the_timeline_of_the_steps_so_far(tmp_path):
+    clock = Clock()
+    (tmp_path / "run").mkdir()
+    watch = RunWatch(tmp_path / "run", settle=0.0, clock=clock)
+    for step in range(5):
+        noise = 0.3 if step >= 3 else 0.05
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, clock.now - 1, noise)
+        assert watch.poll().added == (step,)
+        expected = ratioscope.timeline(tmp_path / "run")
+        assert comparable(watch.timeline()) == comparable(expected)
+
+
+def test_a_truncated_step_is_skipped_and_read_again_when_rewritten(tmp_path):
+    clock = Clock()
+    watch = RunWatch(tmp_path, settle=0.0, clock=clock)
+    written(tmp_path / "step_0" / "rank_0.pt", 0, clock.now - 1)
+    broken = written(tmp_path / "step_1" / "rank_0.pt", 1, clock.now - 1)
+    broken.write_bytes(broken.read_bytes()[:500])  # a writer killed mid-file
+    written(tmp_path / "step_2" / "rank_0.pt", 2, clock.now - 1)
+    poll = watch.poll()
+    assert poll.added == (0, 2)
+    (skipped,) = poll.skipped
+    assert skipped.step == 1 and str(broken) in skipped.problem
+    assert "truncated" in skipped.problem or "not a readable" in skipped.problem
+    assert any("step 1 was skipped" in w for w in watch.timeline().warnings)
+    assert watch.poll().added == ()  # not read again while unchanged
+    written(broken, 1, clock.now - 1)
+    assert watch.poll().waiting >= 1  # changed since the last look
+    again = watch.poll()
+    assert again.refolded and again.added == (0, 1, 2)
+    assert comparable(watch.timeline()) == comparable(ratioscope.timeline(tmp_path))
+
+
+def test_a_step_that_arrives_late_folds_the_run_again(tmp_path):
+    clock = Clock()
+    watch = RunWatch(tmp_path, settle=0.0, clock=clock)
+    written(tmp_path / "step_0" / "rank_0.pt", 0, clock.now - 1)
+    written(tmp_path / "step_2" / "rank_0.pt", 2, clock.now - 1)
+    assert watch.poll().added == (0, 2)
+    written(tmp_path / "step_1" / "rank_0.pt", 1, clock.now - 1)
+    late = watch.poll()  # first seen, and settled already (its time is old)
+    assert late.refolded and watch.steps == [0, 1, 2]
+    assert comparable(watch.timeline()) == comparable(ratioscope.timeline(tmp_path))
+
+
+def test_a_late_rank_of_a_folded_step_folds_it_again(tmp_path):
+    clock = Clock()
+    watch = RunWatch(tmp_path, settle=0.0, clock=clock)
+    written(tmp_path / "step_0" / "rank_0.pt", 0, clock.now - 1)
+    written(tmp_path / "step_1" / "rank_0.pt", 1, clock.now - 1)
+    watch.poll()
+    written(tmp_path / "step_0" / "rank_1.pt", 10, clock.now - 1)
+    assert watch.poll().refolded
+    result = watch.timeline()
+    assert len(result.steps[0].inputs) == 2
+    assert comparable(result) == comparable(ratioscope.timeline(tmp_path))
+
+
+def test_a_folded_step_whose_files_are_removed_stays(tmp_path):
+    clock = Clock()
+    watch = RunWatch(tmp_path, settle=0.0, clock=clock)
+    for step in range(3):
+        written(tmp_path / f"step_{step}" / "rank_0.pt", step, clock.now - 1)
+    watch.poll()
+    before = comparable(watch.timeline())
+    (tmp_path / "step_0" / "rank_0.pt").unlink()  # a run that keeps its latest dumps
+    written(tmp_path / "step_3" / "rank_0.pt", 3, clock.now - 1)
+    poll = watch.poll()
+    assert poll.added == (3,) and not poll.refolded
+    assert watch.steps == [0, 1, 2, 3]
+    assert comparable(watch.timeline())["steps"][:3] == before["steps"]
+
+
+def test_a_restart_resumes_from_the_cache(tmp_path, counted):
+    clock = Clock()
+    for step in range(4):
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, clock.now - 1)
+    first = RunWatch(tmp_path / "run", settle=0.0, clock=clock, cache=StepCache(tmp_path / "c"))
+    first.poll()
+    assert counted == [0, 1, 2, 3]
+    again = RunWatch(tmp_path / "run", settle=0.0, clock=clock, cache=StepCache(tmp_path / "c"))
+    assert again.poll().added == (0, 1, 2, 3)
+    assert counted == [0, 1, 2, 3]  # nothing analysed again
+    assert comparable(again.timeline()) == comparable(first.timeline())
+
+
+def test_hidden_files_are_never_read(tmp_path):
+    """The capture (and ratioscope's own outputs) write a hidden temporary file, then
+    rename it: a watch that looks in between must not read it."""
+    clock = Clock()
+    written(tmp_path / "step_0" / "rank_0.pt", 0, clock.now - 1)
+    hidden = tmp_path / "step_1" / ".rank_0.pt.123-abc.tmp.pt"
+    hidden.parent.mkdir()
+    hidden.write_bytes(b"half a file")
+    watch = RunWatch(tmp_path, settle=0.0, clock=clock)
+    poll = watch.poll()
+    assert poll.added == (0,) and poll.skipped == () and poll.notes == ()
+
+
+def test_shard_reports_of_the_capture_are_watched(tmp_path):
+    """The capture's report mode writes step_N/rank_R.json: watched as timeline reads it."""
+    clock = Clock()
+    dumps = tmp_path / "dumps"
+    for step in range(3):
+        dump = written(dumps / f"step_{step}.pt", step, clock.now - 1)
+        report = tmp_path / "reports" / f"step_{step:06d}" / "rank_00000.json"
+        report.parent.mkdir(parents=True)
+        ratioscope.analyze(dump).write_json(report)
+        os.utime(report, (clock.now - 1, clock.now - 1))
+    watch = RunWatch(tmp_path / "reports", settle=0.0, clock=clock)
+    assert watch.poll().added == (0, 1, 2)
+    expected = ratioscope.timeline(tmp_path / "reports")
+    assert comparable(watch.timeline()) == comparable(expected)
+    assert [s.values for s in expected.steps] == [
+        s.values for s in ratioscope.timeline(dumps).steps
+    ]
+
+
+def test_step_folders_reached_through_symbolic_links_are_followed(tmp_path):
+    store = tmp_path / "store"
+    for step in range(3):
+        written(store / f"step_{step}" / "rank_0.pt", step, 1e9)
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in range(3):
+        (run / f"step_{step}").symlink_to(store / f"step_{step}", target_is_directory=True)
+    (run / "loop").symlink_to(run, target_is_directory=True)  # a link back: a loop
+    (store / "step_0" / "up").symlink_to(tmp_path, target_is_directory=True)
+    linked = ratioscope.timeline(run)
+    assert [s.step for s in linked.steps] == [0, 1, 2]
+    assert [len(s.inputs) for s in linked.steps] == [1, 1, 1]
+    assert [s.values for s in linked.steps] == [s.values for s in ratioscope.timeline(store).steps]
+    result = CliRunner().invoke(app, ["timeline", str(run), "--no-cache", "--quiet"])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_capture_stops_at_the_step_the_verdict_turns_red(tmp_path):
+    """A loop of one's own: CaptureWriter(stop_on="red") calls on_stop once, at the
+    first step whose verdict (from the step reports so far) is red, as the timeline of
+    the written reports says."""
+    from ratioscope.capture import CaptureWriter
+
+    calls = []
+    writer = CaptureWriter(
+        tmp_path / "reports", mode="report", stop_on="red",
+        on_stop=lambda step, verdict: calls.append((step, verdict.level)),
+    )  # fmt: skip
+    for step in range(8):
+        path = write_step(tmp_path / "dumps" / f"step_{step}.pt", step, 0.05 if step < 4 else 0.6)
+        columns = torch.load(path, weights_only=True)
+        writer.write(step, **columns)
+        writer.end_step(step)
+        assert writer.should_stop == (writer.stop_step is not None)
+        assert "ratioscope/verdict.level" in writer.step_metrics(step)
+    writer.close()
+    expected = ratioscope.timeline(tmp_path / "reports")
+    first_red = expected.verdict.first_red
+    assert first_red is not None and first_red >= 1
+    assert calls == [(first_red, "red")]
+    assert writer.stop_step == first_red
+    levels = [writer.step_metrics(s)["ratioscope/verdict.level"] for s in range(8)]
+    assert levels == [{"green": 0.0, "yellow": 1.0, "red": 2.0}[v] for v in expected.levels()]
+
+
+def test_the_stop_rule_needs_step_reports():
+    from ratioscope.capture import CaptureWriter
+
+    with pytest.raises(ValueError, match="mode 'report'"):
+        CaptureWriter("x", stop_on="red")
+    with pytest.raises(ValueError, match="give stop_on"):
+        CaptureWriter("x", mode="report", on_stop=print)
+    with pytest.raises(ValueError, match="stop_on must be"):
+        RunMonitor(stop_on="green")
+
+
+def test_the_on_red_variables_name_the_step_and_its_red_findings(tmp_path):
+    clock = Clock()
+    for step in range(6):
+        noise = 0.05 if step < 3 else 0.8
+        written(tmp_path / f"step_{step}" / "rank_0.pt", step, clock.now - 1, noise)
+    result = ratioscope.timeline(tmp_path)
+    env = red_hook_environment(result, [tmp_path], tmp_path / "t.json")
+    first = result.verdict.first_red
+    assert env["RATIOSCOPE_STEP"] == str(first)
+    assert env["RATIOSCOPE_LATEST_STEP"] == "5"
+    turned = next(s for s in result.steps if s.step == first)
+    reds = [f for f in turned.verdict.findings if f.level == "red"]
+    assert env["RATIOSCOPE_FINDINGS"].splitlines() == [f.text for f in reds]
+    assert env["RATIOSCOPE_KEYS"].split(",") == [f.key for f in reds]
+    assert env["RATIOSCOPE_RUN"] == str(tmp_path)
+
+
+def test_sparkline_heights_follow_the_values():
+    assert sparkline([0.0, 1.0, None, 0.5]) == "▁█ ▅"
+    assert sparkline([2.0, 2.0]) == "▄▄"
+    assert sparkline([None, None]) == "  "
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["watch", "no/such/run"], "no/such/run: no such file or directory"),
+        (["watch", ".", "--html", "out.txt"], "name it *.html"),
+        (["watch", ".", "--json", "out.txt"], ".json"),
+        (["watch", ".", "--cache", "c", "--no-cache"], "contradict"),
+        (["watch", ".", "--interval", "0"], "--interval"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, expected):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+    assert "Traceback" not in result.output
+
+
+def test_once_writes_the_timeline_of_what_is_there(tmp_path):
+    for step in range(3):
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, 1e9)
+    out = tmp_path / "t.json"
+    result = CliRunner().invoke(
+        app, ["watch", str(tmp_path / "run"), "--once", "--json", str(out), "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    expected = comparable(ratioscope.timeline(tmp_path / "run"))
+    document.pop("tool")
+    assert document == expected
