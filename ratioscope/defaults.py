@@ -41,6 +41,10 @@ def chunk_rows(chunk_elements: int, width: int) -> int:
 SERIAL_ELEMENTS = 32768
 #: analysis.cache.StepCache: the bound on the step cache's size (2 GiB)
 CACHE_MAX_BYTES = 2 << 30
+#: ``watch``: seconds between two looks at the run
+WATCH_INTERVAL = 1.0
+#: ``watch``: seconds a file must go unwritten before it is read
+WATCH_SETTLE = 2.0
 #: sweep.sweep: the Q/V values of KPO's Sec. 5.4 parameter analysis
 QVS = (1e-6, 1e-4, 1e-2)
 #: functional.clustering: TF-IDF cosine at or above which correct responses may share a

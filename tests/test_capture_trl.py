@@ -558,3 +558,54 @@ def test_groups_split_over_two_steps_are_joined_whole(split_run):
             rewards[g].append(r)
     equal = sum(max(v) - min(v) == 0 for v in rewards.values())
     assert section.degenerate_all_equal == equal
+
+
+# --------------------------------------------------------------------------- stop on red
+#: the tiny random model writes until the length limit from the first step: that rule is
+#: set aside, so that what stops the run is what its learning rate does to it
+NO_LENGTH_RULE = {"length_limit_yellow": 1.01, "length_limit_red": 1.01}
+
+
+def stop_run(root: Path, learning_rate: float, max_steps: int):
+    from ratioscope.judgement.verdict import Thresholds
+
+    thresholds = Thresholds(**NO_LENGTH_RULE)
+    capture = CaptureConfig(root / "reports", mode="report", stop_on="red", thresholds=thresholds)
+    run = train(
+        root,
+        with_capture(trl.GRPOTrainer),
+        capture,
+        learning_rate=learning_rate,
+        max_steps=max_steps,
+        num_iterations=1,
+    )
+    # the verdict of the reports the run wrote, by the command line's own timeline
+    timeline = ratioscope.timeline(root / "reports", thresholds=thresholds)
+    return run, timeline
+
+
+def test_stop_on_red_stops_a_run_whose_learning_rate_is_too_high(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="ratioscope")
+    run, timeline = stop_run(tmp_path, learning_rate=0.3, max_steps=40)
+    writer = run.trainer.ratioscope_writer
+    first_red = timeline.verdict.first_red
+    assert first_red is not None and 1 <= first_red < 39
+    # stopped at the end of the step that turned red: no step after it was trained
+    assert writer.stop_step == first_red
+    assert run.trainer.state.global_step == first_red + 1
+    assert [s.step for s in timeline.steps] == list(range(first_red + 1))
+    (message,) = [r.getMessage() for r in caplog.records if "stopping the training" in r.message]
+    assert f"reached red at step {first_red}" in message
+    turned = timeline.steps[-1].verdict
+    assert any(f.text in message for f in turned.findings if f.level == "red")
+    # the verdict's level reached the trainer's loggers, step by step
+    levels = [e["ratioscope/verdict.level"] for e in run.trainer.state.log_history
+              if "ratioscope/verdict.level" in e]  # fmt: skip
+    assert levels[-1] == 2.0 and 2.0 not in levels[:-1]
+
+
+def test_a_run_at_a_sound_learning_rate_is_not_stopped(tmp_path):
+    run, timeline = stop_run(tmp_path, learning_rate=0.003, max_steps=10)
+    assert run.trainer.state.global_step == 10
+    assert run.trainer.ratioscope_writer.stop_step is None
+    assert timeline.verdict.first_red is None

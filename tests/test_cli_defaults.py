@@ -61,6 +61,13 @@ CLI_ONLY = {
     "--cache",
     "--no-cache",
     "--cache-max-bytes",
+    # watch: what runs when, how often it looks (its looks' defaults are RunWatch's:
+    # test_the_watch_defaults_are_the_librarys)
+    "--on-red",
+    "--exit-on",
+    "--once",
+    "--interval",
+    "--settle",
     # timeline --html: where to write the run report (none by default)
     "--html",
     # objectives: which methods (default all: methods=None), overrides (none), --list
@@ -235,3 +242,14 @@ def test_the_cache_bound_is_the_librarys():
 
     bound = _inspect.signature(StepCache).parameters["max_bytes"].default
     assert bound == CACHE_MAX_BYTES_DEFAULT == 2 * 2**30
+
+
+def test_the_watch_defaults_are_the_librarys():
+    import inspect as _inspect
+
+    from ratioscope.cli.watch import watch
+    from ratioscope.views.watch import DEFAULT_INTERVAL, RunWatch
+
+    options = _inspect.signature(watch).parameters
+    assert options["settle"].default == _inspect.signature(RunWatch).parameters["settle"].default
+    assert options["interval"].default == DEFAULT_INTERVAL

@@ -261,3 +261,31 @@ def test_bad_output_name_and_bad_dump_are_refused(tmp_path):
     result = runner.invoke(app, ["report", str(bad), "--out", str(out)])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+#: a link into the run report, as the docs write it: `#step=16`, `#seq=s16_f0_r107&q=kalman`
+FRAGMENT = re.compile(r"`#((?:step|seq)=[^`\s]+)`")
+
+
+def test_the_deep_links_in_the_docs_open_the_bundled_report():
+    """Every `#step=` and `#seq=` link the docs give names a step with a drill-down, a
+    sequence whose tokens the bundled report keeps, and a series it draws."""
+    from urllib.parse import parse_qs
+
+    result, _, _ = sample_report()
+    drill = result.drilldown
+    steps = {s.step for s in drill.steps}
+    series = {s.key for s in drill.series}
+    found = []
+    for page in [*DOCS.glob("*.md"), DOCS.parent / "README.md"]:
+        for fragment in FRAGMENT.findall(page.read_text()):
+            found.append(fragment)
+            params = {k: v[0] for k, v in parse_qs(fragment).items()}
+            if "step" in params:
+                assert int(params["step"]) in steps, (page.name, fragment)
+            if "seq" in params:
+                assert params["seq"] in drill.tokens, (page.name, fragment, "no token data")
+            if "q" in params:
+                assert params["q"] in series, (page.name, fragment)
+    assert len(found) >= 2

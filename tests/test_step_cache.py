@@ -49,6 +49,18 @@ def step_entries(directory: Path) -> list[Path]:
     return [p for p in entries(directory) if json.loads(p.read_text())["kind"] == "step"]
 
 
+def forget_the_pooled(directory: Path) -> None:
+    """Remove the pooled verdicts and reports the folds kept: every step is then merged
+    from its own entry."""
+    for path in entries(directory):
+        try:
+            kind = json.loads(path.read_text())["kind"]
+        except (ValueError, RecursionError):
+            continue  # a step's entry a test damaged
+        if kind in ("pooled verdict", "pooled report"):
+            path.unlink()
+
+
 def test_a_cached_timeline_equals_the_fresh_one(tmp_path, counted):
     write_run(tmp_path / "run", steps=4, jump_at=2)
     fresh = ratioscope.timeline(tmp_path / "run")
@@ -64,6 +76,55 @@ def test_a_cached_timeline_equals_the_fresh_one(tmp_path, counted):
     assert pooled[0] == pooled[1]
 
 
+@pytest.fixture
+def merged(monkeypatch):
+    """Counts the reports merged into a pooled report."""
+    from ratioscope.analysis.pipeline import ReportMerge
+
+    names: list[str] = []
+    original = ReportMerge.add
+
+    def counting(self, item, name, accumulators=None):
+        names.append(name)
+        return original(self, item, name, accumulators)
+
+    monkeypatch.setattr(ReportMerge, "add", counting)
+    return names
+
+
+def test_a_run_folded_again_merges_only_what_is_new(tmp_path, merged):
+    """The pooled report after a fold's last step is kept: folded again, the run merges
+    nothing; with a new step, that report and the new step."""
+    write_run(tmp_path / "run", steps=4, jump_at=2)
+    cache_dir = tmp_path / "cache"
+    ratioscope.timeline(tmp_path / "run", cache=StepCache(cache_dir))
+    merged.clear()
+    again = ratioscope.timeline(tmp_path / "run", cache=StepCache(cache_dir))
+    assert merged == []
+    assert comparable(again) == comparable(ratioscope.timeline(tmp_path / "run"))
+    write_step(tmp_path / "run" / "step_4" / "rank_0.pt", seed=4000, noise=0.3)
+    merged.clear()
+    grown = ratioscope.timeline(tmp_path / "run", cache=StepCache(cache_dir))
+    assert merged == ["the steps so far", "step 4"]
+    fresh = ratioscope.timeline(tmp_path / "run")
+    assert comparable(grown) == comparable(fresh)
+    assert {**grown.pooled.to_dict(), "tool": None} == {**fresh.pooled.to_dict(), "tool": None}
+
+
+@pytest.mark.parametrize("kind", ["pooled verdict", "pooled report"])
+def test_a_kept_pooled_entry_that_does_not_read_back_is_not_trusted(tmp_path, kind):
+    write_run(tmp_path / "run", steps=4, jump_at=2)
+    cache_dir = tmp_path / "cache"
+    ratioscope.timeline(tmp_path / "run", cache=StepCache(cache_dir))
+    for path in entries(cache_dir):
+        if json.loads(path.read_text())["kind"] == kind:
+            path.write_text(path.read_text()[:200])
+    result = ratioscope.timeline(tmp_path / "run", cache=StepCache(cache_dir))
+    fresh = ratioscope.timeline(tmp_path / "run")
+    assert comparable(result) == comparable(fresh)
+    assert {**result.pooled.to_dict(), "tool": None} == {**fresh.pooled.to_dict(), "tool": None}
+
+
 def test_one_new_step_analyses_one_step(tmp_path, counted):
     write_run(tmp_path / "run", steps=5)
     cache_dir = tmp_path / "cache"
@@ -73,6 +134,21 @@ def test_one_new_step_analyses_one_step(tmp_path, counted):
     grown = ratioscope.timeline(tmp_path / "run", cache=StepCache(cache_dir))
     assert counted == [5]
     assert comparable(grown) == comparable(ratioscope.timeline(tmp_path / "run"))
+
+
+def test_a_run_moved_elsewhere_reads_its_entries(tmp_path, counted):
+    """The key names a step's files by name and content: the copy of a run hits the
+    cache, and its timeline names the copy's files."""
+    import shutil
+
+    write_run(tmp_path / "run", steps=3)
+    ratioscope.timeline(tmp_path / "run", cache=StepCache(tmp_path / "cache"))
+    shutil.copytree(tmp_path / "run", tmp_path / "moved")
+    counted.clear()
+    moved = ratioscope.timeline(tmp_path / "moved", cache=StepCache(tmp_path / "cache"))
+    assert counted == []
+    assert comparable(moved) == comparable(ratioscope.timeline(tmp_path / "moved"))
+    assert all("moved" in info.path for info in moved.pooled.inputs)
 
 
 def test_a_changed_file_is_analysed_again(tmp_path, counted):
@@ -120,6 +196,7 @@ def test_an_entry_that_does_not_read_back_is_analysed_again(tmp_path, counted, d
     counted.clear()
     (victim, *_) = [p for p in step_entries(cache_dir) if "step_1" in p.read_text()]
     victim.write_text(damage(victim.read_text()))
+    forget_the_pooled(cache_dir)
     cache = StepCache(cache_dir)
     result = ratioscope.timeline(tmp_path / "run", cache=cache)
     assert counted == [1]
@@ -165,6 +242,7 @@ def test_an_entry_of_other_parameters_under_a_steps_key_is_analysed_again(tmp_pa
     entry = json.loads(planted.read_text())
     entry["key"] = json.loads(victim.read_text())["key"]
     victim.write_text(json.dumps(entry))
+    forget_the_pooled(cache_dir)
     counted.clear()
     result = ratioscope.timeline(tmp_path / "run", cache=StepCache(cache_dir))
     assert counted == [1]

@@ -320,3 +320,40 @@ def test_once_writes_the_timeline_of_what_is_there(tmp_path):
     expected = comparable(ratioscope.timeline(tmp_path / "run"))
     document.pop("tool")
     assert document == expected
+
+
+def test_the_live_view_shows_the_verdict_the_levels_and_the_vitals(tmp_path):
+    """The live view of the bundled run after its 30 steps: its bottom line, a square per
+    step coloured by its level, a sparkline per vital. Written as docs/images/watch-live.svg
+    with RATIOSCOPE_SCREENSHOTS set."""
+    from rich.console import Console
+
+    from ratioscope.render.terminal.watch import SQUARE, WINDOW, WatchState, live_view
+
+    run = Path(__file__).resolve().parents[1] / "sample_data" / "runs" / "shaping_hack-s1"
+    watch = RunWatch(run / "capture", settle=0.0)
+    watch.poll()
+    fold = watch.folded.fold
+    state = WatchState(
+        run="runs/shaping_hack-s1/capture",
+        steps=fold.recent(WINDOW),
+        labels={h.key: h.short for h in fold.followed},
+        verdict=fold.judging.verdict(),
+        analysed=len(fold.rows),
+        lag=2.4,
+        status="watching: next look in 1 s; Ctrl-C stops",
+    )
+    state.events.append("--on-red ran: the verdict turned red at step 5")
+    console = Console(record=True, width=110, force_terminal=True, color_system="truecolor")
+    console.print(live_view(state))
+    text = console.export_text(clear=False)
+    expected = ratioscope.timeline(run / "capture")
+    bottom = expected.verdict.bottom_line().removeprefix("healthy: ")
+    assert bottom.split(":")[0] in text  # "11 problems"
+    assert f"first red at step {expected.verdict.first_red}" in text
+    (strip,) = [line for line in text.splitlines() if line.startswith("levels")]
+    assert strip.count(SQUARE) == len(expected.steps) == 30
+    assert "reward" in text and "entropy" in text and "30 steps" in text
+    shots = os.environ.get("RATIOSCOPE_SCREENSHOTS")
+    if shots:
+        Path(shots, "watch-live.svg").write_text(console.export_svg(title="ratioscope watch"))

@@ -54,7 +54,8 @@ def render_reference() -> str:
         "the test suite fails when this file is out of date.",
         "",
         "Exit codes: 0 ok; 1 `check` found a regression; 2 bad input or usage (one line on",
-        "stderr naming the file, key, shape or line); 3 internal error. Set",
+        "stderr naming the file, key, shape or line); 3 internal error; 4 `watch --exit-on`",
+        "saw the verdict reach its level; 130 and 143 interrupted (Ctrl-C, SIGTERM). Set",
         "`RATIOSCOPE_DEBUG=1` to see tracebacks.",
     ]
     for args in _commands():

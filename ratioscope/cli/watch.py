@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ratioscope import defaults
 from ratioscope.cli._cache import (
     CACHE_MAX_BYTES_DEFAULT,
     CacheDir,
@@ -68,8 +69,6 @@ from ratioscope.cli.timeline import (
     MlflowUri,
     StepFrom,
     TensorBoardDir,
-    TimelineHtml,
-    TimelineJson,
     WandbRun,
     WithObjectives,
 )
@@ -98,6 +97,24 @@ WatchPaths = Annotated[
         "files or globs of dumps, or of the capture's shard reports. A directory may "
         "still be empty.",
         show_default=False,
+    ),
+]
+WatchJson = Annotated[
+    Path | None,
+    typer.Option(
+        "--json",
+        help="The timeline JSON, rewritten atomically after each look that read a step.",
+        rich_help_panel="Output",
+    ),
+]
+WatchHtml = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="The run page of the run report (verdict, vitals, charts, step table; the "
+        "drill-down is ratioscope report's), rewritten atomically after each look that "
+        "read a step.",
+        rich_help_panel="Output",
     ),
 ]
 OnRed = Annotated[
@@ -154,13 +171,13 @@ Settle = Annotated[
 def watch(
     ctx: typer.Context,
     paths: WatchPaths,
-    json_out: TimelineJson = None,
-    html_out: TimelineHtml = None,
+    json_out: WatchJson = None,
+    html_out: WatchHtml = None,
     on_red: OnRed = None,
     exit_on: ExitOnLevel = None,
     once: Once = False,
-    interval: Interval = 1.0,
-    settle: Settle = 2.0,
+    interval: Interval = defaults.WATCH_INTERVAL,
+    settle: Settle = defaults.WATCH_SETTLE,
     step_from: StepFrom = None,
     objectives: WithObjectives = False,
     thresholds: ThresholdsFile = None,

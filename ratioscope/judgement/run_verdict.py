@@ -22,6 +22,7 @@ and the yellow and red findings of each step (the timeline JSON's per-step ``ver
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -88,8 +89,9 @@ class StepVerdict:
             step=step,
             level=judged.level,
             counts={level: judged.count(level) for level in LEVELS},
+            # a finding stands after many steps in a row: its sentence is kept once
             findings=tuple(
-                StepFinding(f.key, f.level, f.value, f.text)
+                StepFinding(sys.intern(f.key), f.level, f.value, sys.intern(f.text))
                 for f in judged.findings
                 if f.level != "green"
             ),
@@ -163,7 +165,7 @@ class ChangeFindings:
             if change is None:
                 continue
             bad = bad_change(key, change.before, change.value)
-            named = ", ".join(str(step) for step in change.steps)
+            named = _named_steps(change.steps)
             text = (
                 f"{label}: changed at step{'s' if len(change.steps) > 1 else ''} {named} "
                 f"({_short(change.before)} -> {_short(change.value)} at step "
@@ -200,6 +202,20 @@ def bad_change(key: str, before: float | None, value: float | None) -> bool:
     if direction == "up" and value <= CHANGE_FLOORS.get(key, 0.0):
         return False
     return value > before if direction == "up" else value < before
+
+
+#: the flagged steps a change finding names in full; past them, the first and the last
+NAMED_STEPS = 6
+
+
+def _named_steps(steps: Sequence[int]) -> str:
+    """``3, 7, 12``; past :data:`NAMED_STEPS`, ``3, 7, 12, ..., 880, 903 (41 changes)``:
+    a long run's sentence stays short (it is kept after every step)."""
+    if len(steps) <= NAMED_STEPS:
+        return ", ".join(str(step) for step in steps)
+    head = ", ".join(str(step) for step in steps[:3])
+    tail = ", ".join(str(step) for step in steps[-2:])
+    return f"{head}, ..., {tail} ({len(steps)} changes)"
 
 
 def _short(value: float | None) -> str:

@@ -52,7 +52,27 @@ def recorded_text(path: Path) -> str | None:
 
 def _value_after_key(data: bytes) -> str | None:
     """The string pushed right after the string :data:`SETTINGS_KEY` in a pickle (a
-    dict's key and its value; memo operations in between are skipped)."""
+    dict's key and its value; memo operations in between are skipped).
+
+    The opcodes are walked from the one that pushes the key, found from the key's bytes
+    (a run's many files are read in milliseconds); where the bytes before it are not
+    such an opcode, from the start of the pickle."""
+    key = SETTINGS_KEY.encode()
+    at = data.find(key)
+    size = len(key)
+    for start, head in (
+        (at - 2, b"\x8c" + bytes([size])),
+        (at - 5, b"X" + size.to_bytes(4, "little")),
+    ):
+        if at >= 0 and size < 256 and start >= 0 and data[start:at] == head:
+            found = _scan_from(data[start:])
+            if found is not None:
+                return found
+    return _scan_from(data)
+
+
+def _scan_from(data: bytes) -> str | None:
+    """The string pushed right after :data:`SETTINGS_KEY` in the opcodes of ``data``."""
     after_key = False
     try:
         for opcode, argument, _ in pickletools.genops(data):

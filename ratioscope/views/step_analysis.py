@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,9 +78,19 @@ class StepAnalysis:
     cache: StepCache | None = None
     #: the verdict's thresholds (a cached step keeps its own verdict by them)
     thresholds: Thresholds | None = None
+    _parameters: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    _keys: dict[tuple[tuple[str, int, int], ...], str] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def cache_parameters(self) -> dict[str, Any]:
-        """Every parameter that changes a number of a step's report (the cache's key)."""
+        """Every parameter that changes a number of a step's report (the cache's key;
+        worked out once: the options do not change)."""
+        if self._parameters is None:
+            self._parameters = self._worked_out_parameters()
+        return self._parameters
+
+    def _worked_out_parameters(self) -> dict[str, Any]:
         from ratioscope.analysis.device import resolve_device
         from ratioscope.io.loaders import load_params
 
@@ -162,8 +172,19 @@ class StepAnalysis:
         parameter that changes a number."""
         if self.cache is None:
             return {group.step: None for group in by_step}
-        parameters = self.cache_parameters()
-        return {group.step: self.cache.key(group.paths, parameters) for group in by_step}
+        return {group.step: self._key(group.paths) for group in by_step}
+
+    def _key(self, paths: Sequence[Path]) -> str:
+        """A step's cache key, hashed once while its files keep their size and time."""
+        import os
+
+        assert self.cache is not None
+        seen = tuple((str(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths)
+        key = self._keys.get(seen)
+        if key is None:
+            key = self.cache.key(paths, self.cache_parameters())
+            self._keys[seen] = key
+        return key
 
     def _in_tasks(
         self,
@@ -211,7 +232,6 @@ class StepAnalysis:
         as a report of those files (its sections as JSON, merged from its state)."""
         if self.cache is None or key is None:
             return None
-        from ratioscope.analysis.pipeline import report_totals
         from ratioscope.errors import RatioscopeError
         from ratioscope.judgement.verdict import Verdict
         from ratioscope.report.model import Report
@@ -222,11 +242,11 @@ class StepAnalysis:
         try:
             document = entry["report"]
             step_report = Report.from_dict(document, sections=False)
-            named = sorted(str(p) for p in group.paths)
-            if not step_report.state or sorted(i.path for i in step_report.inputs) != named:
-                raise ValueError("the entry is not a report of these files")
-            # the state read back now: one that does not is a miss, not a failed merge
-            totals = report_totals(step_report, f"step {group.step}")
+            if not step_report.state:
+                raise ValueError("the entry has no state to merge")
+            # its state is read back where it is merged: one that does not is analysed
+            # again then (timeline.fold_step)
+            step_report, document = _relocated(step_report, document, group)
             step_objectives = entry.get("objectives")
             if self.objectives and not isinstance(step_objectives, dict):
                 raise ValueError("the entry has no objective summaries")
@@ -241,7 +261,7 @@ class StepAnalysis:
         except (RatioscopeError, ValueError, TypeError, KeyError):
             self.cache.refuse()
             return None
-        return StepResult(step_report, step_objectives, totals, document, own, key)
+        return StepResult(step_report, step_objectives, None, document, own, key)
 
     def store(
         self,
@@ -269,6 +289,45 @@ class StepAnalysis:
             },
         )
         return own
+
+
+def _relocated(
+    step_report: Report, document: dict[str, Any], group: StepFiles
+) -> tuple[Report, dict[str, Any]]:
+    """A cached report of the step's files where they are now: the key names the files
+    by name and content, so a run moved or copied elsewhere reads its entries; the
+    report then names the files' current paths (its inputs, and every sentence and
+    state entry that names one).
+
+    Raises:
+        ValueError: the entry is not a report of these files.
+    """
+    from ratioscope.report.model import Report
+
+    inputs = [info.path for info in step_report.inputs]
+    current = [str(p) for p in group.paths]
+    if sorted(inputs) == sorted(current):
+        return step_report, document
+    by_name = {Path(p).name: p for p in current}
+    if len(by_name) != len(current) or sorted(Path(p).name for p in inputs) != sorted(by_name):
+        raise ValueError("the entry is not a report of these files")
+    # longest first: a path that begins another is replaced after it
+    moves = sorted(((p, by_name[Path(p).name]) for p in inputs), key=lambda m: -len(m[0]))
+    moved = _replace_text(document, moves)
+    return Report.from_dict(moved, sections=False), moved
+
+
+def _replace_text(node: Any, moves: Sequence[tuple[str, str]]) -> Any:
+    """``node`` with every string's old paths replaced by the new ones."""
+    if isinstance(node, str):
+        for old, new in moves:
+            node = node.replace(old, new)
+        return node
+    if isinstance(node, dict):
+        return {key: _replace_text(value, moves) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_replace_text(value, moves) for value in node]
+    return node
 
 
 def thresholds_key(thresholds: Thresholds | None) -> str:

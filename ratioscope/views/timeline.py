@@ -31,12 +31,12 @@ from ratioscope.analysis.steps import StepFiles, assign_steps
 from ratioscope.functional.changepoint import ChangeRule
 from ratioscope.judgement.verdict import FINDING_SECTIONS
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
+from ratioscope.views.pooled_run import ChainBroken
 from ratioscope.views.step_analysis import (
     OBJECTIVE_METHODS,
     StepAnalysis,
     StepResult,
     read_meta,
-    thresholds_key,
 )
 
 if TYPE_CHECKING:
@@ -666,24 +666,45 @@ def timeline(
         objectives=objectives, fixed_params=tuple(fixed_params), cache=cache,
         thresholds=thresholds,
     )  # fmt: skip
-    fold = RunFold(thresholds=thresholds, rule=rule, objectives=objectives, cache=cache)
     tasks = runner if runner is not None and runner.parallel and not all(reports) else None
     with _staged(reports_dir) as staging:
-        results = steps.results(by_step, all(reports), tasks, progress, staging is not None)
-        first = f"step {by_step[0].step}" if by_step else "no step"
-        report(progress, ProgressUpdate("steps", 0, len(by_step), first))
-        for index, (group, result) in enumerate(zip(by_step, results, strict=True)):
-            # the step is done (in this process or a task): the next one is under way
-            label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
-            report(progress, ProgressUpdate("steps", index + 1, len(by_step), label))
-            last = index + 1 == len(by_step)
-            result = fold_step(fold, steps, group, result, last, progress, staging is not None)
-            if staging is not None:
-                result.write_json(staging / f"step_{group.step:06d}.json")
-        report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
-        if not by_step:
-            fold.pooled = fold.pooling.result()
+        try:
+            fold = _fold_run(by_step, steps, all(reports), tasks, progress, staging, rule, cache)
+        except ChainBroken:  # a kept pooled report did not read back: fold without them
+            fold = _fold_run(by_step, steps, all(reports), tasks, progress, staging, rule, None)
     return fold.timeline(step_from=step_from, warnings=settings_note)
+
+
+def _fold_run(
+    by_step: Sequence[StepFiles],
+    steps: StepAnalysis,
+    reports: bool,
+    tasks: Runner | None,
+    progress: ProgressCallback | None,
+    staging: Path | None,
+    rule: ChangeRule,
+    cache: StepCache | None,
+) -> RunFold:
+    """Every step of the run folded in order (``cache``: the one the fold's pooled
+    verdicts are kept in; None: merge every step)."""
+    fold = RunFold(thresholds=steps.thresholds, rule=rule, objectives=steps.objectives, cache=cache)
+    keys = steps.keys(by_step) if not reports else {}
+    fold.plan([(keys.get(group.step), group.paths) for group in by_step])
+    results = steps.results(by_step, reports, tasks, progress, staging is not None)
+    first = f"step {by_step[0].step}" if by_step else "no step"
+    report(progress, ProgressUpdate("steps", 0, len(by_step), first))
+    for index, (group, result) in enumerate(zip(by_step, results, strict=True)):
+        # the step is done (in this process or a task): the next one is under way
+        label = f"step {by_step[index + 1].step}" if index + 1 < len(by_step) else "pooling"
+        report(progress, ProgressUpdate("steps", index + 1, len(by_step), label))
+        last = index + 1 == len(by_step)
+        result = fold_step(fold, steps, group, result, last, progress, staging is not None)
+        if staging is not None:
+            result.write_json(staging / f"step_{group.step:06d}.json")
+    report(progress, ProgressUpdate("steps", len(by_step), len(by_step), "done"))
+    if not by_step:
+        fold.pooled = fold.pooling.result()
+    return fold
 
 
 def fold_step(
@@ -721,9 +742,9 @@ class RunFold:
             headlines too.
         view_sections: the sections of the pooled report of the steps so far (computed
             after each step for the verdict; None: every section, as ``watch`` shows it).
-        cache: where the verdict of the pooled report after each step is kept, keyed by
-            the steps so far (their cache keys, in order) and the thresholds: a run
-            folded again reads it instead of computing the pooled report at every step.
+        cache: where the pooled report's verdict after each step is kept
+            (:class:`~ratioscope.views.pooled_run.PooledRun`): a run folded again reads
+            them instead of merging every step (None: nothing kept).
     """
 
     def __init__(
@@ -735,14 +756,13 @@ class RunFold:
         view_sections: Sequence[str] | None = FINDING_SECTIONS,
         cache: StepCache | None = None,
     ) -> None:
-        from ratioscope.analysis.pipeline import ReportMerge
+        from ratioscope.views.pooled_run import PooledRun
 
         self.rule = rule or ChangeRule()
         self.objectives = objectives
         self.followed = (*HEADLINES, *OBJECTIVE_HEADLINES) if objectives else HEADLINES
-        self.pooling = ReportMerge()
+        self.pooling = PooledRun(thresholds, view_sections, cache)
         self.judging = StepJudging(self.followed, self.rule, thresholds)
-        self.view_sections = view_sections
         self.rows: list[tuple[int, tuple[str, ...], dict[str, float | None]]] = []
         #: the run's reward functions, in order of first appearance (an ordered set)
         self.functions: dict[str, None] = {}
@@ -750,19 +770,25 @@ class RunFold:
         #: the pooled report of the steps so far (with its state after the last step;
         #: None after a step whose pooled verdict the cache held)
         self.pooled: Report | None = None
-        self.thresholds = thresholds
-        self.cache = cache
-        #: the key of the steps so far, in order (None once a step has no cache key)
-        self.chain: str | None = _chain_seed(thresholds, view_sections) if cache else None
+
+    def plan(self, upcoming: Sequence[tuple[str | None, Sequence[str | Path]]]) -> None:
+        """The steps about to be folded, before the first (see :meth:`PooledRun.plan`)."""
+        self.pooling.plan(upcoming)
 
     def add(
         self, step: int, inputs: Sequence[str | Path], result: StepResult, last: bool = False
     ) -> None:
         """Fold one step in (steps in order); ``last``: the run's last step (the pooled
-        report is then made whole, with its state)."""
+        report is then made whole, with its state).
+
+        Raises:
+            MergeError: the step does not join the run (the fold is left as it was);
+            ChainBroken: a cache entry the fold relied on did not read back.
+        """
         step_report = result.report
         # merged first: a step that does not join the run leaves the fold as it was
-        self.pooling.add(step_report, f"step {step}", result.totals)
+        so_far = self.pooling.add(step, inputs, result, last)
+        self.pooled = self.pooling.pooled
         document: dict[str, Any] = (
             dict(result.document) if result.document is not None
             else _sections_document(step_report)
@@ -778,47 +804,8 @@ class RunFold:
         if method:
             self.fpa_steps.setdefault(str(method), []).append(step)
         self.rows.append((step, tuple(str(p) for p in inputs), values))
-        self.chain = _chained(self.chain, result.key)
-        # the first step's pooled report is its own: judged once, not twice
-        so_far: Report | Verdict | None = None
-        if len(self.rows) > 1:
-            so_far = self._pooled_verdict()
-        if last:
-            self.pooled = self.pooling.result()
-        elif so_far is None or len(self.rows) == 1:
-            self.pooled = self.pooling.result(state=False, sections=self.view_sections)
-        else:  # the cache's verdict stands for the pooled report: it is not computed
-            self.pooled = None
-        if len(self.rows) > 1 and so_far is None:
-            so_far = self._judge_pooled()
         own_report = step_report if result.document is None or result.own is None else document
         self.judging.add(step, own_report, so_far, values, list(self.functions), own=result.own)
-
-    def _pooled_verdict(self) -> Verdict | None:
-        """The cache's verdict of the pooled report of the steps so far, if it holds one
-        that reads back."""
-        if self.cache is None or self.chain is None:
-            return None
-        from ratioscope.judgement.verdict import Verdict
-
-        entry = self.cache.get(self.chain, kind="pooled verdict")
-        if entry is None:
-            return None
-        try:
-            return Verdict.from_dict(entry["verdict"])
-        except (ValueError, TypeError, KeyError, AttributeError):
-            self.cache.refuse()
-            return None
-
-    def _judge_pooled(self) -> Verdict:
-        """The verdict of the pooled report of the steps so far (kept in the cache)."""
-        from ratioscope.judgement.verdict import verdict
-
-        assert self.pooled is not None
-        judged = verdict(self.pooled, self.thresholds)
-        if self.cache is not None and self.chain is not None:
-            self.cache.put(self.chain, {"verdict": judged.to_dict()}, kind="pooled verdict")
-        return judged
 
     def recent(self, count: int) -> list[TimelineStep]:
         """The last ``count`` steps folded (what a live view shows after each step,
@@ -834,6 +821,9 @@ class RunFold:
         """The timeline of the steps so far."""
         from ratioscope.io.documents import tool_info
 
+        if self.pooled is None and self.rows and not self.pooling.skipping:
+            # the cache's verdicts stood for it after the latest step: made now
+            self.pooled = self.pooling.result()
         pooled = self.pooled
         headlines = with_reward_functions(
             self.followed, reward_function_headlines(list(self.functions))
@@ -896,7 +886,7 @@ class StepJudging:
         self,
         step: int,
         step_report: Report | Mapping[str, Any],
-        pooled: Report | Verdict | None,
+        pooled: Verdict | None,
         values: Mapping[str, float | None],
         functions: Sequence[str],
         own: Verdict | None = None,
@@ -929,26 +919,6 @@ class StepJudging:
             first_yellow=first_step_at(verdicts, "yellow"),
             first_red=first_step_at(verdicts, "red"),
         )
-
-
-def _chain_seed(thresholds: Thresholds | None, view_sections: Sequence[str] | None) -> str:
-    """The start of :attr:`RunFold.chain`: what a pooled verdict depends on besides the
-    steps."""
-    import hashlib
-
-    text = thresholds_key(thresholds) + repr(
-        None if view_sections is None else sorted(view_sections)
-    )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _chained(chain: str | None, key: str | None) -> str | None:
-    """The key of the steps so far, one more step folded in."""
-    import hashlib
-
-    if chain is None or key is None:
-        return None
-    return hashlib.sha256(f"{chain}:{key}".encode()).hexdigest()
 
 
 def run_settings(

@@ -47,9 +47,9 @@ if TYPE_CHECKING:
     from ratioscope.views.timeline import RunFold, Timeline
 
 #: seconds between two looks at the run
-DEFAULT_INTERVAL = 1.0
+DEFAULT_INTERVAL = defaults.WATCH_INTERVAL
 #: seconds a file must go unwritten before it is read
-DEFAULT_SETTLE = 2.0
+DEFAULT_SETTLE = defaults.WATCH_SETTLE
 #: the verdict's levels as tracker numbers (``ratioscope/verdict.level``)
 LEVEL_NUMBERS = {"green": 0.0, "yellow": 1.0, "red": 2.0}
 #: the tracker name of the verdict's level after each step
@@ -173,6 +173,8 @@ class RunWatch:
         self.notes: list[str] = []
         self.folded: _Folded | None = None
         self.reports: bool | None = None
+        #: whether the fold keeps and reads the pooled verdicts in the cache
+        self.chained = True
 
     @property
     def steps(self) -> list[int]:
@@ -297,6 +299,25 @@ class RunWatch:
     ) -> tuple[list[int], list[SkippedStep], bool, float | None]:
         """Fold the new steps of ``desired``; fold the run again when a folded step
         changed or a new one comes before a folded one."""
+        from ratioscope.views.pooled_run import ChainBroken
+
+        ready = list(desired)
+        try:
+            return self._fold_ready(desired, signatures, current, progress, on_step, stop)
+        except ChainBroken:  # a kept pooled report did not read back: fold without them
+            self.chained = False
+            self.folded = None
+            return self._fold_ready(ready, signatures, current, progress, on_step, stop)
+
+    def _fold_ready(
+        self,
+        desired: list[StepFiles],
+        signatures: dict[int, Signature],
+        current: dict[Path, FileSeen],
+        progress: ProgressCallback | None,
+        on_step: Callable[[RunFold], None] | None,
+        stop: Callable[[], bool] | None,
+    ) -> tuple[list[int], list[SkippedStep], bool, float | None]:
         folded = self.folded
         refolded = False
         if folded is not None:
@@ -315,12 +336,17 @@ class RunWatch:
         if folded is None:
             folded = self._start(desired)
             self.folded = folded
+            analysis = folded.analysis
+            if not self.reports:
+                keys = analysis.keys(desired)
+                folded.fold.plan([(keys[g.step], g.paths) for g in desired])
         else:
             self._note_settings(desired, folded)
         added, skipped = [], []
         lag = None
         for index, group in enumerate(desired):
-            if stop is not None and stop():
+            # steps the cache stands for take milliseconds: stopped after them
+            if stop is not None and stop() and not folded.fold.pooling.skipping:
                 break
             label = f"step {group.step}"
             report(progress, ProgressUpdate("steps", index, len(desired), label))
@@ -354,7 +380,7 @@ class RunWatch:
         )  # fmt: skip
         fold = RunFold(
             thresholds=self.thresholds, rule=self.change, objectives=self.objectives,
-            cache=self.cache,
+            cache=self.cache if self.chained else None,
         )  # fmt: skip
         return _Folded(fold, analysis)
 

@@ -158,18 +158,8 @@ def spark_table(steps: Sequence[TimelineStep], labels: dict[str, str]) -> Table:
 
 
 def live_view(state: WatchState) -> RenderableType:
-    """The whole live view."""
+    """The whole live view (the bottom line names the first yellow and red steps)."""
     parts: list[RenderableType] = [header(state), *verdict_block(state.verdict)]
-    if state.verdict is not None and (state.verdict.first_yellow or state.verdict.first_red):
-        firsts = [
-            f"first {level} at step {step}"
-            for level, step in (
-                ("yellow", state.verdict.first_yellow),
-                ("red", state.verdict.first_red),
-            )
-            if step is not None
-        ]
-        parts.append(Text("  " + ", ".join(firsts), style="dim"))
     parts.append(level_strip(state.steps))
     parts.append(spark_table(state.steps, state.labels))
     parts.extend(Text(event, style="dim") for event in state.events)
