@@ -293,3 +293,18 @@ def test_the_bundled_failing_run_is_red_three_steps_before_its_label_the_healthy
     # the verifier's 0/1, not every rollout the shaping reward pays
     last = hacked.steps[-1].values
     assert last["vitals.correct_share"] == last["vitals.reward.per_function.correct.mean"]
+
+
+def test_a_change_flagged_at_many_steps_names_the_first_and_the_last():
+    from ratioscope.judgement.run_verdict import ChangeFindings
+
+    changes = ChangeFindings({"mismatch.policy.k3": "policy drift k3"})
+    flagged = [3, 8, 13, 20, 31, 40, 52, 60]
+    for step in range(64):
+        value = 1e-3 * (1 + step)
+        changes.add(
+            step, {"mismatch.policy.k3": value}, ["mismatch.policy.k3"] if step in flagged else []
+        )
+    (finding,) = changes.findings()
+    assert "changed at steps 3, 8, 13, ..., 52, 60 (8 changes)" in finding.text
+    assert finding.text.endswith("at step 3)")  # the values around the first change

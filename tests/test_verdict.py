@@ -478,6 +478,25 @@ def test_first_steps_findings_of_a_timeline():
     assert first_steps_findings([(1, step(1e-4))]) == []
 
 
+def test_a_long_run_beyond_its_first_steps_keeps_a_short_sentence():
+    """50 later steps beyond the bound: the worst is the plain loop's (the largest
+    multiple, the earliest of equals), and the sentence names the first three and the
+    last two steps and the count, not all fifty."""
+    import random
+
+    from ratioscope.judgement.verdict import first_steps_findings
+
+    rng = random.Random(3)
+    base = [(i, {"mismatch.policy.k3": 1e-4}) for i in range(3)]
+    later = [(3 + i, {"mismatch.policy.k3": rng.choice([2e-3, 5e-3, 2e-2])}) for i in range(50)]
+    (finding,) = first_steps_findings([*base, *later])
+    top = max(v["mismatch.policy.k3"] for _, v in later)
+    worst_step = next(step for step, v in later if v["mismatch.policy.k3"] == top)
+    assert finding.value == top and f"at step {worst_step} (" in finding.text
+    assert finding.level == "red"  # 200x
+    assert finding.text.endswith("(beyond the bound at steps 3, 4, 5, ..., 51, 52 (50 steps))")
+
+
 def test_analyze_baseline_adds_relative_lines(tmp_path):
     base = tmp_path / "base.json"
     Report.from_dict(

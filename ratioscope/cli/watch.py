@@ -469,7 +469,7 @@ class _Session:
         ends it at once, removing the outputs being written)."""
         if threading.current_thread() is not threading.main_thread():
             return {}
-        previous = {}
+        previous: dict[int, Any] = {}
 
         def stop(number: int, frame: Any) -> None:
             if self.stop.is_set():

@@ -30,6 +30,7 @@ from typing import Any
 from ratioscope.judgement.trends import TrendHistory, trend_findings
 from ratioscope.judgement.verdict import (
     LEVELS,
+    NAMED_STEPS,
     RELATIVE,
     Finding,
     FirstSteps,
@@ -37,6 +38,7 @@ from ratioscope.judgement.verdict import (
     Level,
     Thresholds,
     Verdict,
+    named_steps,
     verdict,
 )
 
@@ -204,18 +206,9 @@ def bad_change(key: str, before: float | None, value: float | None) -> bool:
     return value > before if direction == "up" else value < before
 
 
-#: the flagged steps a change finding names in full; past them, the first and the last
-NAMED_STEPS = 6
-
-
 def _named_steps(steps: Sequence[int]) -> str:
-    """``3, 7, 12``; past :data:`NAMED_STEPS`, ``3, 7, 12, ..., 880, 903 (41 changes)``:
-    a long run's sentence stays short (it is kept after every step)."""
-    if len(steps) <= NAMED_STEPS:
-        return ", ".join(str(step) for step in steps)
-    head = ", ".join(str(step) for step in steps[:3])
-    tail = ", ".join(str(step) for step in steps[-2:])
-    return f"{head}, ..., {tail} ({len(steps)} changes)"
+    """The flagged steps of a change finding, as :func:`named_steps` names them."""
+    return named_steps(steps[:NAMED_STEPS], steps[-2:], len(steps)).replace(" steps)", " changes)")
 
 
 def _short(value: float | None) -> str:

@@ -918,6 +918,49 @@ def first_steps_findings(
     return judge.findings()
 
 
+#: the steps a sentence names in full; past them, the first three and the last two
+NAMED_STEPS = 6
+
+
+def named_steps(first: Sequence[int], last: Sequence[int], count: int) -> str:
+    """``3, 7, 12``; past :data:`NAMED_STEPS`, ``3, 7, 12, ..., 880, 903 (41 steps)``: a
+    long run's sentence stays short (it is kept after every step). ``first``: the first
+    steps (all of them up to :data:`NAMED_STEPS`), ``last``: the last two."""
+    if count <= NAMED_STEPS:
+        return ", ".join(str(step) for step in first[:count])
+    head = ", ".join(str(step) for step in first[:3])
+    tail = ", ".join(str(step) for step in last[-2:])
+    return f"{head}, ..., {tail} ({count} steps)"
+
+
+@dataclass
+class Beyond:
+    """The later steps of a run beyond one quantity's bound, kept in constant memory:
+    the worst (its level first, then its multiple of the baseline: the largest for a
+    quantity that goes wrong upwards, the smallest otherwise; the earliest of equals),
+    how many, and the first and last of them by number."""
+
+    worst: Finding | None = None
+    worst_step: int = 0
+    count: int = 0
+    first: list[int] = field(default_factory=list)
+    last: list[int] = field(default_factory=list)
+    _rank: tuple[int, float] = (-1, -math.inf)
+
+    def add(self, step: int, finding: Finding, direction: str) -> None:
+        sign = 1.0 if direction == "up" else -1.0
+        rank = (LEVELS.index(finding.level), sign * (finding.value or 0.0))
+        if self.worst is None or rank > self._rank:
+            self.worst, self.worst_step, self._rank = finding, step, rank
+        self.count += 1
+        if len(self.first) < NAMED_STEPS:
+            self.first.append(step)
+        self.last = [*self.last[-1:], step]
+
+    def named(self) -> str:
+        return named_steps(self.first, self.last, self.count)
+
+
 class FirstSteps:
     """:func:`first_steps_findings` of a run that grows one step at a time: after each
     :meth:`add`, :meth:`findings` is what :func:`first_steps_findings` of the steps so
@@ -938,8 +981,8 @@ class FirstSteps:
         #: path -> baseline value, fixed once the run has more than ``first`` steps
         self.baseline: dict[str, float] | None = None
         self.what = ""
-        #: path -> (step, finding) of each later step beyond a bound
-        self.bad: dict[str, list[tuple[int, Finding]]] = {}
+        #: path -> the later steps beyond its bound (the worst, the count, which)
+        self.bad: dict[str, Beyond] = {}
         self.judged_any = False
 
     def add(self, step: int, document: Any) -> None:
@@ -969,7 +1012,7 @@ class FirstSteps:
         if len(self.head) < 2:
             return []
         # up to ``first`` steps: the first step alone is the baseline of the others
-        bad: dict[str, list[tuple[int, Finding]]] = {}
+        bad: dict[str, Beyond] = {}
         judged_any = False
         first_step, first_values = self.head[0]
         reference = {k: v for k, v in first_values.items() if v is not None}
@@ -990,7 +1033,7 @@ class FirstSteps:
         values: Mapping[str, float | None],
         reference: Mapping[str, float],
         what: str,
-        bad: dict[str, list[tuple[int, Finding]]] | None = None,
+        bad: dict[str, Beyond] | None = None,
     ) -> bool:
         """Judge one later step; records into ``bad`` (default: the run's own)."""
         into = self.bad if bad is None else bad
@@ -1000,30 +1043,25 @@ class FirstSteps:
                 continue
             found = relative_findings(values, reference, self.t, what, (item,))
             judged = judged or bool(found)
-            into.setdefault(item.path, []).extend((step, f) for f in found if f.level != "green")
+            for finding in found:
+                if finding.level != "green":
+                    into.setdefault(item.path, Beyond()).add(step, finding, item.direction)
         if bad is None:
             self.judged_any = self.judged_any or judged
         return judged
 
-    def _built(
-        self, bad: Mapping[str, list[tuple[int, Finding]]], judged_any: bool, what: str
-    ) -> list[Finding]:
+    def _built(self, bad: Mapping[str, Beyond], judged_any: bool, what: str) -> list[Finding]:
         findings: list[Finding] = []
         for item in self.quantities:
-            steps = bad.get(item.path)
-            if not steps:
+            beyond = bad.get(item.path)
+            if beyond is None or beyond.worst is None:
                 continue
-            level = max((f.level for _, f in steps), key=LEVELS.index)
-            sign = 1.0 if item.direction == "up" else -1.0  # the worst is the largest
-            worst_step, worst = max(  # multiple of the baseline: a large value, or a small
-                steps, key=lambda pair: (LEVELS.index(pair[1].level), sign * (pair[1].value or 0.0))
-            )
-            at = ", ".join(str(step) for step, _ in steps)
+            worst = beyond.worst
             findings.append(
                 Finding(
-                    f"relative.{item.path}", level, worst.value, worst.threshold,
-                    f"{worst.text} at step {worst_step} (beyond the bound at step"
-                    f"{'s' if len(steps) > 1 else ''} {at})",
+                    f"relative.{item.path}", worst.level, worst.value, worst.threshold,
+                    f"{worst.text} at step {beyond.worst_step} (beyond the bound at step"
+                    f"{'s' if beyond.count > 1 else ''} {beyond.named()})",
                     worst.source, f"{item.label} vs first steps",
                 )
             )  # fmt: skip

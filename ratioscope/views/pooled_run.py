@@ -146,6 +146,8 @@ class PooledRun:
             if self.count == self.skip_through:
                 self.base = self.chain
                 if last:
+                    if self.chain is None:
+                        raise ChainBroken(f"step {step}: no chain")
                     self.pooled = self._cached_report(self.chain)
             return cached
         if last:
