@@ -30,6 +30,8 @@ ONLY_WITH_REFERENCE_FILTER = "ratios.*.closed_form_deviation."
 NOT_IN_THE_SAMPLE = (
     ONLY_WITH_REFERENCE_FILTER,
     "params.analysis.max_length",
+    "params.analysis.max_lag",
+    "policy_lag.",  # the sample run is synchronous: no policy versions
     "vitals.reward.per_function.",
 )
 

@@ -80,10 +80,22 @@ def _synthetic_files(directory: Path) -> tuple[str, ...]:
     without groups, no old entropy, no advantages and no correct sequence."""
     no_correct = make_arrays(12)
     no_correct["rewards"][:] = 0.0
+    rng = np.random.default_rng(13)
+    # policy versions three ways: per token without the trainer's version (lags from the
+    # newest), per sequence with it as a number (and the engine's log-probs: the drift
+    # split), per token with it as a per-sequence column
+    a, b, c = make_arrays(9, vocab=5), make_arrays(10), make_arrays(11)
+    a["policy_version"] = rng.integers(4, 8, size=a["mask"].shape)
+    b["policy_version"] = rng.integers(2, 6, size=b["mask"].shape[0])
+    b["rollout_log_probs"] = b["old_log_probs"] + rng.normal(0, 0.05, b["mask"].shape)
+    c["policy_version"] = rng.integers(0, 3, size=c["mask"].shape)
+    c["trainer_version"] = np.full(c["mask"].shape[0], 3)
+    b_path = write(b, directory / "b.pt", drop=("group",))
+    torch.save({**torch.load(b_path), "trainer_version": 6}, b_path)  # a plain number
     return (
-        write(make_arrays(9, vocab=5), directory / "a.safetensors"),
-        write(make_arrays(10), directory / "b.pt", drop=("group",)),
-        write(make_arrays(11), directory / "c.pt", drop=("old_entropy",)),
+        write(a, directory / "a.safetensors"),
+        b_path,
+        write(c, directory / "c.pt", drop=("old_entropy",)),
         write(no_correct, directory / "d.pt", drop=("advantages",)),
     )
 
@@ -91,6 +103,9 @@ def _synthetic_files(directory: Path) -> tuple[str, ...]:
 ALL = tuple(cls.name for cls in CLASSES)
 #: inputs without a 'minibatch' key compute every section but the staleness table
 NO_MINIBATCH = tuple(name for name in ALL if name != "staleness")
+#: ... and those without 'policy_version' every section but the lag table
+SYNCHRONOUS = tuple(name for name in ALL if name != "policy_lag")
+SYNCHRONOUS_NO_MINIBATCH = tuple(name for name in NO_MINIBATCH if name != "policy_lag")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -110,14 +125,14 @@ def inputs(tmp_path_factory) -> dict[str, Inputs]:
     verl = tuple(str(p) for p in sorted((SAMPLE / "verl").glob("*.pt")))
     return {
         # the last file has logits (exact FPA), the others not; groups, entropies, rewards
-        "verl": Inputs(verl, AnalysisParams(), 2_000, ALL, split_file=-1),
+        "verl": Inputs(verl, AnalysisParams(), 2_000, SYNCHRONOUS, split_file=-1),
         "synthetic": Inputs(_synthetic_files(directory), AnalysisParams(), 120, NO_MINIBATCH),
         # current/old and current/engine pairs, no groups in one file
         "trl+prime_rl": Inputs(
             (str(SAMPLE / "trl" / "step_0032.pt"), str(SAMPLE / "prime_rl")),
             AnalysisParams(),
             2_000,
-            NO_MINIBATCH,
+            SYNCHRONOUS_NO_MINIBATCH,
         ),
         "kalman_reference": Inputs(
             _kalman_files(directory),

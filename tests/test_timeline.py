@@ -42,6 +42,9 @@ def test_per_step_values_equal_analyze_of_the_step_alone(sample_timeline):
 
 def test_every_headline_has_a_value_on_the_sample_run(sample_timeline):
     for item in HEADLINES:
+        if item.key.startswith("policy_lag."):  # the sample run is synchronous
+            assert all(v is None for v in sample_timeline.series(item.key))
+            continue
         assert all(v is not None for v in sample_timeline.series(item.key)), item.key
 
 

@@ -35,10 +35,14 @@ COLUMN_ORDER = (
     "advantages",
     *TOKEN_FLOAT_NAMES[4:],
     "token_ids",
+    "policy_version",
     "rewards",
     "correct",
     "group",
+    "trainer_version",
 )
+#: integer columns stored as int64 (versions count on without bound)
+_VERSION_NAMES = ("policy_version", "trainer_version")
 _INT32 = torch.iinfo(torch.int32)
 
 
@@ -204,10 +208,13 @@ def _check_shape(name: str, tensor: Tensor, rows: int, width: int) -> None:
     if name in ("rewards", "correct"):
         if shape != [rows]:
             raise ValueError(f"{name} must be [B] = [{rows}] (one value per row), got {shape}")
-    elif name == "advantages":
+    elif name == "trainer_version":
+        if shape != [rows]:
+            raise ValueError(f"{name} must be one integer, got shape {shape}")
+    elif name in ("advantages", "policy_version"):
         if shape not in ([rows, width], [rows]):
             raise ValueError(
-                f"advantages must be [B, T] = [{rows}, {width}] like the mask, or [B] = "
+                f"{name} must be [B, T] = [{rows}, {width}] like the mask, or [B] = "
                 f"[{rows}], got {shape}"
             )
     elif shape != [rows, width]:
@@ -215,9 +222,9 @@ def _check_shape(name: str, tensor: Tensor, rows: int, width: int) -> None:
 
 
 def _check_dtype(name: str, tensor: Tensor) -> None:
-    if name == "token_ids":
+    if name in ("token_ids", *_VERSION_NAMES):
         if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
-            raise ValueError(f"token_ids must be an integer tensor, got dtype {tensor.dtype}")
+            raise ValueError(f"{name} must be an integer tensor, got dtype {tensor.dtype}")
     elif name == "correct":
         if tensor.is_complex():
             raise ValueError(f"correct must be boolean, got dtype {tensor.dtype}")
@@ -299,6 +306,8 @@ def _stored(name: str, tensor: Tensor, index: Tensor | None, width: int) -> Tens
         tensor = tensor[:, :width]
     if name == "correct":
         return compact(tensor.to("cpu") != 0)
+    if name in _VERSION_NAMES:
+        return compact(tensor.to("cpu", torch.int64))
     if name == "token_ids":
         tensor = tensor.to("cpu")
         fits = tensor.numel() == 0 or (

@@ -167,6 +167,15 @@ class _ByteCounter:
         pass
 
 
+def _trainer_column(mask: Any, policy_version: Any, version: int) -> Tensor | None:
+    """The trainer's version as a [B] column (stored per row, so that sampling rows and
+    every reader keep it), when ``policy_version`` is given."""
+    if policy_version is None:
+        return None
+    version = _non_negative_int("trainer_version", version)
+    return torch.full((len(mask),), version, dtype=torch.int64)
+
+
 # ------------------------------------------------------------------------------ writer
 class CaptureWriter:
     """Record canonical per-token tensors of training steps for ratioscope.
@@ -301,6 +310,8 @@ class CaptureWriter:
         group: Tensor | Sequence[str] | Sequence[int] | None = None,
         token_ids: Tensor | None = None,
         per_sequence: Mapping[str, Tensor] | None = None,
+        policy_version: Tensor | None = None,
+        trainer_version: int | None = None,
     ) -> Path | None:
         """Record one micro-batch of ``step``.
 
@@ -320,6 +331,10 @@ class CaptureWriter:
             group: [B] integer tensor, or B str/int labels (e.g. verl's ``uid``):
                 responses to the same prompt.
             token_ids: [B, T] integer sampled tokens.
+            policy_version: [B, T] or [B] integer: the version of the policy that
+                sampled each token (or sequence), for async training (docs/staleness.md).
+            trainer_version: the version of the policy being trained; default ``step``
+                when ``policy_version`` is given.
             per_sequence: more [B] values by name, each starting with ``reward:`` (one
                 reward function's values, ``{"reward:accuracy": ...}``), stored as float32
                 under that name: ``analyze --correct-field reward:accuracy`` reads them.
@@ -349,6 +364,10 @@ class CaptureWriter:
                 "rewards": rewards,
                 "correct": correct,
                 "token_ids": token_ids,
+                "policy_version": policy_version,
+                "trainer_version": _trainer_column(
+                    mask, policy_version, step if trainer_version is None else trainer_version
+                ),
             },
             group,
             per_sequence,

@@ -274,6 +274,18 @@ MaxLength = Annotated[
         show_default=False,
     ),
 ]
+MaxLag = Annotated[
+    int | None,
+    typer.Option(
+        "--max-lag",
+        min=0,
+        help="The largest policy lag (in versions) the trainer allows, e.g. prime-rl's "
+        "max_off_policy_steps: tokens sampled further behind are counted and named "
+        "(policy_lag; dumps with 'policy_version').",
+        rich_help_panel=_A,
+        show_default=False,
+    ),
+]
 ChunkElements = Annotated[
     int,
     typer.Option(
@@ -439,6 +451,7 @@ PARAMETER_OPTIONS = {
     "delta": "--delta",
     "deltas": "--delta-sweep",
     "max_length": "--max-length",
+    "max_lag": "--max-lag",
     # plot ratios
     "sequence": "--sequence",
     # timeline

@@ -49,6 +49,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLag,
     MaxLength,
     NonFinite,
     OnBand,
@@ -225,6 +226,7 @@ def timeline(
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = DELTA_SWEEP_DEFAULT,
     max_length: MaxLength = None,
+    max_lag: MaxLag = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     quiet: Quiet = False,
 ) -> None:

@@ -52,6 +52,7 @@ from ratioscope.cli._options import (
     LfrCutoff,
     Mapping,
     MaskPolicy,
+    MaxLag,
     MaxLength,
     NonFinite,
     OnBand,
@@ -216,6 +217,7 @@ def watch(
     delta: Delta = DEFAULTS.delta,
     delta_sweep: DeltaSweep = DELTA_SWEEP_DEFAULT,
     max_length: MaxLength = None,
+    max_lag: MaxLag = None,
     chunk_elements: ChunkElements = CHUNK_ELEMENTS_DEFAULT,
     quiet: Quiet = False,
 ) -> None:

@@ -15,6 +15,7 @@ and broadcasts ``[B]`` advantages, so every analysis can rely on the same invari
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,13 +49,23 @@ TOKEN_FLOAT_KEYS = (
 SEQUENCE_KEYS = ("rewards", "correct", "group", "minibatch")
 #: next-token logits [B, T, V]
 VOCAB_KEYS = ("logits", "ref_logits")
-CANONICAL_KEYS = ("mask", *TOKEN_FLOAT_KEYS, "token_ids", *SEQUENCE_KEYS, *VOCAB_KEYS)
+#: per-token integers [B, T]: the sampled token, and the version of the policy that sampled
+#: it (``policy_version`` may also be per sequence, [B], broadcast over the row)
+TOKEN_INT_KEYS = ("token_ids", "policy_version")
+CANONICAL_KEYS = ("mask", *TOKEN_FLOAT_KEYS, *TOKEN_INT_KEYS, *SEQUENCE_KEYS, *VOCAB_KEYS)
+#: one integer per file: the version of the policy being trained (``policy_version``'s lag
+#: is counted from it); a scalar, or a per-sequence column holding one value
+SCALAR_KEYS = ("trainer_version",)
 #: what the key of one reward function's per-sequence values starts with: ``reward:NAME``
 #: (written by ratioscope's captures, e.g. one per TRL reward function); its values are
 #: ``TokenBatch.reward_functions[NAME]``
 REWARD_FUNCTION_PREFIX = "reward:"
 
 NONFINITE_POLICIES = ("error", "mask")
+
+#: file formats whose columns carry a declared dtype: there a per-token float key stored
+#: as integers or booleans is refused (JSON lines write 0 and 0.0 alike, so not there)
+TYPED_FORMATS = frozenset({"pt", "pickle", "safetensors", "npz", "parquet"})
 
 #: What the log-ratio z of a batch compares, numerator / denominator (docs/formats.md and
 #: docs/formats.md "Which ratio"): the current policy against the trainer's behaviour
@@ -86,6 +97,9 @@ class TokenBatch:
         group: [B] int64 or None, ids 0..G-1; ``group_labels[g]`` is the original label.
         minibatch: [B] int64 or None, the index of the optimizer update (mini-batch, and
             PPO epoch) of its step that used the row; 0 is the first, on-policy one.
+        policy_version: [B, T] int64 or None, the version of the policy that sampled each
+            token (async training; a per-sequence input is broadcast over its row).
+        trainer_version: the version of the policy being trained, or None (not given).
         logits, ref_logits: [B, T, V] or None.
         source: the file the batch came from; ``profile`` the key layout it was read as;
         ``key_map`` canonical name -> the name in the file; ``padding`` "right" or "left"
@@ -108,6 +122,7 @@ class TokenBatch:
     correct: Tensor | None = None
     group: Tensor | None = None
     minibatch: Tensor | None = None
+    policy_version: Tensor | None = None
     logits: Tensor | None = None
     ref_logits: Tensor | None = None
     reward_functions: dict[str, Tensor] = field(default_factory=dict)
@@ -121,6 +136,7 @@ class TokenBatch:
     row_offset: int = 0
     warnings: list[str] = field(default_factory=list)
     ratio_pair: str = "current/old"
+    trainer_version: int | None = None
     #: files with equal keys hold the same samples (a framework's rank copies)
     content_key: str | None = None
 
@@ -264,6 +280,7 @@ class _Builder:
         self.default_correct = True
         self.expected: dict[str, str] = {}
         self.file_keys: list[str] | None = None
+        self.typed = False
 
     def name(self, canonical: str) -> str:
         return self.key_map.get(canonical, self.expected.get(canonical, canonical))
@@ -275,6 +292,7 @@ class _Builder:
 
     # --- steps -------------------------------------------------------------
     def build(self, profile: str, file_format: str, ignored_keys: list[str]) -> TokenBatch:
+        self.typed = file_format in TYPED_FORMATS
         mask = self.mask()
         pair = self.ratio_pair()
         values = self.token_tensors(mask.shape)
@@ -301,6 +319,8 @@ class _Builder:
                     sequence_values["correct"] = functions[chosen] == 1
         if not bool(mask.any()):
             raise EmptyDumpError(self.source, "the mask marks no valid token")
+        trainer_version = self.trainer_version(mask.shape[0])
+        self.check_lags(mask, values.get("policy_version"), trainer_version)
         # the three key sets are disjoint; Any because mypy cannot match names to fields
         tensors: dict[str, Any] = {**values, **sequence_values, **vocab}
         return TokenBatch(
@@ -316,6 +336,7 @@ class _Builder:
             padding=padding,
             warnings=self.warnings,
             ratio_pair=pair,
+            trainer_version=trainer_version,
         )
 
     def require(self, canonical: str, hint: str = "") -> Any:
@@ -387,6 +408,7 @@ class _Builder:
             if key not in self.raw:
                 continue
             tensor = self.as_tensor(key, self.raw[key])
+            self.check_floating(key, tensor)
             if key == "advantages" and tensor.dim() == 1 and tensor.shape[0] == shape[0]:
                 tensor = tensor[:, None].expand(shape)
             expected = "[sequences, tokens] like the mask"
@@ -402,7 +424,101 @@ class _Builder:
             ):
                 raise InputError(self.source, f"'{self.name('token_ids')}' must hold integers")
             values["token_ids"] = ids.long()
+        if "policy_version" in self.raw:
+            values["policy_version"] = self.versions(self.raw["policy_version"], shape)
         return values
+
+    def versions(self, raw: Any, shape: torch.Size) -> Tensor:
+        """[B, T] int64 policy versions: integers >= 0 at valid tokens, per token or per
+        sequence (broadcast); prompt and padding positions may hold anything (AReaL
+        writes -1 and 0 there)."""
+        name = self.name("policy_version")
+        tensor = self.as_tensor("policy_version", raw)
+        if tensor.dim() == 1 and tensor.shape[0] == shape[0]:
+            tensor = tensor[:, None].expand(shape)
+        self.check_shape(
+            "policy_version", tensor, shape, "[sequences, tokens] like the mask, or [sequences]"
+        )
+        if tensor.dtype == torch.bool or tensor.is_complex():
+            raise InputError(
+                self.source, f"'{name}' must hold integer versions, not {tensor.dtype}"
+            )
+        valid = _raw_mask(self.raw, tensor)
+        if tensor.is_floating_point():
+            # parquet/jsonl columns with nulls arrive as floats: whole numbers, no NaN
+            bad = valid & ~(torch.isfinite(tensor) & (tensor.frac() == 0))
+            if bool(bad.any()):
+                first = tuple(int(i) for i in bad.nonzero()[0])
+                raise InputError(
+                    self.source,
+                    f"'{name}' must hold an integer version at every valid token; it holds "
+                    f"{tensor[first].item()!r} at (row, column) = {first}",
+                )
+            tensor = torch.where(valid, tensor, 0.0)
+        versions = tensor.long()
+        negative = valid & (versions < 0)
+        if bool(negative.any()):
+            first = tuple(int(i) for i in negative.nonzero()[0])
+            raise InputError(
+                self.source,
+                f"'{name}' must hold versions >= 0 at valid tokens; it holds "
+                f"{int(versions[first])} at (row, column) = {first}",
+            )
+        return versions
+
+    def trainer_version(self, rows: int) -> int | None:
+        """The file's ``trainer_version``: a number, a one-element tensor, or a
+        per-sequence column whose rows all hold the same integer >= 0."""
+        if "trainer_version" not in self.raw:
+            return None
+        name = self.name("trainer_version")
+        tensor = self.as_tensor("trainer_version", self.raw["trainer_version"]).flatten()
+        if tensor.numel() != 1 and tensor.numel() != rows:
+            raise InputError(
+                self.source,
+                f"'{name}' must be one number, or one per sequence, not {tensor.numel()} "
+                f"values for {rows} sequences",
+            )
+        values = {float(v) for v in tensor.double().unique().tolist()}
+        if len(values) != 1:
+            shown = ", ".join(f"{v:g}" for v in sorted(values)[:3])
+            raise InputError(
+                self.source, f"'{name}' must be the same for every sequence; it holds {shown}"
+            )
+        (value,) = values
+        whole = math.isfinite(value) and value == int(value)
+        if tensor.dtype == torch.bool or not whole or value < 0:
+            raise InputError(
+                self.source, f"'{name}' must be an integer version >= 0, not {value:g}"
+            )
+        return int(value)
+
+    def check_lags(self, mask: Tensor, versions: Tensor | None, trainer: int | None) -> None:
+        """No valid token was sampled by a policy newer than the one being trained."""
+        if versions is None or trainer is None:
+            return
+        newer = mask & (versions > trainer)
+        if bool(newer.any()):
+            first = tuple(int(i) for i in newer.nonzero()[0])
+            raise InputError(
+                self.source,
+                f"'{self.name('policy_version')}' holds version {int(versions[first])} at "
+                f"(row, column) = {first}, newer than the version being trained "
+                f"('{self.name('trainer_version')}' = {trainer})",
+            )
+
+    def check_floating(self, key: str, tensor: Tensor) -> None:
+        """A typed file's log-probs, advantages and entropies are floating point: an
+        integer dtype means the writer cast them, or the header names the wrong dtype
+        for float bytes, and their numbers would be read as something else."""
+        if self.typed and not tensor.is_floating_point():
+            kind = str(tensor.dtype).removeprefix("torch.")
+            raise InputError(
+                self.source,
+                f"'{self.name(key)}' is stored as {kind}, not as floating-point numbers: "
+                "log-probs, log-ratios, advantages and entropies must be float16, bfloat16, "
+                "float32 or float64",
+            )
 
     def check_shape(self, key: str, tensor: Tensor, shape: Sequence[int], expected: str) -> None:
         if tuple(tensor.shape) != tuple(shape):
@@ -568,7 +684,7 @@ class _Builder:
         functions: Mapping[str, Tensor] | None = None,
     ) -> Tensor:
         for key, tensor in values.items():
-            if key == "token_ids":
+            if key in TOKEN_INT_KEYS:
                 continue
             # the usual case, everything finite, from one sum (inf and NaN propagate; a
             # finite sum rules them out); a sum that overflows takes the full check

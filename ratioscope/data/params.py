@@ -63,6 +63,10 @@ class AnalysisParams:
     #: where ``max_length`` came from when not an option: "trainer settings" when the
     #: trainer's recorded (or ``--trainer``) length limit set it; None: an option
     max_length_source: str | None = None
+    #: the largest policy lag the trainer allows (prime-rl ``max_off_policy_steps``,
+    #: AReaL ``max_head_offpolicyness``); tokens beyond it are counted (policy_lag).
+    #: None: not stated. Left out of ``to_dict`` while None, as ``max_length``.
+    max_lag: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -109,6 +113,10 @@ class AnalysisParams:
             raise ParameterError(
                 "max_length", f"must be a positive whole number of tokens, got {self.max_length}"
             )
+        if self.max_lag is not None and (
+            isinstance(self.max_lag, bool) or int(self.max_lag) != self.max_lag or self.max_lag < 0
+        ):
+            raise ParameterError("max_lag", f"must be a whole number >= 0, got {self.max_lag}")
         if self.max_length_source is not None:
             _check_choice("max_length_source", self.max_length_source, MAX_LENGTH_SOURCES)
         if not 0 < self.fpa_threshold < 1:
@@ -142,7 +150,7 @@ class AnalysisParams:
 
 #: parameters written only when set: a report made without them has the block of one
 #: made before they existed
-_OMITTED_WHEN_NONE = ("max_length", "max_length_source")
+_OMITTED_WHEN_NONE = ("max_length", "max_length_source", "max_lag")
 
 #: parameters added after reports were written, with the parameter whose value an older
 #: report used in their place

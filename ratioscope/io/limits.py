@@ -150,7 +150,8 @@ def safetensors_header(
         if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
             raise corrupt(f"tensor '{key}' lacks its dtype, shape or data_offsets")
         dtype = entry["dtype"]
-        if dtype not in SAFETENSORS_ITEMSIZE:
+        # a list or an object is JSON too: it names no dtype (and is not hashable)
+        if not isinstance(dtype, str) or dtype not in SAFETENSORS_ITEMSIZE:
             raise corrupt(f"tensor '{key}' has the unknown dtype {_short(dtype)}")
         shape = checked_shape(path, f"tensor '{key}'", entry["shape"])
         offsets = entry["data_offsets"]

@@ -666,6 +666,7 @@ def _canonical_columns(
     row), per-token rewards reduced; with ``correct_threshold``, ``correct`` is the
     (reduced) value of its key >= the threshold."""
     columns = {c: raw.columns[key] for c, key in key_map.items() if key in raw.columns}
+    columns.update(_scalar_columns(raw, profile, key_map, columns))
     ragged = {c for c, key in key_map.items() if key in raw.ragged and c in columns}
     present = None
     if ragged:
@@ -689,6 +690,26 @@ def _canonical_columns(
         # (a mask of another shape is named by validation, beside the ragged columns)
         columns["mask"] = mask.to(torch.bool) & present if _is_bool_like(mask) else mask
     return columns
+
+
+def _scalar_columns(
+    raw: RawDump, profile: Profile, key_map: Mapping[str, str], columns: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The scalar canonical keys (``trainer_version``) that a file holds as plain numbers
+    beside its tensors (a ``.pt`` dict's ``{"trainer_version": 12}``), by the ``--map``
+    name, the profile's names or the canonical name."""
+    from ratioscope.data.batch import SCALAR_KEYS
+
+    found: dict[str, Any] = {}
+    for name in SCALAR_KEYS:
+        if name in columns:
+            continue
+        candidates = (key_map.get(name), *profile.keys.get(name, ()), name)
+        for key in candidates:
+            if key is not None and key in raw.meta:
+                found[name] = raw.meta[key]
+                break
+    return found
 
 
 def _pad_ragged(

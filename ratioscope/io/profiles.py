@@ -264,18 +264,19 @@ def resolve_keys(
     Order of precedence: the user's ``--map``, the profile's names, the canonical name.
     Each ``reward:NAME`` key (one reward function's values) maps to itself.
     """
-    from ratioscope.data.batch import CANONICAL_KEYS, REWARD_FUNCTION_PREFIX
+    from ratioscope.data.batch import CANONICAL_KEYS, REWARD_FUNCTION_PREFIX, SCALAR_KEYS
 
+    known = (*CANONICAL_KEYS, *SCALAR_KEYS)
     present = list(keys)
     mapping = dict(mapping or {})
     resolved: dict[str, str] = {}
     claimed: set[str] = set()
     for canonical, theirs in mapping.items():
-        if canonical not in CANONICAL_KEYS:
+        if canonical not in known:
             raise ParameterError(
                 "mapping",
                 f"names '{canonical}', which is not a canonical key; canonical keys "
-                f"are {', '.join(CANONICAL_KEYS)}",
+                f"are {', '.join(known)}",
             )
         resolved[canonical] = theirs
         claimed.add(theirs)
@@ -287,7 +288,7 @@ def resolve_keys(
                 resolved[canonical] = key
                 claimed.add(key)
                 break
-    for canonical in CANONICAL_KEYS:
+    for canonical in known:
         if canonical in profile.shadowed:
             continue
         if canonical not in resolved and canonical in present and canonical not in claimed:

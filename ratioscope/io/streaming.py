@@ -358,6 +358,7 @@ class StreamedFile:
             columns=raw_columns,
             file_format=self.file_format,
             ragged={k for k in raw_columns if k in self.source.header.ragged},
+            meta=self.source.header.meta,
         )
         canonical = _canonical_columns(
             self.path, raw, self.profile, self.read_map, self.width, self.correct_threshold

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ratioscope.sections.covariance import CovarianceSection
     from ratioscope.sections.future_policy import FuturePolicySection
     from ratioscope.sections.mismatch import MismatchSection, MismatchStats
+    from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.trust_region import TrustRegionSection
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
 
 
 #: the report sections the verdict's findings read (``future_policy`` feeds a note only)
-FINDING_SECTIONS = ("ratios", "mismatch", "covariance", "trust_region", "staleness", "vitals")
+FINDING_SECTIONS = (
+    "ratios", "mismatch", "covariance", "trust_region", "staleness", "policy_lag", "vitals",
+)  # fmt: skip
 
 
 class JudgedReport(Protocol):
@@ -62,6 +65,8 @@ class JudgedReport(Protocol):
     def trust_region(self) -> TrustRegionSection | None: ...
     @property
     def staleness(self) -> StalenessSection | None: ...
+    @property
+    def policy_lag(self) -> PolicyLagSection | None: ...
     @property
     def vitals(self) -> VitalsSection | None: ...
 
@@ -199,6 +204,22 @@ class Thresholds:
         "share of the first mini-batch's tokens whose log-ratio is not exactly 0 "
         "(needs the 'minibatch' key); of the whole step's where the trainer's recorded "
         "settings make every update the first after sampling (TRL)",
+    )
+    lag_beyond_red: float = _threshold(
+        0.0,
+        "prime-rl drops episodes whose oldest version lags beyond max_off_policy_steps, "
+        "AReaL admits no sample beyond max_head_offpolicyness: a token beyond the stated "
+        "maximum means that guard failed (prime-rl #1901 logged such lags)",
+        "share of tokens whose policy lag exceeds the maximum the trainer allows "
+        "(--max-lag; needs 'policy_version')",
+    )
+    lag_mismatch_growth_yellow: float = _threshold(
+        2.0,
+        f"{_OURS}: the old/engine k3 at the largest lag against lag 0's; a ratio of 2 says "
+        "the version gap, not the engine, dominates the mismatch of the stale tokens",
+        "k3 of the largest lag over k3 of lag 0 (old/engine where the three log-probs "
+        "are present, else the dump's ratio pair; needs 'policy_version' and lags 0 and "
+        "above, and that k3 above the train/inference yellow bound)",
     )
     log_ratio_max_yellow: float = _threshold(
         20.0, _PRIME_RL_CLAMP, "largest |log-ratio| of any token, either ratio pair"
@@ -672,6 +693,7 @@ def verdict(
         findings.append(_drift_finding(report, drift, t))
     findings += _overflow_findings(report, t)
     findings += _on_policy_findings(report, t)
+    findings += _lag_findings(report, t)
     findings += _ratio_findings(report, t)
     findings += _objective_findings(report, t)
     findings += _vitals_findings(report, t)
@@ -759,6 +781,59 @@ def _on_policy_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
         name="trainer noise",
     )  # fmt: skip
     return [finding]
+
+
+def _lag_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
+    """Async training (``policy_version`` in the dumps): tokens sampled further behind
+    than the trainer allows (with ``--max-lag``), and a mismatch that grows with the lag
+    (the k3 of the largest lag against lag 0's, where that k3 matters at all)."""
+    section = report.policy_lag
+    if section is None:
+        return []
+    findings = []
+    tokens = sum(s.tokens for s in section.lags.values())
+    if section.max_allowed is not None and tokens:
+        share = section.beyond_allowed / tokens
+        findings.append(
+            _above(
+                "policy_lag.beyond_allowed", share, "lag_beyond_red", "lag_beyond_red", t,
+                f"tokens sampled more than {section.max_allowed} version(s) behind",
+                show=_pct, unit=f" (largest lag {section.max_lag})",
+                advice=": the trainer's staleness guard let them through",
+                name="policy lag",
+            )
+        )  # fmt: skip
+    growth = _lag_growth(section)
+    if growth is not None:
+        key, ratio, lag, k3 = growth
+        if k3 > t.rollout_k3_yellow:
+            findings.append(
+                _above(
+                    key, ratio, "lag_mismatch_growth_yellow", None, t,
+                    f"mismatch at lag {lag} over lag 0 (k3 {_num(k3)})", show=_num, unit="x",
+                    advice=": stale samples drift further; bound the lag or correct by IS",
+                    name="mismatch grows with lag",
+                )
+            )  # fmt: skip
+    return findings
+
+
+def _lag_growth(section: PolicyLagSection) -> tuple[str, float, int, float] | None:
+    """(key, k3 of the largest lag / k3 of lag 0, that lag, its k3), on old/engine where
+    the split exists, or None without tokens at lag 0 and at a larger lag."""
+    present = {lag: s for lag, s in section.lags.items() if s.tokens}
+    if 0 not in present or len(present) < 2:
+        return None
+    lag = max(present)
+    first, last = present[0], present[lag]
+    if first.split is not None and last.split is not None:
+        key = f"policy_lag.lags.{lag}.split.k3.old/engine"
+        base, k3 = first.split.k3["old/engine"], last.split.k3["old/engine"]
+    else:
+        key, base, k3 = f"policy_lag.lags.{lag}.k3", first.k3, last.k3
+    if not (_finite(base) and _finite(k3)) or base <= 0:
+        return None
+    return key, k3 / base, lag, k3
 
 
 def _whole_step_on_policy(report: JudgedReport, t: Thresholds) -> Finding | None:

@@ -236,6 +236,17 @@ _DELTA = (
 _R = "ratios.*"
 _V = "per variant * = token, sequence, kalman"
 
+#: the per-lag fields of the policy_lag section (docs/staleness.md)
+_POLICY_LAG = (
+    ("tokens", "tokens", "valid tokens whose own lag is *"),
+    ("sequences", "count", "sequences whose oldest valid token's lag is *"),
+    ("k1", "nats", "k1 KL estimate, token mean of -z"),
+    ("k3", "nats", "k3 KL estimate, token mean of r - 1 - z"),
+    ("ess", "fraction", "(sum r)^2 / (N sum r^2)"),
+    ("outside", "fraction", "share of tokens with r outside [1/c, c]"),
+    ("clip_fraction", "fraction", "PPO clip fraction at the token clip band"),
+)
+
 #: the per-index fields of the staleness section (docs/staleness.md)
 _STALENESS = (
     ("rows", "count", "sequences with this mini-batch index (also those without a valid token)"),
@@ -307,6 +318,11 @@ CATALOG: tuple[Entry, ...] = (
         "params.analysis.max_length",
         "tokens",
         "response length limit of vitals.length (--max-length); absent: each file's padded width",
+    ),
+    Entry(
+        "params.analysis.max_lag",
+        "versions",
+        "the largest policy lag the trainer allows (--max-lag); absent: not stated",
     ),
     Entry(
         "params.load.group_size",
@@ -591,6 +607,32 @@ CATALOG: tuple[Entry, ...] = (
     *(
         Entry(f"staleness.minibatches.*.{name}", unit, f"mini-batch * (its index): {meaning}")
         for name, unit, meaning in _STALENESS
+    ),
+    # --- policy_lag (docs/staleness.md "Policy versions"): dumps with 'policy_version'
+    Entry("policy_lag.max_lag", "versions", "the largest token lag"),
+    Entry("policy_lag.mean_token_lag", "versions", "token mean of the lag"),
+    Entry(
+        "policy_lag.mean_sequence_lag",
+        "versions",
+        "sequence mean of the lag, a sequence's lag being its oldest token's",
+    ),
+    Entry("policy_lag.max_allowed", "versions", "the largest lag the trainer allows (--max-lag)"),
+    Entry("policy_lag.beyond_allowed", "tokens", "valid tokens with a lag beyond max_allowed"),
+    Entry("policy_lag.clip_band.N", "epsilon", "token clip band of clip_fraction (--clip)"),
+    Entry("policy_lag.is_threshold", "ratio", "c of the share outside [1/c, c] (--is-threshold)"),
+    *(
+        Entry(f"policy_lag.lags.*.{name}", unit, f"lag * (versions): {meaning}")
+        for name, unit, meaning in _POLICY_LAG
+    ),
+    *(
+        Entry(
+            f"policy_lag.lags.*.split.{estimate}.{pair}",
+            "nats",
+            f"lag *: token mean of the {estimate} estimate of the {pair} log-ratio "
+            "(needs log_probs, old_log_probs and rollout_log_probs)",
+        )
+        for estimate in ("k1", "k3")
+        for pair in ("current/old", "old/engine", "current/engine")
     ),
     # --- vitals (docs/health.md "Vital signs")
     Entry("vitals.sequences", "count", "sequences counted by the vitals"),

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ratioscope.sections.covariance import CovarianceSection
     from ratioscope.sections.future_policy import FuturePolicySection
     from ratioscope.sections.mismatch import MismatchSection
+    from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 SECTION_KEYS = ("ratios", "mismatch", "covariance", "future_policy", "tepo", "trust_region")
 #: sections added since, written after those only when computed: a report without one
 #: (older, or of dumps that cannot feed it) reads and writes back unchanged
-OPTIONAL_SECTION_KEYS = ("staleness", "vitals")
+OPTIONAL_SECTION_KEYS = ("staleness", "policy_lag", "vitals")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Report:
     tepo: TepoSection | None = None
     trust_region: TrustRegionSection | None = None
     staleness: StalenessSection | None = None
+    policy_lag: PolicyLagSection | None = None
     vitals: VitalsSection | None = None
     warnings: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
@@ -185,6 +187,7 @@ def _report_hints() -> dict[str, Any]:
     from ratioscope.sections.covariance import CovarianceSection
     from ratioscope.sections.future_policy import FuturePolicySection
     from ratioscope.sections.mismatch import MismatchSection
+    from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
@@ -199,6 +202,7 @@ def _report_hints() -> dict[str, Any]:
         "TepoSection": TepoSection,
         "TrustRegionSection": TrustRegionSection,
         "StalenessSection": StalenessSection,
+        "PolicyLagSection": PolicyLagSection,
         "VitalsSection": VitalsSection,
     }
     return get_type_hints(Report, localns=names)

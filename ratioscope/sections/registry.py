@@ -9,6 +9,7 @@ def section_classes() -> list[type[Accumulator]]:
     from ratioscope.sections.covariance import CovarianceAccumulator
     from ratioscope.sections.future_policy import FuturePolicyAccumulator
     from ratioscope.sections.mismatch import MismatchAccumulator
+    from ratioscope.sections.policy_lag import PolicyLagAccumulator
     from ratioscope.sections.ratios import RatiosAccumulator
     from ratioscope.sections.staleness import StalenessAccumulator
     from ratioscope.sections.tepo import TepoAccumulator
@@ -23,6 +24,7 @@ def section_classes() -> list[type[Accumulator]]:
         TepoAccumulator,
         TrustRegionAccumulator,
         StalenessAccumulator,
+        PolicyLagAccumulator,
         VitalsAccumulator,
     ]
 
@@ -41,6 +43,12 @@ FEATURES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("tepo", "KL-mask quadrants", ("advantages", "entropy", "old_entropy")),
     ("trust_region", "QUATRO per-query duals", ("rewards", "group")),
     ("staleness", "off-policy statistics by mini-batch", ("minibatch",)),
+    ("policy_lag", "lag histograms and statistics by policy version", ("policy_version",)),
+    (
+        "policy_lag",
+        "drift split current/old + old/engine by lag",
+        ("policy_version", "log_probs", "old_log_probs", "rollout_log_probs"),
+    ),
     ("vitals", "response lengths and the share at the length limit", ()),
     ("vitals", "token entropy", ("entropy",)),
     ("vitals", "entropy change within the step", ("entropy", "old_entropy")),

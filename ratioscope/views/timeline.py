@@ -229,6 +229,20 @@ HEADLINES: tuple[Headline, ...] = (
         "the extrapolated future policy favours the samples more than the current",
     ),
     Headline(
+        "policy_lag.mean_token_lag",
+        "policy lag (token mean, versions)",
+        "lag mean",
+        "versions",
+        "the trained tokens were sampled by older policies",
+    ),
+    Headline(
+        "policy_lag.max_lag",
+        "policy lag (largest, versions)",
+        "lag max",
+        "versions",
+        "some tokens were sampled by a policy further behind",
+    ),
+    Headline(
         "trust_region.degenerate_share",
         "QUATRO degenerate groups (share)",
         "QUATRO deg",

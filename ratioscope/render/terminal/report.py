@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ratioscope.functional.mismatch import MismatchStats
     from ratioscope.report.model import Report
     from ratioscope.sections.mismatch import MismatchSection
+    from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
     from ratioscope.sections.staleness import StalenessSection
 
@@ -49,6 +50,7 @@ __all__ = [
     "show_info",
     "show_inputs",
     "show_mismatch",
+    "show_policy_lag",
     "show_ratios",
     "show_report",
     "show_staleness",
@@ -121,6 +123,7 @@ def report_renderers() -> list[Renderer]:
         show_ratios,
         show_mismatch,
         show_staleness,
+        show_policy_lag,
         *sections.RENDERERS,
     ]
 
@@ -395,6 +398,71 @@ def _mismatch(mismatch: MismatchSection, console: Console) -> None:
             num(stats.ess),
             f"{share(stats.frac_outside)} of [1/{num(c)}, {num(c)}]",
         )
+    print_table(console, table)
+
+
+def show_policy_lag(report: Report, console: Console) -> None:
+    """The lag table, for dumps whose tokens carry the version that sampled them."""
+    if report.policy_lag is not None:
+        _policy_lag(report.policy_lag, console)
+
+
+def _policy_lag(section: PolicyLagSection, console: Console) -> None:
+    counted = {
+        "file": "the version being trained, as the files give it",
+        "newest": "the newest version the tokens carry (the files give no trainer_version)",
+        "mixed": "the version being trained where the files give it, else the newest",
+    }[section.trainer_version]
+    allowed = ""
+    if section.max_allowed is not None:
+        allowed = (
+            f"; {num(section.beyond_allowed)} token(s) beyond the allowed lag {section.max_allowed}"
+        )
+    split = any(s.split is not None for s in section.lags.values())
+    table = Table(
+        title="by policy lag (policy_lag): how many versions behind the sampling policy was",
+        title_justify="left",
+        caption=f"lag counted from {counted}; a sequence's lag is its oldest token's; "
+        f"mean lag {num(section.mean_token_lag)} per token, "
+        f"{num(section.mean_sequence_lag)} per sequence{allowed}. k1 = mean(-z), "
+        f"k3 = mean(r - 1 - z); outside [1/{num(section.is_threshold)}, "
+        f"{num(section.is_threshold)}]; clip frac at {clip_band(section.clip_band)}"
+        + (
+            "; k1 split: current/old (updates of this step) + old/engine (versions and "
+            "engine) = current/engine"
+            if split
+            else ""
+        ),
+        caption_justify="left",
+    )
+    columns = ["lag", "tokens", "sequences", "k1", "k3", "ESS", "outside", "clip frac"]
+    if split:
+        columns += ["k1 cur/old", "k1 old/eng", "k3 old/eng"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "lag" else "right", overflow="fold")
+    for lag, stats in section.lags.items():
+        row = [
+            str(lag),
+            num(stats.tokens),
+            num(stats.sequences),
+            num(stats.k1),
+            num(stats.k3),
+            num(stats.ess, 6),
+            share(stats.outside),
+            share(stats.clip_fraction),
+        ]
+        if split:
+            parts = stats.split
+            row += (
+                [
+                    num(parts.k1["current/old"]),
+                    num(parts.k1["old/engine"]),
+                    num(parts.k3["old/engine"]),
+                ]
+                if parts is not None
+                else ["-"] * 3
+            )
+        table.add_row(*row)
     print_table(console, table)
 
 
