@@ -32,6 +32,10 @@ NOT_IN_THE_SAMPLE = (
     "params.analysis.max_length",
     "params.analysis.max_lag",
     "policy_lag.",  # the sample run is synchronous: no policy versions
+    "params.analysis.temperature",
+    "params.analysis.top_p",
+    "params.analysis.top_k",
+    "sampling.truncation.",  # needs --top-p, --top-k or --temperature
     "vitals.reward.per_function.",
 )
 

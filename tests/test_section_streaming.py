@@ -134,6 +134,13 @@ def inputs(tmp_path_factory) -> dict[str, Inputs]:
             2_000,
             SYNCHRONOUS_NO_MINIBATCH,
         ),
+        # the engine's stated sampling settings applied to the logits of a.safetensors
+        "truncation": Inputs(
+            _synthetic_files(directory),
+            AnalysisParams(temperature=0.9, top_p=0.8, top_k=4),
+            120,
+            ("sampling",),
+        ),
         "kalman_reference": Inputs(
             _kalman_files(directory),
             AnalysisParams(kalman_impl="reference", kalman_q=1e-2),
@@ -196,7 +203,7 @@ def assert_same(
         assert type(got) is type(expected) and got == expected, f"{path}: {got!r} != {expected!r}"
 
 
-CASES = ("verl", "synthetic", "trl+prime_rl", "kalman_reference")
+CASES = ("verl", "synthetic", "trl+prime_rl", "truncation", "kalman_reference")
 parametrize = pytest.mark.parametrize(
     ("case", "cls"),
     [(case, cls) for case in CASES for cls in CLASSES],

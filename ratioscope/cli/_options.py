@@ -286,6 +286,36 @@ MaxLag = Annotated[
         show_default=False,
     ),
 ]
+Temperature = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature",
+        help="The engine's sampling temperature: with logits and token ids in the dumps, "
+        "each token's log-prob under the tempered (and truncated) distribution (sampling).",
+        rich_help_panel=_A,
+        show_default=False,
+    ),
+]
+TopP = Annotated[
+    float | None,
+    typer.Option(
+        "--top-p",
+        help="The engine's top-p (nucleus) threshold, in (0, 1]: the share of sampled tokens "
+        "outside the nucleus and the mass removed (sampling; needs logits).",
+        rich_help_panel=_A,
+        show_default=False,
+    ),
+]
+TopK = Annotated[
+    int | None,
+    typer.Option(
+        "--top-k",
+        min=1,
+        help="The engine's top-k (sampling; needs logits).",
+        rich_help_panel=_A,
+        show_default=False,
+    ),
+]
 ChunkElements = Annotated[
     int,
     typer.Option(
@@ -452,6 +482,9 @@ PARAMETER_OPTIONS = {
     "deltas": "--delta-sweep",
     "max_length": "--max-length",
     "max_lag": "--max-lag",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "top_k": "--top-k",
     # plot ratios
     "sequence": "--sequence",
     # timeline

@@ -67,6 +67,12 @@ class AnalysisParams:
     #: AReaL ``max_head_offpolicyness``); tokens beyond it are counted (policy_lag).
     #: None: not stated. Left out of ``to_dict`` while None, as ``max_length``.
     max_lag: int | None = None
+    #: the engine's sampling settings (the sampling section's truncation check, with
+    #: logits); None: not applied (T = 1, no top-p, no top-k). Left out of ``to_dict``
+    #: while None.
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -117,6 +123,7 @@ class AnalysisParams:
             isinstance(self.max_lag, bool) or int(self.max_lag) != self.max_lag or self.max_lag < 0
         ):
             raise ParameterError("max_lag", f"must be a whole number >= 0, got {self.max_lag}")
+        _check_sampling(self.temperature, self.top_p, self.top_k)
         if self.max_length_source is not None:
             _check_choice("max_length_source", self.max_length_source, MAX_LENGTH_SOURCES)
         if not 0 < self.fpa_threshold < 1:
@@ -150,7 +157,9 @@ class AnalysisParams:
 
 #: parameters written only when set: a report made without them has the block of one
 #: made before they existed
-_OMITTED_WHEN_NONE = ("max_length", "max_length_source", "max_lag")
+_OMITTED_WHEN_NONE = (
+    "max_length", "max_length_source", "max_lag", "temperature", "top_p", "top_k",
+)  # fmt: skip
 
 #: parameters added after reports were written, with the parameter whose value an older
 #: report used in their place
@@ -183,6 +192,16 @@ def _check_pair(name: str, pair: tuple[float, float], upper: float, allow_zero: 
     smallest = 0.0 if allow_zero else 1e-12
     if not (smallest <= low < upper and smallest <= high):
         raise ParameterError(name, f"values must be positive (and the lower one < 1), got {pair}")
+
+
+def _check_sampling(temperature: float | None, top_p: float | None, top_k: int | None) -> None:
+    """T > 0, p in (0, 1], k a whole number >= 1."""
+    if temperature is not None and not (math.isfinite(temperature) and temperature > 0):
+        raise ParameterError("temperature", f"must be > 0, got {temperature}")
+    if top_p is not None and not (0 < top_p <= 1):
+        raise ParameterError("top_p", f"must be in (0, 1], got {top_p}")
+    if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
+        raise ParameterError("top_k", f"must be a whole number >= 1, got {top_k}")
 
 
 def _check_clip(name: str, eps: tuple[float, float]) -> None:

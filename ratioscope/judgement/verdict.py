@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ratioscope.sections.mismatch import MismatchSection, MismatchStats
     from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.sampling import SamplingSection
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.trust_region import TrustRegionSection
     from ratioscope.sections.vitals import VitalsSection
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 
 #: the report sections the verdict's findings read (``future_policy`` feeds a note only)
 FINDING_SECTIONS = (
-    "ratios", "mismatch", "covariance", "trust_region", "staleness", "policy_lag", "vitals",
+    "ratios", "mismatch", "covariance", "trust_region", "staleness", "policy_lag",
+    "sampling", "vitals",
 )  # fmt: skip
 
 
@@ -67,6 +69,8 @@ class JudgedReport(Protocol):
     def staleness(self) -> StalenessSection | None: ...
     @property
     def policy_lag(self) -> PolicyLagSection | None: ...
+    @property
+    def sampling(self) -> SamplingSection | None: ...
     @property
     def vitals(self) -> VitalsSection | None: ...
 
@@ -220,6 +224,34 @@ class Thresholds:
         "k3 of the largest lag over k3 of lag 0 (old/engine where the three log-probs "
         "are present, else the dump's ratio pair; needs 'policy_version' and lags 0 and "
         "above, and that k3 above the train/inference yellow bound)",
+    )
+    temperature_slope_yellow: float = _threshold(
+        0.05,
+        f"{_OURS}: the slope of the trainer/engine log-ratio on the trainer's log-prob is "
+        "about 1 - 1/T for an engine at temperature T against a trainer at 1 (0.05: T "
+        "off by 5 %; the sample run's bf16 engine: 0.004); judged only where the line "
+        "explains the log-ratio (|correlation| >= 0.5), which engine noise does not",
+        "|slope| of the trainer/engine log-ratio on the trainer's log-prob (needs "
+        "'rollout_log_probs')",
+    )
+    temperature_slope_red: float = _threshold(
+        0.2,
+        f"{_OURS}: an implied temperature below 0.83 or above 1.25: every ratio is biased "
+        "by a log-ratio that moves with its own token (NeMo-RL #1288, TRL #6789)",
+        "|slope| where red starts",
+    )
+    outside_nucleus_yellow: float = _threshold(
+        0.0,
+        "definition of top-p/top-k sampling: a token outside the kept set has probability "
+        "0 under the stated settings, so any such token says the engine sampled with "
+        "other settings (or other weights) than stated",
+        "share of sampled tokens outside the set the stated --top-p/--top-k keep of the "
+        "trainer's tempered logits (needs logits and token ids)",
+    )
+    outside_nucleus_red: float = _threshold(
+        0.01,
+        f"{_OURS}: one token in a hundred impossible under the stated settings",
+        "share outside the kept set where red starts",
     )
     log_ratio_max_yellow: float = _threshold(
         20.0, _PRIME_RL_CLAMP, "largest |log-ratio| of any token, either ratio pair"
@@ -694,6 +726,7 @@ def verdict(
     findings += _overflow_findings(report, t)
     findings += _on_policy_findings(report, t)
     findings += _lag_findings(report, t)
+    findings += _sampling_findings(report, t)
     findings += _ratio_findings(report, t)
     findings += _objective_findings(report, t)
     findings += _vitals_findings(report, t)
@@ -815,6 +848,55 @@ def _lag_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
                     name="mismatch grows with lag",
                 )
             )  # fmt: skip
+    return findings
+
+
+def _sampling_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
+    """The engine's sampling distribution (the ``sampling`` section): a temperature on
+    one side only (the log-ratio's slope on the log-prob, where the line explains it),
+    and sampled tokens outside the stated top-p/top-k set."""
+    section = report.sampling
+    if section is None:
+        return []
+    findings = []
+    check = section.temperature
+    if check is not None and _finite(check.slope) and _finite(check.correlation):
+        if abs(check.correlation) < 0.5:  # engine noise, no line: nothing to grade
+            text = (
+                f"slope of the {check.pair} log-ratio on the log-prob = {_num(check.slope)} "
+                f"(r = {check.correlation:.2f}): no temperature on one side"
+            )
+            source = Thresholds.source("temperature_slope_yellow")
+            findings.append(
+                Finding(
+                    "sampling.temperature.slope", "green", abs(check.slope),
+                    t.temperature_slope_yellow, text, source, "temperature mismatch",
+                )
+            )  # fmt: skip
+        else:
+            findings.append(
+                _above(
+                    "sampling.temperature.slope", abs(check.slope), "temperature_slope_yellow",
+                    "temperature_slope_red", t,
+                    f"slope of the {check.pair} log-ratio on the log-prob (|slope|)",
+                    unit=f", an engine at {check.implied_temperature:.3g} x the trainer's "
+                    f"temperature (r = {check.correlation:.2f})",
+                    advice=": a temperature applied on one side only; divide the trainer's "
+                    "logits by the engine's temperature",
+                    name="temperature mismatch",
+                )
+            )  # fmt: skip
+    cut = section.truncation
+    if cut is not None and cut.tokens:
+        findings.append(
+            _above(
+                "sampling.truncation.outside", cut.outside, "outside_nucleus_yellow",
+                "outside_nucleus_red", t, "sampled tokens outside the stated top-p/top-k set",
+                show=_pct, unit=f" of {cut.tokens:,}",
+                advice=": the engine sampled with other settings than stated",
+                name="outside the nucleus",
+            )
+        )  # fmt: skip
     return findings
 
 

@@ -634,6 +634,56 @@ CATALOG: tuple[Entry, ...] = (
         for estimate in ("k1", "k3")
         for pair in ("current/old", "old/engine", "current/engine")
     ),
+    # --- sampling (docs/sampling.md): the engine's log-probs, or logits and --top-p ...
+    Entry("sampling.temperature.tokens", "tokens", "tokens of the trainer/engine line"),
+    Entry(
+        "sampling.temperature.slope",
+        "1",
+        "slope of the trainer/engine log-ratio on the trainer's log-prob (1 - 1/T for an "
+        "engine at temperature T)",
+    ),
+    Entry("sampling.temperature.correlation", "1", "Pearson's r of that log-ratio and log-prob"),
+    Entry(
+        "sampling.temperature.implied_temperature",
+        "ratio",
+        "1 / (1 - slope): the engine's temperature over the trainer's that the slope implies",
+    ),
+    Entry("sampling.truncation.temperature", "1", "the stated temperature (--temperature)"),
+    Entry("sampling.truncation.top_p", "probability", "the stated top-p (--top-p)"),
+    Entry("sampling.truncation.top_k", "count", "the stated top-k (--top-k)"),
+    Entry("sampling.truncation.tokens", "tokens", "valid tokens with logits and a token id"),
+    Entry(
+        "sampling.truncation.outside",
+        "fraction",
+        "share of sampled tokens outside the set the stated top-k/top-p keep",
+    ),
+    Entry(
+        "sampling.truncation.mass_removed",
+        "probability",
+        "token mean of the tempered probability mass the truncation removed",
+    ),
+    Entry(
+        "sampling.truncation.log_shift",
+        "nats",
+        "token mean of log q(y) - log softmax(l)_y over the tokens inside: the bias of a "
+        "full-softmax behaviour log-prob",
+    ),
+    Entry(
+        "sampling.truncation.abs_log_shift", "nats", "token mean of |log q(y) - log softmax(l)_y|"
+    ),
+    Entry(
+        "sampling.truncation.engine_vs_sampling",
+        "nats",
+        "token mean of |engine log-prob - log q(y)| (needs rollout_log_probs)",
+    ),
+    Entry(
+        "sampling.truncation.engine_vs_full",
+        "nats",
+        "token mean of |engine log-prob - log softmax(l)_y| (needs rollout_log_probs)",
+    ),
+    Entry("params.analysis.temperature", "1", "the engine's temperature (--temperature)"),
+    Entry("params.analysis.top_p", "probability", "the engine's top-p (--top-p)"),
+    Entry("params.analysis.top_k", "count", "the engine's top-k (--top-k)"),
     # --- vitals (docs/health.md "Vital signs")
     Entry("vitals.sequences", "count", "sequences counted by the vitals"),
     Entry("vitals.tokens", "tokens", "valid tokens counted by the vitals"),

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ratioscope.sections.mismatch import MismatchSection
     from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.sampling import SamplingSection
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 SECTION_KEYS = ("ratios", "mismatch", "covariance", "future_policy", "tepo", "trust_region")
 #: sections added since, written after those only when computed: a report without one
 #: (older, or of dumps that cannot feed it) reads and writes back unchanged
-OPTIONAL_SECTION_KEYS = ("staleness", "policy_lag", "vitals")
+OPTIONAL_SECTION_KEYS = ("staleness", "policy_lag", "sampling", "vitals")
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Report:
     trust_region: TrustRegionSection | None = None
     staleness: StalenessSection | None = None
     policy_lag: PolicyLagSection | None = None
+    sampling: SamplingSection | None = None
     vitals: VitalsSection | None = None
     warnings: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
@@ -189,6 +191,7 @@ def _report_hints() -> dict[str, Any]:
     from ratioscope.sections.mismatch import MismatchSection
     from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.sampling import SamplingSection
     from ratioscope.sections.staleness import StalenessSection
     from ratioscope.sections.tepo import TepoSection
     from ratioscope.sections.trust_region import TrustRegionSection
@@ -203,6 +206,7 @@ def _report_hints() -> dict[str, Any]:
         "TrustRegionSection": TrustRegionSection,
         "StalenessSection": StalenessSection,
         "PolicyLagSection": PolicyLagSection,
+        "SamplingSection": SamplingSection,
         "VitalsSection": VitalsSection,
     }
     return get_type_hints(Report, localns=names)

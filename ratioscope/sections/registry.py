@@ -11,6 +11,7 @@ def section_classes() -> list[type[Accumulator]]:
     from ratioscope.sections.mismatch import MismatchAccumulator
     from ratioscope.sections.policy_lag import PolicyLagAccumulator
     from ratioscope.sections.ratios import RatiosAccumulator
+    from ratioscope.sections.sampling import SamplingAccumulator
     from ratioscope.sections.staleness import StalenessAccumulator
     from ratioscope.sections.tepo import TepoAccumulator
     from ratioscope.sections.trust_region import TrustRegionAccumulator
@@ -25,6 +26,7 @@ def section_classes() -> list[type[Accumulator]]:
         TrustRegionAccumulator,
         StalenessAccumulator,
         PolicyLagAccumulator,
+        SamplingAccumulator,
         VitalsAccumulator,
     ]
 
@@ -48,6 +50,12 @@ FEATURES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "policy_lag",
         "drift split current/old + old/engine by lag",
         ("policy_version", "log_probs", "old_log_probs", "rollout_log_probs"),
+    ),
+    ("sampling", "temperature on one side only, from log-probs", ("rollout_log_probs",)),
+    (
+        "sampling",
+        "top-p/top-k/temperature from logits (--top-p, ...)",
+        ("logits", "token_ids"),
     ),
     ("vitals", "response lengths and the share at the length limit", ()),
     ("vitals", "token entropy", ("entropy",)),

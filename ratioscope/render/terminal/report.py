@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ratioscope.sections.mismatch import MismatchSection
     from ratioscope.sections.policy_lag import PolicyLagSection
     from ratioscope.sections.ratios import VariantStats
+    from ratioscope.sections.sampling import SamplingSection
     from ratioscope.sections.staleness import StalenessSection
 
 # The table helpers moved to render.tables; they stay importable from here.
@@ -53,6 +54,7 @@ __all__ = [
     "show_policy_lag",
     "show_ratios",
     "show_report",
+    "show_sampling",
     "show_staleness",
     "show_sweep",
     "show_warnings",
@@ -124,6 +126,7 @@ def report_renderers() -> list[Renderer]:
         show_mismatch,
         show_staleness,
         show_policy_lag,
+        show_sampling,
         *sections.RENDERERS,
     ]
 
@@ -463,6 +466,55 @@ def _policy_lag(section: PolicyLagSection, console: Console) -> None:
                 else ["-"] * 3
             )
         table.add_row(*row)
+    print_table(console, table)
+
+
+def show_sampling(report: Report, console: Console) -> None:
+    """The engine's sampling distribution: the temperature line and the truncation."""
+    if report.sampling is not None:
+        _sampling(report.sampling, console)
+
+
+def _sampling(section: SamplingSection, console: Console) -> None:
+    table = Table(
+        title="sampling: did the engine sample from the distribution the ratio assumes?",
+        title_justify="left",
+        caption="temperature: the line of the trainer/engine log-ratio on the trainer's "
+        "log-prob (slope about 1 - 1/T for an engine at T); truncation: the stated settings "
+        "applied to the trainer's logits (docs/sampling.md)",
+        caption_justify="left",
+    )
+    table.add_column("check")
+    table.add_column("quantity", overflow="fold")
+    table.add_column("value", justify="right")
+    check = section.temperature
+    if check is not None:
+        table.add_row(
+            "temperature", f"slope ({check.pair}, {num(check.tokens)} tokens)", num(check.slope)
+        )
+        table.add_row("", "correlation", num(check.correlation))
+        table.add_row("", "implied engine temperature / trainer's", num(check.implied_temperature))
+    cut = section.truncation
+    if cut is not None:
+        stated = ", ".join(
+            f"{name} {value:g}"
+            for name, value in (("T", cut.temperature), ("top-p", cut.top_p), ("top-k", cut.top_k))
+            if value is not None
+        )
+        table.add_row("truncation", f"settings ({num(cut.tokens)} tokens)", stated)
+        table.add_row("", "sampled tokens outside the kept set", share(cut.outside))
+        table.add_row("", "mass removed (token mean)", num(cut.mass_removed))
+        table.add_row(
+            "",
+            "log q - log softmax (mean, |mean|)",
+            f"{num(cut.log_shift)}, {num(cut.abs_log_shift)}",
+        )
+        if cut.engine_vs_sampling is not None and cut.engine_vs_full is not None:
+            table.add_row(
+                "",
+                "|engine - log q| / |engine - full softmax|",
+                f"{num(cut.engine_vs_sampling)} / {num(cut.engine_vs_full)}",
+            )
     print_table(console, table)
 
 
