@@ -18,6 +18,7 @@ from ratioscope.cli import app
 from ratioscope.data.batch import TokenBatch
 from ratioscope.errors import InputError
 from ratioscope.functional.policy_lag import lag_statistics, lag_sums, version_sums
+from ratioscope.io.loaders import load_file
 
 runner = CliRunner()
 
@@ -304,3 +305,29 @@ def test_validation_errors_name_the_key():
     tensors = async_batch()
     with pytest.raises(InputError, match="'policy_version' must hold versions >= 0"):
         TokenBatch.from_tensors({**tensors, "policy_version": torch.full((40, 16), -3)})
+
+
+def test_the_verl_layout_reads_the_oldest_weight_version_of_each_trajectory(tmp_path):
+    tensors = async_batch()
+    rows = tensors["mask"].shape[0]
+    versions = [7 + row % 4 for row in range(rows)]
+    path = tmp_path / "verl.pt"
+    torch.save(
+        {
+            "response_mask": tensors["mask"].long(),
+            "old_log_probs": tensors["old_log_probs"].float(),
+            "log_probs": tensors["log_probs"].float(),
+            "ref_log_prob": tensors["old_log_probs"].float(),
+            "entropys": torch.ones(rows, 16),
+            "token_level_scores": torch.zeros(rows, 16),
+            "uid": [f"p{row // 4}" for row in range(rows)],
+            "min_global_steps": versions,
+            "trainer_version": 10,
+        },
+        path,
+    )
+    report = ratioscope.analyze(path)
+    assert load_file(path).profile == "verl"
+    lags = report.policy_lag.lags
+    expected = {lag: sum(1 for v in versions if 10 - v == lag) for lag in range(4)}
+    assert {lag: s.sequences for lag, s in lags.items()} == expected

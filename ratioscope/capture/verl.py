@@ -50,6 +50,8 @@ def capture_verl_micro_batch(
     *,
     old_log_prob: Tensor | None = None,
     group: Sequence[str] | Tensor | None = None,
+    policy_version: Tensor | None = None,
+    trainer_version: int | None = None,
 ) -> Path | None:
     """Record one verl actor micro-batch with ``writer``.
 
@@ -70,6 +72,11 @@ def capture_verl_micro_batch(
             ``data["old_log_probs"]`` (the legacy worker's on-policy step uses
             ``log_prob.detach()``).
         group: [B] group labels, overriding ``data["uid"]``.
+        policy_version, trainer_version: async training (docs/staleness.md): [B] or
+            [B, R] versions of the weights that sampled each sequence or token (the
+            fully-async trainer's ``non_tensor_batch["min_global_steps"]``) and the
+            version being trained (verl counts staleness from ``global_steps - 1``);
+            see :meth:`CaptureWriter.write`.
 
     Returns:
         The part file written, or None (see :meth:`CaptureWriter.write`).
@@ -108,6 +115,8 @@ def capture_verl_micro_batch(
         rewards=None if scores is None else scores.sum(dim=-1),
         group=group,
         token_ids=dense("responses"),
+        policy_version=policy_version,
+        trainer_version=trainer_version,
     )
 
 

@@ -73,6 +73,9 @@ VERL = Profile(
         "rewards": ("token_level_scores", "token_level_rewards"),
         "group": ("uid",),
         "token_ids": ("responses",),
+        # the fully-async trainer's per-sequence weight versions, the oldest of each
+        # trajectory (verl-project/verl 1dda039b; older: param_version_start)
+        "policy_version": ("min_global_steps", "param_version_start"),
     },
     signature=("response_mask", "ref_log_prob", "entropys", "token_level_scores", "uid"),
     reducers={"rewards": "sum"},
