@@ -331,9 +331,16 @@ class Rollout:
 
 @torch.no_grad()
 def sample(
-    model: TinyCausalLM, prompts: Tensor, max_new: int, generator: torch.Generator
+    model: TinyCausalLM,
+    prompts: Tensor,
+    max_new: int,
+    generator: torch.Generator,
+    temperature: float | None = None,
+    top_p: float | None = None,
 ) -> Rollout:
-    """Sample one response per row of ``prompts`` [B, P] with the KV-cache path."""
+    """Sample one response per row of ``prompts`` [B, P] with the KV-cache path; with
+    ``temperature`` and ``top_p`` from the tempered distribution truncated to its nucleus
+    (the rollout's log-probs are then that distribution's: :func:`nucleus_log_probs`)."""
     batch, prompt_len = prompts.shape
     cache = model.new_cache(batch)
     for pos in range(prompt_len - 1):
@@ -346,7 +353,10 @@ def sample(
     width = max_new
     for t in range(max_new):
         logits = model.step(token, cache, prompt_len - 1 + t)
-        token_log_probs = torch.log_softmax(logits, dim=-1)
+        if temperature is None and top_p is None:
+            token_log_probs = torch.log_softmax(logits, dim=-1)
+        else:
+            token_log_probs = nucleus_log_probs(logits, temperature or 1.0, top_p or 1.0)
         token = torch.multinomial(token_log_probs.exp(), 1, generator=generator)[:, 0]
         token = token.masked_fill(done, PAD)
         responses[:, t] = token
@@ -359,6 +369,19 @@ def sample(
             break
     mask = torch.arange(width)[None] < lengths[:, None]
     return Rollout(responses[:, :width], mask, log_probs[:, :width])
+
+
+def nucleus_log_probs(logits: Tensor, temperature: float, top_p: float) -> Tensor:
+    """log-probs of softmax(logits / temperature) kept to its nucleus and renormalised:
+    the most likely tokens, in order, while the mass before each is below ``top_p``
+    (the first always); -inf for the others. [B, V] -> [B, V]."""
+    tempered = torch.log_softmax(logits / temperature, dim=-1)
+    ordered, order = torch.sort(tempered, dim=-1, descending=True)
+    mass_before = torch.cumsum(ordered.exp(), dim=-1) - ordered.exp()
+    keep_sorted = mass_before < top_p
+    keep_sorted[:, 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
+    return torch.log_softmax(tempered.masked_fill(~keep, float("-inf")), dim=-1)
 
 
 def token_log_probs_and_entropy(logits: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -545,6 +568,43 @@ class StepRecord:
     ref_logits: Tensor | None
 
 
+@dataclass
+class SampledBatch:
+    """A group per prompt, sampled and scored by the engine, with its rewards."""
+
+    problems: list[Problem]
+    prompts: Tensor  # [B, P]
+    rollout: Rollout
+    rollout_log_probs: Tensor  # [B, T] the engine's
+    rewards: Tensor  # [B]
+    advantages: Tensor  # [B]
+
+
+def sample_groups(
+    policy: TinyCausalLM,
+    problems: Sequence[Problem],
+    config: RunConfig,
+    generator: torch.Generator,
+) -> SampledBatch:
+    """A group of ``config.group_size`` responses per prompt, scored by the bfloat16
+    engine (before any optimizer step of this batch: the engine serves pi_old)."""
+    rows = [p for p in problems for _ in range(config.group_size)]
+    prompts = torch.tensor([[BOS, *encode(p.prompt)] for p in rows])
+    rollout = sample(policy, prompts, config.max_new_tokens, generator)
+    rollout_log_probs = bfloat16_engine_log_probs(policy, prompts, rollout.responses, rollout.mask)
+    return scored(rows, prompts, rollout, rollout_log_probs, config)
+
+
+def scored(
+    rows: list[Problem], prompts: Tensor, rollout: Rollout, engine: Tensor, config: RunConfig
+) -> SampledBatch:
+    """The batch with its verifier rewards and group advantages."""
+    texts = [decode(r.tolist()) for r in rollout.responses]
+    rewards = torch.tensor([float(verify(p.prompt, t)) for p, t in zip(rows, texts, strict=True)])
+    advantages = group_advantages(rewards, config.group_size)
+    return SampledBatch(rows, prompts, rollout, engine, rewards, advantages)
+
+
 def grpo_step(
     step: int,
     policy: TinyCausalLM,
@@ -556,16 +616,28 @@ def grpo_step(
     keep_logits: bool,
 ) -> StepRecord:
     """Sample a group per prompt, then one optimizer step per mini-batch."""
-    group = config.group_size
-    rows = [p for p in problems for _ in range(group)]
-    prompts = torch.tensor([[BOS, *encode(p.prompt)] for p in rows])
-    rollout = sample(policy, prompts, config.max_new_tokens, generator)
+    sampled = sample_groups(policy, problems, config, generator)
+    return train_on(step, policy, reference, optimizer, sampled, config, keep_logits)
+
+
+def train_on(
+    step: int,
+    policy: TinyCausalLM,
+    reference: TinyCausalLM,
+    optimizer: torch.optim.Optimizer,
+    sampled: SampledBatch,
+    config: RunConfig,
+    keep_logits: bool,
+) -> StepRecord:
+    """One optimizer step per mini-batch on a sampled batch; the old log-probs are the
+    policy's before the first of them."""
+    rows, prompts, rollout = sampled.problems, sampled.prompts, sampled.rollout
     responses, mask = rollout.responses, rollout.mask
-    # Scored before any optimizer step of this batch: the engine serves pi_old.
-    rollout_log_probs = bfloat16_engine_log_probs(policy, prompts, responses, mask)
-    texts = [decode(r.tolist()) for r in responses]
-    rewards = torch.tensor([float(verify(p.prompt, t)) for p, t in zip(rows, texts, strict=True)])
-    advantages = group_advantages(rewards, group)
+    rollout_log_probs, rewards, advantages = (
+        sampled.rollout_log_probs,
+        sampled.rewards,
+        sampled.advantages,
+    )
     batch, length = responses.shape
     rows_per_minibatch = batch // config.minibatches
     minibatch = torch.arange(batch) // rows_per_minibatch

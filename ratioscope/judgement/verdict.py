@@ -219,11 +219,12 @@ class Thresholds:
     )
     lag_mismatch_growth_yellow: float = _threshold(
         2.0,
-        f"{_OURS}: the old/engine k3 at the largest lag against lag 0's; a ratio of 2 says "
-        "the version gap, not the engine, dominates the mismatch of the stale tokens",
-        "k3 of the largest lag over k3 of lag 0 (old/engine where the three log-probs "
-        "are present, else the dump's ratio pair; needs 'policy_version' and lags 0 and "
-        "above, and that k3 above the train/inference yellow bound)",
+        f"{_OURS}: the old/engine k3 at the largest lag against the smallest lag's; a ratio "
+        "of 2 says the version gap, not the engine, dominates the mismatch of the stale "
+        "tokens",
+        "k3 of the largest lag over k3 of the smallest (old/engine where the three "
+        "log-probs are present, else the dump's ratio pair; needs 'policy_version' with "
+        "two lags or more, and that k3 above the train/inference yellow bound)",
     )
     temperature_slope_yellow: float = _threshold(
         0.05,
@@ -252,6 +253,19 @@ class Thresholds:
         0.01,
         f"{_OURS}: one token in a hundred impossible under the stated settings",
         "share outside the kept set where red starts",
+    )
+    sampling_shift_yellow: float = _threshold(
+        1e-3,
+        f"{_OURS}: the train/inference k3 bound (rollout_k3_yellow) in nats per token: a "
+        "behaviour log-prob that is the full softmax at T = 1 when the engine sampled a "
+        "tempered, truncated distribution is off by this much on average",
+        "token mean of |log q(y) - log softmax(l)_y| under the stated --temperature/"
+        "--top-p/--top-k (needs logits and token ids)",
+    )
+    sampling_shift_red: float = _threshold(
+        0.05,
+        f"{_OURS}: a ratio off by 5 % on the average token",
+        "that mean where red starts",
     )
     log_ratio_max_yellow: float = _threshold(
         20.0, _PRIME_RL_CLAMP, "largest |log-ratio| of any token, either ratio pair"
@@ -819,7 +833,7 @@ def _on_policy_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
 def _lag_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
     """Async training (``policy_version`` in the dumps): tokens sampled further behind
     than the trainer allows (with ``--max-lag``), and a mismatch that grows with the lag
-    (the k3 of the largest lag against lag 0's, where that k3 matters at all)."""
+    (the k3 of the largest lag against the smallest lag's, where that k3 matters)."""
     section = report.policy_lag
     if section is None:
         return []
@@ -838,12 +852,13 @@ def _lag_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
         )  # fmt: skip
     growth = _lag_growth(section)
     if growth is not None:
-        key, ratio, lag, k3 = growth
+        key, ratio, least, lag, k3 = growth
         if k3 > t.rollout_k3_yellow:
             findings.append(
                 _above(
                     key, ratio, "lag_mismatch_growth_yellow", None, t,
-                    f"mismatch at lag {lag} over lag 0 (k3 {_num(k3)})", show=_num, unit="x",
+                    f"mismatch at lag {lag} over lag {least} (k3 {_num(k3)})", show=_num,
+                    unit="x",
                     advice=": stale samples drift further; bound the lag or correct by IS",
                     name="mismatch grows with lag",
                 )
@@ -897,17 +912,33 @@ def _sampling_findings(report: JudgedReport, t: Thresholds) -> list[Finding]:
                 name="outside the nucleus",
             )
         )  # fmt: skip
+        if _finite(cut.abs_log_shift):
+            engine = ""
+            if cut.engine_vs_sampling is not None and cut.engine_vs_full is not None:
+                closer = "stated" if cut.engine_vs_sampling < cut.engine_vs_full else "full"
+                engine = f"; the engine's log-probs are closer to the {closer} distribution"
+            findings.append(
+                _above(
+                    "sampling.truncation.abs_log_shift", cut.abs_log_shift,
+                    "sampling_shift_yellow", "sampling_shift_red", t,
+                    "full softmax vs the stated sampling distribution: mean |log q - log p|",
+                    unit=f" nats per token{engine}",
+                    advice=": a ratio whose behaviour side is the full softmax at T = 1 is "
+                    "biased; compute it from the tempered, truncated log-probs",
+                    name="sampling bias",
+                )
+            )  # fmt: skip
     return findings
 
 
-def _lag_growth(section: PolicyLagSection) -> tuple[str, float, int, float] | None:
-    """(key, k3 of the largest lag / k3 of lag 0, that lag, its k3), on old/engine where
-    the split exists, or None without tokens at lag 0 and at a larger lag."""
+def _lag_growth(section: PolicyLagSection) -> tuple[str, float, int, int, float] | None:
+    """(key, k3 of the largest lag / k3 of the smallest, the two lags, the largest's
+    k3), on old/engine where the split exists, or None with fewer than two lags."""
     present = {lag: s for lag, s in section.lags.items() if s.tokens}
-    if 0 not in present or len(present) < 2:
+    if len(present) < 2:
         return None
-    lag = max(present)
-    first, last = present[0], present[lag]
+    lag, least = max(present), min(present)
+    first, last = present[least], present[lag]
     if first.split is not None and last.split is not None:
         key = f"policy_lag.lags.{lag}.split.k3.old/engine"
         base, k3 = first.split.k3["old/engine"], last.split.k3["old/engine"]
@@ -915,7 +946,7 @@ def _lag_growth(section: PolicyLagSection) -> tuple[str, float, int, float] | No
         key, base, k3 = f"policy_lag.lags.{lag}.k3", first.k3, last.k3
     if not (_finite(base) and _finite(k3)) or base <= 0:
         return None
-    return key, k3 / base, lag, k3
+    return key, k3 / base, least, lag, k3
 
 
 def _whole_step_on_policy(report: JudgedReport, t: Thresholds) -> Finding | None:
