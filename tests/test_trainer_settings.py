@@ -351,6 +351,9 @@ ON_POLICY_SETTINGS = {
     "algorithm.adv_estimator": "grpo",
     "algorithm.norm_adv_by_std_in_grpo": None,
     "algorithm.rollout_correction.bypass_mode": None,
+    "rollout.temperature": None,
+    "rollout.top_p": None,
+    "rollout.top_k": None,
 }
 
 
@@ -493,3 +496,33 @@ def test_ray_hands_the_forwarded_settings_to_a_worker_with_its_own_env_vars(tmp_
         ray.cloudpickle.unregister_pickle_by_value(module)
         ray.shutdown()
     assert dict(recorded_settings(tmp_path / "run").settings) == ON_POLICY_SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("framework", "settings", "expected"),
+    [
+        ("trl", {"temperature": 0.7, "top_p": 0.9, "top_k": 0}, {"temperature": 0.7, "top_p": 0.9}),
+        ("trl", {"temperature": 1.0, "top_p": 1.0, "top_k": None}, {}),
+        (
+            "verl",
+            {"rollout.temperature": 1.0, "rollout.top_p": 1, "rollout.top_k": 50},
+            {"top_k": 50},
+        ),
+        ("verl", {"rollout.top_k": -1}, {}),
+        ("openrlhf", {"generate.temperature": 0.7}, {}),
+    ],
+)
+def test_the_engines_sampling_settings_reach_the_analysis(framework, settings, expected):
+    from ratioscope.data.params import AnalysisParams
+    from ratioscope.data.trainer_settings import TrainerSettings, apply
+
+    recorded = TrainerSettings(framework=framework, settings=settings)
+    assert recorded.sampling() == expected
+    params, applied = apply(AnalysisParams(), recorded, fixed=())
+    for name in ("temperature", "top_p", "top_k"):
+        assert getattr(params, name) == expected.get(name)
+    # an option wins over the recorded value
+    params, applied = apply(AnalysisParams(top_p=0.5), recorded, fixed=("top_p",))
+    assert params.top_p == 0.5
+    if "top_p" in expected:
+        assert applied.sources["top_p"] == "option"

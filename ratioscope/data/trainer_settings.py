@@ -10,7 +10,10 @@ trainer really used, unless an option says otherwise:
 * the group size the trainer sampled (TRL's ``num_generations``, verl's ``rollout.n``,
   OpenRLHF's ``n_samples_per_prompt``), against which joined groups are checked whole;
 * the response-length limit (``max_completion_length``, ``data.max_response_length``,
-  ``rollout.max_new_tokens``).
+  ``rollout.max_new_tokens``);
+* the engine's sampling settings where they change its distribution (TRL's
+  ``temperature``/``top_p``/``top_k``, verl's ``rollout.temperature``/``top_p``/
+  ``top_k``): the ``sampling`` section's truncation check (docs/sampling.md).
 
 For files without recorded settings, ``trainer="trl"`` (``--trainer trl``) applies that
 framework's documented defaults (:data:`DOCUMENTED_DEFAULTS`, each cited in
@@ -69,6 +72,9 @@ DOCUMENTED_DEFAULTS: dict[str, dict[str, Any]] = {
         "vllm_importance_sampling_mode": "sequence_mask",
         "vllm_importance_sampling_clip_min": None,
         "vllm_importance_sampling_clip_max": 3.0,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,  # 0 or None: no top-k
     },
     "verl": {
         "actor.clip_ratio": 0.2,
@@ -83,6 +89,9 @@ DOCUMENTED_DEFAULTS: dict[str, dict[str, Any]] = {
         "rollout.n": 1,
         "algorithm.adv_estimator": "gae",
         "algorithm.norm_adv_by_std_in_grpo": True,
+        "rollout.temperature": 1.0,
+        "rollout.top_p": 1.0,
+        "rollout.top_k": -1,  # -1: no top-k
     },
     "openrlhf": {
         "actor.eps_clip": 0.2,
@@ -141,6 +150,26 @@ class TrainerSettings:
                 low = high = float(s["actor.eps_clip"])
             return (low, high), f"eps_clip_low_high=({low:g}, {high:g})"
         return None
+
+    def sampling(self) -> dict[str, float | int]:
+        """The engine's sampling settings that change its distribution (a temperature
+        other than 1, top-p below 1, top-k above 0), by AnalysisParams name: TRL's
+        ``temperature``/``top_p``/``top_k``, verl's ``rollout.*``; empty otherwise."""
+        prefix = {"trl": "", "verl": "rollout."}.get(self.framework)
+        if prefix is None:
+            return {}
+        s: Mapping[str, Any] = self.settings
+        found: dict[str, float | int] = {}
+        temperature: Any = s.get(f"{prefix}temperature")
+        if _number(temperature) and temperature > 0 and temperature != 1:
+            found["temperature"] = float(temperature)
+        top_p: Any = s.get(f"{prefix}top_p")
+        if _number(top_p) and 0 < top_p < 1:
+            found["top_p"] = float(top_p)
+        top_k = _positive_int(s.get(f"{prefix}top_k"))
+        if top_k is not None:
+            found["top_k"] = top_k
+        return found
 
     def group_size(self) -> int | None:
         """The completions sampled per prompt, when the settings say."""
@@ -378,6 +407,13 @@ def apply(
         else:
             params = replace(params, max_length=length, max_length_source="trainer settings")
             applied.sources["max_length"] = f"trainer settings ({settings.name}: {length})"
+    for name, value in settings.sampling().items():
+        if name in fixed:
+            applied.sources[name] = "option"
+        else:
+            update: dict[str, Any] = {name: value}  # Any: one field of three, by name
+            params = replace(params, **update)
+            applied.sources[name] = f"trainer settings ({settings.name}: {value:g})"
     return params, applied
 
 
@@ -391,6 +427,7 @@ def trl_settings(trainer: Any) -> TrainerSettings:
         "max_completion_length", "scale_rewards", "mask_truncated_completions", "use_vllm",
         "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
         "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max",
+        "temperature", "top_p", "top_k",
     )  # fmt: skip
     settings = {name: _plain(getattr(args, name, None)) for name in names}
     functions = list(getattr(trainer, "reward_func_names", []) or [])
@@ -420,6 +457,8 @@ def verl_settings(config: Any) -> TrainerSettings:
     for name in ("data.max_response_length", "data.train_batch_size"):
         out[name] = _plain(_path(config, name))
     out["rollout.n"] = _plain(_path(config, "actor_rollout_ref.rollout.n"))
+    for name in ("temperature", "top_p", "top_k"):
+        out[f"rollout.{name}"] = _plain(_path(config, f"actor_rollout_ref.rollout.{name}"))
     out["algorithm.adv_estimator"] = _plain(_path(config, "algorithm.adv_estimator"))
     out["algorithm.norm_adv_by_std_in_grpo"] = _plain(
         _path(config, "algorithm.norm_adv_by_std_in_grpo")
