@@ -331,3 +331,56 @@ def test_the_verl_layout_reads_the_oldest_weight_version_of_each_trajectory(tmp_
     lags = report.policy_lag.lags
     expected = {lag: sum(1 for v in versions if 10 - v == lag) for lag in range(4)}
     assert {lag: s.sequences for lag, s in lags.items()} == expected
+
+
+def areal_batch(seed: int = 0) -> tuple[dict[str, torch.Tensor], list[list[int]]]:
+    """A batch as AReaL's ppo_update receives it (inclusionAI/AReaL 4aef98d8): each
+    trajectory built as areal/workflow/rlvr.py builds it (prompt positions: logprobs 0,
+    loss_mask 0, versions -1; generated tokens carry the engine version of their chunk, a
+    partial rollout changing version mid-generation), right-padded with 0, then
+    compute_advantages' rolls of loss_mask and logprobs one position left; prox_logp and
+    advantages in the rolled alignment. Returns it and each row's generated versions."""
+    g = torch.Generator().manual_seed(seed)
+    rows, width, prompt = 6, 20, 4
+    columns = {k: torch.zeros(rows, width) for k in ("logprobs", "loss_mask", "prox_logp")}
+    columns["versions"] = torch.zeros(rows, width, dtype=torch.int32)
+    columns["input_ids"] = torch.zeros(rows, width, dtype=torch.int32)
+    columns["attention_mask"] = torch.zeros(rows, width, dtype=torch.bool)
+    generated: list[list[int]] = []
+    for row in range(rows):
+        length = int(torch.randint(5, width - prompt, (1,), generator=g))
+        switch = int(torch.randint(1, length, (1,), generator=g))
+        versions = [3] * switch + [5] * (length - switch)  # one partial rollout, two versions
+        output_logprobs = (-torch.rand(length, generator=g)).tolist()
+        total = prompt + length
+        columns["logprobs"][row, :total] = torch.tensor([0.0] * prompt + output_logprobs)
+        columns["loss_mask"][row, :total] = torch.tensor([0.0] * prompt + [1.0] * length)
+        columns["versions"][row, :total] = torch.tensor([-1] * prompt + versions)
+        columns["input_ids"][row, :total] = torch.randint(1, 50, (total,), generator=g)
+        columns["attention_mask"][row, :total] = True
+        generated.append(versions)
+    # compute_advantages: loss_mask and logprobs rolled; prox_logp computed rolled
+    columns["loss_mask"] = torch.roll(columns["loss_mask"], -1, dims=-1)
+    columns["logprobs"] = torch.roll(columns["logprobs"], -1, dims=-1) * columns["loss_mask"]
+    noise = 0.01 * torch.randn(rows, width, generator=g)
+    columns["prox_logp"] = (columns["logprobs"] + noise) * columns["loss_mask"]
+    columns["advantages"] = torch.randn(rows, 1, generator=g) * columns["loss_mask"]
+    columns["rewards"] = torch.rand(rows, generator=g)
+    return columns, generated
+
+
+def test_the_areal_layout_lines_versions_up_with_the_rolled_log_probs(tmp_path):
+    columns, generated = areal_batch()
+    path = tmp_path / "areal.pt"
+    torch.save({**columns, "trainer_version": 6}, path)
+    batch = load_file(path)
+    assert batch.profile == "areal" and batch.ratio_pair == "old/engine"
+    # every valid token carries its own generated version: none of the prompt's -1
+    for row, versions in enumerate(generated):
+        kept = batch.policy_version[row][batch.mask[row]].tolist()
+        assert kept == versions
+    lags = ratioscope.analyze(path).policy_lag.lags
+    tokens = [v for versions in generated for v in versions]
+    assert {lag: s.tokens for lag, s in lags.items()} == {1: tokens.count(5), 3: tokens.count(3)}
+    # a sequence's lag is its oldest token's: every row started at version 3
+    assert lags[3].sequences == len(generated)

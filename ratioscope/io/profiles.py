@@ -228,8 +228,27 @@ OPENRLHF = Profile(
     consecutive_rows=False,
 )
 
+AREAL = Profile(
+    name="areal",
+    keys={
+        # areal/trainer/ppo/actor.py at 4aef98d8: the batch ppo_update receives, after
+        # compute_advantages rolled loss_mask and logprobs (frameworks/areal.py)
+        "mask": ("loss_mask",),
+        "old_log_probs": ("prox_logp",),
+        "rollout_log_probs": ("logprobs",),
+        "advantages": ("advantages",),
+        "rewards": ("rewards",),
+        "token_ids": ("input_ids",),
+        "policy_version": ("versions",),
+    },
+    signature=("prox_logp", "versions", "logprobs", "loss_mask", "attention_mask"),
+    description="AReaL PPO batch (decoupled PPO; saved by hand at ppo_update)",
+    native="areal",
+    groups="none recorded: a prompt's samples are consecutive rows (--group-size)",
+)
+
 PROFILES: dict[str, Profile] = {
-    p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME, SKYRL, NEMO_RL, OPENRLHF)
+    p.name: p for p in (CANONICAL, VERL, TRL, PRIME_RL, SLIME, SKYRL, NEMO_RL, OPENRLHF, AREAL)
 }
 FORMAT_CHOICES = ("auto", *PROFILES)
 
