@@ -200,3 +200,8 @@ def test_bad_settings_are_one_sentence(option, value):
 def test_settings_without_logits_leave_the_truncation_out():
     report = ratioscope.analyze(ROOT / "sample_data" / "verl" / "step_0008.pt", top_p=0.9)
     assert report.sampling is not None and report.sampling.truncation is None
+    (warning,) = [w for w in report.warnings if w.startswith("sampling")]
+    assert "need 'logits' and 'token_ids', missing in" in warning and "step_0008.pt" in warning
+    # without stated settings a file without logits is no news
+    quiet = ratioscope.analyze(ROOT / "sample_data" / "verl" / "step_0008.pt")
+    assert not [w for w in quiet.warnings if w.startswith("sampling")]

@@ -108,15 +108,10 @@ class PolicyLagAccumulator(Accumulator):
         if batch.ratio_pair == "old/engine":
             # the train/inference ratio is no PPO ratio: no update clips it (as in ratios)
             advantages = None
+        current, old, engine = batch.log_probs, batch.old_log_probs, batch.rollout_log_probs
         split = None
-        if all(x is not None for x in (batch.log_probs, batch.old_log_probs)) and (
-            batch.rollout_log_probs is not None
-        ):
-            split = {
-                "current": batch.log_probs,
-                "old": batch.old_log_probs,
-                "engine": batch.rollout_log_probs,
-            }
+        if current is not None and old is not None and engine is not None:
+            split = {"current": current, "old": old, "engine": engine}
         found = version_sums(
             ctx.z,
             ctx.mask,
@@ -125,7 +120,7 @@ class PolicyLagAccumulator(Accumulator):
             advantages=advantages,
             clip=self.params.clip,
             is_threshold=self.params.is_threshold,
-            split=split,  # type: ignore[arg-type]  # None checked above
+            split=split,
         )
         self.versions = _merge_versions(self.versions, found)
         return {}

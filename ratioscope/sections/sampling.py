@@ -31,7 +31,7 @@ from ratioscope.functional.sampling import (
     slope_sums,
     temperature_fit,
 )
-from ratioscope.sections.base import Accumulator
+from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.state import mergeable
 
@@ -126,6 +126,8 @@ class SamplingAccumulator(Accumulator):
     slope = mergeable(lambda: torch.zeros(6, dtype=torch.float64), "sum")
     truncation = mergeable(lambda: torch.zeros(len(_TRUNCATION), dtype=torch.float64), "sum")
     pairs: dict[str, int] = mergeable(dict, "sum")
+    #: files the stated settings could not be applied to (no logits or token ids)
+    no_logits: list[str] = mergeable(list, "extend")
 
     @property
     def settings(self) -> SamplingSettings:
@@ -136,6 +138,11 @@ class SamplingAccumulator(Accumulator):
         if _engine_pair(batch) is not None or self._truncates(batch):
             return []
         return ["rollout_log_probs"]
+
+    def begin_file(self, batch: TokenBatch) -> bool:
+        if self.settings.stated and not self._truncates(batch):
+            self.no_logits.append(batch.source)
+        return super().begin_file(batch)
 
     def _truncates(self, batch: TokenBatch) -> bool:
         return self.settings.stated and batch.logits is not None and batch.token_ids is not None
@@ -212,7 +219,12 @@ class SamplingAccumulator(Accumulator):
         return SamplingSection(temperature, truncation)
 
     def warnings(self) -> list[str]:
-        # without the engine's log-probs or logits there is nothing to check: no line
-        if self.fed == 0:
+        # a file without the engine's log-probs has nothing to check: no line (the
+        # verdict's notes name the missing train/inference row); stated settings that
+        # found no logits are worth one
+        if not self.no_logits:
             return []
-        return super().warnings()
+        return [
+            "sampling.truncation: --temperature/--top-p/--top-k need 'logits' and "
+            f"'token_ids', missing in {listed(self.no_logits)}"
+        ]
