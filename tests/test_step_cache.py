@@ -175,6 +175,22 @@ def test_a_changed_parameter_is_a_miss(tmp_path, counted):
     assert comparable(result) == comparable(ratioscope.timeline(tmp_path / "run", params=other))
 
 
+def test_entries_of_other_code_are_a_miss(tmp_path, counted, monkeypatch):
+    # a checkout whose code changed without a new version number never reads the
+    # reports the older code wrote (they may lack sections the new code adds)
+    import ratioscope.analysis.cache as cache_module
+
+    write_run(tmp_path / "run", steps=2)
+    ratioscope.timeline(tmp_path / "run", cache=StepCache(tmp_path / "cache"))
+    counted.clear()
+    monkeypatch.setattr(cache_module, "code_digest", lambda: "other code")
+    ratioscope.timeline(tmp_path / "run", cache=StepCache(tmp_path / "cache"))
+    assert counted == [0, 1]
+    counted.clear()
+    ratioscope.timeline(tmp_path / "run", cache=StepCache(tmp_path / "cache"))
+    assert counted == []  # the new code's entries are read
+
+
 @pytest.mark.parametrize(
     "damage",
     [

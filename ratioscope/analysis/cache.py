@@ -10,7 +10,9 @@ into the pooled report) under a key made of:
 - every parameter that changes a number: the analysis parameters, the load options that
   a report records, the trainer settings in force, the sections, the device kind, the
   chunk size, whether the step's objective summaries are wanted;
-- the cache's format and ratioscope's version.
+- the cache's format, ratioscope's version and a digest of its own source files (so that
+  a checkout or install whose code changed without a new version number never reads the
+  reports an older code wrote).
 
 An entry is a JSON file, written atomically (a temporary file and a rename, so two
 processes sharing the directory never see half an entry and the last write wins), and
@@ -27,6 +29,7 @@ choose another or none.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -72,6 +75,19 @@ class CacheStats:
     evicted: int = 0
 
 
+@functools.cache
+def code_digest() -> str:
+    """SHA-256 of ratioscope's own ``.py`` files (relative names and contents), once per
+    process: about 2 MB read, some milliseconds."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode("utf-8"))
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 class StepCache:
     """Step reports on disk (see the module).
 
@@ -102,6 +118,7 @@ class StepCache:
         described = {
             "format": CACHE_FORMAT,
             "version": __version__,
+            "code": code_digest(),
             "files": [[Path(p).name, file_digest(Path(p))] for p in paths],
             "parameters": parameters,
         }

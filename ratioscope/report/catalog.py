@@ -324,6 +324,9 @@ CATALOG: tuple[Entry, ...] = (
         "versions",
         "the largest policy lag the trainer allows (--max-lag); absent: not stated",
     ),
+    Entry("params.analysis.temperature", "1", "the engine's temperature (--temperature)"),
+    Entry("params.analysis.top_p", "probability", "the engine's top-p (--top-p)"),
+    Entry("params.analysis.top_k", "count", "the engine's top-k (--top-k)"),
     Entry(
         "params.load.group_size",
         "count",
@@ -681,9 +684,6 @@ CATALOG: tuple[Entry, ...] = (
         "nats",
         "token mean of |engine log-prob - log softmax(l)_y| (needs rollout_log_probs)",
     ),
-    Entry("params.analysis.temperature", "1", "the engine's temperature (--temperature)"),
-    Entry("params.analysis.top_p", "probability", "the engine's top-p (--top-p)"),
-    Entry("params.analysis.top_k", "count", "the engine's top-k (--top-k)"),
     # --- vitals (docs/health.md "Vital signs")
     Entry("vitals.sequences", "count", "sequences counted by the vitals"),
     Entry("vitals.tokens", "tokens", "valid tokens counted by the vitals"),

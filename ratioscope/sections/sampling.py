@@ -127,7 +127,7 @@ class SamplingAccumulator(Accumulator):
     truncation = mergeable(lambda: torch.zeros(len(_TRUNCATION), dtype=torch.float64), "sum")
     pairs: dict[str, int] = mergeable(dict, "sum")
     #: files the stated settings could not be applied to (no logits or token ids)
-    no_logits: list[str] = mergeable(list, "extend")
+    no_logits: list[str] = mergeable(list, "extend", optional=True)
 
     @property
     def settings(self) -> SamplingSettings:
