@@ -11,6 +11,8 @@ and the compiled ratio pass (:mod:`ratioscope.functional.ratio_rows`) both use i
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -45,3 +47,38 @@ def combine_moments(a: MomentSums, b: MomentSums) -> MomentSums:
         minimum=min(a.minimum, b.minimum),
         maximum=max(a.maximum, b.maximum),
     )
+
+
+@dataclass
+class PairSums:
+    """Sums of paired values (x, y): their count, sums, sums of squares and of products,
+    for Pearson's correlation and the least-squares slope of y on x; ``merge`` adds
+    exactly (the objectives' pairwise correlations, the sampling section's temperature
+    line)."""
+
+    n: int = 0
+    x: float = 0.0
+    y: float = 0.0
+    xx: float = 0.0
+    yy: float = 0.0
+    xy: float = 0.0
+
+    def merge(self, other: PairSums) -> None:
+        for name in ("n", "x", "y", "xx", "yy", "xy"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def correlation(self) -> float:
+        """Pearson's r; NaN with fewer than two pairs or no spread."""
+        vx = self.n * self.xx - self.x * self.x
+        vy = self.n * self.yy - self.y * self.y
+        if self.n < 2 or vx <= 0 or vy <= 0:
+            return math.nan
+        return (self.n * self.xy - self.x * self.y) / math.sqrt(vx * vy)
+
+    def slope(self) -> float:
+        """The least-squares slope of y on x; NaN with fewer than two pairs or no spread
+        of x."""
+        vx = self.n * self.xx - self.x * self.x
+        if self.n < 2 or vx <= 0:
+            return math.nan
+        return (self.n * self.xy - self.x * self.y) / vx

@@ -17,8 +17,9 @@ could not have been drawn under the stated settings: the two sides disagree.
 
 Without logits, a temperature applied on one side only shows in the log-probs alone:
 with log q = log softmax(l / T) and x = log softmax(l)_y, the log-ratio z = x - log q
-moves with x, its slope about 1 - 1/T (-0.43 at T = 0.7). :class:`SlopeSums` keeps the
-sums of that least-squares line, mergeable exactly.
+moves with x, its slope about 1 - 1/T (-0.43 at T = 0.7). :func:`slope_sums` keeps the
+sums of that least-squares line (:class:`~ratioscope.functional.moments.PairSums`),
+mergeable exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from ratioscope.functional.moments import PairSums
 
 #: float64 elements of one working [rows, V] buffer
 CHUNK_ELEMENTS = 1 << 24
@@ -115,42 +118,22 @@ def kept_set(log_probs: Tensor, settings: SamplingSettings) -> Tensor:
     return keep
 
 
-@dataclass
-class SlopeSums:
-    """Sums of the least-squares line z = a + b x over tokens; ``merge`` adds exactly."""
-
-    tokens: int = 0
-    sum_x: float = 0.0
-    sum_z: float = 0.0
-    sum_xx: float = 0.0
-    sum_xz: float = 0.0
-    sum_zz: float = 0.0
-
-    def merge(self, other: SlopeSums) -> None:
-        self.tokens += other.tokens
-        self.sum_x += other.sum_x
-        self.sum_z += other.sum_z
-        self.sum_xx += other.sum_xx
-        self.sum_xz += other.sum_xz
-        self.sum_zz += other.sum_zz
-
-
-def slope_sums(z: Tensor, x: Tensor, mask: Tensor) -> SlopeSums:
-    """The sums of :class:`SlopeSums` over the valid tokens.
+def slope_sums(z: Tensor, x: Tensor, mask: Tensor) -> PairSums:
+    """The sums of the line of ``z`` on ``x`` over the valid tokens (x the regressor).
 
     Args:
         z: [B, T] float, the trainer/engine log-ratio.
-        x: [B, T] float, the trainer's log-prob of the token (the line's regressor).
+        x: [B, T] float, the trainer's log-prob of the token.
         mask: [B, T] bool.
     """
     zs, xs = z.double()[mask], x.double()[mask]
-    return SlopeSums(
-        tokens=int(zs.numel()),
-        sum_x=float(xs.sum()),
-        sum_z=float(zs.sum()),
-        sum_xx=float((xs * xs).sum()),
-        sum_xz=float((xs * zs).sum()),
-        sum_zz=float((zs * zs).sum()),
+    return PairSums(
+        n=int(zs.numel()),
+        x=float(xs.sum()),
+        y=float(zs.sum()),
+        xx=float((xs * xs).sum()),
+        yy=float((zs * zs).sum()),
+        xy=float((xs * zs).sum()),
     )
 
 
@@ -172,17 +155,13 @@ class TemperatureFit:
     implied_temperature: float
 
 
-def temperature_fit(sums: SlopeSums) -> TemperatureFit:
-    """The fit of merged sums; NaN where the tokens or their spread are too few."""
-    n = sums.tokens
-    if n < 2:
-        return TemperatureFit(n, math.nan, math.nan, math.nan)
-    sxx = sums.sum_xx - sums.sum_x**2 / n
-    sxz = sums.sum_xz - sums.sum_x * sums.sum_z / n
-    szz = sums.sum_zz - sums.sum_z**2 / n
-    if sxx <= 0:
-        return TemperatureFit(n, math.nan, math.nan, math.nan)
-    slope = sxz / sxx
-    correlation = sxz / math.sqrt(sxx * szz) if szz > 0 else 0.0
+def temperature_fit(sums: PairSums) -> TemperatureFit:
+    """The fit of merged sums; NaN where the tokens or their spread are too few (a
+    log-ratio without spread has correlation 0: no line)."""
+    slope = sums.slope()
+    if math.isnan(slope):
+        return TemperatureFit(sums.n, math.nan, math.nan, math.nan)
+    correlation = sums.correlation()
+    correlation = 0.0 if math.isnan(correlation) else correlation
     implied = 1.0 / (1.0 - slope) if slope < 1 else math.inf
-    return TemperatureFit(n, slope, correlation, implied)
+    return TemperatureFit(sums.n, slope, correlation, implied)

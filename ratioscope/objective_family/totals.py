@@ -7,10 +7,10 @@ side-by-side summaries (:mod:`ratioscope.objective_family.side_by_side`) are rea
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ratioscope.functional.moments import PairSums
 from ratioscope.objective_family.methods import REFERENCE
 
 if TYPE_CHECKING:
@@ -102,29 +102,6 @@ class MethodTotals:
         elif other.bin_counts is not None:
             self.bin_counts = self.bin_counts + other.bin_counts
             self.bin_sums = self.bin_sums + other.bin_sums
-
-
-@dataclass
-class PairSums:
-    """Sums over the tokens two methods share, for their Pearson correlation."""
-
-    n: int = 0
-    x: float = 0.0
-    y: float = 0.0
-    xx: float = 0.0
-    yy: float = 0.0
-    xy: float = 0.0
-
-    def merge(self, other: PairSums) -> None:
-        for name in ("n", "x", "y", "xx", "yy", "xy"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def correlation(self) -> float:
-        vx = self.n * self.xx - self.x * self.x
-        vy = self.n * self.yy - self.y * self.y
-        if self.n < 2 or vx <= 0 or vy <= 0:
-            return math.nan
-        return (self.n * self.xy - self.x * self.y) / math.sqrt(vx * vy)
 
 
 @dataclass

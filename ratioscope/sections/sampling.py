@@ -24,9 +24,9 @@ import torch
 from torch import Tensor
 
 from ratioscope.data.batch import TokenBatch
+from ratioscope.functional.moments import PairSums
 from ratioscope.functional.sampling import (
     SamplingSettings,
-    SlopeSums,
     sampling_log_probs,
     slope_sums,
     temperature_fit,
@@ -153,9 +153,9 @@ class SamplingAccumulator(Accumulator):
         if pair is not None:
             name, trainer, engine = pair
             sums = slope_sums(trainer.double() - engine.double(), trainer, mask)
+            # in PairSums' field order: n, x, y, xx, yy, xy
             self.slope += torch.tensor(
-                [sums.tokens, sums.sum_x, sums.sum_z, sums.sum_xx, sums.sum_xz, sums.sum_zz],
-                dtype=torch.float64,
+                [sums.n, sums.x, sums.y, sums.xx, sums.yy, sums.xy], dtype=torch.float64
             )
             self.pairs[name] = self.pairs.get(name, 0) + 1
         if self._truncates(batch):
@@ -190,7 +190,7 @@ class SamplingAccumulator(Accumulator):
     def result(self) -> SamplingSection | None:
         temperature = None
         if self.slope[0] > 0:
-            fit = temperature_fit(SlopeSums(int(self.slope[0]), *self.slope[1:].tolist()))
+            fit = temperature_fit(PairSums(int(self.slope[0]), *self.slope[1:].tolist()))
             pair = "old/engine" if "old/engine" in self.pairs else "current/engine"
             if len(self.pairs) > 1:
                 pair = "mixed"
