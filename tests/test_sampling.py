@@ -205,3 +205,17 @@ def test_settings_without_logits_leave_the_truncation_out():
     # without stated settings a file without logits is no news
     quiet = ratioscope.analyze(ROOT / "sample_data" / "verl" / "step_0008.pt")
     assert not [w for w in quiet.warnings if w.startswith("sampling")]
+
+
+def test_logits_read_a_block_of_rows_at_a_time_give_the_same_numbers(monkeypatch):
+    import ratioscope.functional.sampling as functional
+    import ratioscope.sections.sampling as section
+
+    whole = ratioscope.analyze(LOGITS_STEP, temperature=0.7, top_p=0.9).sampling.truncation
+    # blocks of one row, and of a few tokens inside sampling_log_probs
+    monkeypatch.setattr(section, "CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(functional, "CHUNK_ELEMENTS", 100)
+    blocks = ratioscope.analyze(LOGITS_STEP, temperature=0.7, top_p=0.9).sampling.truncation
+    assert blocks.tokens == whole.tokens and blocks.outside == whole.outside
+    for name in ("mass_removed", "log_shift", "abs_log_shift", "engine_vs_full"):
+        assert getattr(blocks, name) == pytest.approx(getattr(whole, name), rel=1e-12)

@@ -26,6 +26,7 @@ from torch import Tensor
 from ratioscope.data.batch import TokenBatch
 from ratioscope.functional.moments import PairSums
 from ratioscope.functional.sampling import (
+    CHUNK_ELEMENTS,
     SamplingSettings,
     sampling_log_probs,
     slope_sums,
@@ -164,9 +165,21 @@ class SamplingAccumulator(Accumulator):
         return {}
 
     def _truncation_sums(self, batch: TokenBatch, mask: Tensor) -> Tensor:
-        assert batch.logits is not None and batch.token_ids is not None
-        logits = batch.logits[mask]
-        log_q, full, kept = sampling_log_probs(logits, batch.token_ids[mask], self.settings)
+        """The truncation sums of a chunk, its logits gathered a block of rows at a time
+        (a memory-mapped [B, T, V] is never copied whole)."""
+        logits, tokens = batch.logits, batch.token_ids
+        assert logits is not None and tokens is not None
+        width, vocab = logits.shape[1], logits.shape[2]
+        rows = max(1, CHUNK_ELEMENTS // max(1, width * vocab))
+        parts = [
+            sampling_log_probs(
+                logits[start : start + rows][mask[start : start + rows]],
+                tokens[start : start + rows][mask[start : start + rows]],
+                self.settings,
+            )
+            for start in range(0, logits.shape[0], rows)
+        ]
+        log_q, full, kept = (torch.cat(values) for values in zip(*parts, strict=True))
         inside = torch.isfinite(log_q)
         shift = (log_q - full)[inside]
         values = [
