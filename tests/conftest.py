@@ -35,3 +35,19 @@ def _own_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     """Every test its own cache home: the commands' step cache (on by default) neither
     reads what another test left nor writes to the user's."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache-home")))
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The steps ``timeline``/``watch`` analyse (not read from the step cache), in order."""
+    import ratioscope.views.step_analysis as step_analysis
+
+    calls: list[int] = []
+    original = step_analysis.analyze_step_totals
+
+    def counting(group, *args, **kwargs):
+        calls.append(group.step)
+        return original(group, *args, **kwargs)
+
+    monkeypatch.setattr(step_analysis, "analyze_step_totals", counting)
+    return calls

@@ -12,33 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from timeline_run import write_run, write_step
+from timeline_run import comparable, write_run, write_step
 
 import ratioscope
-import ratioscope.views.step_analysis as step_analysis
 from ratioscope.analysis.cache import StepCache
 from ratioscope.judgement.verdict import Thresholds
-
-
-def comparable(result: ratioscope.Timeline) -> dict:
-    """The timeline's document without what names the tool (version, time)."""
-    document = result.to_dict()
-    document.pop("tool", None)
-    return document
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    """Counts the steps analysed (not read from the cache)."""
-    calls: list[int] = []
-    original = step_analysis.analyze_step_totals
-
-    def counting(group, *args, **kwargs):
-        calls.append(group.step)
-        return original(group, *args, **kwargs)
-
-    monkeypatch.setattr(step_analysis, "analyze_step_totals", counting)
-    return calls
 
 
 def entries(directory: Path) -> list[Path]:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from timeline_run import write_step
+from timeline_run import comparable, write_step
 from typer.testing import CliRunner
 
 import ratioscope
-import ratioscope.views.step_analysis as step_analysis
 from ratioscope.analysis.cache import StepCache
 from ratioscope.cli import app
 from ratioscope.render.terminal.watch import sparkline
@@ -37,25 +36,6 @@ def written(path: Path, seed: int, at: float, noise: float = 0.05) -> Path:
     write_step(path, seed=seed, noise=noise)
     os.utime(path, (at, at))
     return path
-
-
-def comparable(result) -> dict:
-    document = result.to_dict()
-    document.pop("tool", None)
-    return document
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    calls: list[int] = []
-    original = step_analysis.analyze_step_totals
-
-    def counting(group, *args, **kwargs):
-        calls.append(group.step)
-        return original(group, *args, **kwargs)
-
-    monkeypatch.setattr(step_analysis, "analyze_step_totals", counting)
-    return calls
 
 
 def test_a_step_is_read_once_its_files_have_settled(tmp_path):

@@ -49,3 +49,10 @@ def write_run(
             path = directory / f"step_{step}" / f"rank_{rank}.pt"
             files.append(write_step(path, seed=1000 * step + rank, noise=noise))
     return files
+
+
+def comparable(result) -> dict:
+    """A timeline's document without what names the tool (version, time)."""
+    document = result.to_dict()
+    document.pop("tool", None)
+    return document
