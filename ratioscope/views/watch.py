@@ -301,13 +301,12 @@ class RunWatch:
         changed or a new one comes before a folded one."""
         from ratioscope.views.pooled_run import ChainBroken
 
-        ready = list(desired)
         try:
             return self._fold_ready(desired, signatures, current, progress, on_step, stop)
         except ChainBroken:  # a kept pooled report did not read back: fold without them
             self.chained = False
             self.folded = None
-            return self._fold_ready(ready, signatures, current, progress, on_step, stop)
+            return self._fold_ready(desired, signatures, current, progress, on_step, stop)
 
     def _fold_ready(
         self,
