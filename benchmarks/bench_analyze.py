@@ -24,6 +24,12 @@ shared machine the ratio to the floor measured in the same run is the number to 
 
     python benchmarks/bench_analyze.py                 # B=1024, T=4096, 2 threads
     python benchmarks/bench_analyze.py --threads 1 --repeat 5
+    python benchmarks/bench_analyze.py --device cuda   # chunks and floors on the GPU
+
+With ``--device cuda`` every chunk is analysed on the GPU and the floors are passes over
+the batch moved there (each timing synchronised); the floor of the whole command is then
+also given as a share of the GPU's memory bandwidth (bytes read / time, against a
+device-to-device copy timed in the same process).
 """
 
 from __future__ import annotations
@@ -52,12 +58,18 @@ def _peak_rss_gib() -> float:
     return float("nan")
 
 
+#: waits for the device's queued work (set by the child for CUDA)
+_SYNC: Callable[[], object] = lambda: None  # noqa: E731
+
+
 def _best(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     """(best wall seconds, best CPU seconds of this process) over ``repeat`` calls."""
     walls, cpus = [], []
     for _ in range(repeat):
+        _SYNC()
         wall, cpu = time.perf_counter(), time.process_time()
         fn()
+        _SYNC()
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return min(walls), min(cpus)
@@ -160,10 +172,30 @@ def _fft_pairs(batch, chunk_elements: int, pairs: int) -> Callable[[], object]:
     return run
 
 
+def copy_bandwidth(device: str, gib: float = 1.0, repeat: int = 5) -> float:
+    """The device's memory bandwidth, bytes/s: a device-to-device copy of ``gib`` GiB
+    (read once, written once), best of ``repeat``."""
+    import torch
+
+    source = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        target.copy_(source)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * source.numel() / best
+
+
 def _child(args: argparse.Namespace) -> None:
     import torch
 
+    global _SYNC
     torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        _SYNC = torch.cuda.synchronize
     import ratioscope
     from ratioscope.analysis.allocator import keep_freed_memory
 
@@ -176,6 +208,7 @@ def _child(args: argparse.Namespace) -> None:
     result["load_before"] = os.getloadavg()[0]
     batch = ratioscope.load(args.path)
     result["tokens"] = batch.num_tokens
+    result["device"] = args.device
     if args.mode == "load":
         result["seconds"], result["cpu"] = _best(lambda: ratioscope.load(args.path), args.repeat)
     elif args.mode == "peer":
@@ -183,11 +216,17 @@ def _child(args: argparse.Namespace) -> None:
     else:
         names = [cls.name for cls in registry.section_classes()]
         fields = _per_token_fields(batch)
-        analyze(args.path)  # warm-up: lazy imports, compiled kernels, allocator, FFT plans
+        device = args.device
+        # warm-up: lazy imports, compiled kernels, allocator, FFT plans
+        analyze(args.path, device=device)
         reads = {name: _fields_read(args.path, name, fields) for name in names}
         reads["all"] = fields
         reads["none"] = []
         result["reads"] = reads
+        if device != "cpu":
+            batch = batch.to(device)
+            result["bandwidth"] = copy_bandwidth(device)
+            result["bytes_all"] = sum(getattr(batch, f).nbytes for f in fields)
         result["token_stats_seconds"] = _token_statistics_seconds(batch, args.repeat)
         runs: dict[str, dict[str, float]] = {}
         # "none": loading, validation, hashing and the report without any section, the
@@ -201,7 +240,8 @@ def _child(args: argparse.Namespace) -> None:
                 fft = _fft_pairs(batch, DEFAULT_CHUNK_ELEMENTS, SPECTRAL_VARIANTS)
                 entry["fft"], entry["fft_cpu"] = _best(fft, args.repeat)
             wall, cpu = _best(
-                lambda chosen=chosen: analyze(args.path, sections=chosen), args.repeat
+                lambda chosen=chosen: analyze(args.path, sections=chosen, device=device),
+                args.repeat,
             )
             entry["seconds"], entry["cpu"] = wall, cpu
             runs[name] = entry
@@ -217,8 +257,10 @@ def _token_statistics_seconds(batch, repeat: int) -> float:
 
     times = []
     for _ in range(repeat):
+        _SYNC()
         start = time.perf_counter()
         signal_statistics(batch.log_ratio, batch.mask)
+        _SYNC()
         times.append(time.perf_counter() - start)
     return min(times)
 
@@ -256,7 +298,7 @@ def _run_child(args: argparse.Namespace, mode: str) -> dict:
     command = [
         sys.executable, __file__, "--child", mode, "--path", str(args.path),
         "--repeat", str(args.repeat), "--threads", str(args.threads),
-        "--peer-rows", str(args.peer_rows),
+        "--peer-rows", str(args.peer_rows), "--device", args.device,
     ]  # fmt: skip
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return json.loads(output.strip().splitlines()[-1])
@@ -270,6 +312,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peer-rows", type=int, default=128)
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where analyze runs"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     parser.add_argument("--child", choices=("analyze", "load", "peer"), help=argparse.SUPPRESS)
     parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -345,10 +391,30 @@ def main() -> None:
         f"({(whole['seconds'] - fixed) / whole['floor']:.0f}x without the fixed cost); "
         f"target >= {TARGET_TOKENS_PER_S / 1e6:.2f}: {verdict}"
     )
+    summary = {
+        "device": args.device,
+        "tokens_per_s": rate,
+        "x_floor": whole["seconds"] / whole["floor"],
+        "sections": {name: entry["seconds"] for name, entry in run["runs"].items()},
+    }
+    if "bandwidth" in run:
+        reached = run["bytes_all"] / whole["seconds"]
+        summary["bandwidth"], summary["bandwidth_share"] = (
+            run["bandwidth"],
+            reached / run["bandwidth"],
+        )
+        print(
+            f"on {args.device}: {run['bytes_all'] / 1e9:.2f} GB of per-token tensors read in "
+            f"{whole['seconds']:.3f} s = {reached / 1e9:.0f} GB/s, "
+            f"{100 * summary['bandwidth_share']:.1f} % of the device-to-device copy's "
+            f"{run['bandwidth'] / 1e9:.0f} GB/s (goal >= 50 %)"
+        )
     print(
         f"peak RSS: analyze {run['peak_rss_gib']:.2f} GiB, load only "
         f"{load['peak_rss_gib']:.2f} GiB, file {size_gib:.2f} GiB"
     )
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ from ratioscope.functional.covariance import (
     advantage_mass_removed,
     clip_cov_touched,
     covariance_percentiles,
+    covariance_percentiles_from_bins,
     covariance_weights,
     cumulative_covariance_share,
+    cumulative_covariance_share_from_bins,
     kernel_weight_summary,
     kl_cov_touched,
 )
@@ -179,6 +181,58 @@ def test_cumulative_share_matches_numpy() -> None:
         k = max(1, math.ceil(round(fraction * len(c), 9)))
         assert value == pytest.approx(ranked[:k].sum() / ranked.sum(), rel=1e-9)
     assert all(math.isnan(v) for v in cumulative_covariance_share(torch.zeros(4)))
+
+
+def _bins_top_sum(counts: np.ndarray, sums: np.ndarray, order: list[int], k: int) -> float:
+    """Sum of the k largest magnitudes read from bins (plain loop over ``order``, largest
+    magnitude first): whole bins exactly, the bin the k-th falls in at its mean."""
+    taken, total = 0, 0.0
+    for index in order:
+        count = int(counts[index])
+        if count == 0:
+            continue
+        if taken + count >= k:
+            return total + (k - taken) * abs(float(sums[index])) / count
+        taken += count
+        total += abs(float(sums[index]))
+    return total
+
+
+def test_readings_from_bins_match_a_loop_over_the_bins() -> None:
+    from ratioscope.functional import histogram as bins
+
+    rng = np.random.default_rng(9)
+    c = torch.tensor(rng.standard_t(2, size=30_007) * 1e-3)
+    counts, sums = bins.histogram_sums(c)
+    n_counts, n_sums = counts.numpy(), sums.numpy()
+    centre = bins.CENTER
+    positive = list(range(bins.NUM_BINS - 1, centre, -1))  # largest c first
+    negative = list(range(centre))  # most negative c first
+    # |c| ranked: bins centre + o and centre - o are one bin of magnitude; c == 0 last
+    abs_counts = [n_counts[p] + n_counts[m] for p, m in zip(positive, negative, strict=True)]
+    abs_sums = [n_sums[p] - n_sums[m] for p, m in zip(positive, negative, strict=True)]
+    abs_counts, abs_sums = np.array([*abs_counts, n_counts[centre]]), np.array([*abs_sums, 0.0])
+    magnitude = list(range(len(abs_counts)))
+    n = int(counts.sum())
+    total = float(np.abs(n_sums).sum())
+    fractions = (1e-4, 1e-3, 0.01, 0.2, 0.5, 1.0)
+    shares = cumulative_covariance_share_from_bins(counts, sums, fractions)
+    for share, fraction in zip(shares, fractions, strict=True):
+        k = max(1, math.ceil(round(fraction * n, 9)))
+        expected = _bins_top_sum(abs_counts, abs_sums, magnitude, k) / total
+        assert share == pytest.approx(min(1.0, expected), rel=1e-12)
+    table = covariance_percentiles_from_bins(counts, sums, float(c.min()), float(c.max()))
+    n_positive = int(n_counts[centre + 1 :].sum())
+    for i, fraction in enumerate(table.fractions):
+        k = max(1, math.ceil(round(fraction * n_positive, 9)))
+        expected = _bins_top_sum(n_counts, n_sums, positive, k) / k
+        assert table.positive_mean[i] == pytest.approx(expected, rel=1e-12)
+        # the threshold: the k-th largest, a quantile of the positive bins alone
+        one_sign = counts.clone()
+        one_sign[: centre + 1] = 0
+        q = (n_positive - k + 0.5) / n_positive
+        threshold = bins.quantile_from_counts(one_sign, q, None, float(c.max()))
+        assert table.positive_threshold[i] == threshold
 
 
 def test_clip_cov_and_kl_cov_counts() -> None:

@@ -114,6 +114,21 @@ def test_responses_climbing_to_the_limit():
     assert found([{"vitals.length.at_limit_share": s} for s in broken], "trend.length") == []
 
 
+def test_responses_held_at_the_limit_are_red():
+    at = "vitals.length.at_limit_share"
+    # 22 %, 20 %, 25 %: at or above 20 % on each of the last three steps
+    (held,) = found([{at: s} for s in (0.01, 0.22, 0.2, 0.25)], "trend.length_held")
+    assert held.level == "red" and held.value == 0.2
+    assert "(22 %, 20 %, 25 %)" in held.text
+    # one of the three below 20 %, or fewer than three steps: nothing
+    assert found([{at: s} for s in (0.3, 0.19, 0.4, 0.5)], "trend.length_held") == []
+    assert found([{at: s} for s in (0.5, 0.5)], "trend.length_held") == []
+    # a step without the share breaks the run of steps
+    assert found([{at: 0.3}, {}, {at: 0.3}, {at: 0.3}], "trend.length_held") == []
+    t = Thresholds(length_held_red=0.35)
+    assert found([{at: s} for s in (0.3, 0.4, 0.5)], "trend.length_held", t) == []
+
+
 def test_k3_rising_and_ess_falling_step_after_step():
     k3 = (1e-4, 2e-4, 5e-4, 1e-3)  # three rises, 10x in all
     (rise,) = found([{"mismatch.rollout.k3": v} for v in k3], "trend.mismatch.rollout.k3")
@@ -186,6 +201,30 @@ def test_the_verdict_after_step_n_is_the_verdict_of_the_steps_up_to_n():
     assert any("step 32 alone: groups with all rewards equal = 50 % (8 of 16" in t for t in texts)
     assert whole.verdict.first_yellow == next(s for s, lv in levels.items() if lv != "green")
     assert f"first yellow at step {whole.verdict.first_yellow}" in whole.verdict.bottom_line()
+
+
+def test_the_brief_pooled_report_judges_as_the_whole_one():
+    """The pooled report after each step is built brief (the tables no finding reads left
+    empty); its verdict is the verdict of the whole report of the same steps."""
+    from ratioscope.analysis.pipeline import ReportMerge
+    from ratioscope.judgement.verdict import FINDING_SECTIONS, verdict
+
+    merge = ReportMerge()
+    for index, path in enumerate(sorted(SAMPLE.glob("step_*.pt"))):
+        merge.add(ratioscope.analyze(path), f"step {index}")
+        whole = merge.result(state=False)
+        brief = merge.result(state=False, sections=FINDING_SECTIONS, brief=True)
+        assert verdict(brief) == verdict(whole)
+        assert brief.covariance is not None and whole.covariance is not None
+        assert brief.covariance.cumulative_share == whole.covariance.cumulative_share
+        assert brief.covariance.percentiles.positive == []
+        assert brief.ratios is not None and whole.ratios is not None
+        assert list(brief.ratios) == ["token"] and brief.ratios["token"] == whole.ratios["token"]
+        assert brief.trust_region is not None and whole.trust_region is not None
+        assert brief.trust_region.degenerate == whole.trust_region.degenerate
+        assert brief.trust_region.sweep == []
+    with pytest.raises(ValueError, match="no state"):
+        merge.result(brief=True)
 
 
 def drifting_run(folder: Path, steps: int, bad: int) -> list[Path]:

@@ -154,3 +154,24 @@ def test_library_hints_mention_parameters_and_the_cli_names_their_options(tmp_pa
     assert result.exit_code == 2
     assert "set --allow-empty-responses if" in result.output
     assert "`" not in result.output
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"clip": (0.1, 0.3), "max_lag": 2, "temperature": 0.7, "quantiles": (0.5,)}],
+)
+def test_analysis_params_document_is_the_deep_copy_of_its_fields(params):
+    """``to_dict`` reads the fields directly; dataclasses.asdict (a deep copy) is the
+    reference, with tuples as lists and the options omitted when unset."""
+    import dataclasses
+
+    from ratioscope.data.params import _OMITTED_WHEN_NONE, AnalysisParams
+
+    value = AnalysisParams(**params)
+    reference = {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in dataclasses.asdict(value).items()
+        if not (k in _OMITTED_WHEN_NONE and v is None)
+    }
+    assert value.to_dict() == reference
+    assert list(value.to_dict()) == list(reference)

@@ -588,12 +588,16 @@ class ReportMerge:
             self.inputs.append(entry)
         self.loader_warnings.extend(shard.state.get("loader_warnings", []))
 
-    def result(self, state: bool = True, sections: Collection[str] | None = None) -> Report:
+    def result(
+        self, state: bool = True, sections: Collection[str] | None = None, brief: bool = False
+    ) -> Report:
         """The merged report (its sections recomputed from the merged sums); ``state``:
         with each section's mergeable state (False: the report of the sums so far, to be
         read, not merged: a timeline's verdict after each step); ``sections``: only those
-        sections (the others null; None: all). The sums are left as they are, so more
-        reports may be added after.
+        sections (the others null; None: all); ``brief``: each section as the verdict
+        reads it (:meth:`~ratioscope.sections.base.Accumulator.brief_result`: a report to
+        judge, never to show; with ``state`` False only). The sums are left as they are,
+        so more reports may be added after.
 
         Raises:
             MergeError: nothing was added.
@@ -601,11 +605,13 @@ class ReportMerge:
         first = self.first
         if first is None:
             raise MergeError(None, "no report to merge")
+        if brief and state:
+            raise ValueError("a brief report has no state: it is judged, not merged")
         load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
         merged = _build_report(
             list(self.inputs), first.params, load_options,
             [acc for name, acc in self.totals.items() if sections is None or name in sections],
-            list(self.loader_warnings), None, state,
+            list(self.loader_warnings), None, state, brief,
         )  # fmt: skip
         if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
             merged.params["trainer"] = first.params_block["trainer"]
@@ -1203,15 +1209,17 @@ def _build_report(
     loader_warnings: list[str],
     table: SequenceTable | None,
     state: bool = True,
+    brief: bool = False,
 ) -> Report:
     """The report of ``totals``; ``state``: with each section's state (False: the loader
-    warnings only; see :func:`analyze_totals`)."""
+    warnings only; see :func:`analyze_totals`); ``brief``: each section as the verdict
+    reads it (:meth:`ReportMerge.result`)."""
     sections: dict[str, Any] = dict.fromkeys(SECTION_KEYS)
     warnings = list(dict.fromkeys(loader_warnings))
     states: dict[str, Any] = {"loader_warnings": list(dict.fromkeys(loader_warnings))}
     with one_thread():  # sections and state are read from the small merged sums
         for acc in totals:
-            sections[acc.name] = acc.result()
+            sections[acc.name] = acc.brief_result() if brief else acc.result()
             warnings.extend(acc.warnings())
             if state:
                 states[acc.name] = acc.state()

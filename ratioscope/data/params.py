@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +136,12 @@ class AnalysisParams:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        # every field is a number, a string or a flat tuple of numbers: read directly
+        # (asdict's deep copy cost a pooled report of every timeline step a tenth of a ms)
+        values = ((f.name, getattr(self, f.name)) for f in fields(self))
         return {
             k: list(v) if isinstance(v, tuple) else v
-            for k, v in asdict(self).items()
+            for k, v in values
             if not (k in _OMITTED_WHEN_NONE and v is None)
         }
 

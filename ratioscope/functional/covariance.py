@@ -427,42 +427,52 @@ class _Ranked:
     """Magnitudes of a set of tokens ranked largest first, grouped into bins.
 
     The sufficient statistic of the Table 1 and Fig. 3 readings. ``counts``: [K] float64
-    tokens per bin; ``sums``: [K] float64 their summed magnitude; ``kth_largest(k)``: the
-    k-th largest magnitude (1 <= k <= n), where Table 1 needs it. One token per bin reads
-    the exact values; the fixed log-magnitude bins of
+    tokens per bin; ``sums``: [K] float64 their summed magnitude; ``kth_largest(ks)``: the
+    k-th largest magnitude for each k (1 <= k <= n), where Table 1 needs them. One token
+    per bin reads the exact values; the fixed log-magnitude bins of
     :mod:`ratioscope.functional.histogram` read values within its relative error and
     merge across files by adding counts and sums.
     """
 
     counts: Tensor
     sums: Tensor
-    kth_largest: Callable[[int], float] | None = None
+    kth_largest: Callable[[Sequence[int]], list[float]] | None = None
 
     @property
     def n(self) -> int:
         return int(self.counts.sum())
 
     @functools.cached_property
-    def _cumulative(self) -> tuple[Any, Any]:
-        """(counts, their cumulative sums) as numpy arrays, for :meth:`top_sum`: a report
-        reads a dozen top sums of one ranking, each a search, not a new cumulative sum."""
-        counts = self.counts.detach().cpu()
-        return counts.numpy(), torch.cumsum(counts, 0).numpy()
+    def _cumulative(self) -> tuple[Any, Any, Any, Any]:
+        """(counts, their cumulative sums, sums, their cumulative sums) as numpy arrays,
+        for :meth:`top_sums`: a report reads dozens of top sums of one ranking (the Fig. 3
+        curve has 54 points), each a search, not a new sum over the bins."""
+        counts, sums = self.counts.detach().cpu(), self.sums.detach().cpu()
+        return (
+            counts.numpy(), torch.cumsum(counts, 0).numpy(),
+            sums.numpy(), torch.cumsum(sums, 0).numpy(),
+        )  # fmt: skip
 
-    def top_sum(self, k: int) -> float:
-        """Sum of the k largest magnitudes: whole bins exactly, the last bin at its mean."""
-        counts, cumulative = self._cumulative
-        index = int(np.searchsorted(cumulative, float(k), side="left"))
-        index = min(index, counts.size - 1)
-        before = float(cumulative[index - 1]) if index > 0 else 0.0
-        before_sum = float(self.sums[:index].sum())
-        inside = float(counts[index])
-        return before_sum + ((k - before) * float(self.sums[index]) / inside if inside else 0.0)
+    def top_sums(self, ks: Sequence[int]) -> list[float]:
+        """Sum of the k largest magnitudes, for each k: whole bins exactly, the last bin
+        at its mean (the whole bins summed in rank order, so within a few ulps of any
+        other order)."""
+        counts, cumulative, sums, sums_before = self._cumulative
+        wanted = np.asarray(ks, dtype=np.float64)
+        index = np.minimum(np.searchsorted(cumulative, wanted, side="left"), counts.size - 1)
+        earlier = np.maximum(index - 1, 0)
+        before = np.where(index > 0, cumulative[earlier], 0).astype(np.float64)
+        before_sum = np.where(index > 0, sums_before[earlier], 0.0)
+        inside = counts[index].astype(np.float64)
+        share = np.divide(
+            (wanted - before) * sums[index], inside, out=np.zeros_like(inside), where=inside > 0
+        )
+        return (before_sum + share).tolist()
 
 
 def _ranked_exactly(magnitudes: Tensor) -> _Ranked:
     ranked = torch.sort(magnitudes.to(torch.float64), descending=True).values
-    return _Ranked(torch.ones_like(ranked), ranked, lambda k: float(ranked[k - 1]))
+    return _Ranked(torch.ones_like(ranked), ranked, lambda ks: [float(ranked[k - 1]) for k in ks])
 
 
 def _ranked_from_bins(
@@ -486,14 +496,17 @@ def _ranked_from_bins(
         )
     n = int(ascending[0].sum())
 
-    def kth_largest(k: int) -> float:
-        # the k-th largest magnitude of one sign is a quantile of that sign's bins
+    def kth_largest(ks: Sequence[int]) -> list[float]:
+        # the k-th largest magnitude of one sign is a quantile of that sign's bins (all
+        # of a table's quantiles read from one cumulative sum)
         one_sign = counts.clone()
         if sign > 0:
             one_sign[: centre + 1] = 0
-            return bins.quantile_from_counts(one_sign, (n - k + 0.5) / n, None, maximum)
+            qs = [(n - k + 0.5) / n for k in ks]
+            return bins.quantiles_from_counts(one_sign, qs, None, maximum)
         one_sign[centre:] = 0
-        return -bins.quantile_from_counts(one_sign, (k - 0.5) / n, minimum, None)
+        qs = [(k - 0.5) / n for k in ks]
+        return [-value for value in bins.quantiles_from_counts(one_sign, qs, minimum, None)]
 
     return _Ranked(ascending[0].flip(0), ascending[1].flip(0), kth_largest if sign else None)
 
@@ -504,24 +517,21 @@ def _top_fraction_stats(
     """Per fraction: threshold, top mean and band mean, each with ``sign``."""
     assert ranked.kth_largest is not None
     n = ranked.n
-    thresholds, means, band_means = [], [], []
+    if n == 0:
+        nothing = tuple(math.nan for _ in fractions)
+        return nothing, nothing, nothing
+    ks = [top_count(fraction, n) for fraction in fractions]
+    means, band_means = [], []
     previous, previous_sum = 0, 0.0
-    for fraction in fractions:
-        if n == 0:
-            thresholds.append(math.nan)
-            means.append(math.nan)
-            band_means.append(math.nan)
-            continue
-        k = top_count(fraction, n)
-        top = ranked.top_sum(k)
+    for k, top in zip(ks, ranked.top_sums(ks), strict=True):
         band = k - previous
         band_mean = (top - previous_sum) / band if band > 0 else math.nan
-        thresholds.append(sign * ranked.kth_largest(k))
         means.append(sign * top / k)
         band_means.append(sign * band_mean)
         if k > previous:
             previous, previous_sum = k, top
-    return tuple(thresholds), tuple(means), tuple(band_means)
+    thresholds = tuple(sign * value for value in ranked.kth_largest(ks))
+    return thresholds, tuple(means), tuple(band_means)
 
 
 def _percentile_table(
@@ -603,7 +613,8 @@ def _cumulative_share(ranked: _Ranked, fractions: Sequence[float]) -> tuple[floa
     total = float(ranked.sums.sum())
     if n == 0 or total <= 0:
         return tuple(math.nan for _ in fractions)
-    return tuple(min(1.0, ranked.top_sum(top_count(x, n)) / total) for x in fractions)
+    tops = ranked.top_sums([top_count(x, n) for x in fractions])
+    return tuple(min(1.0, top / total) for top in tops)
 
 
 def cumulative_covariance_share(

@@ -15,6 +15,7 @@ whenever 10^MIN_EXP <= |q| < 10^MAX_EXP; below that its absolute error is at mos
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -55,6 +56,7 @@ def bin_index(x: Tensor) -> Tensor:
     return signed.masked_fill_(x == 0, CENTER)
 
 
+@functools.cache
 def bin_bounds(index: int) -> tuple[float, float]:
     """The [low, high) interval of a bin (low > high never; negative bins mirrored)."""
     if index == CENTER:

@@ -12,7 +12,7 @@ last few (constant memory per quantity), and gives findings keyed ``trend.<what>
   the entropy change of a step as ``-eta * Cov(log pi, A)``, so a fall that the
   covariance says will go on;
 - **responses climbing to the length limit**: the share at the limit rising step after
-  step;
+  step; and **held at the limit**: a fifth of the responses truncated step after step;
 - **drift or train/inference mismatch rising** (k3) and **ESS falling**, step after step;
 - **reward hacking**: a reward function that rises while the correct share falls.
 
@@ -131,6 +131,7 @@ def trend_findings(history: TrendHistory, t: Thresholds) -> list[Finding]:
         *_entropy_level(history, t),
         *_entropy_falling(history, t),
         *_climbing_to_limit(history, t),
+        *_held_at_limit(history, t),
         *_runs(history, t),
         *_reward_hacking(history, t),
     ]
@@ -212,6 +213,23 @@ def _climbing_to_limit(history: TrendHistory, t: Thresholds) -> Iterator[Finding
         f"responses at the length limit rose on each of the last {k} steps ({shown}): "
         "length blow-up (loops, rambling, a reward paid for length)",
         Thresholds.source("length_climb_yellow"), "climbing to the length limit",
+    )  # fmt: skip
+
+
+def _held_at_limit(history: TrendHistory, t: Thresholds) -> Iterator[Finding]:
+    """The share of responses at the length limit at or above ``length_held_red`` on each
+    of the last steps: red."""
+    k = int(t.trend_steps)
+    shares = history.get(AT_LIMIT).last(k)
+    if shares is None or min(shares) < t.length_held_red:
+        return
+    shown = ", ".join(f"{100 * s:.0f} %" for s in shares)
+    yield Finding(
+        "trend.length_held", "red", min(shares), t.length_held_red,
+        f"responses at the length limit on each of the last {k} steps ({shown}), at or "
+        f"above {100 * t.length_held_red:.0f} % on each: a length blow-up that holds "
+        "(rambling, loops, a reward paid for length or for an answer anywhere)",
+        Thresholds.source("length_held_red"), "held at the length limit",
     )  # fmt: skip
 
 

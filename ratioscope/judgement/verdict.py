@@ -16,6 +16,7 @@ inference engine's log-probs, which many dumps lack).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -377,6 +378,14 @@ class Thresholds:
         "the limit",
         "share at the length limit that, rising on each of trend_steps steps, is yellow",
     )
+    length_held_red: float = _threshold(
+        0.2,
+        f"{_OURS}, measured on the corpus of real runs (benchmarks/runs: healthy runs at "
+        "most 7 % at the limit held over three steps, 14 % on one step; the lenient-verifier "
+        "runs held 20 % 7 and 17 steps before their accuracy halved); the bundled run "
+        "reaches 21 % on one step, at most 7 % held",
+        "share at the length limit that, held on each of trend_steps steps, is red",
+    )
     rise_factor_yellow: float = _threshold(
         3.0,
         "Precision-RL (arXiv 2510.26788): the train/inference KL leaves its level some "
@@ -436,7 +445,9 @@ class Thresholds:
         return tuple(n for n in self.names() if getattr(self, n) != getattr(default, n))
 
 
+@functools.cache
 def _field(name: str) -> Any:
+    # read for the source of every finding, and a timeline judges each step twice
     for item in fields(Thresholds):
         if item.name == name:
             return item

@@ -166,6 +166,13 @@ class Accumulator(Declared, ABC):
     def result(self) -> Any:
         """The typed section, or None when nothing fed it."""
 
+    def brief_result(self) -> Any:
+        """The section as the verdict reads it, for a report that is judged, never shown
+        or written (a timeline's pooled report after each step): :meth:`result`, but
+        where a section's display tables cost more than its findings, which leaves them
+        empty."""
+        return self.result()
+
     def warnings(self) -> list[str]:
         """Messages for the report's ``warnings`` list."""
         if not self.skipped:

@@ -384,6 +384,14 @@ class CovarianceAccumulator(Accumulator):
 
     # ------------------------------------------------------------------- result
     def result(self) -> CovarianceSection | None:
+        return self._section(brief=False)
+
+    def brief_result(self) -> CovarianceSection | None:
+        """The section without the Table 1 percentiles and the Fig. 3 curve (empty),
+        which no finding reads and which cost most of the section's reading."""
+        return self._section(brief=True)
+
+    def _section(self, brief: bool) -> CovarianceSection | None:
         tokens = self.c.count
         if tokens == 0:
             return None
@@ -391,7 +399,10 @@ class CovarianceAccumulator(Accumulator):
         scope = next(iter(files)) if len(files) == 1 else "mixed"
         total, kept, kept_normalised = self.mass.tolist()
         quantiles = self.params.quantiles
-        curve = cumulative_share(self.c, CURVE_FRACTIONS)
+        # the table's fractions and the curve's read from one ranking of the bins
+        curve_fractions = () if brief else CURVE_FRACTIONS
+        shares = cumulative_share(self.c, SHARE_FRACTIONS + curve_fractions)
+        table_shares, curve = shares[: len(SHARE_FRACTIONS)], shares[len(SHARE_FRACTIONS) :]
         kl_count, kl_total = self.kl_cov.tolist()
         return CovarianceSection(
             scope=scope,
@@ -416,14 +427,15 @@ class CovarianceAccumulator(Accumulator):
                 removed_normalised=1.0 - kept_normalised / total if total > 0 else math.nan,
                 total=total,
             ),
-            percentiles=percentile_table(self.c, PERCENTILE_FRACTIONS),
+            percentiles=(
+                PercentileTable([], [], 0, 0)
+                if brief
+                else percentile_table(self.c, PERCENTILE_FRACTIONS)
+            ),
             cumulative_share={
-                f"{x:g}": share
-                for x, share in zip(
-                    SHARE_FRACTIONS, cumulative_share(self.c, SHARE_FRACTIONS), strict=True
-                )
+                f"{x:g}": share for x, share in zip(SHARE_FRACTIONS, table_shares, strict=True)
             },
-            cumulative_curve=CumulativeShare(fraction=list(CURVE_FRACTIONS), share=curve),
+            cumulative_curve=CumulativeShare(fraction=list(curve_fractions), share=curve),
             clip_cov=_touched_result(self.clip_cov.tolist(), CLIP_COV_RATIO),
             kl_cov=_touched_result([kl_count, kl_total, kl_total], KL_COV_RATIO),
             histogram_relative_error=bins.RELATIVE_ERROR,

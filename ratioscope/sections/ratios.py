@@ -395,6 +395,14 @@ class RatiosAccumulator(Accumulator):
             return None
         return {variant: self._variant(variant, s) for variant, s in self.variants.items()}
 
+    def brief_result(self) -> dict[str, VariantStats] | None:
+        """The token row alone: the only one the verdict reads (each row's spectra and
+        quantiles are most of the section's reading)."""
+        token = self.variants.get("token")
+        if token is None or token.histogram.count == 0:
+            return self.result()
+        return {"token": self._variant("token", token)}
+
     def _variant(self, variant: str, state: _VariantState) -> VariantStats:
         distribution = distribution_of(state.histogram, self.params.quantiles)
         has_adv = state.advantage_tokens > 0

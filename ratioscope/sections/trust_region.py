@@ -235,6 +235,14 @@ class TrustRegionAccumulator(Accumulator):
                 cell[index] += value
 
     def result(self) -> TrustRegionSection | None:
+        return self._section(brief=False)
+
+    def brief_result(self) -> TrustRegionSection | None:
+        """The section without the advantage distributions, the cells by correctness and
+        the sweep over radii (empty), which no finding reads."""
+        return self._section(brief=True)
+
+    def _section(self, brief: bool) -> TrustRegionSection | None:
         main = self.per_delta[0]
         if main.groups == 0:
             return None
@@ -248,15 +256,19 @@ class TrustRegionAccumulator(Accumulator):
             degenerate_all_equal=self.all_equal,
             lam=distribution_of(main.lam, quantiles),
             mu=distribution_of(main.mu, quantiles),
-            advantage={
+            advantage={}
+            if brief
+            else {
                 "quatro": distribution_of(self.quatro, quantiles),
                 "grpo": distribution_of(self.grpo, quantiles),
             },
-            by_correct=[
-                _cell(key, values) for key, values in sorted(self.cells.items(), key=_order)
-            ],
+            by_correct=[]
+            if brief
+            else [_cell(key, values) for key, values in sorted(self.cells.items(), key=_order)],
             non_binary_groups=self.non_binary,
-            sweep=[
+            sweep=[]
+            if brief
+            else [
                 self.per_delta[self.deltas.index(float(d))].row(float(d))
                 for d in self.params.deltas
             ],

@@ -66,8 +66,8 @@ class PooledRun:
 
     Args:
         thresholds: the verdict's.
-        view_sections: the sections of the pooled report computed after each step
-            (None: all).
+        view_sections: the sections of the pooled report computed after each step, as
+            the verdict reads them (None: all of them, whole, as ``watch`` shows them).
         cache: the step cache, which keeps the chain's entries (None: none kept).
     """
 
@@ -153,7 +153,9 @@ class PooledRun:
         if last:
             self.pooled = self.merge.result()
         elif first or cached is None:
-            self.pooled = self.merge.result(state=False, sections=self.view_sections)
+            # with the verdict's sections only, the report is judged, never shown: brief
+            brief = self.view_sections is not None
+            self.pooled = self.merge.result(state=False, sections=self.view_sections, brief=brief)
         else:  # the cache's verdict stands for the pooled report: it is not made
             self.pooled = None
         if not first and cached is None:

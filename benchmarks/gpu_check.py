@@ -1,0 +1,232 @@
+"""The CUDA paths in one run: tests, speed against the GPU's memory bandwidth, and the
+CUDA reports against the CPU's, key by key (``benchmarks/gpu_check.sh`` runs it).
+
+Steps, each a row of the summary table at the end:
+
+1. the GPU's memory bandwidth: a device-to-device copy of 1 GiB, timed (bytes read and
+   written over the time): the floor the rows below are measured against;
+2. the tests marked ``cuda`` (``pytest -m cuda``);
+3. the Kalman filter's chunked scan on CUDA (1,024 x 4,096 and 64 x 32,768 tokens,
+   float32): bytes of z and mask read and the states written, over the time, as a share
+   of the copy's bandwidth (goal >= 50 %);
+4. ``benchmarks/bench_analyze.py --device cuda``: valid tokens/s and the per-token
+   tensors' bytes over the time, as a share of the bandwidth (goal >= 50 %);
+5. ``analyze`` of the bundled run and of a synthetic dump of about 1 GiB on the CPU and
+   on CUDA: every number of the two reports compared key by key, equal within
+   ``--rtol`` (default 1e-4) or ``--atol`` (default 1e-6): the float32 reductions of the
+   two devices add in different orders; a quantile read from the fixed histograms may
+   land in the neighbouring bin, so keys under ``quantiles`` are held to the histogram's
+   relative error (``quantile_bound``) instead.
+
+Without a CUDA device it prints one line and exits 0 (``--device cpu`` runs step 5 with
+the CPU on both sides, which is how CI checks the comparison itself).
+
+    python benchmarks/gpu_check.py
+    python benchmarks/gpu_check.py --skip-bench        # tests and comparisons only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+#: the bundled run compared between the devices
+BUNDLED = ROOT / "sample_data" / "verl_steps"
+#: keys that differ between any two runs (times, paths of temporary files)
+IGNORED = ("tool", "inputs", "state", "params")
+#: the bandwidth share the issue asks of the Kalman filter and of the whole analysis
+GOAL_SHARE = 0.5
+
+
+def flat_numbers(document: Any, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+    """Every number of a JSON document (bools and strings left out), keyed by its path;
+    None stands for JSON null (NaN in a report)."""
+    if isinstance(document, Mapping):
+        for key, value in document.items():
+            if not prefix and key in IGNORED:
+                continue
+            yield from flat_numbers(value, f"{prefix}{key}.")
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield from flat_numbers(value, f"{prefix}{index}.")
+    elif document is None:
+        yield prefix.rstrip("."), None
+    elif isinstance(document, (int, float)) and not isinstance(document, bool):
+        yield prefix.rstrip("."), float(document)
+
+
+def compare_documents(
+    a: Mapping[str, Any], b: Mapping[str, Any], rtol: float, atol: float, quantile_rtol: float
+) -> tuple[int, list[str]]:
+    """(numbers compared, the keys that differ, each with both values): the two
+    documents' numbers key by key (see the module for the tolerances)."""
+    left, right = dict(flat_numbers(a)), dict(flat_numbers(b))
+    differing = [f"{key}: only in one report" for key in sorted(set(left) ^ set(right))]
+    for key in sorted(set(left) & set(right)):
+        x, y = left[key], right[key]
+        if x is None or y is None:
+            if x is not y:
+                differing.append(f"{key}: {x} vs {y}")
+            continue
+        tolerance = quantile_rtol if ".quantiles." in f".{key}." else rtol
+        if not math.isclose(x, y, rel_tol=tolerance, abs_tol=atol):
+            differing.append(f"{key}: {x!r} vs {y!r}")
+    return len(left), differing
+
+
+def compare_devices(
+    path: Path, device: str, rtol: float, atol: float, quantile_rtol: float
+) -> tuple[int, list[str], float, float]:
+    """``analyze`` of ``path`` on the CPU and on ``device``, compared; with each time."""
+    import ratioscope
+
+    started = time.perf_counter()
+    cpu = ratioscope.analyze(path, device="cpu").to_dict()
+    cpu_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    other = ratioscope.analyze(path, device=device).to_dict()
+    other_seconds = time.perf_counter() - started
+    count, differing = compare_documents(cpu, other, rtol, atol, quantile_rtol)
+    return count, differing, cpu_seconds, other_seconds
+
+
+def kalman_share(device: str, bandwidth: float) -> list[tuple[str, str, bool]]:
+    """The chunked scan's bytes over its time, as a share of ``bandwidth``."""
+    import torch
+
+    from ratioscope.functional.kalman import kalman_filter
+
+    rows_out = []
+    for rows, length in ((1024, 4096), (64, 32768)):
+        generator = torch.Generator(device=device).manual_seed(0)
+        z = torch.randn(rows, length, device=device, generator=generator) * 1e-3
+        mask = torch.ones(rows, length, dtype=torch.bool, device=device)
+        kalman_filter(z, mask, 1e-6, 1.0, backend="torch")  # warm: kernels, allocator
+        best = math.inf
+        for _ in range(5):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            states = kalman_filter(z, mask, 1e-6, 1.0, backend="torch")
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - start)
+        moved = z.nbytes + mask.nbytes + states.nbytes
+        share = moved / best / bandwidth
+        rows_out.append(
+            (
+                f"Kalman scan {rows}x{length}",
+                f"{best * 1e3:.2f} ms, {moved / best / 1e9:.0f} GB/s = {100 * share:.0f} % of "
+                "the copy",
+                share >= GOAL_SHARE,
+            )
+        )
+    return rows_out
+
+
+def run_tests() -> tuple[str, bool]:
+    """``pytest -m cuda``: its last line, and whether it passed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return (lines[-1] if lines else "no output"), done.returncode == 0
+
+
+def run_bench_analyze(folder: Path) -> tuple[str, bool]:
+    """``bench_analyze.py --device cuda``: its tokens/s and bandwidth share."""
+    summary = folder / "bench_analyze.json"
+    done = subprocess.run(
+        [sys.executable, str(HERE / "bench_analyze.py"), "--device", "cuda",
+         "--dir", str(folder), "--json", str(summary), "--repeat", "3"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0 or not summary.exists():
+        return f"failed: {done.stderr.strip().splitlines()[-1:]}", False
+    found = json.loads(summary.read_text())
+    share = found.get("bandwidth_share", float("nan"))
+    return (
+        f"{found['tokens_per_s'] / 1e6:.1f} M tokens/s, {100 * share:.0f} % of the copy",
+        share >= GOAL_SHARE,
+    )
+
+
+def synthetic_dump(folder: Path, gib: float) -> Path:
+    """A synthetic dump of about ``gib`` GiB, all extras (benchmarks/make_synthetic.py)."""
+    sys.path.insert(0, str(HERE))
+    from make_synthetic import make_synthetic, write_synthetic
+
+    # all extras: 6 float32 per-token tensors and the mask, about 25 bytes a token
+    tokens = 4096
+    rows = max(8, int(gib * 2**30 / (25 * tokens)) // 8 * 8)
+    path = folder / f"synthetic_{rows}x{tokens}.safetensors"
+    write_synthetic(make_synthetic(rows, tokens, extras=("all",)), path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="the device checked (cpu: CI's)")
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--atol", type=float, default=1e-6)
+    parser.add_argument("--gib", type=float, default=1.0, help="size of the synthetic dump")
+    parser.add_argument("--skip-bench", action="store_true", help="no speed rows")
+    parser.add_argument("--skip-tests", action="store_true", help="no pytest -m cuda")
+    args = parser.parse_args(argv)
+    import torch
+
+    from ratioscope.functional.histogram import RELATIVE_ERROR
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device (torch.cuda.is_available() is False): skipped")
+        return 0
+    rows: list[tuple[str, str, bool]] = []
+    on_gpu = args.device == "cuda"
+    name = torch.cuda.get_device_name() if on_gpu else "cpu (the comparison alone)"
+    with tempfile.TemporaryDirectory(prefix="ratioscope-gpu-check-") as scratch:
+        folder = Path(scratch)
+        if on_gpu:
+            sys.path.insert(0, str(HERE))
+            from bench_analyze import copy_bandwidth
+
+            bandwidth = copy_bandwidth("cuda")
+            rows.append(("copy bandwidth (floor)", f"{bandwidth / 1e9:.0f} GB/s", True))
+            if not args.skip_tests:
+                line, passed = run_tests()
+                rows.append(("pytest -m cuda", line, passed))
+            if not args.skip_bench:
+                rows.extend(kalman_share("cuda", bandwidth))
+                line, passed = run_bench_analyze(folder)
+                rows.append(("bench_analyze --device cuda", line, passed))
+        for label, path in (
+            ("bundled run", BUNDLED),
+            (f"synthetic {args.gib:g} GiB", synthetic_dump(folder, args.gib)),
+        ):
+            count, differing, cpu_s, other_s = compare_devices(
+                path, args.device, args.rtol, args.atol, RELATIVE_ERROR
+            )
+            detail = (
+                f"{count} numbers, {len(differing)} differ (rtol {args.rtol:g}, quantiles "
+                f"{RELATIVE_ERROR:.4f}); cpu {cpu_s:.1f} s, {args.device} {other_s:.1f} s"
+            )
+            rows.append((f"cpu vs {args.device}: {label}", detail, not differing))
+            for line in differing[:10]:
+                print(f"  {label}: {line}")
+    width = max(len(label) for label, _, _ in rows)
+    print(f"gpu_check on {name}")
+    for label, detail, passed in rows:
+        print(f"{'ok  ' if passed else 'FAIL'}  {label:<{width}}  {detail}")
+    return 0 if all(passed for _, _, passed in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
