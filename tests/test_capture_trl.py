@@ -561,9 +561,12 @@ def test_groups_split_over_two_steps_are_joined_whole(split_run):
 
 
 # --------------------------------------------------------------------------- stop on red
-#: the tiny random model writes until the length limit from the first step: that rule is
-#: set aside, so that what stops the run is what its learning rate does to it
-NO_LENGTH_RULE = {"length_limit_yellow": 1.01, "length_limit_red": 1.01}
+#: the tiny random model writes until the length limit from the first step: those rules
+#: are set aside, so that what stops the run is what its learning rate does to it
+NO_LENGTH_RULE = {
+    "length_limit_yellow": 1.01, "length_limit_red": 1.01, "length_held_red": 1.01,
+    "length_climb_yellow": 1.01,
+}  # fmt: skip
 
 
 def stop_run(root: Path, learning_rate: float, max_steps: int):

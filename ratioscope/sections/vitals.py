@@ -43,6 +43,8 @@ from ratioscope.functional.vitals import (
     mechanics_pairs,
     row_mean_abs,
 )
+from ratioscope.functional.vitals_rows import VitalsRows, vitals_rows
+from ratioscope.functional.vitals_rows import usable as vitals_rows_usable
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, distribution_of
@@ -372,7 +374,20 @@ class VitalsAccumulator(Accumulator):
         self.limits.add_tensor(torch.tensor([limit]), torch.tensor([batch.num_sequences]))
         if source not in self.limit_sources:
             self.limit_sources.append(source)
-        self._add_entropy(batch, mask)
+        row: dict[str, Tensor | None] = {"lengths": lengths.cpu()}
+        name = next((n for n in MECHANICS_LOG_PROBS if batch.has(n)), None)
+        log_probs = None if name is None else getattr(batch, name)
+        tensors = (batch.entropy, batch.old_entropy, batch.advantages, log_probs)
+        if vitals_rows_usable(*tensors, mask=mask):
+            # entropy, advantages and mechanics in one compiled pass over the rows
+            self._add_compiled(vitals_rows(*tensors, mask, batch.correct), name, row)
+        else:
+            self._add_entropy(batch, mask)
+            if batch.advantages is not None:
+                row_abs, row_tokens = row_mean_abs(batch.advantages, mask)
+                row["abs"], row["tokens"] = row_abs.cpu(), row_tokens.cpu()
+                self._zero_advantages += int(((batch.advantages == 0) & mask).sum())
+                self._add_mechanics(batch, mask)
         if batch.rewards is not None:
             finite = torch.isfinite(batch.rewards)
             self.rewards.add(batch.rewards[finite].double())
@@ -384,14 +399,30 @@ class VitalsAccumulator(Accumulator):
         if batch.correct is not None:
             self.correct += int(batch.correct.sum())
             self.correct_rows += batch.num_sequences
-        row: dict[str, Tensor | None] = {"lengths": lengths.cpu()}
-        if batch.advantages is not None:
-            row_abs, row_tokens = row_mean_abs(batch.advantages, mask)
-            row["abs"], row["tokens"] = row_abs.cpu(), row_tokens.cpu()
-            self._zero_advantages += int(((batch.advantages == 0) & mask).sum())
-            self._add_mechanics(batch, mask)
         self._rows.append(row)
         return {}
+
+    def _add_compiled(self, rows: VitalsRows, name: str | None, row: dict) -> None:
+        """What :meth:`_add_entropy`, the advantage sums and :meth:`_add_mechanics` add,
+        from one compiled pass (:func:`~ratioscope.functional.vitals_rows.vitals_rows`)."""
+        if rows.counts is not None and rows.moments is not None:
+            self.entropy.counts += rows.counts
+            self.entropy.moments.merge(Moments(*rows.moments))
+        if rows.right is not None and rows.wrong is not None:
+            self.entropy_correct.merge(rows.right)
+            self.entropy_incorrect.merge(rows.wrong)
+        if rows.old is not None:
+            self.old_entropy.merge(rows.old)
+        if rows.change is not None:
+            self.entropy_change.merge(rows.change)
+        if rows.row_abs is not None:
+            row["abs"], row["tokens"] = rows.row_abs, rows.row_tokens
+            self._zero_advantages += rows.zero
+        if rows.pairs_a is not None and rows.pairs_pa is not None and name is not None:
+            self._npg.merge(rows.pairs_a)
+            self._pg.merge(rows.pairs_pa)
+            if name not in self.mechanics_log_probs:
+                self.mechanics_log_probs.append(name)
 
     def _add_entropy(self, batch: TokenBatch, mask: Tensor) -> None:
         entropy, old = batch.entropy, batch.old_entropy
