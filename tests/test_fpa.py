@@ -224,6 +224,32 @@ def test_cuda_from_cpu_logits_matches_cpu() -> None:
     torch.testing.assert_close(on_device.cpu()[mask], expected[mask].float(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_approximate_sequence_terms_compiled_equal_the_tensor_code(dtype, monkeypatch):
+    """The two row sums from the compiled loop (CPU) and from the tensor code (the
+    reference, and the path on a GPU): the same to rounding."""
+    from ratioscope.functional import _kernels
+    from ratioscope.functional.fpa import approximate_sequence_terms
+
+    if not _kernels.available():
+        pytest.skip("compiled kernels disabled")
+    generator = torch.Generator().manual_seed(5)
+    log_probs = (-torch.rand(33, 70, generator=generator) * 4).to(dtype)
+    reference = log_probs + (0.3 * torch.randn(33, 70, generator=generator)).to(dtype)
+    mask = torch.rand(33, 70, generator=generator) > 0.2
+    mask[7] = False
+    lams = (0.0, 1.0, 10.0)
+    compiled = approximate_sequence_terms(log_probs, reference, mask, lams)
+    monkeypatch.setattr(_kernels, "can_take", lambda *a, **k: False)
+    tensors = approximate_sequence_terms(log_probs, reference, mask, lams)
+    for name in ("weights", "ratios", "log_ratio", "log_ratio_per_token"):
+        torch.testing.assert_close(
+            getattr(compiled, name), getattr(tensors, name), rtol=1e-12, atol=1e-13,
+            equal_nan=True,
+        )  # fmt: skip
+    assert math.isnan(float(compiled.weights[0, 7]))
+
+
 def test_approximate_sequence_terms_equal_the_per_lambda_functions():
     """Every lambda from two row sums == the [B, T] approximation per lambda (float64
     inputs, where both keep float64), and a plain loop over tokens; empty rows NaN."""

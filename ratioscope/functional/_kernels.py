@@ -218,6 +218,28 @@ def _masked_zero(values: Any, mask: Any, zero: Any, out: Any) -> None:
             out[r, t] = values[r, t] if mask[r, t] else zero
 
 
+def _row_sums_and_differences(
+    values: Any, others: Any, mask: Any, sums: Any, differences: Any, counts: Any
+) -> None:
+    """Per row of [B, T] ``values`` and ``others``, over the valid tokens: sums [B] of
+    the values and differences [B] of ``values - others``, both in float64, and counts
+    [B] int64 of the valid tokens."""
+    rows, length = mask.shape
+    for r in range(rows):
+        total = 0.0
+        difference = 0.0
+        count = 0
+        for t in range(length):
+            if mask[r, t]:
+                x = np.float64(values[r, t])
+                total += x
+                difference += x - np.float64(others[r, t])
+                count += 1
+        sums[r] = total
+        differences[r] = difference
+        counts[r] = count
+
+
 def _row_counts(mask: Any, out: Any) -> None:
     """out [B] int64: each row's True entries of mask [B, T]."""
     rows, length = mask.shape
@@ -289,6 +311,7 @@ def _compiled() -> SimpleNamespace:
         state_runs=jit(_state_runs),
         masked_zero=jit(_masked_zero),
         row_counts=jit(_row_counts),
+        row_sums_and_differences=jit(_row_sums_and_differences),
     )
 
 
@@ -360,3 +383,24 @@ def row_counts(mask: np.ndarray) -> np.ndarray:
     out = np.empty(mask.shape[0], dtype=np.int64)
     _compiled().row_counts(mask, out)
     return out
+
+
+def row_sums_and_differences(
+    values: np.ndarray, others: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sums [B] float64 of ``values``, sums [B] float64 of ``values - others``, valid
+    tokens [B] int64) over the valid tokens of each row (:func:`_row_sums_and_differences`;
+    rows apart are independent, so the bits do not depend on the threads)."""
+    rows = mask.shape[0]
+    sums = np.empty(rows, dtype=np.float64)
+    differences = np.empty(rows, dtype=np.float64)
+    counts = np.empty(rows, dtype=np.int64)
+
+    def part(start: int, stop: int) -> None:
+        _compiled().row_sums_and_differences(
+            values[start:stop], others[start:stop], mask[start:stop],
+            sums[start:stop], differences[start:stop], counts[start:stop],
+        )  # fmt: skip
+
+    map_row_parts(part, rows, elements=values.size)
+    return sums, differences, counts
