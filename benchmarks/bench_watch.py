@@ -13,10 +13,17 @@
    folded by one watch with a cache; its resident memory after each thousand. Flat: the
    growth per thousand steps stays that of the timeline's rows.
 4. **restart**: a second watch of the same steps, all read from the cache: ms per step.
+5. **a step's CPU in a watch**: the bundled run's steps linked into a folder one at a
+   time, a look after each (no cache, one thread), against ``ratioscope.timeline`` of
+   the same steps (the peer, no cache): process CPU per step and the ratio; for a watch
+   that makes the whole pooled report after each look (``whole=True``: what
+   ``--json``/``--html`` write) and one that makes only the verdict's (the command
+   without them).
 
     python benchmarks/bench_watch.py                 # all four (about 6 minutes on 2 cores)
     python benchmarks/bench_watch.py --steps 2000    # a shorter memory run
     python benchmarks/bench_watch.py --skip-memory
+    python benchmarks/bench_watch.py --only-overhead    # measurement 5 (about 30 s)
 """
 
 from __future__ import annotations
@@ -164,19 +171,60 @@ def memory_over_steps(scratch: Path, steps: int) -> None:
     )
 
 
+def watch_overhead(scratch: Path, repeat: int = 3) -> None:
+    import torch
+
+    import ratioscope
+    from ratioscope.views.watch import RunWatch
+
+    torch.set_num_threads(1)
+    steps = sorted(RUN.iterdir())
+    ratioscope.timeline(steps[:2])  # imports and first calls, not measured
+    best = {"timeline": float("inf"), "watch, whole": float("inf"), "watch": float("inf")}
+    for attempt in range(repeat):  # the best of each: the machine's other work left out
+        started = time.process_time()
+        ratioscope.timeline(RUN)
+        best["timeline"] = min(best["timeline"], time.process_time() - started)
+        for name, whole in (("watch, whole", True), ("watch", False)):
+            target = scratch / f"one-at-a-time-{attempt}-{whole}"
+            target.mkdir()
+            watch = RunWatch(target, settle=0.0, whole=whole)
+            started = time.process_time()
+            for step in steps:
+                (target / step.name).symlink_to(step, target_is_directory=True)
+                poll = watch.poll()
+                if len(poll.added) != 1:
+                    raise SystemExit(f"{step.name}: the look added {poll.added}")
+            best[name] = min(best[name], time.process_time() - started)
+    per_step = {name: 1000 * cpu / len(steps) for name, cpu in best.items()}
+    peer = per_step["timeline"]
+    print(f"5. a watch adding {RUN.relative_to(ROOT)}'s {len(steps)} steps one at a time, "
+          "one thread, no cache: process CPU per step")  # fmt: skip
+    print(f"   timeline (the peer)                      {peer:6.1f} ms")
+    print(f"   watch, the whole pooled report each look {per_step['watch, whole']:6.1f} ms   "
+          f"+{100 * (per_step['watch, whole'] / peer - 1):.1f} %  (--json, --html)")  # fmt: skip
+    print(f"   watch, the verdict's report each look    {per_step['watch']:6.1f} ms   "
+          f"+{100 * (per_step['watch'] / peer - 1):.1f} %  (without them)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--every", type=float, default=1.0)
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-lag", action="store_true")
+    parser.add_argument("--only-overhead", action="store_true", help="measurement 5 alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
+        if args.only_overhead:
+            watch_overhead(Path(scratch))
+            return
         cached_vs_fresh(Path(scratch))
         if not args.skip_lag:
             lag_behind_a_writer(Path(scratch), args.every)
         if not args.skip_memory:
             memory_over_steps(Path(scratch), args.steps)
+        watch_overhead(Path(scratch))
 
 
 if __name__ == "__main__":

@@ -84,6 +84,53 @@ def test_the_timeline_after_each_step_is_the_timeline_of_the_steps_so_far(tmp_pa
         assert comparable(watch.timeline()) == comparable(expected)
 
 
+def _pooled(result) -> dict:
+    document = result.pooled.to_dict()
+    document.pop("tool")
+    return document
+
+
+def test_a_watch_that_keeps_the_verdicts_only_makes_the_pooled_report_when_asked(tmp_path):
+    """whole=False: after each look only the brief pooled report the verdict reads; the
+    whole one (equal to the timeline's) when timeline() asks for it, and none with
+    whole=False there."""
+    clock = Clock()
+    (tmp_path / "run").mkdir()
+    watch = RunWatch(tmp_path / "run", settle=0.0, clock=clock, whole=False)
+    for step in range(4):
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, clock.now - 1)
+        assert watch.poll().added == (step,)
+        assert watch.folded is not None and not watch.folded.fold.pooling.whole
+        bare = watch.timeline(whole=False)
+        assert bare is not None and bare.pooled is None
+        expected = ratioscope.timeline(tmp_path / "run")
+        assert comparable(bare)["steps"] == comparable(expected)["steps"]
+        found = watch.timeline()
+        assert found is not None and _pooled(found) == _pooled(expected)
+        assert comparable(found) == comparable(expected)
+
+
+def test_with_a_cache_the_whole_report_is_kept_every_few_steps(tmp_path, monkeypatch):
+    import ratioscope.views.watch as watch_module
+
+    monkeypatch.setattr(watch_module, "KEEP_WHOLE_EVERY", 3)
+    clock = Clock()
+    (tmp_path / "run").mkdir()
+    cache = StepCache(tmp_path / "c")
+    watch = RunWatch(tmp_path / "run", settle=0.0, clock=clock, cache=cache, whole=False)
+    made = []
+    for step in range(7):
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, clock.now - 1)
+        watch.poll()
+        assert watch.folded is not None
+        made.append(watch.folded.fold.pooling.whole)
+    assert made == [False, False, True, False, False, True, False]
+    again = RunWatch(tmp_path / "run", settle=0.0, clock=clock, cache=StepCache(tmp_path / "c"))
+    assert again.poll().added == tuple(range(7))
+    first, second = watch.timeline(), again.timeline()
+    assert comparable(second) == comparable(first) and _pooled(second) == _pooled(first)
+
+
 def test_a_truncated_step_is_skipped_and_read_again_when_rewritten(tmp_path):
     clock = Clock()
     watch = RunWatch(tmp_path, settle=0.0, clock=clock)

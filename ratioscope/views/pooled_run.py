@@ -94,6 +94,8 @@ class PooledRun:
         #: the pooled report after the latest step, where it was made or read (None
         #: where a cached verdict stood for it)
         self.pooled: Report | None = None
+        #: whether :attr:`pooled` is whole, with its state (else brief, for the verdict)
+        self.whole = False
 
     @property
     def skipping(self) -> bool:
@@ -139,6 +141,7 @@ class PooledRun:
         self.chain = chained(self.chain, result.key, paths)
         first = self.count == 1
         cached = None if first else self._cached_verdict()
+        self.whole = False
         if skipping:
             if not first and cached is None:
                 raise ChainBroken(f"step {step}: no pooled verdict")
@@ -148,10 +151,10 @@ class PooledRun:
                 if last:
                     if self.chain is None:
                         raise ChainBroken(f"step {step}: no chain")
-                    self.pooled = self._cached_report(self.chain)
+                    self.pooled, self.whole = self._cached_report(self.chain), True
             return cached
         if last:
-            self.pooled = self.merge.result()
+            self.pooled, self.whole = self.merge.result(), True
         elif first or cached is None:
             # with the verdict's sections only, the report is judged, never shown: brief
             brief = self.view_sections is not None
@@ -170,11 +173,18 @@ class PooledRun:
     def result(self) -> Report:
         """The pooled report of every step so far, with its state (none: the merge's
         error)."""
-        if self.pooled is not None and self.pooled.state:
+        if self.pooled is not None and self.whole:
             return self.pooled
         if self.base is not None:
             self._start_from(self.base)
         return self.merge.result()
+
+    def whole_report(self) -> Report:
+        """:meth:`result`, kept as :attr:`pooled` until the next step (a fold whose last
+        step was not folded as the last, e.g. a watch's look, makes it when asked)."""
+        if self.pooled is None or not self.whole:
+            self.pooled, self.whole = self.result(), True
+        return self.pooled
 
     def _cached_verdict(self) -> Verdict | None:
         if self.cache is None or self.chain is None:

@@ -831,14 +831,18 @@ class RunFold:
             for index, (step, inputs, values) in enumerate(self.rows[start:], start)
         ]
 
-    def timeline(self, *, step_from: str | None = None, warnings: Sequence[str] = ()) -> Timeline:
-        """The timeline of the steps so far."""
+    def timeline(
+        self, *, step_from: str | None = None, warnings: Sequence[str] = (), whole: bool = True
+    ) -> Timeline:
+        """The timeline of the steps so far; ``whole``: with the pooled report of every
+        step (made now where the last step folded did not make it whole: the cache's
+        verdicts stood for it, or a watch's look); False: without it (``pooled`` None),
+        for a caller that reads the steps and the verdict only."""
         from ratioscope.io.documents import tool_info
 
-        if self.pooled is None and self.rows and not self.pooling.skipping:
-            # the cache's verdicts stood for it after the latest step: made now
-            self.pooled = self.pooling.result()
-        pooled = self.pooled
+        pooled = None
+        if whole and self.rows and not self.pooling.skipping:
+            pooled = self.pooled = self.pooling.whole_report()
         headlines = with_reward_functions(
             self.followed, reward_function_headlines(list(self.functions))
         )

@@ -54,6 +54,10 @@ DEFAULT_SETTLE = defaults.WATCH_SETTLE
 LEVEL_NUMBERS = {"green": 0.0, "yellow": 1.0, "red": 2.0}
 #: the tracker name of the verdict's level after each step
 LEVEL_METRIC = "ratioscope/verdict.level"
+#: with ``whole=False`` and a cache, the whole pooled report is made (and kept in the
+#: cache) once in this many steps: a watch started again merges at most this many steps
+#: beyond the kept one, where making it after every step cost a fifth of a step's CPU
+KEEP_WHOLE_EVERY = 16
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ class _Folded:
     fold: RunFold
     analysis: StepAnalysis
     steps: list[tuple[int, Signature]] = field(default_factory=list)
+    #: steps folded since the pooled report was last made whole
+    since_whole: int = 0
 
 
 class RunWatch:
@@ -120,6 +126,11 @@ class RunWatch:
             :func:`~ratioscope.views.timeline.timeline`.
         settle: seconds a file must go unwritten before it is read.
         clock: the time now, in seconds (tests pass their own).
+        whole: make the whole pooled report of the run after each look (what
+            :meth:`timeline` returns by default, and ``--json``/``--html`` write); False:
+            after each look only the brief one the verdict reads, the whole one when
+            :meth:`timeline` asks for it, and, with a cache, every
+            :data:`KEEP_WHOLE_EVERY` steps (kept there for a watch started again).
 
     Raises:
         UnreadablePathError: a path that does not exist; ParameterError: a bad
@@ -143,6 +154,7 @@ class RunWatch:
         cache: StepCache | None = None,
         settle: float = DEFAULT_SETTLE,
         clock: Callable[[], float] = time.time,
+        whole: bool = True,
     ) -> None:
         from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options
         from ratioscope.analysis.steps import compile_step_from
@@ -166,6 +178,7 @@ class RunWatch:
         self.cache = cache
         self.settle = settle
         self.clock = clock
+        self.whole = whole
         self.seen: dict[Path, FileSeen] = {}
         #: each file's step, once known (None: it has none; told once)
         self.file_steps: dict[Path, int | None] = {}
@@ -181,15 +194,17 @@ class RunWatch:
         """The steps folded so far."""
         return [] if self.folded is None else [step for step, _ in self.folded.steps]
 
-    def timeline(self) -> Timeline | None:
-        """The timeline of the steps folded so far (None before the first)."""
+    def timeline(self, whole: bool = True) -> Timeline | None:
+        """The timeline of the steps folded so far (None before the first); ``whole``:
+        with the pooled report of every step (:meth:`RunFold.timeline`)."""
         if self.folded is None or not self.folded.steps:
             return None
         skipped = tuple(
             f"step {step} was skipped: {problem}"
             for step, (_, problem) in sorted(self.skipped.items())
         )
-        return self.folded.fold.timeline(step_from=self.step_from, warnings=(*self.notes, *skipped))
+        warnings = (*self.notes, *skipped)
+        return self.folded.fold.timeline(step_from=self.step_from, warnings=warnings, whole=whole)
 
     def poll(
         self,
@@ -349,12 +364,14 @@ class RunWatch:
                 break
             label = f"step {group.step}"
             report(progress, ProgressUpdate("steps", index, len(desired), label))
-            outcome = self._fold_one(folded, group, index + 1 == len(desired), progress)
+            last = index + 1 == len(desired) and self._makes_whole(folded)
+            outcome = self._fold_one(folded, group, last, progress)
             if outcome is not None:
                 self.skipped[group.step] = (signatures[group.step], outcome)
                 skipped.append(SkippedStep(group.step, outcome))
                 continue
             self.skipped.pop(group.step, None)
+            folded.since_whole = 0 if last else folded.since_whole + 1
             folded.steps.append((group.step, signatures[group.step]))
             added.append(group.step)
             written = max(mtime for _, _, mtime in signatures[group.step]) / 1e9
@@ -394,6 +411,11 @@ class RunWatch:
         note = differing_settings([p for g in desired for p in g.paths], used)
         if note and note not in self.notes:
             self.notes.append(note)
+
+    def _makes_whole(self, folded: _Folded) -> bool:
+        """Whether the look's last step makes the pooled report whole (see ``whole``)."""
+        keeps = self.cache is not None and self.chained
+        return self.whole or (keeps and folded.since_whole + 1 >= KEEP_WHOLE_EVERY)
 
     def _fold_one(
         self, folded: _Folded, group: StepFiles, last: bool, progress: ProgressCallback | None
