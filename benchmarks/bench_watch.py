@@ -15,10 +15,10 @@
 4. **restart**: a second watch of the same steps, all read from the cache: ms per step.
 5. **a step's CPU in a watch**: the bundled run's steps linked into a folder one at a
    time, a look after each (no cache, one thread), against ``ratioscope.timeline`` of
-   the same steps (the peer, no cache): process CPU per step and the ratio; for a watch
-   that makes the whole pooled report after each look (``whole=True``: what
-   ``--json``/``--html`` write) and one that makes only the verdict's (the command
-   without them).
+   the same steps (the peer, no cache): process CPU per step and the ratio; for the
+   command with ``--json``/``--html`` (the verdict's pooled report after each look, then
+   the whole one without state, which they write; the writing itself left out), without
+   them, and for ``RunWatch(whole=True)`` (the whole report with state after each look).
 
     python benchmarks/bench_watch.py                 # all four (about 6 minutes on 2 cores)
     python benchmarks/bench_watch.py --steps 2000    # a shorter memory run
@@ -180,13 +180,19 @@ def watch_overhead(scratch: Path, repeat: int = 3) -> None:
     torch.set_num_threads(1)
     steps = sorted(RUN.iterdir())
     ratioscope.timeline(steps[:2])  # imports and first calls, not measured
-    best = {"timeline": float("inf"), "watch, whole": float("inf"), "watch": float("inf")}
+    #: (name, RunWatch's whole, the whole report without state asked after each look)
+    variants = (
+        ("watch --json/--html", False, True),
+        ("watch", False, False),
+        ("RunWatch(whole=True)", True, False),
+    )
+    best = dict.fromkeys(["timeline", *(name for name, _, _ in variants)], float("inf"))
     for attempt in range(repeat):  # the best of each: the machine's other work left out
         started = time.process_time()
         ratioscope.timeline(RUN)
         best["timeline"] = min(best["timeline"], time.process_time() - started)
-        for name, whole in (("watch, whole", True), ("watch", False)):
-            target = scratch / f"one-at-a-time-{attempt}-{whole}"
+        for index, (name, whole, asks) in enumerate(variants):
+            target = scratch / f"one-at-a-time-{attempt}-{index}"
             target.mkdir()
             watch = RunWatch(target, settle=0.0, whole=whole)
             started = time.process_time()
@@ -195,16 +201,18 @@ def watch_overhead(scratch: Path, repeat: int = 3) -> None:
                 poll = watch.poll()
                 if len(poll.added) != 1:
                     raise SystemExit(f"{step.name}: the look added {poll.added}")
+                if asks:
+                    watch.timeline(whole=True, state=False)
             best[name] = min(best[name], time.process_time() - started)
     per_step = {name: 1000 * cpu / len(steps) for name, cpu in best.items()}
     peer = per_step["timeline"]
     print(f"5. a watch adding {RUN.relative_to(ROOT)}'s {len(steps)} steps one at a time, "
           "one thread, no cache: process CPU per step")  # fmt: skip
-    print(f"   timeline (the peer)                      {peer:6.1f} ms")
-    print(f"   watch, the whole pooled report each look {per_step['watch, whole']:6.1f} ms   "
-          f"+{100 * (per_step['watch, whole'] / peer - 1):.1f} %  (--json, --html)")  # fmt: skip
-    print(f"   watch, the verdict's report each look    {per_step['watch']:6.1f} ms   "
-          f"+{100 * (per_step['watch'] / peer - 1):.1f} %  (without them)")  # fmt: skip
+    print(f"   {'timeline (the peer)':<24} {peer:6.1f} ms")
+    for name, _, _ in variants:
+        print(
+            f"   {name:<24} {per_step[name]:6.1f} ms   +{100 * (per_step[name] / peer - 1):.1f} %"
+        )
 
 
 def main() -> None:

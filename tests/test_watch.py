@@ -105,6 +105,12 @@ def test_a_watch_that_keeps_the_verdicts_only_makes_the_pooled_report_when_asked
         assert bare is not None and bare.pooled is None
         expected = ratioscope.timeline(tmp_path / "run")
         assert comparable(bare)["steps"] == comparable(expected)["steps"]
+        # what --json writes: the whole report without the sections' state
+        light = watch.timeline(state=False)
+        assert light is not None and comparable(light) == comparable(expected)
+        without_state = {k: v for k, v in _pooled(expected).items() if k != "state"}
+        assert {k: v for k, v in _pooled(light).items() if k != "state"} == without_state
+        assert set(light.pooled.state) == {"loader_warnings"}
         found = watch.timeline()
         assert found is not None and _pooled(found) == _pooled(expected)
         assert comparable(found) == comparable(expected)

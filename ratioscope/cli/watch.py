@@ -279,9 +279,9 @@ def watch(
         objectives=objectives,
         cache=cache,
         settle=settle,
-        # the whole pooled report of the run is what --json and --html write; without
-        # them each look makes only the verdict's (see RunWatch)
-        whole=json_out is not None or html_out is not None,
+        # each look makes only the pooled report the verdict reads; --json and --html
+        # ask for the whole one (without state: written, not merged) when they write
+        whole=False,
     )
     trackers = open_trackers(tensorboard=tensorboard, mlflow=mlflow, wandb=wandb)
     session = _Session(run, " ".join(paths), json_out, html_out, trackers, on_red, exit_on, quiet)
@@ -408,7 +408,8 @@ class _Session:
         self.state.waiting, self.state.lag = poll.waiting, poll.lag or self.state.lag
         if not poll.added and not poll.refolded:
             return
-        result = self.run.timeline(whole=self.run.whole)
+        writes = self.json_out is not None or self.html_out is not None
+        result = self.run.timeline(whole=writes, state=False)
         self.result = result
         if result is None:
             return

@@ -179,11 +179,18 @@ class PooledRun:
             self._start_from(self.base)
         return self.merge.result()
 
-    def whole_report(self) -> Report:
+    def whole_report(self, state: bool = True) -> Report:
         """:meth:`result`, kept as :attr:`pooled` until the next step (a fold whose last
-        step was not folded as the last, e.g. a watch's look, makes it when asked)."""
-        if self.pooled is None or not self.whole:
-            self.pooled, self.whole = self.result(), True
+        step was not folded as the last, e.g. a watch's look, makes it when asked);
+        ``state`` False: without the sections' state where it is made now (a report to
+        write, not to merge: about a third cheaper), not kept."""
+        if self.pooled is not None and self.whole:
+            return self.pooled
+        if not state:
+            if self.base is not None:
+                self._start_from(self.base)
+            return self.merge.result(state=False)
+        self.pooled, self.whole = self.result(), True
         return self.pooled
 
     def _cached_verdict(self) -> Verdict | None:

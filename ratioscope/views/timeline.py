@@ -832,17 +832,25 @@ class RunFold:
         ]
 
     def timeline(
-        self, *, step_from: str | None = None, warnings: Sequence[str] = (), whole: bool = True
+        self,
+        *,
+        step_from: str | None = None,
+        warnings: Sequence[str] = (),
+        whole: bool = True,
+        state: bool = True,
     ) -> Timeline:
         """The timeline of the steps so far; ``whole``: with the pooled report of every
         step (made now where the last step folded did not make it whole: the cache's
-        verdicts stood for it, or a watch's look); False: without it (``pooled`` None),
-        for a caller that reads the steps and the verdict only."""
+        verdicts stood for it, or a watch's look; ``state`` False: made without the
+        sections' state, for a caller that writes it and merges nothing); False: without
+        it (``pooled`` None), for a caller that reads the steps and the verdict only."""
         from ratioscope.io.documents import tool_info
 
         pooled = None
         if whole and self.rows and not self.pooling.skipping:
-            pooled = self.pooled = self.pooling.whole_report()
+            pooled = self.pooling.whole_report(state)
+            if self.pooling.whole:
+                self.pooled = pooled
         headlines = with_reward_functions(
             self.followed, reward_function_headlines(list(self.functions))
         )

@@ -194,9 +194,10 @@ class RunWatch:
         """The steps folded so far."""
         return [] if self.folded is None else [step for step, _ in self.folded.steps]
 
-    def timeline(self, whole: bool = True) -> Timeline | None:
+    def timeline(self, whole: bool = True, state: bool = True) -> Timeline | None:
         """The timeline of the steps folded so far (None before the first); ``whole``:
-        with the pooled report of every step (:meth:`RunFold.timeline`)."""
+        with the pooled report of every step, ``state``: with the sections' state
+        (:meth:`RunFold.timeline`)."""
         if self.folded is None or not self.folded.steps:
             return None
         skipped = tuple(
@@ -204,7 +205,9 @@ class RunWatch:
             for step, (_, problem) in sorted(self.skipped.items())
         )
         warnings = (*self.notes, *skipped)
-        return self.folded.fold.timeline(step_from=self.step_from, warnings=warnings, whole=whole)
+        return self.folded.fold.timeline(
+            step_from=self.step_from, warnings=warnings, whole=whole, state=state
+        )
 
     def poll(
         self,
