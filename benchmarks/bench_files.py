@@ -25,6 +25,11 @@ threads spinning while they wait for a core).
     python benchmarks/bench_files.py                      # timeline, 20 / 200 / 2,000
     python benchmarks/bench_files.py --command analyze --sizes 20,200
     python benchmarks/bench_files.py --baseline /tmp/before --repeat 2
+    python benchmarks/bench_files.py --sizes 20,200 --no-cache   # without the step cache
+
+``timeline`` keeps each step in the step cache by default (docs/watch.md): a first read
+writes every step's entry (a JSON document of the step's report and state), which the
+slope includes; ``--no-cache`` measures without it.
 """
 
 from __future__ import annotations
@@ -120,6 +125,10 @@ def main() -> None:
         "--baseline", type=Path, default=None,
         help="another ratioscope source tree, timed in the same session",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-cache", action="store_true",
+        help="timeline without the step cache (the cost of writing each step's entry left out)",
+    )  # fmt: skip
     args = parser.parse_args()
     sizes = sorted(int(n) for n in args.sizes.split(","))
     trees = {"this tree": HERE}
@@ -140,10 +149,16 @@ def main() -> None:
             runs: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
             for _ in range(args.repeat):
                 for name, tree in trees.items():  # the trees alternate: the same load
-                    runs[name].append(
-                        run([args.command, str(folder), "-q", "--json", str(root / f"{size}.json")],
-                            root / f"{size}.log", tree)
-                    )  # fmt: skip
+                    command = [
+                        args.command,
+                        str(folder),
+                        "-q",
+                        "--json",
+                        str(root / f"{size}.json"),
+                    ]
+                    if args.no_cache and args.command == "timeline":
+                        command.append("--no-cache")
+                    runs[name].append(run(command, root / f"{size}.log", tree))
                     wall, cpu = runs[name][-1]
                     print(f"{args.command} of {size:>5} files ({name}): {wall:7.2f} s wall, "
                           f"{cpu:7.2f} s CPU ({load()})", flush=True)  # fmt: skip
