@@ -244,3 +244,12 @@ def write_canonical(ref: Reference, suffix: str, directory: Path, name: str = "d
 
 LAYOUTS = ("verl", "trl", "prime-rl", "slime")
 SUFFIXES = (".pt", ".safetensors", ".npz", ".parquet", ".jsonl")
+
+
+def ragged_mask(rows: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """[rows, length] bool: ragged right-padded rows (row 0 empty, row 1 full) with a
+    tenth of the positions inside them masked as holes, for the compiled passes' tests."""
+    lengths = torch.randint(0, length + 1, (rows,), generator=generator)
+    lengths[0], lengths[1] = 0, length
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    return mask & (torch.rand(rows, length, generator=generator) >= 0.1)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from documents import assert_documents_close
+from dumps import ragged_mask
 
 import ratioscope
 import ratioscope.sections.ratios as ratios_section
@@ -25,10 +26,7 @@ CLIP = (0.2, 0.28)
 
 def _inputs(rows: int, length: int, seed: int, dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
-    lengths[0], lengths[1] = 0, length
-    mask = torch.arange(length)[None, :] < lengths[:, None]
-    mask &= torch.rand(rows, length, generator=gen) >= 0.1  # holes
+    mask = ragged_mask(rows, length, gen)
     # ratios on both sides of both clip bounds, exact zeros, a few large values
     z = 0.2 * torch.randn(rows, length, generator=gen, dtype=torch.float64)
     z = torch.where(torch.rand(rows, length, generator=gen) < 0.2, 0.0, z)

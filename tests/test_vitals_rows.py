@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from documents import assert_documents_close
+from dumps import ragged_mask
 
 import ratioscope
 import ratioscope.sections.vitals as vitals_section
@@ -27,10 +28,7 @@ pytestmark = pytest.mark.skipif(not _kernels.available(), reason="compiled kerne
 
 def _inputs(rows: int, length: int, seed: int, dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
-    lengths[0], lengths[1] = 0, length
-    mask = torch.arange(length)[None, :] < lengths[:, None]
-    mask &= torch.rand(rows, length, generator=gen) >= 0.1  # holes
+    mask = ragged_mask(rows, length, gen)
     entropy = 3 * torch.rand(rows, length, generator=gen, dtype=torch.float64)
     entropy[2, :3] = torch.tensor([0.0, 1e-9, 7.5])
     old = entropy + 0.1 * torch.randn(rows, length, generator=gen, dtype=torch.float64)
