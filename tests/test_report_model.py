@@ -388,3 +388,43 @@ def test_report_modules_leave_the_json_suffix_to_io_paths():
         )
         assert 'suffix.lower() == ".json"' not in code and '".json")' not in code, path
         assert 'endswith(".json")' not in code, path
+
+
+def _plain_jsonable(value):
+    """The conversion written out, one call per value: the reference for to_jsonable."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_jsonable(v) for v in value]
+    raise TypeError(type(value))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_to_jsonable_equals_the_conversion_of_every_value(seed):
+    """Plain numbers are kept without a call each: the document is the same, bools stay
+    bools, non-finite floats become null, at every depth."""
+    import random
+
+    rng = random.Random(seed)
+    atoms = [0, 7, -3, True, False, 1.5, -0.0, math.nan, math.inf, -math.inf, None, "s"]
+
+    def build(depth: int):
+        if depth == 0 or rng.random() < 0.3:
+            return rng.choice(atoms)
+        if rng.random() < 0.5:
+            return [build(depth - 1) for _ in range(rng.randint(0, 5))]
+        if rng.random() < 0.5:
+            return tuple(build(depth - 1) for _ in range(rng.randint(0, 3)))
+        return {rng.choice(["a", 1, "b", 2.5]): build(depth - 1) for _ in range(3)}
+
+    for _ in range(50):
+        value = build(4)
+        got, expected = to_jsonable(value), _plain_jsonable(value)
+        # json.dumps tells true from 1; NaN is gone from both (null)
+        assert got == expected and json.dumps(got) == json.dumps(expected)

@@ -17,6 +17,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, fields, is_dataclass
 from functools import cache
+from math import isfinite
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -50,12 +51,24 @@ def to_jsonable(value: Any) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    # a report holds thousands of plain numbers (a histogram's state): those are kept as
+    # they are without a call each (the same values the calls give back)
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in fields(value)}
+        items = ((f.name, getattr(value, f.name)) for f in fields(value))
+        return {
+            k: v if type(v) is int or (type(v) is float and isfinite(v)) else to_jsonable(v)
+            for k, v in items
+        }
     if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {
+            str(k): v if type(v) is int or (type(v) is float and isfinite(v)) else to_jsonable(v)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
+        return [
+            v if type(v) is int or (type(v) is float and isfinite(v)) else to_jsonable(v)
+            for v in value
+        ]
     if isinstance(value, Path):
         return str(value)
     if hasattr(value, "tolist"):  # numpy arrays/scalars and torch tensors
