@@ -12,8 +12,8 @@ and the compiled ratio pass (:mod:`ratioscope.functional.ratio_rows`) both use i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
 
 
 class MomentSums(NamedTuple):
@@ -49,6 +49,13 @@ def combine_moments(a: MomentSums, b: MomentSums) -> MomentSums:
     )
 
 
+def add_fields(target: Any, other: Any) -> None:
+    """Add each field of the dataclass ``other`` to ``target``'s, in field order: the
+    ``merge`` of a dataclass of sums and counts."""
+    for item in fields(target):
+        setattr(target, item.name, getattr(target, item.name) + getattr(other, item.name))
+
+
 @dataclass
 class PairSums:
     """Sums of paired values (x, y): their count, sums, sums of squares and of products,
@@ -64,8 +71,7 @@ class PairSums:
     xy: float = 0.0
 
     def merge(self, other: PairSums) -> None:
-        for name in ("n", "x", "y", "xx", "yy", "xy"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        add_fields(self, other)
 
     def correlation(self) -> float:
         """Pearson's r; NaN with fewer than two pairs or no spread."""

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ratioscope.functional.moments import add_fields
+
 
 @dataclass
 class TokenSums:
@@ -46,8 +48,7 @@ class TokenSums:
     count: int = 0
 
     def merge(self, other: TokenSums) -> None:
-        self.total += other.total
-        self.count += other.count
+        add_fields(self, other)
 
     def mean(self) -> float | None:
         """The mean, None when there was no value."""
@@ -135,13 +136,7 @@ class AdvantageVitalSums:
     long_rows: int = 0
 
     def merge(self, other: AdvantageVitalSums) -> None:
-        self.abs_sum += other.abs_sum
-        self.tokens += other.tokens
-        self.zero += other.zero
-        self.short_sum += other.short_sum
-        self.short_rows += other.short_rows
-        self.long_sum += other.long_sum
-        self.long_rows += other.long_rows
+        add_fields(self, other)
 
 
 def row_mean_abs(advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -197,10 +192,7 @@ class GroupCounts:
     failed: int = 0
 
     def merge(self, other: GroupCounts) -> None:
-        self.groups += other.groups
-        self.equal += other.equal
-        self.solved += other.solved
-        self.failed += other.failed
+        add_fields(self, other)
 
 
 def equal_reward_groups(rewards: Tensor, group: Tensor, correct: Tensor | None) -> GroupCounts:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratioscope.functional.moments import add_fields
 from ratioscope.objective_family.methods import (
     METHODS,
     REFERENCE,
@@ -705,9 +706,7 @@ class _SchemeSums:
         self.short_count += int((~is_long).sum())
 
     def merge(self, other: _SchemeSums) -> None:
-        for name in ("count", "abs_sum", "zero", "short_abs", "short_count", "long_abs",
-                     "long_count"):  # fmt: skip
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        add_fields(self, other)
 
     def scheme(self) -> AdvantageScheme:
         return AdvantageScheme(

@@ -18,7 +18,7 @@ A dump with neither gets no section and no warning.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import torch
 from torch import Tensor
@@ -154,10 +154,7 @@ class SamplingAccumulator(Accumulator):
         if pair is not None:
             name, trainer, engine = pair
             sums = slope_sums(trainer.double() - engine.double(), trainer, mask)
-            # in PairSums' field order: n, x, y, xx, yy, xy
-            self.slope += torch.tensor(
-                [sums.n, sums.x, sums.y, sums.xx, sums.yy, sums.xy], dtype=torch.float64
-            )
+            self.slope += torch.tensor(astuple(sums), dtype=torch.float64)
             self.pairs[name] = self.pairs.get(name, 0) + 1
         if self._truncates(batch):
             assert batch.logits is not None and batch.token_ids is not None
@@ -203,6 +200,7 @@ class SamplingAccumulator(Accumulator):
     def result(self) -> SamplingSection | None:
         temperature = None
         if self.slope[0] > 0:
+            # the state holds PairSums' fields in order (n, then the float sums)
             fit = temperature_fit(PairSums(int(self.slope[0]), *self.slope[1:].tolist()))
             pair = "old/engine" if "old/engine" in self.pairs else "current/engine"
             if len(self.pairs) > 1:

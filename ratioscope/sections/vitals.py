@@ -375,19 +375,26 @@ class VitalsAccumulator(Accumulator):
         if source not in self.limit_sources:
             self.limit_sources.append(source)
         row: dict[str, Tensor | None] = {"lengths": lengths.cpu()}
-        name = next((n for n in MECHANICS_LOG_PROBS if batch.has(n)), None)
-        log_probs = None if name is None else getattr(batch, name)
+        # the log-probs of the entropy mechanics: the behaviour policy's where present
+        mechanics = next((n for n in MECHANICS_LOG_PROBS if batch.has(n)), None)
+        log_probs = None if mechanics is None else getattr(batch, mechanics)
         tensors = (batch.entropy, batch.old_entropy, batch.advantages, log_probs)
         if vitals_rows_usable(*tensors, mask=mask):
             # entropy, advantages and mechanics in one compiled pass over the rows
-            self._add_compiled(vitals_rows(*tensors, mask, batch.correct), name, row)
+            self._add_compiled(vitals_rows(*tensors, mask, batch.correct), row)
         else:
             self._add_entropy(batch, mask)
             if batch.advantages is not None:
                 row_abs, row_tokens = row_mean_abs(batch.advantages, mask)
                 row["abs"], row["tokens"] = row_abs.cpu(), row_tokens.cpu()
                 self._zero_advantages += int(((batch.advantages == 0) & mask).sum())
-                self._add_mechanics(batch, mask)
+                if log_probs is not None:
+                    x, a, pa = mechanics_pairs(log_probs, batch.advantages, mask)
+                    self._npg.add(x, a)
+                    self._pg.add(x, pa)
+        fed = batch.advantages is not None
+        if mechanics is not None and fed and mechanics not in self.mechanics_log_probs:
+            self.mechanics_log_probs.append(mechanics)
         if batch.rewards is not None:
             finite = torch.isfinite(batch.rewards)
             self.rewards.add(batch.rewards[finite].double())
@@ -402,9 +409,9 @@ class VitalsAccumulator(Accumulator):
         self._rows.append(row)
         return {}
 
-    def _add_compiled(self, rows: VitalsRows, name: str | None, row: dict) -> None:
-        """What :meth:`_add_entropy`, the advantage sums and :meth:`_add_mechanics` add,
-        from one compiled pass (:func:`~ratioscope.functional.vitals_rows.vitals_rows`)."""
+    def _add_compiled(self, rows: VitalsRows, row: dict) -> None:
+        """What :meth:`_add_entropy`, the advantage sums and the mechanics' co-moments
+        add, from one compiled pass (:func:`~ratioscope.functional.vitals_rows.vitals_rows`)."""
         if rows.counts is not None and rows.moments is not None:
             self.entropy.counts += rows.counts
             self.entropy.moments.merge(Moments(*rows.moments))
@@ -418,11 +425,9 @@ class VitalsAccumulator(Accumulator):
         if rows.row_abs is not None:
             row["abs"], row["tokens"] = rows.row_abs, rows.row_tokens
             self._zero_advantages += rows.zero
-        if rows.pairs_a is not None and rows.pairs_pa is not None and name is not None:
+        if rows.pairs_a is not None and rows.pairs_pa is not None:
             self._npg.merge(rows.pairs_a)
             self._pg.merge(rows.pairs_pa)
-            if name not in self.mechanics_log_probs:
-                self.mechanics_log_probs.append(name)
 
     def _add_entropy(self, batch: TokenBatch, mask: Tensor) -> None:
         entropy, old = batch.entropy, batch.old_entropy
@@ -436,16 +441,6 @@ class VitalsAccumulator(Accumulator):
             self.old_entropy.merge(masked_sums(old, mask))
         if entropy is not None and old is not None:
             self.entropy_change.merge(entropy_change_sums(entropy, old, mask))
-
-    def _add_mechanics(self, batch: TokenBatch, mask: Tensor) -> None:
-        name = next((n for n in MECHANICS_LOG_PROBS if batch.has(n)), None)
-        if name is None or batch.advantages is None:
-            return
-        x, a, pa = mechanics_pairs(getattr(batch, name), batch.advantages, mask)
-        self._npg.add(x, a)
-        self._pg.add(x, pa)
-        if name not in self.mechanics_log_probs:
-            self.mechanics_log_probs.append(name)
 
     def end_pass(self, index: int) -> None:
         # the file's centred co-moments join the run's sums (one batch, one centring)

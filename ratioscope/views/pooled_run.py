@@ -170,28 +170,24 @@ class PooledRun:
             )
         return cached
 
-    def result(self) -> Report:
+    def result(self, state: bool = True) -> Report:
         """The pooled report of every step so far, with its state (none: the merge's
-        error)."""
+        error); ``state`` False: without the sections' state where it is made now (a
+        report to write, not to merge: about a third cheaper)."""
         if self.pooled is not None and self.whole:
             return self.pooled
         if self.base is not None:
             self._start_from(self.base)
-        return self.merge.result()
+        return self.merge.result(state=state)
 
     def whole_report(self, state: bool = True) -> Report:
-        """:meth:`result`, kept as :attr:`pooled` until the next step (a fold whose last
-        step was not folded as the last, e.g. a watch's look, makes it when asked);
-        ``state`` False: without the sections' state where it is made now (a report to
-        write, not to merge: about a third cheaper), not kept."""
-        if self.pooled is not None and self.whole:
-            return self.pooled
-        if not state:
-            if self.base is not None:
-                self._start_from(self.base)
-            return self.merge.result(state=False)
-        self.pooled, self.whole = self.result(), True
-        return self.pooled
+        """:meth:`result`, kept as :attr:`pooled` until the next step where it has its
+        state (a fold whose last step was not folded as the last, e.g. a watch's look,
+        makes it when asked)."""
+        report = self.result(state)
+        if state:
+            self.pooled, self.whole = report, True
+        return report
 
     def _cached_verdict(self) -> Verdict | None:
         if self.cache is None or self.chain is None:
