@@ -92,6 +92,23 @@ def histogram_sums(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tenso
     return counts, sums
 
 
+def class_counts(index: Tensor, keep: Tensor) -> Tensor:
+    """Counts per bin of the values each cell keeps, in one ``bincount`` for all cells.
+
+    Args:
+        index: [K, B] int64, the bin of each value (:func:`bin_index`).
+        keep: [K, C, B] bool, the values of row k that cell (k, c) counts.
+
+    Returns:
+        [K, C, NUM_BINS] int64 on the device of ``index``.
+    """
+    rows, classes, _ = keep.shape
+    first = torch.arange(rows * classes, device=index.device).view(rows, classes, 1) * NUM_BINS
+    flat = (first + index.unsqueeze(1))[keep]
+    counts = torch.bincount(flat, minlength=rows * classes * NUM_BINS)
+    return counts.view(rows, classes, NUM_BINS)
+
+
 def quantile_from_counts(
     counts: Tensor, q: float, lower: float | None = None, upper: float | None = None
 ) -> float:

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 class MomentSums(NamedTuple):
@@ -47,6 +50,43 @@ def combine_moments(a: MomentSums, b: MomentSums) -> MomentSums:
         minimum=min(a.minimum, b.minimum),
         maximum=max(a.maximum, b.maximum),
     )
+
+
+def masked_moment_sums(values: Tensor, keep: Tensor) -> list[list[MomentSums]]:
+    """The moments of every row of ``values`` over each of its masks, in one set of
+    tensor operations (a small step reads a dozen quantities by three classes of rows:
+    one reduction each cost more than its values).
+
+    Two passes per cell, as a stream's first part is summed: the mean from the sum of the
+    kept values, then the squared deviations from it.
+
+    Args:
+        values: [K, B] float, finite wherever kept.
+        keep: [K, C, B] bool, the values of row k that cell (k, c) holds.
+
+    Returns:
+        [K][C] :class:`MomentSums`, :data:`EMPTY` where a cell holds nothing.
+
+    >>> import torch
+    >>> keep = torch.tensor([[[True, True, False], [False, False, False]]])
+    >>> masked_moment_sums(torch.tensor([[1.0, 2.0, 9.0]]), keep)[0]
+    [MomentSums(n=2, mean=1.5, m2=0.5, minimum=1.0, maximum=2.0), MomentSums(n=0, mean=0.0, \
+m2=0.0, minimum=inf, maximum=-inf)]
+    """
+    import torch
+
+    x = values.double().unsqueeze(1)  # [K, 1, B]
+    zero = torch.zeros((), dtype=torch.float64, device=x.device)
+    count = keep.sum(-1)
+    mean = torch.where(keep, x, zero).sum(-1) / count.clamp(min=1)
+    m2 = torch.where(keep, x - mean.unsqueeze(-1), zero).square_().sum(-1)
+    low = torch.where(keep, x, math.inf).amin(-1)
+    high = torch.where(keep, x, -math.inf).amax(-1)
+    table = torch.stack([count.double(), mean, m2, low, high], dim=-1).tolist()
+    return [
+        [MomentSums(int(n), mu, s, lo, hi) if n else EMPTY for n, mu, s, lo, hi in row]
+        for row in table
+    ]
 
 
 def add_fields(target: Any, other: Any) -> None:

@@ -45,6 +45,8 @@ from ratioscope.functional.fpa import (
     sequence_log_ratio,
     sequence_weights,
 )
+from ratioscope.functional.histogram import class_counts
+from ratioscope.functional.moments import masked_moment_sums
 from ratioscope.sections.base import Accumulator, listed, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
@@ -205,6 +207,46 @@ class _LogClassHistograms(_ClassHistograms):
         "merge",
         codec=coordinate_codec("histograms", "log_histograms"),
     )
+
+
+def add_rows(
+    items: list[_ClassHistograms],
+    values: Tensor,
+    selections: dict[str, Tensor],
+    thresholds: list[float | None],
+) -> None:
+    """:meth:`_ClassHistograms.add` of row k of ``values`` ([K, B]) to ``items[k]`` with
+    ``thresholds[k]``, every row and class binned, counted and summed at once (one
+    quantity by three classes at a time cost a small step more than its tokens).
+
+    Counts and below-threshold counts are those of the row-by-row adds; the moments are
+    summed in another order (within rounding). Items whose histograms are not all of one
+    kind without per-bin sums (a state restored from an older report) are added row by
+    row.
+    """
+    names = list(selections)
+    kinds = {type(item.histograms[name]) for item in items for name in names}
+    sums = any(getattr(item.histograms[name], "sums", None) is not None for item in items
+               for name in names)  # fmt: skip
+    if len(kinds) != 1 or sums:
+        for item, row, threshold in zip(items, values, thresholds, strict=True):
+            item.add(row, selections, threshold)
+        return
+    finite = torch.isfinite(values)
+    keep = finite.unsqueeze(1) & torch.stack([selections[name] for name in names]).unsqueeze(0)
+    one = torch.ones((), dtype=values.dtype, device=values.device)
+    index = items[0].histograms[names[0]].bins_of(torch.where(keep.any(1), values, one))
+    counts = class_counts(index, keep).cpu()
+    moments = masked_moment_sums(values, keep)
+    limits = [-math.inf if t is None else t for t in thresholds]
+    below = values < torch.tensor(limits, dtype=values.dtype, device=values.device).unsqueeze(1)
+    tallies = torch.stack([(keep & below.unsqueeze(1)).sum(-1), keep.sum(-1)]).tolist()
+    for k, (item, threshold) in enumerate(zip(items, thresholds, strict=True)):
+        for c, name in enumerate(names):
+            item.histograms[name].add_counts(counts[k, c], moments[k][c])
+            if threshold is not None:
+                item.below[name] += tallies[0][k][c]
+                item.totals[name] += tallies[1][k][c]
 
 
 def _per_lambda(state: list[dict[str, Any]]) -> list[_ClassHistograms]:
@@ -370,20 +412,24 @@ class FuturePolicyAccumulator(Accumulator):
             correct = batch.correct.to(mask.device)
             selections.update(correct=correct & present, incorrect=~correct & present)
 
-        threshold = self.params.fpa_threshold
-        columns: dict[str, Tensor] = {}
-        for index, lam in enumerate(self.lams):
-            weights = terms.weights[index]
-            state.weights[index].add(weights, selections, threshold)
-            state.ratios[index].add(terms.ratios[index], selections, None)
-            if lam == 0.0:
-                columns["fpa_weight_current"] = weights
-            if lam == self.params.fpa_lambda:
-                columns["fpa_weight_future"] = weights
-        state.log_ratio_sequence.add(terms.log_ratio, selections, None)
-        state.log_ratio_token.add(terms.log_ratio_per_token, selections, None)
-        columns["fpa_log_ratio_ref"] = terms.log_ratio
-        return columns
+        lams = len(self.lams)
+        add_rows(
+            [*state.weights, *state.ratios],
+            torch.cat([terms.weights, terms.ratios]),
+            selections,
+            [self.params.fpa_threshold] * lams + [None] * lams,
+        )
+        add_rows(
+            [state.log_ratio_sequence, state.log_ratio_token],
+            torch.stack([terms.log_ratio, terms.log_ratio_per_token]),
+            selections,
+            [None, None],
+        )
+        return {
+            "fpa_weight_current": terms.weights[self.lams.index(0.0)],
+            "fpa_weight_future": terms.weights[self.lams.index(float(self.params.fpa_lambda))],
+            "fpa_log_ratio_ref": terms.log_ratio,
+        }
 
     # ------------------------------------------------------------------- result
     def result(self) -> FuturePolicySection | None:

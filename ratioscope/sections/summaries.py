@@ -94,6 +94,12 @@ class Moments:
     def merge(self, other: Moments) -> None:
         self._combine(other.count, other.mean, other.m2, other.minimum, other.maximum)
 
+    def add_sums(self, sums: MomentSums) -> None:
+        """Add the moments of values already summed
+        (:func:`ratioscope.functional.moments.masked_moment_sums`)."""
+        if sums.n:
+            self._combine(*sums)
+
     def _combine(self, n: int, mean: float, m2: float, low: float, high: float) -> None:
         mine = MomentSums(self.count, self.mean, self.m2, self.minimum, self.maximum)
         merged = combine_moments(mine, MomentSums(n, mean, m2, low, high))
@@ -184,6 +190,15 @@ class Histogram:
             self.sums += sums.cpu()
         self.counts += counts.cpu()
         self.moments.add(values)
+
+    def add_counts(self, counts: Tensor, moments: MomentSums) -> None:
+        """Add values already counted: ``counts`` [NUM_BINS] int64 (CPU) and their
+        moments (:func:`ratioscope.functional.histogram.class_counts`). Only without
+        per-bin sums, which the counts do not carry."""
+        if self.sums is not None:
+            raise ValueError("a histogram with per-bin sums needs the values themselves")
+        self.counts += counts
+        self.moments.add_sums(moments)
 
     def merge(self, other: Histogram) -> None:
         _same_coordinate(self, other)
@@ -291,6 +306,12 @@ class LogHistogram:
             return
         self.counts += torch.bincount(index, minlength=bins.NUM_BINS).cpu()
         self.moments.add(values)
+
+    def add_counts(self, counts: Tensor, moments: MomentSums) -> None:
+        """Add values already counted (bins of ``log x``, :meth:`bins_of`): ``counts``
+        [NUM_BINS] int64 (CPU) and the moments of ``x``."""
+        self.counts += counts
+        self.moments.add_sums(moments)
 
     def merge(self, other: LogHistogram) -> None:
         _same_coordinate(self, other)
