@@ -45,13 +45,11 @@ from ratioscope.functional.fpa import (
     sequence_log_ratio,
     sequence_weights,
 )
-from ratioscope.functional.histogram import class_counts
-from ratioscope.functional.moments import masked_moment_sums
 from ratioscope.sections.base import Accumulator, listed, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
-from ratioscope.sections.summaries import Counter, Histogram, LogHistogram
+from ratioscope.sections.summaries import Counter, Histogram, LogHistogram, add_cells
 
 EXACT_INPUTS = ("logits", "ref_logits", "token_ids")
 APPROXIMATE_INPUTS = ("log_probs", "ref_log_probs")
@@ -216,37 +214,21 @@ def add_rows(
     thresholds: list[float | None],
 ) -> None:
     """:meth:`_ClassHistograms.add` of row k of ``values`` ([K, B]) to ``items[k]`` with
-    ``thresholds[k]``, every row and class binned, counted and summed at once (one
-    quantity by three classes at a time cost a small step more than its tokens).
-
-    Counts and below-threshold counts are those of the row-by-row adds; the moments are
-    summed in another order (within rounding). Items whose histograms are not all of one
-    kind without per-bin sums (a state restored from an older report) are added row by
-    row.
-    """
+    ``thresholds[k]``, every row and class at once (:func:`add_cells`): the same counts,
+    the moments within rounding."""
     names = list(selections)
-    kinds = {type(item.histograms[name]) for item in items for name in names}
-    sums = any(getattr(item.histograms[name], "sums", None) is not None for item in items
-               for name in names)  # fmt: skip
-    if len(kinds) != 1 or sums:
-        for item, row, threshold in zip(items, values, thresholds, strict=True):
-            item.add(row, selections, threshold)
-        return
     finite = torch.isfinite(values)
     keep = finite.unsqueeze(1) & torch.stack([selections[name] for name in names]).unsqueeze(0)
-    one = torch.ones((), dtype=values.dtype, device=values.device)
-    index = items[0].histograms[names[0]].bins_of(torch.where(keep.any(1), values, one))
-    counts = class_counts(index, keep).cpu()
-    moments = masked_moment_sums(values, keep)
+    add_cells([[item.histograms[name] for name in names] for item in items], values, keep)
     limits = [-math.inf if t is None else t for t in thresholds]
     below = values < torch.tensor(limits, dtype=values.dtype, device=values.device).unsqueeze(1)
     tallies = torch.stack([(keep & below.unsqueeze(1)).sum(-1), keep.sum(-1)]).tolist()
     for k, (item, threshold) in enumerate(zip(items, thresholds, strict=True)):
+        if threshold is None:
+            continue
         for c, name in enumerate(names):
-            item.histograms[name].add_counts(counts[k, c], moments[k][c])
-            if threshold is not None:
-                item.below[name] += tallies[0][k][c]
-                item.totals[name] += tallies[1][k][c]
+            item.below[name] += tallies[0][k][c]
+            item.totals[name] += tallies[1][k][c]
 
 
 def _per_lambda(state: list[dict[str, Any]]) -> list[_ClassHistograms]:

@@ -17,6 +17,7 @@ the distance from 1 ("log": 1.16 % of ``|log x|``, so ``x - 1`` to about 1.16 % 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.functional import histogram as bins
-from ratioscope.functional.moments import MomentSums, combine_moments
+from ratioscope.functional.moments import MomentSums, combine_moments, masked_moment_sums
 
 
 def _none_to(value: Any, default: float) -> float:
@@ -355,6 +356,41 @@ class LogHistogram:
         moments = Moments.from_state(state["moments"])
         _same_count(counts, moments)
         return cls(counts=counts, moments=moments)
+
+
+def add_cells(
+    cells: Sequence[Sequence[Histogram | LogHistogram]], values: Tensor, keep: Tensor
+) -> None:
+    """Add ``values[k][keep[k, c]]`` to ``cells[k][c]`` for every k and c, binned, counted
+    and summed at once: a small step has a dozen quantities, each by a few classes of rows,
+    and one ``add`` each cost more than its values.
+
+    The counts are those of the adds one by one; the moments are summed in another order
+    (within rounding). Cells not all of one kind, or with per-bin sums (which need the
+    values), are added one by one.
+
+    Args:
+        cells: [K][C] histograms.
+        values: [K, B] float, finite (and non-negative for log histograms) where kept.
+        keep: [K, C, B] bool.
+
+    Raises:
+        ValueError: a kept value is negative for a log histogram.
+    """
+    kinds = {type(cell) for row in cells for cell in row}
+    if len(kinds) != 1 or any(getattr(cell, "sums", None) is not None for row in cells
+                              for cell in row):  # fmt: skip
+        for k, row in enumerate(cells):
+            for c, cell in enumerate(row):
+                cell.add(values[k][keep[k, c]])
+        return
+    one = torch.ones((), dtype=values.dtype, device=values.device)
+    index = cells[0][0].bins_of(torch.where(keep.any(1), values, one))
+    counts = bins.class_counts(index, keep).cpu()
+    moments = masked_moment_sums(values, keep)
+    for k, row in enumerate(cells):
+        for c, cell in enumerate(row):
+            cell.add_counts(counts[k, c], moments[k][c])
 
 
 def _bin_counts(state: dict[str, Any]) -> tuple[Tensor, Tensor]:
