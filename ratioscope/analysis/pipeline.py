@@ -201,6 +201,7 @@ class Run:
     sequences: SequenceTable | None
 
 
+@torch.inference_mode()
 def run_accumulators(
     batch_or_paths: TokenBatch | str | Path | Sequence[str | Path],
     make: Callable[[], list[Accumulator]],
@@ -1201,6 +1202,7 @@ def _differing_keys(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> l
     return keys
 
 
+@torch.inference_mode()
 def _build_report(
     inputs: list[InputInfo],
     params: AnalysisParams,

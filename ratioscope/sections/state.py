@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Literal, TypeVar, cast
 
+import torch
 from torch import Tensor
 
 T = TypeVar("T")
@@ -140,8 +141,9 @@ class Declared:
         """Fold ``other``'s declared fields into this one's, each by its reduction."""
         if type(other) is not type(self):
             raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
-        for f in self._declared:
-            setattr(self, f.name, f.reduce(getattr(self, f.name), getattr(other, f.name)))
+        with torch.inference_mode():
+            for f in self._declared:
+                setattr(self, f.name, f.reduce(getattr(self, f.name), getattr(other, f.name)))
 
     def dump_state(self) -> dict[str, Any]:
         """The JSON block of the declared fields, in declaration order."""
