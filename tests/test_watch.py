@@ -111,6 +111,12 @@ def test_a_watch_that_keeps_the_verdicts_only_makes_the_pooled_report_when_asked
         without_state = {k: v for k, v in _pooled(expected).items() if k != "state"}
         assert {k: v for k, v in _pooled(light).items() if k != "state"} == without_state
         assert set(light.pooled.state) == {"loader_warnings"}
+        # what --json and --html write since: the outline (params, warnings, vitals)
+        outline = watch.timeline(whole=False, state=False, outline=True)
+        assert outline is not None and comparable(outline) == comparable(expected)
+        assert outline.warnings == expected.warnings and expected.warnings
+        assert _pooled(outline)["vitals"] == _pooled(expected)["vitals"] is not None
+        assert outline.pooled.ratios is None  # the sections it does not write: not made
         found = watch.timeline()
         assert found is not None and _pooled(found) == _pooled(expected)
         assert comparable(found) == comparable(expected)

@@ -618,6 +618,27 @@ class ReportMerge:
             merged.params["trainer"] = first.params_block["trainer"]
         return merged
 
+    def outline(self, sections: Collection[str]) -> Report:
+        """The merged report's params and warnings (every section's, in the order of the
+        whole report) with only ``sections`` computed, without state: what a timeline
+        document and a watch's page write of the pooled report, at a fraction of
+        :meth:`result`'s cost.
+
+        Raises:
+            MergeError: nothing was added.
+        """
+        first = self.first
+        if first is None:
+            raise MergeError(None, "no report to merge")
+        load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
+        outlined = _build_report(
+            list(self.inputs), first.params, load_options, list(self.totals.values()),
+            list(self.loader_warnings), None, state=False, computed=sections,
+        )  # fmt: skip
+        if "trainer" in first.params_block:
+            outlined.params["trainer"] = first.params_block["trainer"]
+        return outlined
+
 
 def _as_report(item: Report | Mapping[str, Any], name: str, needs_state: bool = True) -> Report:
     """A shard as a Report; a document is checked to be a mergeable analyze report first
@@ -1212,16 +1233,19 @@ def _build_report(
     table: SequenceTable | None,
     state: bool = True,
     brief: bool = False,
+    computed: Collection[str] | None = None,
 ) -> Report:
     """The report of ``totals``; ``state``: with each section's state (False: the loader
     warnings only; see :func:`analyze_totals`); ``brief``: each section as the verdict
-    reads it (:meth:`ReportMerge.result`)."""
+    reads it (:meth:`ReportMerge.result`); ``computed``: only these sections' results
+    (the others null, their warnings still gathered; None: all)."""
     sections: dict[str, Any] = dict.fromkeys(SECTION_KEYS)
     warnings = list(dict.fromkeys(loader_warnings))
     states: dict[str, Any] = {"loader_warnings": list(dict.fromkeys(loader_warnings))}
     with one_thread():  # sections and state are read from the small merged sums
         for acc in totals:
-            sections[acc.name] = acc.brief_result() if brief else acc.result()
+            if computed is None or acc.name in computed:
+                sections[acc.name] = acc.brief_result() if brief else acc.result()
             warnings.extend(acc.warnings())
             if state:
                 states[acc.name] = acc.state()

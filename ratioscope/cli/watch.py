@@ -280,7 +280,7 @@ def watch(
         cache=cache,
         settle=settle,
         # each look makes only the pooled report the verdict reads; --json and --html
-        # ask for the whole one (without state: written, not merged) when they write
+        # ask for its outline (params, warnings, vitals: what they write) when they write
         whole=False,
     )
     trackers = open_trackers(tensorboard=tensorboard, mlflow=mlflow, wandb=wandb)
@@ -409,7 +409,8 @@ class _Session:
         if not poll.added and not poll.refolded:
             return
         writes = self.json_out is not None or self.html_out is not None
-        result = self.run.timeline(whole=writes, state=False)
+        # the documents write the pooled report's params, warnings and vitals only
+        result = self.run.timeline(whole=False, state=False, outline=writes)
         self.result = result
         if result is None:
             return

@@ -180,6 +180,16 @@ class PooledRun:
             self._start_from(self.base)
         return self.merge.result(state=state)
 
+    def outline(self, sections: Sequence[str]) -> Report:
+        """The pooled report of every step so far with only ``sections`` computed, and
+        every section's warnings, without state (:meth:`ReportMerge.outline`); the whole
+        report where it was made after the last step."""
+        if self.pooled is not None and self.whole:
+            return self.pooled
+        if self.base is not None:
+            self._start_from(self.base)
+        return self.merge.outline(sections)
+
     def whole_report(self, state: bool = True) -> Report:
         """:meth:`result`, kept as :attr:`pooled` until the next step where it has its
         state (a fold whose last step was not folded as the last, e.g. a watch's look,

@@ -86,6 +86,10 @@ class Headline:
         return value / total if total else None
 
 
+#: the sections of the pooled report that a timeline's outline computes (the run page
+#: shows its vitals; the document writes its params and warnings, which come from all)
+OUTLINE_SECTIONS = ("vitals",)
+
 #: the headline quantities, declared once: the JSON, Parquet, table and plot follow it
 HEADLINES: tuple[Headline, ...] = (
     Headline(
@@ -838,12 +842,16 @@ class RunFold:
         warnings: Sequence[str] = (),
         whole: bool = True,
         state: bool = True,
+        outline: bool = False,
     ) -> Timeline:
         """The timeline of the steps so far; ``whole``: with the pooled report of every
         step (made now where the last step folded did not make it whole: the cache's
         verdicts stood for it, or a watch's look; ``state`` False: made without the
         sections' state, for a caller that writes it and merges nothing); False: without
-        it (``pooled`` None), for a caller that reads the steps and the verdict only."""
+        it (``pooled`` None), for a caller that reads the steps and the verdict only, or
+        with ``outline``, with its params, its warnings and its vitals only
+        (:data:`OUTLINE_SECTIONS`): all that the timeline document and the run page
+        write of it, the same bytes."""
         from ratioscope.io.documents import tool_info
 
         pooled = None
@@ -851,6 +859,8 @@ class RunFold:
             pooled = self.pooling.whole_report(state)
             if self.pooling.whole:
                 self.pooled = pooled
+        elif outline and self.rows and not self.pooling.skipping:
+            pooled = self.pooling.outline(OUTLINE_SECTIONS)
         headlines = with_reward_functions(
             self.followed, reward_function_headlines(list(self.functions))
         )

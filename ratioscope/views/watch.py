@@ -127,7 +127,8 @@ class RunWatch:
         settle: seconds a file must go unwritten before it is read.
         clock: the time now, in seconds (tests pass their own).
         whole: make the whole pooled report of the run after each look (what
-            :meth:`timeline` returns by default, and ``--json``/``--html`` write); False:
+            :meth:`timeline` returns by default; ``--json``/``--html`` write its
+            outline, ``timeline(whole=False, outline=True)``); False:
             after each look only the brief one the verdict reads, the whole one when
             :meth:`timeline` asks for it, and, with a cache, every
             :data:`KEEP_WHOLE_EVERY` steps (kept there for a watch started again).
@@ -194,10 +195,12 @@ class RunWatch:
         """The steps folded so far."""
         return [] if self.folded is None else [step for step, _ in self.folded.steps]
 
-    def timeline(self, whole: bool = True, state: bool = True) -> Timeline | None:
+    def timeline(
+        self, whole: bool = True, state: bool = True, outline: bool = False
+    ) -> Timeline | None:
         """The timeline of the steps folded so far (None before the first); ``whole``:
-        with the pooled report of every step, ``state``: with the sections' state
-        (:meth:`RunFold.timeline`)."""
+        with the pooled report of every step, ``state``: with the sections' state,
+        ``outline``: with its params, warnings and vitals only (:meth:`RunFold.timeline`)."""
         if self.folded is None or not self.folded.steps:
             return None
         skipped = tuple(
@@ -206,7 +209,7 @@ class RunWatch:
         )
         warnings = (*self.notes, *skipped)
         return self.folded.fold.timeline(
-            step_from=self.step_from, warnings=warnings, whole=whole, state=state
+            step_from=self.step_from, warnings=warnings, whole=whole, state=state, outline=outline
         )
 
     def poll(
