@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ratioscope.functional import _kernels
 from ratioscope.functional import histogram as bins
 from ratioscope.sections.summaries import Histogram, Moments
 
@@ -134,3 +135,35 @@ def test_counter_adds_weighted_keys_as_a_plain_tally(size):
         tally[key] += weight
     assert counter.counts == dict(tally)
     assert list(counter.counts)[1:] == sorted(set(keys.tolist()) - {7})
+
+
+def _sample(rng: np.random.Generator, kind: int) -> torch.Tensor:
+    """Values that reach every kind of bin: magnitudes, zeros, under- and over-flow, both
+    signs."""
+    size = int(rng.integers(1, 400))
+    if kind == 0:
+        return torch.from_numpy(rng.normal(0.0, 1.0, size))
+    if kind == 1:
+        return torch.from_numpy(np.exp(rng.normal(0.0, 30.0, size)))
+    if kind == 2:
+        return torch.from_numpy(rng.choice([0.0, 1e-12, -1e-12, 1e5, -1e6, 3.0], size))
+    if kind == 3:
+        return torch.from_numpy(-np.exp(rng.normal(0.0, 5.0, size)))
+    return torch.from_numpy(rng.normal(0.0, 1e-10, size))
+
+
+@pytest.mark.skipif(not _kernels.available(), reason="compiled kernels disabled")
+def test_compiled_quantiles_are_the_bits_of_the_numpy_reading():
+    rng = np.random.default_rng(7)
+    for trial in range(600):
+        values = _sample(rng, trial % 5)
+        counts = bins.histogram(values).numpy()
+        qs = (*rng.uniform(0.0, 1.0, 4).tolist(), 0.0, 0.001, 0.5, 0.999, 1.0)
+        lower = float(values.min()) if trial % 2 else None
+        upper = float(values.max()) if trial % 3 else None
+        compiled = bins._quantiles_compiled(counts, qs, lower, upper)
+        reference = bins._quantiles_numpy(counts, qs, lower, upper)
+        assert np.array_equal(np.array(compiled), np.array(reference)), trial
+        assert np.array_equal(np.signbit(compiled), np.signbit(reference)), trial
+    empty = np.zeros(bins.NUM_BINS, dtype=np.int64)
+    assert np.isnan(bins._quantiles_compiled(empty, (0.5,), None, None)).all()

@@ -19,6 +19,7 @@ import functools
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -129,14 +130,44 @@ def quantiles_from_counts(
 ) -> list[float]:
     """:func:`quantile_from_counts` of every q in ``qs``, the cumulative counts summed
     once (a report reads a dozen quantiles of each histogram)."""
-    import numpy as np
-
     # counts are integers: their cumulative sums are exact in int64, and every q's bin
     # is found in one search (a report reads a hundred quantiles a step: per-q torch
     # calls cost more than a small step's tokens)
     exact = counts.detach().cpu().numpy()
     if exact.dtype.kind != "f":  # counts of any integer type: int64 sums
         exact = exact.astype(np.int64, copy=False)
+        if exact.shape == (NUM_BINS,) and _compiled_quantiles():
+            return _quantiles_compiled(exact, qs, lower, upper)
+    return _quantiles_numpy(exact, qs, lower, upper)
+
+
+def _compiled_quantiles() -> bool:
+    from ratioscope.functional import _kernels
+
+    return _kernels.available()
+
+
+def _quantiles_compiled(
+    exact: np.ndarray, qs: Sequence[float], lower: float | None, upper: float | None
+) -> list[float]:
+    """The compiled reading (:mod:`ratioscope.functional._quantile_kernels`): the same
+    bits as :func:`_quantiles_numpy`, in a fraction of its time."""
+    from ratioscope.functional import _quantile_kernels as kernels
+
+    out = np.empty(len(qs), dtype=np.float64)
+    kernels.read_quantiles(
+        np.ascontiguousarray(exact), np.asarray(qs, dtype=np.float64),
+        0.0 if lower is None else float(lower), 0.0 if upper is None else float(upper),
+        lower is not None, upper is not None, kernels.LOW, kernels.HIGH, CENTER, out,
+    )  # fmt: skip
+    return out.tolist()
+
+
+def _quantiles_numpy(
+    exact: np.ndarray, qs: Sequence[float], lower: float | None, upper: float | None
+) -> list[float]:
+    """:func:`quantiles_from_counts` of int64 or float counts, with numpy and a loop over
+    the quantiles (the reference of the compiled reading)."""
     cumulative = np.cumsum(exact, dtype=exact.dtype)
     total = float(cumulative[-1]) if cumulative.size else 0.0
     if total == 0:
