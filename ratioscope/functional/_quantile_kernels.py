@@ -4,7 +4,8 @@ A report reads about a hundred quantiles of a small step, from histograms of 5,2
 bins; :func:`ratioscope.functional.histogram.quantiles_from_counts` does it with numpy
 and a Python loop per quantile (about 40 µs a histogram), this loop in a few. It is the
 same arithmetic in the same order, the bin bounds read from tables that Python's own
-:func:`~ratioscope.functional.histogram.bin_bounds` filled, and the one power taken by
+:func:`~ratioscope.functional.histogram.bin_bounds` filled (passed in, so that this
+module needs nothing of that one), and the one power taken by
 the C library's ``pow`` as Python's ``**`` of two floats is, so the quantiles are the
 same bits (tested on random histograms of every kind of bin). Imports numba: imported
 only where :func:`ratioscope.functional._kernels.available` allows.
@@ -17,12 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.functional import histogram as bins
 from ratioscope.functional._kernels import jit
-
-#: [NUM_BINS] the low and high bound of every bin (:func:`bins.bin_bounds`)
-LOW = np.array([bins.bin_bounds(i)[0] for i in range(bins.NUM_BINS)], dtype=np.float64)
-HIGH = np.array([bins.bin_bounds(i)[1] for i in range(bins.NUM_BINS)], dtype=np.float64)
 
 
 def _read_quantiles(
@@ -38,9 +34,11 @@ def _read_quantiles(
     out: Any,
 ) -> None:
     """``out[j]`` the ``qs[j]``-quantile of ``counts`` ([NUM_BINS] int64; NaN if empty),
-    as :func:`bins.quantiles_from_counts` reads it: the bin of the order statistic
-    k = max(1, ceil(q n)) from the cumulative counts, geometric interpolation inside it
-    (linear in the under-flow bins), clamped to [lower, upper] where given."""
+    as :func:`ratioscope.functional.histogram.quantiles_from_counts` reads it: the bin
+    of the order statistic k = max(1, ceil(q n)) from the cumulative counts, geometric
+    interpolation inside it (linear in the under-flow bins), clamped to [lower, upper]
+    where given; ``low_bounds``/``high_bounds`` [NUM_BINS] each bin's bounds, ``center``
+    the exact-zero bin."""
     size = counts.shape[0]
     cumulative = np.empty(size, dtype=np.int64)
     total = 0

@@ -155,12 +155,22 @@ def _quantiles_compiled(
     from ratioscope.functional import _quantile_kernels as kernels
 
     out = np.empty(len(qs), dtype=np.float64)
+    low, high = _bound_tables()
     kernels.read_quantiles(
         np.ascontiguousarray(exact), np.asarray(qs, dtype=np.float64),
         0.0 if lower is None else float(lower), 0.0 if upper is None else float(upper),
-        lower is not None, upper is not None, kernels.LOW, kernels.HIGH, CENTER, out,
+        lower is not None, upper is not None, low, high, CENTER, out,
     )  # fmt: skip
     return out.tolist()
+
+
+@functools.cache
+def _bound_tables() -> tuple[np.ndarray, np.ndarray]:
+    """[NUM_BINS] float64 the low and the high bound of every bin (:func:`bin_bounds`)."""
+    bounds = [bin_bounds(index) for index in range(NUM_BINS)]
+    low = np.array([b[0] for b in bounds], dtype=np.float64)
+    high = np.array([b[1] for b in bounds], dtype=np.float64)
+    return low, high
 
 
 def _quantiles_numpy(
