@@ -142,6 +142,7 @@ def quantiles_from_counts(
 
 
 def _compiled_quantiles() -> bool:
+    """Whether the compiled reading may run (numba installed and not disabled)."""
     from ratioscope.functional import _kernels
 
     return _kernels.available()

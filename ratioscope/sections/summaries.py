@@ -193,9 +193,10 @@ class Histogram:
         self.moments.add(values)
 
     def add_counts(self, counts: Tensor, moments: MomentSums) -> None:
-        """Add values already counted: ``counts`` [NUM_BINS] int64 (CPU) and their
-        moments (:func:`ratioscope.functional.histogram.class_counts`). Only without
-        per-bin sums, which the counts do not carry."""
+        """Add values already counted: ``counts`` [NUM_BINS] int64 on the CPU (a cell of
+        :func:`ratioscope.functional.histogram.class_counts`) and their moments (of
+        :func:`ratioscope.functional.moments.masked_moment_sums`). Only without per-bin
+        sums, which the counts do not carry."""
         if self.sums is not None:
             raise ValueError("a histogram with per-bin sums needs the values themselves")
         self.counts += counts

@@ -126,12 +126,13 @@ class RunWatch:
             :func:`~ratioscope.views.timeline.timeline`.
         settle: seconds a file must go unwritten before it is read.
         clock: the time now, in seconds (tests pass their own).
-        whole: make the whole pooled report of the run after each look (what
-            :meth:`timeline` returns by default; ``--json``/``--html`` write its
-            outline, ``timeline(whole=False, outline=True)``); False:
-            after each look only the brief one the verdict reads, the whole one when
-            :meth:`timeline` asks for it, and, with a cache, every
-            :data:`KEEP_WHOLE_EVERY` steps (kept there for a watch started again).
+        whole: False (the default, as the command): after each look only the brief
+            pooled report the verdict reads, the whole one when :meth:`timeline` asks
+            for it (``--json``/``--html`` ask for its outline,
+            ``timeline(whole=False, outline=True)``), and, with a cache, every
+            :data:`KEEP_WHOLE_EVERY` steps (kept there for a watch started again);
+            True: the whole pooled report of the run, with its state, after each look
+            (kept in the cache after each look; about a quarter of a small step's CPU).
 
     Raises:
         UnreadablePathError: a path that does not exist; ParameterError: a bad
@@ -155,7 +156,7 @@ class RunWatch:
         cache: StepCache | None = None,
         settle: float = DEFAULT_SETTLE,
         clock: Callable[[], float] = time.time,
-        whole: bool = True,
+        whole: bool = False,
     ) -> None:
         from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options
         from ratioscope.analysis.steps import compile_step_from
