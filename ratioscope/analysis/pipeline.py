@@ -590,15 +590,20 @@ class ReportMerge:
         self.loader_warnings.extend(shard.state.get("loader_warnings", []))
 
     def result(
-        self, state: bool = True, sections: Collection[str] | None = None, brief: bool = False
+        self,
+        state: bool = True,
+        sections: Collection[str] | None = None,
+        brief: bool = False,
+        computed: Collection[str] | None = None,
     ) -> Report:
         """The merged report (its sections recomputed from the merged sums); ``state``:
         with each section's mergeable state (False: the report of the sums so far, to be
         read, not merged: a timeline's verdict after each step); ``sections``: only those
         sections (the others null; None: all); ``brief``: each section as the verdict
         reads it (:meth:`~ratioscope.sections.base.Accumulator.brief_result`: a report to
-        judge, never to show; with ``state`` False only). The sums are left as they are,
-        so more reports may be added after.
+        judge, never to show; with ``state`` False only); ``computed``: only these of the
+        sections computed, the others' warnings still gathered (:meth:`outline`). The
+        sums are left as they are, so more reports may be added after.
 
         Raises:
             MergeError: nothing was added.
@@ -612,7 +617,7 @@ class ReportMerge:
         merged = _build_report(
             list(self.inputs), first.params, load_options,
             [acc for name, acc in self.totals.items() if sections is None or name in sections],
-            list(self.loader_warnings), None, state, brief,
+            list(self.loader_warnings), None, state, brief, computed,
         )  # fmt: skip
         if "trainer" in first.params_block:  # equal in every shard (_check_same_run)
             merged.params["trainer"] = first.params_block["trainer"]
@@ -627,17 +632,7 @@ class ReportMerge:
         Raises:
             MergeError: nothing was added.
         """
-        first = self.first
-        if first is None:
-            raise MergeError(None, "no report to merge")
-        load_options = LoadOptions(**_load_kwargs(first.params_block.get("load", {})))
-        outlined = _build_report(
-            list(self.inputs), first.params, load_options, list(self.totals.values()),
-            list(self.loader_warnings), None, state=False, computed=sections,
-        )  # fmt: skip
-        if "trainer" in first.params_block:
-            outlined.params["trainer"] = first.params_block["trainer"]
-        return outlined
+        return self.result(state=False, computed=sections)
 
 
 def _as_report(item: Report | Mapping[str, Any], name: str, needs_state: bool = True) -> Report:

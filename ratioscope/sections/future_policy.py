@@ -141,6 +141,9 @@ class _ClassHistograms(Record):
     totals = mergeable(lambda: dict.fromkeys(CLASSES, 0), "sum")
 
     def add(self, values: Tensor, selections: dict[str, Tensor], threshold: float | None) -> None:
+        """Add one quantity's values ([B]) to each class's histogram (``selections``: the
+        rows of each class) and count those below ``threshold``; the section adds every
+        quantity at once (:func:`add_rows`), this is its row-by-row reference in the tests."""
         finite = torch.isfinite(values)
         kept = {name: finite & select for name, select in selections.items()}
         index = self._bins(values, kept)
