@@ -110,8 +110,105 @@ def _lfr_band(auto: Any, lengths: Any, widths: Any, table: Any, band: Any) -> No
         band[r] = total
 
 
+def _lane_sum(values: Any, n: int, centre: float, power: int) -> float:
+    """sum of (values[k] - centre) ** power, k < n (power 1 or 2), in four interleaved
+    partial sums: a quarter of a single running sum's rounding, and four independent
+    additions per step instead of a chain of them."""
+    s0 = s1 = s2 = s3 = 0.0
+    k = 0
+    if power == 1:
+        while k + 4 <= n:
+            s0 += values[k] - centre
+            s1 += values[k + 1] - centre
+            s2 += values[k + 2] - centre
+            s3 += values[k + 3] - centre
+            k += 4
+        while k < n:
+            s0 += values[k] - centre
+            k += 1
+    else:
+        while k + 4 <= n:
+            d0, d1 = values[k] - centre, values[k + 1] - centre
+            d2, d3 = values[k + 2] - centre, values[k + 3] - centre
+            s0 += d0 * d0
+            s1 += d1 * d1
+            s2 += d2 * d2
+            s3 += d3 * d3
+            k += 4
+        while k < n:
+            d0 = values[k] - centre
+            s0 += d0 * d0
+            k += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+lane_sum = jit(_lane_sum)
+
+
+def _centre_rows(
+    signal: Any,
+    mask: Any,
+    rows: Any,
+    ratio_space: bool,
+    window: int,
+    out: Any,
+    energetic: Any,
+    variances: Any,
+) -> None:
+    """Pack, centre and measure the rows ``rows`` [b] int64 of ``signal`` [B, T] (float,
+    log space) with ``mask`` [B, T] bool, as the tensor code of
+    :func:`ratioscope.functional.token_stats.signal_statistics` does in several passes.
+
+    out [b, N] float64 (N >= each row's L): row i holds row ``rows[i]``'s L valid values
+    in order (exp of them when ``ratio_space``), minus their mean, then zeros: the
+    zero-padded input of the row's FFT. Per signal row r, written at index r:
+    energetic [B] bool, L >= 2 and not all valid values equal; variances [B, 2] float64,
+    the population variance of the valid values and the mean population variance of
+    their consecutive ``window``-token windows (a single-token window only when it is
+    the whole row), NaN where there is none.
+    """
+    length = signal.shape[1]
+    width = out.shape[1]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        n = 0
+        first = 0.0
+        varies = False
+        for t in range(length):
+            if not mask[r, t]:
+                continue
+            value = np.float64(signal[r, t])
+            if n == 0:
+                first = value
+            elif value != first:  # equality of the inputs (the float64 cast is exact)
+                varies = True
+            out[i, n] = math.exp(value) if ratio_space else value
+            n += 1
+        row = out[i]
+        mean = lane_sum(row, n, 0.0, 1) / max(n, 1)
+        for k in range(n):
+            row[k] -= mean
+        energy = lane_sum(row, n, 0.0, 2)
+        for k in range(n, width):
+            out[i, k] = 0.0
+        energetic[r] = n >= 2 and varies
+        variances[r, 0] = energy / n if n else math.nan
+        used = 0
+        spread = 0.0
+        for start in range(0, n, window):
+            size = min(window, n - start)
+            if size < 2 and n != 1:  # a trailing single token: variance 0 by construction
+                continue
+            block = row[start : start + size]
+            local_mean = lane_sum(block, size, 0.0, 1) / size
+            spread += lane_sum(block, size, local_mean, 2) / size
+            used += 1
+        variances[r, 1] = spread / used if used else math.nan
+
+
 histogram_ppo_rows = jit(_histogram_ppo_rows)
 lfr_band = jit(_lfr_band)
+centre_rows = jit(_centre_rows)
 
 
 def _mismatch_rows(z: Any, mask: Any, rows_out: Any) -> float:

@@ -609,16 +609,33 @@ def _low_frequency_ratio(
     if length == 0:
         return torch.full((rows,), math.nan, dtype=torch.float64, device=auto.device)
     size = signal.lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
-    width = 2 * torch.floor(cutoff * size / 2) + 1  # 2 k_c + 1 bins
+    width = _band_widths(signal.lengths, cutoff).unsqueeze(1)
     if compiled:
         band = _band_compiled(auto, signal.lengths, width.squeeze(1))
     else:
         band = _band_torch(auto, size, width)
-    total = signal.lengths.to(torch.float64) * auto[:, 0]
+    return _band_share(band, auto[:, 0], signal.lengths, width.squeeze(1), signal.energetic)
+
+
+def _band_widths(lengths: Tensor, cutoff: float) -> Tensor:
+    """[B] float64 2 k_c + 1, the LFR band's bins, of rows of ``lengths`` [B] tokens."""
+    import torch
+
+    return 2 * torch.floor(cutoff * lengths.clamp(min=1).to(torch.float64) / 2) + 1
+
+
+def _band_share(
+    band: Tensor, energy: Tensor, lengths: Tensor, width: Tensor, energetic: Tensor
+) -> Tensor:
+    """[B] LFR: ``band`` over the total L a(0) (``energy`` [B] = a(0), the sum of squares),
+    in [0, 1]; 1 where the band covers every bin, NaN where the row has no energy."""
+    import torch
+
+    total = lengths.to(torch.float64) * energy
     ratio = (band / total.clamp(min=1e-300)).clamp_(0.0, 1.0)
     # When 2 k_c + 1 >= L the two halves of the band cover every bin.
-    ratio = torch.where(width.squeeze(1) >= signal.lengths, 1.0, ratio)
-    return torch.where(signal.energetic, ratio, math.nan)
+    ratio = torch.where(width >= lengths, 1.0, ratio)
+    return torch.where(energetic, ratio, math.nan)
 
 
 def _band_torch(auto: Tensor, size: Tensor, width: Tensor) -> Tensor:
@@ -724,8 +741,16 @@ def _periodogram(signal: _Centred, spectrum: _Spectrum, grid: Tensor) -> Tensor:
             power[rows] = (values @ torch.cos(phase)).square_() + (
                 values @ torch.sin(phase)
             ).square_()
-    power /= signal.lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
-    return power.masked_fill_(~signal.energetic.unsqueeze(1), math.nan)
+    return _per_token_power(power, signal.lengths, signal.energetic)
+
+
+def _per_token_power(power: Tensor, lengths: Tensor, energetic: Tensor) -> Tensor:
+    """``power`` [B, n_freqs] |X(f)|^2 divided by each row's L, NaN for rows without
+    energy (in place)."""
+    import torch
+
+    power /= lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
+    return power.masked_fill_(~energetic.unsqueeze(1), math.nan)
 
 
 def periodogram(
@@ -946,25 +971,137 @@ def signal_statistics(
     grid = frequency_grid(n_freqs)
     valid = _check_pair(signal, mask, "signal")
     compiled = _compiled(signal, backend)
-    states = _state_statistics_compiled(signal, valid, on_band, window) if compiled else None
-    packed = _pack(signal, valid)
-    if states is None:
-        states = _state_statistics_torch(packed, on_band, window)
-    centred = _centre(packed, space)
-    spectrum = _spectrum(centred, minimum=4 * n_freqs)
+    if compiled:
+        states = _state_statistics_compiled(signal, valid, on_band, window)
+    if compiled and _spectral_compilable(signal, n_freqs):
+        lengths = _count(valid)
+        spectral = _spectral_compiled(signal, valid, lengths, space, window, cutoff, n_freqs)
+    else:
+        packed = _pack(signal, valid)
+        lengths = packed.lengths
+        if not compiled:
+            states = _state_statistics_torch(packed, on_band, window)
+        spectral = _spectral_torch(packed, space, window, cutoff, grid, compiled)
     return SignalStatistics(
-        lengths=packed.lengths,
+        lengths=lengths,
         state_counts=states.runs.token_count,
         runs=states.runs,
         switch_frequency=states.switch_frequency,
         window_frequency=states.window_frequency,
+        low_frequency_ratio=spectral.low_frequency_ratio,
+        frequencies=grid,
+        periodogram=spectral.periodogram,
+        global_variance=spectral.global_variance,
+        local_variance=spectral.local_variance,
+    )
+
+
+@dataclass(frozen=True)
+class _Spectral:
+    """The signal-value part of :class:`SignalStatistics`: [B] float64 each, periodogram
+    [B, n_freqs]."""
+
+    low_frequency_ratio: Tensor
+    periodogram: Tensor
+    global_variance: Tensor
+    local_variance: Tensor
+
+
+def _spectral_torch(
+    packed: _Packed, space: Space, window: int, cutoff: float, grid: Tensor, compiled: bool
+) -> _Spectral:
+    """Centre the packed rows, one FFT per bucket for the LFR and the periodogram, and
+    the variances by tensor code (the LFR's band by the compiled loop if ``compiled``)."""
+    centred = _centre(packed, space)
+    spectrum = _spectrum(centred, minimum=4 * grid.shape[0])
+    return _Spectral(
         low_frequency_ratio=_low_frequency_ratio(
             centred, _autocorrelation(centred, spectrum), cutoff, compiled
         ),
-        frequencies=grid,
-        periodogram=_periodogram(centred, spectrum, grid.to(signal.device)),
+        periodogram=_periodogram(centred, spectrum, grid.to(packed.values.device)),
         global_variance=_global_variance(centred),
         local_variance=_local_variance(centred, window),
+    )
+
+
+def _spectral_compilable(signal: Tensor, n_freqs: int) -> bool:
+    """Whether :func:`_spectral_compiled` applies: a CPU signal whose float32 cast is
+    exact, and a grid read off every FFT bucket (4 n_freqs a power of two, as the FFT
+    sizes are, else :func:`_periodogram` needs the DTFT of the values)."""
+    import torch
+
+    exact = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    return signal.device.type == "cpu" and signal.dtype in exact and n_freqs & (n_freqs - 1) == 0
+
+
+def _spectral_compiled(
+    signal: Tensor,
+    valid: Tensor,
+    lengths: Tensor,
+    space: Space,
+    window: int,
+    cutoff: float,
+    n_freqs: int,
+) -> _Spectral:
+    """:func:`_spectral_torch` bucket by bucket: a compiled loop packs and centres each
+    row straight into its bucket's zero-padded FFT input and computes its variances on
+    the way (:func:`ratioscope.functional._ratio_kernels.centre_rows`); the LFR's band is
+    read from the bucket's autocorrelation, never gathered into a [B, T] tensor. Equal
+    to the tensor code up to the order of the float64 sums (about 1e-15 relative)."""
+    import numpy as np
+    import torch
+
+    from ratioscope.functional import _kernels, _ratio_kernels
+
+    rows_total = signal.shape[0]
+    if signal.dtype in (torch.float16, torch.bfloat16):
+        signal = signal.float()  # exact: the kernels take float32 and float64
+    values, flags = signal.detach().contiguous().numpy(), valid.contiguous().numpy()
+    energetic = np.zeros(rows_total, dtype=np.bool_)
+    variances = np.empty((rows_total, 2), dtype=np.float64)
+    band = np.zeros(rows_total, dtype=np.float64)
+    energy = np.zeros(rows_total, dtype=np.float64)
+    power = torch.empty((rows_total, n_freqs), dtype=torch.float64)
+    widths = _band_widths(lengths, cutoff)
+    sizes = _fft_size(lengths, 4 * n_freqs)
+    lengths_np, widths_np = lengths.numpy(), widths.to(torch.int64).numpy()
+    for n_fft in torch.unique(sizes).tolist():
+        rows = (sizes == n_fft).nonzero().squeeze(1)
+        chosen = rows.numpy()
+        padded = np.empty((len(chosen), n_fft), dtype=np.float64)
+
+        def centre(start: int, stop: int, chosen=chosen, padded=padded) -> None:
+            _ratio_kernels.centre_rows(
+                values, flags, chosen[start:stop], space == "ratio", window,
+                padded[start:stop], energetic, variances,
+            )  # fmt: skip
+
+        _kernels.map_row_parts(centre, len(chosen), padded.size)
+        spectrum = torch.fft.rfft(torch.from_numpy(padded), dim=1)
+        squares = spectrum.real.square_().add_(spectrum.imag.square_())
+        step = n_fft // (4 * n_freqs)
+        power[rows] = squares[:, step :: 2 * step][:, :n_freqs]
+        auto = torch.fft.irfft(squares, n=n_fft, dim=1).numpy()
+        energy[chosen] = auto[:, 0]
+
+        def read_band(start: int, stop: int, chosen=chosen, auto=auto) -> None:
+            table = np.empty(max(int(lengths_np[chosen[start:stop]].max(initial=1)), 1))
+            part = np.empty(stop - start, dtype=np.float64)
+            _ratio_kernels.lfr_band(
+                auto[start:stop], lengths_np[chosen[start:stop]],
+                widths_np[chosen[start:stop]], table, part,
+            )  # fmt: skip
+            band[chosen[start:stop]] = part
+
+        _kernels.map_row_parts(read_band, len(chosen), padded.size)
+    energetic_t = torch.from_numpy(energetic)
+    return _Spectral(
+        low_frequency_ratio=_band_share(
+            torch.from_numpy(band), torch.from_numpy(energy), lengths, widths, energetic_t
+        ),
+        periodogram=_per_token_power(power, lengths, energetic_t),
+        global_variance=torch.from_numpy(variances[:, 0].copy()),
+        local_variance=torch.from_numpy(variances[:, 1].copy()),
     )
 
 

@@ -1,0 +1,57 @@
+"""What the CLI sets up once per process, before any command imports torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from ratioscope.analysis import threads
+from ratioscope.cli import app
+
+_PROBE = """
+import json, os, sys
+{before}
+from ratioscope.analysis.threads import passive_waits
+set_now = passive_waits()
+import torch  # OpenMP reads the variable here
+print(json.dumps([set_now, os.environ.get("OMP_WAIT_POLICY")]))
+"""
+
+
+def _probe(before: str = "", policy: str | None = None) -> list:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(before=before)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_passive_waits_before_torch_sets_the_policy():
+    assert _probe() == [True, "PASSIVE"]
+
+
+def test_passive_waits_keeps_the_users_choice():
+    assert _probe(policy="ACTIVE") == [False, "ACTIVE"]
+
+
+def test_passive_waits_after_torch_changes_nothing():
+    # too late for OpenMP: setting it then would only mislead a child process's reader
+    assert _probe(before="import torch") == [False, None]
+
+
+def test_the_cli_sets_it_up_before_the_command(monkeypatch, tmp_path):
+    calls: list[bool] = []
+    monkeypatch.setattr(threads, "passive_waits", lambda: calls.append(True) or False)
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "absent.pt")])
+    assert result.exit_code == 2  # the command ran (and refused the missing file)
+    assert calls == [True]
