@@ -94,6 +94,19 @@ def test_compiled_lfr_equals_a_direct_dft(cutoff):
         assert float(got[row]) == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 63, 64, 65, 129, 1000, 4097, 40_000])
+def test_sine_table_within_a_few_ulps_of_sin(size):
+    from ratioscope.functional import _ratio_kernels
+
+    table = np.full(size, np.nan)
+    scratch = np.empty(_ratio_kernels._SINE_BLOCK), np.empty(_ratio_kernels._SINE_BLOCK)
+    _ratio_kernels.sine_table(size, table, *scratch)
+    # sin(pi j / L) written out: each half from libm, the angle of the nearer end
+    expected = np.array([math.sin(math.pi / size * min(j, size - j)) for j in range(size)])
+    ulps = np.abs(table - expected) / np.spacing(np.maximum(np.abs(expected), 1e-300))
+    assert table[0] == 0.0 and ulps.max() <= 4
+
+
 def test_lfr_band_paths_agree_on_long_rows():
     gen = torch.Generator().manual_seed(2)
     x = 1e-3 * torch.randn(8, 4096, generator=gen)
