@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 from documents import assert_documents_close
@@ -322,6 +323,30 @@ def test_map_row_parts_keeps_the_order_on_threads():
     finally:
         torch.set_num_threads(torch_threads)
     assert got == _kernels.row_parts(100)
+
+
+def test_map_rows_one_call_when_small_and_the_same_rows_either_way():
+    from ratioscope.defaults import SERIAL_ELEMENTS
+
+    calls: list[tuple[int, int]] = []
+    _kernels.map_rows(lambda start, stop: calls.append((start, stop)), 100, SERIAL_ELEMENTS)
+    assert calls == [(0, 100)]
+    calls.clear()
+    _kernels.map_rows(lambda start, stop: calls.append((start, stop)), 100, SERIAL_ELEMENTS + 1)
+    assert sorted(calls) == _kernels.row_parts(100)
+    # a row-wise kernel gives the same bits over one call and over the parts
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(100, 70, generator=gen)
+    mask = torch.rand(100, 70, generator=gen) < 0.8
+    keep, gains = np.full(70, 0.9), np.full(70, 0.1)
+    whole, parts = np.empty((100, 70), np.float32), np.empty((100, 70), np.float32)
+    _kernels.kalman(z.numpy(), mask.numpy(), keep, gains, 0.0, False, whole)
+    for start, stop in _kernels.row_parts(100):
+        _kernels.kalman(
+            z[start:stop].numpy(), mask[start:stop].numpy(), keep, gains, 0.0, False,
+            parts[start:stop],
+        )  # fmt: skip
+    assert np.array_equal(whole, parts)
 
 
 def test_report_is_the_same_on_one_thread_and_two():

@@ -294,6 +294,19 @@ def map_row_parts(
     return list(_pool(workers).map(lambda part: fn(*part), parts))
 
 
+def map_rows(fn: Callable[[int, int], None], rows: int, elements: int) -> None:
+    """``fn(start, stop)`` over ``rows`` rows whose outputs are each row's own (no sum
+    across rows): one call over all of them when ``elements`` is at most
+    :data:`ratioscope.defaults.SERIAL_ELEMENTS`, else :func:`map_row_parts`. The bits
+    are the same either way; a small step then pays one kernel call, not eight."""
+    from ratioscope.defaults import SERIAL_ELEMENTS
+
+    if elements <= SERIAL_ELEMENTS:
+        fn(0, rows)
+        return
+    map_row_parts(fn, rows, elements)
+
+
 @functools.cache
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ratioscope-rows")
@@ -333,7 +346,7 @@ def kalman(
     def part(start: int, stop: int) -> None:  # rows are independent: the same bits
         kernel(z[start:stop], mask[start:stop], keep, gains, rho0, out[start:stop])
 
-    map_row_parts(part, z.shape[0])
+    map_rows(part, z.shape[0], z.size)
 
 
 def state_runs(
@@ -373,7 +386,7 @@ def masked_zero(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     def part(start: int, stop: int) -> None:
         _compiled().masked_zero(values[start:stop], mask[start:stop], zero, out[start:stop])
 
-    map_row_parts(part, values.shape[0], elements=values.size)
+    map_rows(part, values.shape[0], values.size)
     return out
 
 
@@ -402,5 +415,5 @@ def row_sums_and_differences(
             sums[start:stop], differences[start:stop], counts[start:stop],
         )  # fmt: skip
 
-    map_row_parts(part, rows, elements=values.size)
+    map_rows(part, rows, values.size)
     return sums, differences, counts

@@ -668,7 +668,7 @@ def _band_compiled(auto: Tensor, lengths: Tensor, width: Tensor) -> Tensor:
             values[start:stop], sizes[start:stop], widths[start:stop], table, band[start:stop]
         )
 
-    _kernels.map_row_parts(part, auto.shape[0])
+    _kernels.map_rows(part, auto.shape[0], auto.numel())
     return torch.from_numpy(band)
 
 
@@ -1076,7 +1076,7 @@ def _spectral_compiled(
                 padded[start:stop], energetic, variances,
             )  # fmt: skip
 
-        _kernels.map_row_parts(centre, len(chosen), padded.size)
+        _kernels.map_rows(centre, len(chosen), padded.size)
         spectrum = torch.fft.rfft(torch.from_numpy(padded), dim=1)
         squares = spectrum.real.square_().add_(spectrum.imag.square_())
         step = n_fft // (4 * n_freqs)
@@ -1093,7 +1093,7 @@ def _spectral_compiled(
             )  # fmt: skip
             band[chosen[start:stop]] = part
 
-        _kernels.map_row_parts(read_band, len(chosen), padded.size)
+        _kernels.map_rows(read_band, len(chosen), padded.size)
     energetic_t = torch.from_numpy(energetic)
     return _Spectral(
         low_frequency_ratio=_band_share(
