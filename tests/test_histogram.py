@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ratioscope.functional import _kernels
 from ratioscope.functional import histogram as bins
-from ratioscope.sections.summaries import Histogram, Moments
+from ratioscope.sections.summaries import Histogram, Moments, add_small_counts
 
 
 def bound(exact: float) -> float:
@@ -167,3 +167,36 @@ def test_compiled_quantiles_are_the_bits_of_the_numpy_reading():
         assert np.array_equal(np.signbit(compiled), np.signbit(reference)), trial
     empty = np.zeros(bins.NUM_BINS, dtype=np.int64)
     assert np.isnan(bins._quantiles_compiled(empty, (0.5,), None, None)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_small_counts_by_the_compiled_loop_equal_bincount(dtype):
+    if not _kernels.available():
+        pytest.skip("compiled kernels disabled")
+    gen = torch.Generator().manual_seed(5)
+    edges = torch.tensor([bins.bin_bounds(i)[0] for i in range(bins.CENTER + 1, bins.NUM_BINS)])
+    scales = 10.0 ** torch.randint(-12, 6, (3000,), generator=gen)
+    values = torch.cat(
+        [
+            torch.randn(3000, generator=gen) * scales,
+            edges,
+            -edges,
+            torch.zeros(7),
+            torch.tensor([1e-30, -1e30, 5e-9, 2e4]),
+        ]
+    ).to(dtype)
+    counts = torch.zeros(bins.NUM_BINS, dtype=torch.long)
+    counts[17] = 4  # added to, not overwritten
+    assert add_small_counts(values, counts)
+    expected = torch.bincount(bins.bin_index(values), minlength=bins.NUM_BINS)
+    expected[17] += 4
+    assert torch.equal(counts, expected)
+
+
+def test_small_counts_leave_what_the_loop_does_not_take_to_bincount():
+    counts = torch.zeros(bins.NUM_BINS, dtype=torch.long)
+    assert not add_small_counts(torch.ones(4, dtype=torch.float16), counts)
+    assert not add_small_counts(torch.ones(40_000), counts)  # above SERIAL_ELEMENTS
+    assert not add_small_counts(torch.ones(4), torch.zeros(bins.NUM_BINS))  # float
+    assert not add_small_counts(torch.ones(2, 2), counts)  # not 1-D
+    assert int(counts.sum()) == 0

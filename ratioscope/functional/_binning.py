@@ -11,6 +11,7 @@ this one: after editing this module, delete the ``*.nbi``/``*.nbc`` files under
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -118,3 +119,12 @@ def _bin_index(x: float) -> int:
 
 
 bin_value = jit(_bin_index)
+
+
+def _count_values(values: Any, counts: Any) -> None:
+    """counts[bin] += 1 for each of ``values`` (1-D, finite): a histogram's counts."""
+    for i in range(values.shape[0]):
+        counts[bin_value(values[i])] += 1
+
+
+count_values = jit(_count_values)

@@ -151,6 +151,32 @@ class Moments:
         return moments
 
 
+def add_small_counts(values: Tensor, counts: Tensor) -> bool:
+    """Add the counts of ``values`` ([n] finite) to ``counts`` ([NUM_BINS] int64) in
+    place by one compiled loop, where that applies: both on the CPU, ``values`` float32
+    or float64 and at most :data:`ratioscope.defaults.SERIAL_ELEMENTS` (a dozen tensor
+    operations cost more than binning a small step's values). True when added; False
+    leaves ``counts`` to the caller (``bincount`` of
+    :func:`ratioscope.functional.histogram.bin_index`). The bins are the same."""
+    from ratioscope.defaults import SERIAL_ELEMENTS
+    from ratioscope.functional import _kernels
+
+    usable = (
+        values.dim() == 1
+        and values.numel() <= SERIAL_ELEMENTS
+        and counts.dtype == torch.int64
+        and counts.device.type == "cpu"
+        and counts.is_contiguous()
+        and _kernels.can_take(values)
+    )
+    if not usable:
+        return False
+    from ratioscope.functional import _binning
+
+    _binning.count_values(values.detach().contiguous().numpy(), counts.numpy())
+    return True
+
+
 @dataclass
 class Histogram:
     """Counts (and optionally sums) of values in the fixed log-magnitude bins."""
@@ -167,12 +193,12 @@ class Histogram:
         """Add a 1-D tensor of finite values (any device)."""
         if values.numel() == 0:
             return
-        if self.sums is None:
-            counts = bins.histogram(values)
-        else:
+        if self.sums is not None:
             counts, sums = bins.histogram_sums(values)
             self.sums += sums.cpu()
-        self.counts += counts.cpu()
+            self.counts += counts.cpu()
+        elif not add_small_counts(values, self.counts):
+            self.counts += bins.histogram(values).cpu()
         self.moments.add(values)
 
     def bins_of(self, values: Tensor) -> Tensor:
