@@ -191,11 +191,11 @@ def copy_bandwidth(device: str, gib: float = 1.0, repeat: int = 5) -> float:
 
 def _child(args: argparse.Namespace) -> None:
     try:  # as the CLI does at start-up, before torch is imported
-        from ratioscope.analysis.threads import passive_waits
+        from ratioscope.analysis.threads import short_thread_waits
 
-        passive = passive_waits()
+        short_waits = short_thread_waits()
     except ImportError:  # a checkout from before it, for a before/after run
-        passive = False
+        short_waits = False
     import torch
 
     global _SYNC
@@ -211,8 +211,8 @@ def _child(args: argparse.Namespace) -> None:
 
     result: dict[str, object] = {"threads": torch.get_num_threads()}
     result["allocator_tuned"] = result_allocator
-    result["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "unset")
-    result["omp_wait_policy_set"] = passive
+    result["gomp_spincount"] = os.environ.get("GOMP_SPINCOUNT", "unset")
+    result["gomp_spincount_set"] = short_waits
     result["load_before"] = os.getloadavg()[0]
     batch = ratioscope.load(args.path)
     result["tokens"] = batch.num_tokens
@@ -359,8 +359,8 @@ def main() -> None:
     tokens = run["tokens"]
     print(
         f"valid tokens: {tokens:,}; load average {run['load_before']:.2f} at the start of "
-        f"the analyze runs, {run['load_after']:.2f} at their end; OMP_WAIT_POLICY "
-        f"{run.get('omp_wait_policy', 'unset')} (the CLI's start-up sets PASSIVE)"
+        f"the analyze runs, {run['load_after']:.2f} at their end; GOMP_SPINCOUNT "
+        f"{run.get('gomp_spincount', 'unset')} (the CLI's start-up sets 20000)"
     )
     print(
         f"{'run':<22} {'wall s':>7} {'CPU s':>7} {'M tok/s':>7} {'own s':>7} {'floor s':>7} "

@@ -15,17 +15,17 @@ from ratioscope.cli import app
 _PROBE = """
 import json, os, sys
 {before}
-from ratioscope.analysis.threads import passive_waits
-set_now = passive_waits()
+from ratioscope.analysis.threads import short_thread_waits
+set_now = short_thread_waits()
 import torch  # OpenMP reads the variable here
-print(json.dumps([set_now, os.environ.get("OMP_WAIT_POLICY")]))
+print(json.dumps([set_now, os.environ.get("GOMP_SPINCOUNT")]))
 """
+_CHOICES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
-def _probe(before: str = "", policy: str | None = None) -> list:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
+def _probe(before: str = "", **chosen: str) -> list:
+    env = {k: v for k, v in os.environ.items() if k not in _CHOICES}
+    env.update(chosen)
     out = subprocess.run(
         [sys.executable, "-c", _PROBE.format(before=before)],
         env=env,
@@ -36,22 +36,23 @@ def _probe(before: str = "", policy: str | None = None) -> list:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_passive_waits_before_torch_sets_the_policy():
-    assert _probe() == [True, "PASSIVE"]
+def test_short_waits_before_torch_set_the_spin_count():
+    assert _probe() == [True, str(threads.SPIN_COUNT)]
 
 
-def test_passive_waits_keeps_the_users_choice():
-    assert _probe(policy="ACTIVE") == [False, "ACTIVE"]
+def test_short_waits_keep_the_users_choice():
+    assert _probe(GOMP_SPINCOUNT="5") == [False, "5"]
+    assert _probe(OMP_WAIT_POLICY="ACTIVE") == [False, None]
 
 
-def test_passive_waits_after_torch_changes_nothing():
+def test_short_waits_after_torch_change_nothing():
     # too late for OpenMP: setting it then would only mislead a child process's reader
     assert _probe(before="import torch") == [False, None]
 
 
 def test_the_cli_sets_it_up_before_the_command(monkeypatch, tmp_path):
     calls: list[bool] = []
-    monkeypatch.setattr(threads, "passive_waits", lambda: calls.append(True) or False)
+    monkeypatch.setattr(threads, "short_thread_waits", lambda: calls.append(True) or False)
     result = CliRunner().invoke(app, ["analyze", str(tmp_path / "absent.pt")])
     assert result.exit_code == 2  # the command ran (and refused the missing file)
     assert calls == [True]

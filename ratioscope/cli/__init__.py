@@ -121,10 +121,10 @@ class _BoundaryGroup(TyperGroup):
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         from ratioscope.analysis.allocator import keep_freed_memory
-        from ratioscope.analysis.threads import passive_waits
+        from ratioscope.analysis.threads import short_thread_waits
         from ratioscope.io.paths import refuse_special_files
 
-        passive_waits()  # before any command imports torch
+        short_thread_waits()  # before any command imports torch
         keep_freed_memory()
         # the arguments as typed, for the hint of a flag given a value (read before the
         # command consumes them)
