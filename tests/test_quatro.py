@@ -232,3 +232,43 @@ def test_cuda_matches_cpu() -> None:
     assert gpu.adv.is_cuda
     torch.testing.assert_close(gpu.lam.cpu(), cpu.lam, equal_nan=True)
     torch.testing.assert_close(gpu.adv.cpu(), cpu.adv)
+
+
+def _groups_of_every_kind(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Binary, Gaussian, few-valued and large rewards; groups of 1 to 16, ties, all-equal."""
+    gen = torch.Generator().manual_seed(seed)
+    cases = []
+    for kind in range(4):
+        n_groups, size = 30, 1 + 5 * kind
+        n = n_groups * size
+        rewards = [
+            torch.randint(0, 2, (n,), generator=gen).double(),
+            torch.randn(n, generator=gen, dtype=torch.float64),
+            torch.randint(0, 5, (n,), generator=gen).double() * 0.25,
+            torch.rand(n, generator=gen, dtype=torch.float64) * 1e3,
+        ][kind]
+        rewards[:size] = 0.5  # one group of equal rewards: degenerate
+        cases.append((rewards, torch.arange(n_groups).repeat_interleave(size)))
+    return cases
+
+
+@pytest.mark.parametrize("delta", [0.1, 0.01, 0.001, 1e-6])
+def test_compiled_solve_equals_the_tensor_code(delta: float) -> None:
+    from ratioscope.functional import _kernels, quatro
+
+    if not _kernels.available():
+        pytest.skip("compiled kernels disabled")
+    # KL = log N + E_p[x] - log sum exp(x) cancels to delta: its rounding, about
+    # 1e-16 log N / delta relative, bounds how closely any two solvers can agree
+    tolerance = max(1e-12, 1e-14 / delta)
+    for rewards, group in _groups_of_every_kind(seed=11):
+        padded = quatro._pad(rewards, group, int(group.max()) + 1)
+        radii = torch.full((padded.shifted.shape[0],), delta, dtype=torch.float64)
+        lam, mu, degenerate = quatro._solve(padded, radii)
+        ref_lam, ref_mu, ref_degenerate = quatro._solve_torch(padded, radii)
+        assert torch.equal(degenerate, ref_degenerate) and bool(degenerate[0])
+        torch.testing.assert_close(lam, ref_lam, rtol=tolerance, atol=0, equal_nan=True)
+        scale = padded.top.abs() + ref_lam.nan_to_num(0.0)  # mu = top + lam (...)
+        torch.testing.assert_close(
+            mu / scale, ref_mu / scale, rtol=0, atol=tolerance, equal_nan=True
+        )

@@ -957,13 +957,16 @@ def signal_statistics(
 
     Args:
         signal: [B, T] float log-space signal; mask: [B, T] bool or None.
-        backend: how the states and their runs, switches and windows are counted, and
-            the LFR's band summed: ``"compiled"`` one pass per row of numba kernels,
-            without materialising the states (CPU only); ``"torch"`` tensor operations
-            on the packed states and every lag (any device); ``"auto"`` (default) the
-            first where numba is installed and the signal is on the CPU. The counts are
-            identical; the LFR agrees to about 1e-12 (the compiled band reduces each
-            sine's angle exactly, in integers).
+        backend: how the states and their runs, switches and windows are counted,
+            the rows packed, centred and measured, and the LFR's band summed:
+            ``"compiled"`` one pass per row of numba kernels, without materialising the
+            states, each row written straight into its FFT bucket (CPU only; a grid
+            that is not read off the FFT, ``n_freqs`` not a power of two, keeps the
+            tensor code for the signal part); ``"torch"`` tensor operations on the packed
+            rows and every lag (any device); ``"auto"`` (default) the first where numba
+            is installed and the signal is on the CPU. The counts are identical; the
+            LFR, periodogram and variances agree to about 1e-12 (sums in another order;
+            the compiled band reduces each sine's angle exactly, in integers).
     """
     _check_window(window)
     _check_cutoff(cutoff)
