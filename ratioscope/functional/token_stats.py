@@ -1050,7 +1050,8 @@ def _spectral_compiled(
     row straight into its bucket's zero-padded FFT input and computes its variances on
     the way (:func:`ratioscope.functional._ratio_kernels.centre_rows`); the LFR's band is
     read from the bucket's autocorrelation, never gathered into a [B, T] tensor. Equal
-    to the tensor code up to the order of the float64 sums (about 1e-15 relative)."""
+    to the tensor code up to the order of the float64 sums and libm's ``exp`` for the
+    ratio space (within 1e-12; ``tests/test_compiled_kernels.py``)."""
     import numpy as np
     import torch
 
