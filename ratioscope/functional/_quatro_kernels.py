@@ -71,7 +71,6 @@ def _solve_groups(
         at_top = 0.0
         smallest = 0.0
         gap = math.inf
-        count = 0.0
         total = 0.0
         for i in range(width):
             if not valid[g, i]:
@@ -81,7 +80,6 @@ def _solve_groups(
             smallest = min(smallest, value)
             if value < 0.0:
                 gap = min(gap, -value)
-            count += 1.0
             total += value
         n = max(size[g], 1.0)
         kl_limit = math.log(n) - math.log(max(at_top, 1.0))
