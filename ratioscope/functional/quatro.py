@@ -133,7 +133,8 @@ def _kl_and_slope(padded: _Padded, log_lam: Tensor) -> tuple[Tensor, Tensor, Ten
 def _solve(padded: _Padded, delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """lambda*, mu* and degenerate flags for every row; ``delta`` is [G] (one per row):
     one compiled loop per group on the CPU (:mod:`ratioscope.functional._quatro_kernels`,
-    within about 1e-13 of the tensor code), else :func:`_solve_torch`."""
+    within 1e-12 of the tensor code at the paper's radii; below them the rounding of KL
+    near delta bounds both), else :func:`_solve_torch`."""
     from ratioscope.functional import _kernels
 
     if not _kernels.can_take(padded.shifted, delta, dtypes=(torch.float64,)):

@@ -1089,13 +1089,12 @@ def _spectral_compiled(
         energy[chosen] = auto[:, 0]
 
         def read_band(start: int, stop: int, chosen=chosen, auto=auto) -> None:
-            table = np.empty(max(int(lengths_np[chosen[start:stop]].max(initial=1)), 1))
+            rows_here = chosen[start:stop]
+            sizes_here = lengths_np[rows_here]
+            table = np.empty(int(sizes_here.max(initial=1)))  # sine scratch, >= 1 entry
             part = np.empty(stop - start, dtype=np.float64)
-            _ratio_kernels.lfr_band(
-                auto[start:stop], lengths_np[chosen[start:stop]],
-                widths_np[chosen[start:stop]], table, part,
-            )  # fmt: skip
-            band[chosen[start:stop]] = part
+            _ratio_kernels.lfr_band(auto[start:stop], sizes_here, widths_np[rows_here], table, part)
+            band[rows_here] = part
 
         _kernels.map_rows(read_band, len(chosen), padded.size)
     energetic_t = torch.from_numpy(energetic)
