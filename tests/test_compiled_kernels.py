@@ -283,6 +283,24 @@ def test_masked_zero_and_row_counts_equal_torch(dtype):
     assert _kernels.row_counts(np.zeros((0, 4), dtype=bool)).shape == (0,)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [17, 700])  # one call, and parts on the pool
+def test_masked_zero_counting_counts_valid_inf_and_nan(dtype, rows):
+    gen = torch.Generator().manual_seed(rows)
+    mask = torch.rand(rows, 129, generator=gen) > 0.4
+    values = (100 * torch.randn(rows, 129, generator=gen)).to(dtype)
+    values[~mask] = math.nan  # garbage behind the mask is not counted
+    values[0, :] = torch.tensor([math.inf, -math.inf, math.nan]).repeat(43)  # row 0 mixed
+    values[5, 7], values[rows - 1, 128] = math.inf, -math.nan
+    values[9, 3] = torch.finfo(dtype).max  # large but finite
+    mask[9, 3] = True
+    out, bad = _kernels.masked_zero_counting(values.numpy(), mask.numpy())
+    assert_identical(torch.from_numpy(out), torch.where(mask, values, torch.zeros((), dtype=dtype)))
+    assert bad == int((~torch.isfinite(values) & mask).sum())
+    clean = torch.where(mask, values.nan_to_num(0.0, 1.0, -1.0), 0.0)
+    assert _kernels.masked_zero_counting(clean.numpy(), mask.numpy())[1] == 0
+
+
 def test_can_take_only_cpu_tensors_of_the_compiled_dtypes(monkeypatch):
     z = torch.zeros(3, 4)
     mask = torch.ones(3, 4, dtype=torch.bool)

@@ -157,6 +157,88 @@ def test_finiteness_check_takes_the_full_path_when_the_sum_is_not_finite():
     assert torch.equal(batch.advantages[0], torch.tensor([3e38, 3e38, 0.0]))
 
 
+def _finiteness_cases() -> dict[str, tuple[dict[str, torch.Tensor], str]]:
+    """Dumps whose build takes each way through the finiteness check and the shift."""
+    gen = torch.Generator().manual_seed(3)
+    rows, length = 6, 9
+    lengths = torch.tensor([9, 4, 0, 1, 7, 5])
+    right = torch.arange(length)[None, :] < lengths[:, None]
+    garbage = torch.full((rows, length), float("nan"))
+
+    def tensors(mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        def token() -> torch.Tensor:
+            return torch.where(mask, torch.randn(rows, length, generator=gen), garbage)
+
+        return {
+            "mask": mask,
+            "log_probs": token(),
+            "old_log_probs": token().double(),
+            "advantages": token(),
+            "entropy": token(),
+            "token_ids": torch.where(mask, torch.arange(length) + 3, -1),
+            "rewards": torch.tensor([1.0, 0.0, 1.0, 0.5, 0.0, 1.0]),
+        }
+
+    finite = tensors(right)
+    nan_token = tensors(right)
+    nan_token["advantages"][1, 2] = float("inf")
+    nan_reward = tensors(right)
+    nan_reward["rewards"][4] = float("nan")
+    left = tensors(right.flip(1))
+    return {
+        "finite": (finite, "mask"),
+        "non-finite token": (nan_token, "mask"),
+        "non-finite token, error": (nan_token, "error"),
+        "non-finite reward": (nan_reward, "mask"),
+        "non-finite reward, error": (nan_reward, "error"),
+        "left-padded": (left, "mask"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_finiteness_cases()))
+def test_the_one_read_derive_builds_the_batch_the_step_by_step_checks_build(case, monkeypatch):
+    """derive_checked (finiteness counted while the masked positions are zeroed) gives
+    the same batch, warnings and errors as the checks, shift and derive one after the
+    other, which it hands over to where it cannot decide."""
+    from ratioscope.data.batch import _Builder
+    from ratioscope.errors import InputError
+
+    tensors, policy = _finiteness_cases()[case]
+    taken: list[bool] = []
+    one_read = _Builder.derive_checked
+
+    def spy(self, *args):
+        result = one_read(self, *args)
+        taken.append(result is not None)
+        return result
+
+    def build() -> ratioscope.TokenBatch | str:
+        copies = {key: value.clone() for key, value in tensors.items()}
+        try:
+            return ratioscope.TokenBatch.from_tensors(copies, nonfinite=policy)
+        except InputError as error:
+            return str(error)
+
+    monkeypatch.setattr(_Builder, "derive_checked", spy)
+    fast = build()
+    monkeypatch.setattr(_Builder, "derive_checked", lambda self, *args: None)
+    slow = build()
+    assert taken == [case in ("finite", "non-finite reward", "non-finite reward, error")]
+    if isinstance(slow, str):
+        assert fast == slow
+        return
+    assert isinstance(fast, ratioscope.TokenBatch)
+    assert fast.warnings == slow.warnings and fast.padding == slow.padding
+    for name in ("mask", "log_probs", "old_log_probs", "log_ratio", "advantages", "entropy",
+                 "token_ids", "rewards", "correct"):  # fmt: skip
+        got, want = getattr(fast, name), getattr(slow, name)
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=name)
+        if got.is_floating_point():  # the zeros behind the mask are +0.0 in both
+            assert torch.equal(got.signbit(), want.signbit()), name
+    if case == "non-finite reward":
+        assert not fast.mask[4].any() and not fast.log_probs[4].any()
+
+
 def test_group_size_gives_consecutive_groups_to_files_without_ids(tmp_path):
     from ratioscope.errors import ParameterError
     from ratioscope.io.loaders import LoadOptions, load_file

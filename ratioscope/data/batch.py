@@ -300,14 +300,21 @@ class _Builder:
         functions = self.reward_function_tensors(mask.shape[0])
         vocab = self.vocab_tensors(mask.shape)
         self.check_token_range(mask, values, vocab)
-        # Finiteness is checked before any shift so that reported positions are the file's.
-        mask = self.check_finite(mask, values, sequence_values, functions)
         padding = "right"
         offsets = _leading_invalid(mask)
-        if bool((offsets > 0).any()):
-            padding = "left"
-            mask, values, vocab = _shift_left(mask, offsets, values, vocab)
-        values = self.derive(mask, values, pair)
+        checked = self.derive_checked(mask, values, pair, offsets)
+        if checked is not None:  # right-padded, every valid value finite
+            values = checked
+            mask = self.check_sequences_finite(mask, sequence_values, functions, values)
+        else:
+            # Finiteness is checked before any shift so that reported positions are the
+            # file's.
+            mask = self.check_finite(mask, values, sequence_values, functions)
+            offsets = _leading_invalid(mask)
+            if bool((offsets > 0).any()):
+                padding = "left"
+                mask, values, vocab = _shift_left(mask, offsets, values, vocab)
+            values = self.derive(mask, values, pair)
         rewards = sequence_values.get("rewards")
         if sequence_values.get("correct") is None and rewards is not None and self.default_correct:
             if len(functions) < 2:
@@ -702,6 +709,18 @@ class _Builder:
                 f"{self.source}: masked {count} token(s) with non-finite '{self.name(key)}' "
                 f"(first at (row, column) = {first})"
             )
+        return self.check_sequences_finite(mask, sequence_values, functions)
+
+    def check_sequences_finite(
+        self,
+        mask: Tensor,
+        sequence_values: dict[str, Tensor],
+        functions: Mapping[str, Tensor] | None = None,
+        derived: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """:meth:`check_finite`'s check of the rewards and reward functions: ``mask`` with
+        the rows of a non-finite reward masked (or the error naming them). ``derived``
+        (already zeroed on ``mask``): zeroed again, in place, on rows masked here."""
         rewards = sequence_values.get("rewards")
         used = mask.any(dim=1)
         bad_rows = torch.zeros_like(used)
@@ -721,6 +740,9 @@ class _Builder:
                 f"{self.source}: masked {count} sequence(s) with a non-finite reward "
                 f"(first at row {first_row})"
             )
+            if derived is not None:
+                for key in list(derived):
+                    derived[key] = _masked_zero(derived[key], mask)
         return mask
 
     def refuse_nonfinite(self, key: str, bad_rows: Tensor, what: str) -> None:
@@ -736,16 +758,54 @@ class _Builder:
             )
 
     def derive(self, mask: Tensor, values: dict[str, Tensor], pair: str) -> dict[str, Tensor]:
-        if "log_ratio" not in values:
-            numerator, denominator = {
-                "current/old": ("log_probs", "old_log_probs"),
-                "current/engine": ("log_probs", "rollout_log_probs"),
-                "old/engine": ("old_log_probs", "rollout_log_probs"),
-            }[pair]
-            values["log_ratio"] = values[numerator] - values[denominator]
+        _add_log_ratio(values, pair)
         # Masked positions may hold padding garbage (even NaN); zero them once here so
         # every downstream reduction can multiply by the mask safely.
         return {key: _masked_zero(tensor, mask) for key, tensor in values.items()}
+
+    def derive_checked(
+        self, mask: Tensor, values: dict[str, Tensor], pair: str, offsets: Tensor
+    ) -> dict[str, Tensor] | None:
+        """:meth:`derive`'s tensors, the finiteness of every valid value counted in the
+        same compiled read, where that decides everything: rows that start at a valid
+        token (``offsets`` [B], :func:`_leading_invalid`, all 0) and CPU tensors the
+        kernel takes. None where it does not, or where a valid value is inf or NaN: the
+        caller then checks, shifts and derives step by step (the usual case, a finite
+        right-padded dump, reads each tensor once instead of twice)."""
+        from ratioscope.functional import _kernels
+
+        dtypes = (*_kernels.FLOAT_DTYPES, torch.int64)
+        if bool((offsets > 0).any()) or not _kernels.can_take(
+            *values.values(), mask=mask, dtypes=dtypes
+        ):
+            return None
+        derived = dict(values)
+        _add_log_ratio(derived, pair)
+        if not _kernels.can_take(derived["log_ratio"], mask=mask):
+            return None
+        flags = mask.numpy()
+        out: dict[str, Tensor] = {}
+        for key, tensor in derived.items():
+            if key in TOKEN_INT_KEYS or tensor.dtype == torch.int64:
+                out[key] = torch.from_numpy(_kernels.masked_zero(tensor.numpy(), flags))
+                continue
+            zeroed, nonfinite = _kernels.masked_zero_counting(tensor.numpy(), flags)
+            if nonfinite:
+                return None
+            out[key] = torch.from_numpy(zeroed)
+        return out
+
+
+def _add_log_ratio(values: dict[str, Tensor], pair: str) -> None:
+    """The log-ratio of ``pair``'s two log-probs into ``values``, unless the dump has
+    one."""
+    if "log_ratio" not in values:
+        numerator, denominator = {
+            "current/old": ("log_probs", "old_log_probs"),
+            "current/engine": ("log_probs", "rollout_log_probs"),
+            "old/engine": ("old_log_probs", "rollout_log_probs"),
+        }[pair]
+        values["log_ratio"] = values[numerator] - values[denominator]
 
 
 def _masked_zero(tensor: Tensor, mask: Tensor) -> Tensor:

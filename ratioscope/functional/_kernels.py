@@ -218,6 +218,22 @@ def _masked_zero(values: Any, mask: Any, zero: Any, out: Any) -> None:
             out[r, t] = values[r, t] if mask[r, t] else zero
 
 
+def _masked_zero_counting(values: Any, mask: Any, zero: Any, out: Any) -> int:
+    """:func:`_masked_zero`, and the number of valid positions whose value is not
+    finite (x - x is NaN exactly for inf and NaN): the load's finiteness check in the
+    same read."""
+    rows, length = values.shape
+    bad = 0
+    for r in range(rows):
+        for t in range(length):
+            value = values[r, t]
+            keep = mask[r, t]
+            out[r, t] = value if keep else zero
+            difference = value - value
+            bad += keep & (difference != difference)
+    return bad
+
+
 def _row_sums_and_differences(
     values: Any, others: Any, mask: Any, sums: Any, differences: Any, counts: Any
 ) -> None:
@@ -323,6 +339,7 @@ def _compiled() -> SimpleNamespace:
         kalman_skip=jit(_kalman_skip),
         state_runs=jit(_state_runs),
         masked_zero=jit(_masked_zero),
+        masked_zero_counting=jit(_masked_zero_counting),
         row_counts=jit(_row_counts),
         row_sums_and_differences=jit(_row_sums_and_differences),
     )
@@ -388,6 +405,21 @@ def masked_zero(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
     map_rows(part, values.shape[0], values.size)
     return out
+
+
+def masked_zero_counting(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`masked_zero` of float ``values``, and how many valid positions hold inf or
+    NaN (:func:`_masked_zero_counting`)."""
+    out = np.empty_like(values)
+    zero = values.dtype.type(0)
+    counts: list[int] = []  # one per part (list.append is atomic)
+
+    def part(start: int, stop: int) -> None:
+        rows = slice(start, stop)
+        counts.append(_compiled().masked_zero_counting(values[rows], mask[rows], zero, out[rows]))
+
+    map_rows(part, values.shape[0], values.size)
+    return out, sum(counts)
 
 
 def row_counts(mask: np.ndarray) -> np.ndarray:

@@ -235,6 +235,29 @@ def _centre_rows(
         variances[r, 1] = spread / used if used else math.nan
 
 
+def _power_rows(spectrum: Any, rows: Any, step: int, power: Any) -> None:
+    """Each row's power spectrum in place of its FFT, and its grid read off it.
+
+    spectrum [b, n/2 + 1] complex128: row i, the rfft of signal row ``rows[i]``; each X
+    becomes |X|^2 = re * re + im * im with a zero imaginary part (the irfft of the
+    squares, the autocorrelation, then reads it without a real-to-complex copy).
+    power [B, G] float64: row ``rows[i]`` gets |X|^2 at the FFT bins step (2 g + 1),
+    g < G (the frequency grid's centres).
+    """
+    grid = power.shape[1]
+    for i in range(spectrum.shape[0]):
+        row = spectrum[i]
+        for k in range(row.shape[0]):
+            x = row[k]
+            row[k] = x.real * x.real + x.imag * x.imag
+        target = rows[i]
+        for g in range(grid):
+            power[target, g] = row[step * (2 * g + 1)].real
+
+
+power_rows = jit(_power_rows)
+
+
 histogram_ppo_rows = jit(_histogram_ppo_rows)
 lfr_band = jit(_lfr_band)
 centre_rows = jit(_centre_rows)

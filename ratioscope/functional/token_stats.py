@@ -75,9 +75,14 @@ def _check_space(space: str) -> None:
 
 
 def _count(flags: Tensor) -> Tensor:
-    """Row counts of a bool [B, T] tensor as int64 (summing bytes: ~10x a bool sum)."""
+    """Row counts of a bool [B, T] tensor as int64: one compiled loop on the CPU, else
+    its bytes summed (~10x a bool sum, which converts every element to int64)."""
     import torch
 
+    from ratioscope.functional import _kernels
+
+    if _kernels.can_take(flags, dtypes=(torch.bool,)):
+        return torch.from_numpy(_kernels.row_counts(flags.contiguous().numpy()))
     return flags.view(torch.uint8).sum(1, dtype=torch.int32).long()
 
 
@@ -1066,12 +1071,12 @@ def _spectral_compiled(
     band = np.zeros(rows_total, dtype=np.float64)
     energy = np.zeros(rows_total, dtype=np.float64)
     power = torch.empty((rows_total, n_freqs), dtype=torch.float64)
+    power_np = power.numpy()
     widths = _band_widths(lengths, cutoff)
     sizes = _fft_size(lengths, 4 * n_freqs)
-    lengths_np, widths_np = lengths.numpy(), widths.to(torch.int64).numpy()
-    for n_fft in torch.unique(sizes).tolist():
-        rows = (sizes == n_fft).nonzero().squeeze(1)
-        chosen = rows.numpy()
+    lengths_np, widths_np, sizes_np = lengths.numpy(), widths.to(torch.int64).numpy(), sizes.numpy()
+    for n_fft in sorted(set(sizes.tolist())):  # a handful of sizes: no torch.unique sort
+        chosen = np.flatnonzero(sizes_np == n_fft)
         padded = np.empty((len(chosen), n_fft), dtype=np.float64)
 
         def centre(start: int, stop: int, chosen=chosen, padded=padded) -> None:
@@ -1082,10 +1087,13 @@ def _spectral_compiled(
 
         _kernels.map_rows(centre, len(chosen), padded.size)
         spectrum = torch.fft.rfft(torch.from_numpy(padded), dim=1)
-        squares = spectrum.real.square_().add_(spectrum.imag.square_())
-        step = n_fft // (4 * n_freqs)
-        power[rows] = squares[:, step :: 2 * step][:, :n_freqs]
-        auto = torch.fft.irfft(squares, n=n_fft, dim=1).numpy()
+        squares, step = spectrum.numpy(), n_fft // (4 * n_freqs)
+
+        def square(start: int, stop: int, chosen=chosen, squares=squares, step=step) -> None:
+            _ratio_kernels.power_rows(squares[start:stop], chosen[start:stop], step, power_np)
+
+        _kernels.map_rows(square, len(chosen), squares.size)
+        auto = torch.fft.irfft(spectrum, n=n_fft, dim=1).numpy()
         energy[chosen] = auto[:, 0]
 
         def read_band(start: int, stop: int, chosen=chosen, auto=auto) -> None:

@@ -65,6 +65,11 @@ class Context:
         return self.cached("z64", lambda: self.z.double())
 
     @property
+    def z64_sums(self) -> Tensor:
+        """[B] float64 sum of each row's log-ratio (its masked positions are 0)."""
+        return self.cached("z64_sums", lambda: self.z64.sum(dim=1))
+
+    @property
     def advantage_sums(self) -> AdvantageSums:
         """Per-row sums and counts of the positive and negative advantages on valid
         tokens (the PPO sums of a ratio that is constant within each row)."""
@@ -87,8 +92,7 @@ class Context:
         """[B] mean log-ratio over each sequence's valid tokens (0 for empty rows)."""
 
         def compute() -> Tensor:
-            total = self.z64.sum(dim=1)
-            return (total / self.lengths.clamp_min(1)).to(self.z.dtype)
+            return (self.z64_sums / self.lengths.clamp_min(1)).to(self.z.dtype)
 
         return self.cached("sequence_mean_z", compute)
 

@@ -23,7 +23,6 @@ from ratioscope.functional.mismatch import (
     mismatch_partials,
     mismatch_statistics,
 )
-from ratioscope.functional.surrogate import sequence_means
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
 from ratioscope.sections.state import Codec, check_fields, mergeable
@@ -88,13 +87,14 @@ class MismatchAccumulator(Accumulator):
             z_rollout: Tensor | None = ctx.z
         else:
             self.policy.merge(mismatch_partials(ctx.z, ctx.mask, c))
-            columns["policy_log_ratio_mean"] = sequence_means(ctx.z64, ctx.mask)
+            # the batch's token tensors are 0 behind the mask: a row's sum is its valid sum
+            columns["policy_log_ratio_mean"] = ctx.z64_sums / ctx.lengths
             z_rollout = None
             if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
                 z_rollout = batch.old_log_probs - batch.rollout_log_probs
         if z_rollout is not None:
             self.rollout.merge(mismatch_partials(z_rollout, ctx.mask, c))
-            columns["rollout_log_ratio_mean"] = sequence_means(z_rollout.double(), ctx.mask)
+            columns["rollout_log_ratio_mean"] = z_rollout.double().sum(dim=1) / ctx.lengths
         return columns
 
     def result(self) -> MismatchSection | None:
