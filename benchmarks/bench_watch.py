@@ -1,4 +1,4 @@
-"""``ratioscope watch`` and the step cache (docs/watch.md): four measurements.
+"""``ratioscope watch`` and the step cache (docs/watch.md): six measurements.
 
 1. **cached vs fresh**: ``ratioscope.timeline`` of a bundled run (sample_data/runs/
    healthy-s1, 30 steps) without a cache (the peer), into an empty cache, and from the
@@ -21,12 +21,17 @@
    out), the same with the whole pooled report without state (what it made before the
    outline), without them, and for ``RunWatch(whole=True)`` (the whole report with state
    after each look).
+6. **a look's listing as the run grows**: the files of 100, 1,000 and 3,000 steps
+   listed by the watch's ``RepeatedListing`` (each name's work done once) against
+   ``expand_paths`` and a stat per file (what each look did before): ms per look and
+   the ratio.
 
-    python benchmarks/bench_watch.py                 # all four (about 6 minutes on 2 cores)
+    python benchmarks/bench_watch.py                 # all six (about 6 minutes on 2 cores)
     python benchmarks/bench_watch.py --steps 2000    # a shorter memory run
     python benchmarks/bench_watch.py --skip-memory
     python benchmarks/bench_watch.py --only-overhead    # measurement 5 (about 30 s)
     python benchmarks/bench_watch.py --only-overhead --repeat 8   # steadier (best of 8)
+    python benchmarks/bench_watch.py --only-listing     # measurement 6 (about 10 s)
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -221,6 +227,47 @@ def watch_overhead(scratch: Path, repeat: int = 3) -> None:
         )
 
 
+def listing_cost(scratch: Path, counts: tuple[int, ...] = (100, 1000, 3000)) -> None:
+    """How a look's listing of the run grows with its steps: the watch's
+    ``RepeatedListing`` against expand_paths and a stat per file (what a look did
+    before; the peer), the best of five looks each, at each number of steps."""
+    import os
+
+    from ratioscope.io.loaders import RepeatedListing, expand_paths
+
+    files = sorted(p for folder in sorted(RUN.iterdir()) for p in folder.iterdir())
+    target = scratch / "looks"
+    target.mkdir()
+    listing = RepeatedListing([target], shard_reports=True, found=False)
+
+    def best(look: Any) -> float:
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            look()
+            times.append(time.perf_counter() - started)
+        return 1000 * min(times)
+
+    def peer() -> list[Any]:
+        found = expand_paths([target], allow_empty=True, shard_reports=True)
+        return [(path, os.stat(path)) for path in found]
+
+    print("6. listing the run's files at a look (one folder a step, a link to a bundled "
+          "file in each): ms per look")  # fmt: skip
+    print("   steps   RepeatedListing   expand_paths + stat (peer)   ratio")
+    made = 0
+    for count in counts:
+        for step in range(made, count):
+            folder = target / f"step_{step:06d}"
+            folder.mkdir()
+            source = files[step % len(files)]
+            (folder / source.name).symlink_to(source)
+        made = count
+        listing.look()  # the new names, seen once (a look after each step does this)
+        ours, theirs = best(listing.look), best(peer)
+        print(f"   {count:>5,}   {ours:15.2f}   {theirs:26.2f}   {ours / theirs:5.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
@@ -228,6 +275,7 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-lag", action="store_true")
     parser.add_argument("--only-overhead", action="store_true", help="measurement 5 alone")
+    parser.add_argument("--only-listing", action="store_true", help="measurement 6 alone")
     parser.add_argument(
         "--repeat", type=int, default=3, help="measurement 5: runs of each variant (best kept)"
     )
@@ -236,12 +284,16 @@ def main() -> None:
         if args.only_overhead:
             watch_overhead(Path(scratch), args.repeat)
             return
+        if args.only_listing:
+            listing_cost(Path(scratch))
+            return
         cached_vs_fresh(Path(scratch))
         if not args.skip_lag:
             lag_behind_a_writer(Path(scratch), args.every)
         if not args.skip_memory:
             memory_over_steps(Path(scratch), args.steps)
         watch_overhead(Path(scratch), args.repeat)
+        listing_cost(Path(scratch))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -345,3 +347,58 @@ def test_jsonl_errors_name_file_lines_and_partial_fields_are_dropped(tmp_path):
     batch = ratioscope.load(path)
     assert batch.entropy is None and batch.num_tokens == 6
     assert any("dropped per-token field 'entropy': missing on line 2" in w for w in batch.warnings)
+
+
+@pytest.mark.parametrize("found", [True, False])
+def test_a_repeated_listing_lists_what_expand_paths_lists_look_after_look(tmp_path, found):
+    """RepeatedListing (a watch's looks) gives expand_paths' files in its order, with
+    each file's status, as files come, go, change kind and hide behind pickles."""
+    import os
+
+    from ratioscope.io.loaders import FoundPath, RepeatedListing
+
+    run = tmp_path / "run"
+    (run / "step_10").mkdir(parents=True)
+    listing = RepeatedListing([run], shard_reports=True, found=found)
+
+    def check() -> None:
+        want = expand_paths([run], allow_empty=True, shard_reports=True)
+        got = listing.look()
+        assert [path for path, _ in got] == want
+        for path, status in got:
+            assert type(path) is (FoundPath if found else type(run))
+            assert (status.st_size, status.st_mtime_ns) == (
+                os.stat(path).st_size,
+                os.stat(path).st_mtime_ns,
+            )
+
+    check()  # empty
+    for name in ("step_2.pt", "step_10.pt", "step_1.safetensors", "notes.txt", ".step_3.pt.tmp"):
+        (run / name).write_bytes(b"x")
+        check()
+    (run / "step_10" / "rank_0.json").write_text("{}")  # a shard report
+    (run / "step_10" / "rank_1.json").write_text("{}")
+    check()
+    (run / "folded").symlink_to(run / "step_10", target_is_directory=True)  # a linked folder
+    (run / "step_10" / "loop").symlink_to(run, target_is_directory=True)  # a loop
+    check()
+    (run / "step_3.pkl").write_bytes(b"x")  # pickles are left out beside other dumps
+    check()
+    for name in ("step_2.pt", "step_10.pt", "step_1.safetensors"):
+        (run / name).unlink()
+        check()  # ... and listed when they are all there is
+    (run / "step_4.pt").mkdir()  # a folder with a dump's suffix is no file
+    (run / "step_3.pkl").unlink()
+    (run / "step_3.pkl").mkdir()
+    check()
+    (run / "step_4.pt").rmdir()
+    (run / "step_4.pt").write_bytes(b"xy")  # the same name, a file again
+    (run / "dangling.pt").symlink_to(run / "nowhere.pt")
+    os.mkfifo(run / "step_5.pt")  # not a regular file: left out
+    check()
+    plain = tmp_path / "step_7.pt"
+    plain.write_bytes(b"x")
+    for paths in ([plain], [run, plain], [str(run / "step_*.pt")]):  # expand_paths' way
+        again = RepeatedListing(paths, shard_reports=True, found=found)
+        want = expand_paths(paths, allow_empty=True, shard_reports=True)
+        assert [path for path, _ in again.look()] == [p if found else Path(p) for p in want]

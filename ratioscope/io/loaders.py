@@ -10,8 +10,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path, PosixPath, WindowsPath
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 T = TypeVar("T")
+P = TypeVar("P", bound=Path)
 
 
 @dataclass(frozen=True)
@@ -255,21 +257,7 @@ def walk_files(directory: Path) -> list[Path]:
     """The files under ``directory``, at any depth, through symbolic links to folders too
     (users arrange a run's step folders as links), each real folder entered once: a link
     back to a folder above is a loop, and the files it leads to are already listed."""
-    entered: set[tuple[int, int]] = set()
-    files: list[Path] = []
-    for root, folders, names in os.walk(directory, followlinks=True):
-        try:
-            status = os.stat(root)
-        except OSError:  # gone while walking
-            folders[:] = []
-            continue
-        identity = (status.st_dev, status.st_ino)
-        if identity in entered:
-            folders[:] = []
-            continue
-        entered.add(identity)
-        files.extend(Path(root) / name for name in names)
-    return files
+    return [Path(root) / name for root, name in _walk_names(directory)]
 
 
 def expand_paths(
@@ -325,6 +313,124 @@ def expand_paths(
     for file in files:
         unique.setdefault(file, Path(file) if file in named else file)
     return list(unique.values())
+
+
+class RepeatedListing:
+    """:func:`expand_paths` of the same ``paths`` (``allow_empty``) again and again, with
+    each file's ``os.stat`` (a watch looking at its run): where ``paths`` is one
+    directory, the work on a file's name (whether it is a dump, its place in the natural
+    order, its path object) is done the first time the name is seen, so a look costs a
+    walk and a stat per file, not the whole of :func:`expand_paths` (about a tenth).
+    Other paths take :func:`expand_paths` each time. The files and their order are
+    :func:`expand_paths`' (``tests/test_loaders.py`` compares them)."""
+
+    def __init__(
+        self, paths: Sequence[str | Path], shard_reports: bool = False, found: bool = True
+    ) -> None:
+        self.paths = list(paths)
+        self.shard_reports = shard_reports
+        #: whether the files are :class:`FoundPath` (as :func:`expand_paths` gives them)
+        #: or plain paths
+        self.found = found
+        #: (folder, name) -> its path when it names a dump (or a shard report), else None
+        self._names: dict[tuple[str, str], Path | None] = {}
+        self._keys: dict[Path, list[Any]] = {}  # each dump's natural sort key
+        self._order: list[Path] = []  # the previous look's dumps, in order
+        self._pickles: set[Path] = set()  # those in pickle files (left out beside others)
+
+    def look(self) -> list[tuple[Path, os.stat_result]]:
+        """The files, in :func:`expand_paths`' order, each with its status now (a file
+        gone since the walk is left out)."""
+        directory = self._directory()
+        if directory is None:
+            found = expand_paths(self.paths, allow_empty=True, shard_reports=self.shard_reports)
+            return list(_statuses(found if self.found else [Path(p) for p in found]))
+        found = self._walk(directory)
+        self._pickles.intersection_update(found)  # those gone since are forgotten
+        statuses = dict(_statuses(found))
+        order = self._ordered(statuses)
+        pickles = self._pickles
+        kept = [path for path in order if path not in pickles] if pickles else order
+        return [(path, statuses[path]) for path in (kept or order)]
+
+    def _directory(self) -> Path | None:
+        if len(self.paths) != 1:
+            return None
+        text = str(self.paths[0])
+        path = Path(text)
+        if _GLOB_CHARS.search(text) and not path.exists():
+            return None
+        return path if path.is_dir() else None
+
+    def _walk(self, directory: Path) -> list[Path]:
+        """The dump files under ``directory`` as :func:`walk_files` finds them (a name
+        of an earlier look reused), regular files or not."""
+        names: dict[tuple[str, str], Path | None] = {}
+        found: list[Path] = []
+        for root, name in _walk_names(directory):
+            key = (root, name)
+            path = self._names[key] if key in self._names else self._dump_path(root, name)
+            names[key] = path
+            if path is not None:
+                found.append(path)
+        self._names = names  # names gone since are forgotten
+        return found
+
+    def _dump_path(self, root: str, name: str) -> Path | None:
+        path = Path(root) / name
+        if name.startswith("."):
+            return None
+        suffix = path.suffix.lower()
+        if suffix in SUFFIXES or (self.shard_reports and SHARD_REPORT.search(path.as_posix())):
+            found = FoundPath(path) if self.found else path
+            if suffix in (".pkl", ".pickle"):
+                self._pickles.add(found)
+            return found
+        return None
+
+    def _ordered(self, statuses: Mapping[Path, os.stat_result]) -> list[Path]:
+        """The regular files of ``statuses`` in natural order: the previous order with
+        the new files after it, sorted (a sort that finds one long run, new files aside)."""
+        files = [path for path, status in statuses.items() if stat.S_ISREG(status.st_mode)]
+        current = set(files)
+        previous = [path for path in self._order if path in current]
+        if len(previous) != len(files):
+            known = set(previous)
+            previous.extend(path for path in files if path not in known)
+            for path in previous:
+                if path not in self._keys:
+                    self._keys[path] = _natural_key(path)
+            previous.sort(key=self._keys.__getitem__)
+        self._order = previous
+        self._keys = {path: self._keys[path] for path in previous}
+        return previous
+
+
+def _walk_names(directory: Path) -> Iterator[tuple[str, str]]:
+    """(folder, name) of every file :func:`walk_files` lists."""
+    entered: set[tuple[int, int]] = set()
+    for root, folders, names in os.walk(directory, followlinks=True):
+        try:
+            status = os.stat(root)
+        except OSError:  # gone while walking
+            folders[:] = []
+            continue
+        identity = (status.st_dev, status.st_ino)
+        if identity in entered:
+            folders[:] = []
+            continue
+        entered.add(identity)
+        for name in names:
+            yield root, name
+
+
+def _statuses(paths: Iterable[P]) -> Iterator[tuple[P, os.stat_result]]:
+    """Each path with its ``os.stat`` (following links), those gone left out."""
+    for path in paths:
+        try:
+            yield path, os.stat(path)
+        except OSError:
+            continue
 
 
 def load_file(path: str | Path, options: LoadOptions | None = None) -> TokenBatch:

@@ -161,12 +161,15 @@ class RunWatch:
         from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options
         from ratioscope.analysis.steps import compile_step_from
         from ratioscope.errors import ParameterError
-        from ratioscope.io.loaders import expand_paths
+        from ratioscope.io.loaders import RepeatedListing, expand_paths
 
         if settle < 0:
             raise ParameterError("settle", f"must be >= 0 seconds, got {settle}")
         self.paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
         expand_paths(self.paths, allow_empty=True)  # a path that does not exist fails now
+        self.listing = RepeatedListing(self.paths, shard_reports=True, found=False)
+        #: whether each file seen is a report (JSON), not a dump
+        self.report_files: dict[Path, bool | None] = {}
         self.step_from = step_from
         self.pattern = compile_step_from(step_from)
         self.params, self.load_options = _split_options(params, load_options, {})
@@ -267,17 +270,19 @@ class RunWatch:
     def _look(self) -> dict[Path, FileSeen]:
         """The run's files now (hidden files, a writer's temporaries, left out)."""
         from ratioscope.errors import UsageError
-        from ratioscope.io.loaders import expand_paths
         from ratioscope.io.paths import is_report_path
 
-        current: dict[Path, FileSeen] = {}
-        for path in expand_paths(self.paths, allow_empty=True, shard_reports=True):
-            try:
-                status = os.stat(path)
-            except OSError:  # gone since the walk
-                continue
-            current[Path(path)] = FileSeen(status.st_size, status.st_mtime_ns)
-        kinds = {is_report_path(p) for p in current}
+        current = {
+            path: FileSeen(status.st_size, status.st_mtime_ns)
+            for path, status in self.listing.look()
+        }
+        known = self.report_files
+        reports = {path: known.get(path, None) for path in current}
+        for path, kind in reports.items():
+            if kind is None:
+                reports[path] = is_report_path(path)
+        self.report_files = reports  # files gone since are forgotten
+        kinds = set(reports.values())
         if len(kinds) > 1:
             raise UsageError("the run holds dumps and analyze report JSON files: watch one kind")
         if kinds:
