@@ -320,7 +320,8 @@ class RepeatedListing:
     each file's ``os.stat`` (a watch looking at its run): where ``paths`` is one
     directory, the work on a file's name (whether it is a dump, its place in the natural
     order, its path object) is done the first time the name is seen, so a look costs a
-    walk and a stat per file, not the whole of :func:`expand_paths` (about a tenth).
+    walk and a stat per file: about a quarter of :func:`expand_paths` and a stat per
+    file in one folder, half with a folder a step (``bench_watch.py --only-listing``).
     Other paths take :func:`expand_paths` each time. The files and their order are
     :func:`expand_paths`' (``tests/test_loaders.py`` compares them)."""
 
