@@ -398,3 +398,57 @@ def test_the_live_view_shows_the_verdict_the_levels_and_the_vitals(tmp_path):
     shots = os.environ.get("RATIOSCOPE_SCREENSHOTS")
     if shots:
         Path(shots, "watch-live.svg").write_text(console.export_svg(title="ratioscope watch"))
+
+
+@pytest.mark.parametrize(
+    ("options", "builds"),
+    [
+        ([], False),  # the verdict is all a look needs
+        (["--exit-on", "red"], False),
+        (["--json", "t.json"], True),
+        (["--on-red", "true"], True),  # the hook's variables read the red step
+    ],
+)
+def test_a_look_builds_the_timeline_only_for_what_needs_it(tmp_path, monkeypatch, options, builds):
+    """watch --once on a run that turns red: the timeline (which grows with the run) is
+    made after a look only for --json/--html, trackers or --on-red; --exit-on reads the
+    verdict the fold keeps, the same as the timeline's."""
+    for step in range(6):
+        noise = 0.05 if step < 3 else 0.8
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, 1e9, noise)
+    made: list[int] = []
+    timeline = RunWatch.timeline
+
+    def counted(self, *args, **kwargs):
+        made.append(1)
+        return timeline(self, *args, **kwargs)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(RunWatch, "timeline", counted)
+    result = CliRunner().invoke(app, ["watch", "run", "--once", "--quiet", *options])
+    first_red = ratioscope.timeline(tmp_path / "run").verdict.first_red
+    assert first_red is not None
+    assert result.exit_code == (4 if "--exit-on" in options else 0), result.output
+    assert bool(made) is builds
+
+
+def test_a_watch_gives_the_verdict_its_timeline_gives(tmp_path):
+    from ratioscope.views.trackers import timeline_metrics
+    from ratioscope.views.watch import reached
+
+    clock = Clock()
+    (tmp_path / "run").mkdir()
+    watch = RunWatch(tmp_path / "run", settle=0.0, clock=clock)
+    assert watch.verdict() is None
+    for step in range(6):
+        noise = 0.05 if step < 3 else 0.8
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, clock.now - 1, noise)
+        watch.poll()
+        result = watch.timeline(whole=False, state=False)
+        assert watch.verdict() == result.verdict
+        for level in ("red", "yellow"):
+            assert reached(watch.verdict(), level) == reached(result, level)
+    assert reached(watch.verdict(), "red") is not None
+    every = timeline_metrics(result)
+    assert timeline_metrics(result, after=2) == [(s, m) for s, m in every if s > 2]
+    assert [s for s, _ in every] == list(range(6)) and all(m for _, m in every)

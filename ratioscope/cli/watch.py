@@ -80,6 +80,7 @@ from ratioscope.cli.timeline import (
 if TYPE_CHECKING:
     import subprocess
 
+    from ratioscope.judgement.verdict import Verdict
     from ratioscope.render.terminal.watch import WatchState
     from ratioscope.views.timeline import RunFold, Timeline
     from ratioscope.views.trackers import Tracker
@@ -319,7 +320,7 @@ class _Session:
         self.hook: subprocess.Popen[bytes] | None = None
         self.stop = threading.Event()
         self.signal: int | None = None
-        self.result: Timeline | None = None  # the timeline after the latest look
+        self.verdict: Verdict | None = None  # the run's verdict after the latest look
 
     def follow(self, interval: float, once: bool) -> int:
         """Look until stopped; the exit code."""
@@ -406,12 +407,18 @@ class _Session:
         if poll.refolded:
             self._event("a step changed after it was read: the run was folded again")
         self.state.waiting, self.state.lag = poll.waiting, poll.lag or self.state.lag
+        from ratioscope.views.watch import reached
+
         if not poll.added and not poll.refolded:
             return
+        self.verdict = self.run.verdict()
         writes = self.json_out is not None or self.html_out is not None
+        red = reached(self.verdict, "red") is not None
+        alarm = self.on_red is not None and self.hook is None and red
+        if not (writes or self.trackers or alarm):
+            return  # the verdict is all a look needs: the timeline grows with the run
         # the documents write the pooled report's params, warnings and vitals only
         result = self.run.timeline(whole=False, state=False, outline=writes)
-        self.result = result
         if result is None:
             return
         self._write(result)
@@ -433,9 +440,8 @@ class _Session:
         if not self.trackers:
             return
         levels = level_metric(result)
-        for step, metrics in timeline_metrics(result):
-            if self.logged is not None and step <= self.logged:
-                continue  # given before (a run folded again keeps its steps)
+        # the steps given before are left out (a run folded again keeps its steps)
+        for step, metrics in timeline_metrics(result, after=self.logged):
             if step in levels:
                 metrics[LEVEL_METRIC] = levels[step]
             for tracker in self.trackers:
@@ -462,7 +468,7 @@ class _Session:
 
         if self.exit_on is None:
             return 0
-        step = reached(self.result, self.exit_on.value)
+        step = reached(self.verdict, self.exit_on.value)
         if step is None:
             return 0
         self._event(

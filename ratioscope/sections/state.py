@@ -141,9 +141,12 @@ class Declared:
         """Fold ``other``'s declared fields into this one's, each by its reduction."""
         if type(other) is not type(self):
             raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
-        with torch.inference_mode():
-            for f in self._declared:
-                setattr(self, f.name, f.reduce(getattr(self, f.name), getattr(other, f.name)))
+        if not torch.is_inference_mode_enabled():  # entered once, not by each nested record
+            with torch.inference_mode():
+                self.merge_state(other)
+            return
+        for f in self._declared:
+            setattr(self, f.name, f.reduce(getattr(self, f.name), getattr(other, f.name)))
 
     def dump_state(self) -> dict[str, Any]:
         """The JSON block of the declared fields, in declaration order."""

@@ -65,18 +65,23 @@ def headline_metrics(
     return {name: value for name, value in values.items() if value is not None}
 
 
-def timeline_metrics(result: Timeline) -> list[tuple[int, dict[str, float]]]:
-    """``(step, {tracker name: value})`` for every step of a timeline, in step order."""
+def timeline_metrics(
+    result: Timeline, after: int | None = None
+) -> list[tuple[int, dict[str, float]]]:
+    """``(step, {tracker name: value})`` for every step of a timeline (those after step
+    ``after`` only, when given), in step order."""
+    keys = {h.key for h in result.headlines}
     return [
         (
             step.step,
             {
                 metric_name(key): value
                 for key, value in step.values.items()
-                if value is not None and key in {h.key for h in result.headlines}
+                if value is not None and key in keys
             },
         )
         for step in result.steps
+        if after is None or step.step > after
     ]
 
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ratioscope import defaults
 from ratioscope.analysis.steps import StepFiles
@@ -60,9 +60,8 @@ LEVEL_METRIC = "ratioscope/verdict.level"
 KEEP_WHOLE_EVERY = 16
 
 
-@dataclass(frozen=True)
-class FileSeen:
-    """A file as one look saw it."""
+class FileSeen(NamedTuple):
+    """A file as one look saw it (a tuple: a look compares thousands of them)."""
 
     size: int
     mtime_ns: int
@@ -216,6 +215,13 @@ class RunWatch:
             step_from=self.step_from, warnings=warnings, whole=whole, state=state, outline=outline
         )
 
+    def verdict(self) -> Verdict | None:
+        """The run's verdict after the steps folded so far (None before the first): the
+        timeline's, without building it."""
+        if self.folded is None or not self.folded.steps:
+            return None
+        return self.folded.fold.judging.verdict()
+
     def poll(
         self,
         progress: ProgressCallback | None = None,
@@ -244,8 +250,9 @@ class RunWatch:
         self.seen = current
         notes: list[str] = []
         by_step: dict[int, list[Path]] = {}
+        steps_of = self.file_steps
         for path in current:
-            step = self._step_of(path, path in ready, notes)
+            step = steps_of[path] if path in steps_of else self._step_of(path, path in ready, notes)
             if step is not None:
                 by_step.setdefault(step, []).append(path)
         desired: list[StepFiles] = []
@@ -256,7 +263,7 @@ class RunWatch:
             if waiting or not all(path in ready for path in files):
                 waiting += 1  # this step, or one before it, is being written
                 continue
-            signature = tuple((str(p), current[p].size, current[p].mtime_ns) for p in files)
+            signature = tuple((str(p), *current[p]) for p in files)
             known = self.skipped.get(step)
             if known is not None and known[0] == signature:
                 continue
@@ -554,9 +561,12 @@ def red_hook_environment(
     }
 
 
-def reached(result: Timeline | None, level: str) -> int | None:
-    """The first step after which the verdict was ``level`` or worse (None: none)."""
-    verdict = None if result is None else result.verdict
+def reached(result: Timeline | Verdict | None, level: str) -> int | None:
+    """The first step after which the verdict (a timeline's, or the verdict itself) was
+    ``level`` or worse (None: none)."""
+    from ratioscope.views.timeline import Timeline
+
+    verdict = result.verdict if isinstance(result, Timeline) else result
     if verdict is None:
         return None
     return verdict.first_red if level == "red" else verdict.first_yellow
