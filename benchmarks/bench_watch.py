@@ -1,4 +1,4 @@
-"""``ratioscope watch`` and the step cache (docs/watch.md): six measurements.
+"""``ratioscope watch`` and the step cache (docs/watch.md): seven measurements.
 
 1. **cached vs fresh**: ``ratioscope.timeline`` of a bundled run (sample_data/runs/
    healthy-s1, 30 steps) without a cache (the peer), into an empty cache, and from the
@@ -22,21 +22,31 @@
    outline), without them, and for ``RunWatch(whole=True)`` (the whole report with state
    after each look).
 6. **a look's listing as the run grows**: the files of 100, 1,000 and 3,000 steps
-   listed by the watch's ``RepeatedListing`` (each name's work done once) against
+   listed by the watch's ``RepeatedListing`` (each name's work done once, each folder
+   listed again only when it changed, once it is older than the margin) against
    ``expand_paths`` and a stat per file (what each look did before): ms per look and
    the ratio.
+7. **a look's CPU as the run grows**: a watch that has folded 10, 100 and 1,000 steps
+   (the bundled run's files again, one folder a step, regular files as a trainer writes
+   them; no cache, one thread; the steps older than the margin) sees one more step; the
+   look's process CPU (the command's look: the poll and the verdict; and with
+   ``--json``/``--html``: the outline of the pooled report too) against that step's
+   analysis alone (``ratioscope.timeline`` of the one step, the peer): what the look
+   adds beyond its step, in ms and as a share of the step.
 
-    python benchmarks/bench_watch.py                 # all six (about 6 minutes on 2 cores)
+    python benchmarks/bench_watch.py                 # all seven (about 7 minutes on 2 cores)
     python benchmarks/bench_watch.py --steps 2000    # a shorter memory run
     python benchmarks/bench_watch.py --skip-memory
     python benchmarks/bench_watch.py --only-overhead    # measurement 5 (about 30 s)
     python benchmarks/bench_watch.py --only-overhead --repeat 8   # steadier (best of 8)
     python benchmarks/bench_watch.py --only-listing     # measurement 6 (about 10 s)
+    python benchmarks/bench_watch.py --only-growth      # measurement 7 (about 1 minute)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -49,6 +59,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RUN = ROOT / "sample_data" / "runs" / "healthy-s1" / "capture"
+#: seconds after which a folder's listing is kept (FolderListings' margin, and a little)
+SETTLED = 2.5
 
 WRITER = r"""
 import shutil, sys, time
@@ -231,8 +243,6 @@ def listing_cost(scratch: Path, counts: tuple[int, ...] = (100, 1000, 3000)) -> 
     """How a look's listing of the run grows with its steps: the watch's
     ``RepeatedListing`` against expand_paths and a stat per file (what a look did
     before; the peer), the best of five looks each, at each number of steps."""
-    import os
-
     from ratioscope.io.loaders import RepeatedListing, expand_paths
 
     files = sorted(p for folder in sorted(RUN.iterdir()) for p in folder.iterdir())
@@ -264,8 +274,77 @@ def listing_cost(scratch: Path, counts: tuple[int, ...] = (100, 1000, 3000)) -> 
             (folder / source.name).symlink_to(source)
         made = count
         listing.look()  # the new names, seen once (a look after each step does this)
+        time.sleep(SETTLED)  # the folders as a later look sees them: their listings kept
         ours, theirs = best(listing.look), best(peer)
         print(f"   {count:>5,}   {ours:15.2f}   {theirs:26.2f}   {ours / theirs:5.2f}")
+
+
+def regular_file(source: Path, target: Path) -> None:
+    """``target`` a regular file with ``source``'s bytes: a hard link where the two
+    share a file system, else a copy (a link to a file costs the walk a stat)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def look_as_the_run_grows(
+    scratch: Path, counts: tuple[int, ...] = (10, 100, 1000), looks: int = 5
+) -> None:
+    """A look's process CPU once the watch has folded ``counts`` steps, against the new
+    step's analysis alone; the median of ``looks`` looks (one new step each) at each
+    count, for the command without outputs and with ``--json``/``--html``."""
+    import torch
+
+    import ratioscope
+    from ratioscope.views.watch import RunWatch
+
+    torch.set_num_threads(1)
+    files = sorted(p for folder in sorted(RUN.iterdir()) for p in folder.iterdir())
+    ratioscope.timeline(files[:2])  # imports and first calls, not measured
+    variants = {"watch": False, "watch --json/--html": True}
+    print("7. one look once the watch has folded N steps (the bundled files again, "
+          "no cache, one thread): process CPU, median of "
+          f"{looks} looks")  # fmt: skip
+    print("   steps   the step alone (peer)   variant                look    beyond the step")
+    for variant, outline in variants.items():
+        target = scratch / f"growing-{int(outline)}"
+        target.mkdir()
+        watch = RunWatch(target, settle=0.0)
+        made = 0
+
+        def link(count: int, target: Path = target) -> list[Path]:
+            nonlocal made
+            added = []
+            for step in range(made, made + count):  # a folder a step, as a trainer writes
+                added.append(target / f"step_{step:06d}")
+                added[-1].mkdir()
+                source = files[step % len(files)]
+                regular_file(source, added[-1] / source.name)
+            made += count
+            return added
+
+        for count in counts:
+            link(count - made)
+            watch.poll()  # the steps up to ``count``, folded together, not measured
+            time.sleep(SETTLED)  # older than the margin, as a run's earlier steps are
+            own, look = [], []
+            for _ in range(looks):
+                (added,) = link(1)
+                started = time.process_time()
+                ratioscope.timeline([added])
+                own.append(time.process_time() - started)
+                started = time.process_time()
+                poll = watch.poll()
+                watch.verdict()
+                if outline:  # what the documents write: params, warnings, vitals
+                    watch.timeline(whole=False, state=False, outline=True)
+                look.append(time.process_time() - started)
+                if len(poll.added) != 1:
+                    raise SystemExit(f"{added.name}: the look added {poll.added}")
+            peer, ours = 1000 * statistics.median(own), 1000 * statistics.median(look)
+            print(f"   {count:>5,}   {peer:18.1f} ms   {variant:<20} {ours:6.1f} ms   "
+                  f"{ours - peer:+6.1f} ms ({100 * (ours / peer - 1):+.0f} %)")  # fmt: skip
 
 
 def main() -> None:
@@ -276,6 +355,7 @@ def main() -> None:
     parser.add_argument("--skip-lag", action="store_true")
     parser.add_argument("--only-overhead", action="store_true", help="measurement 5 alone")
     parser.add_argument("--only-listing", action="store_true", help="measurement 6 alone")
+    parser.add_argument("--only-growth", action="store_true", help="measurement 7 alone")
     parser.add_argument(
         "--repeat", type=int, default=3, help="measurement 5: runs of each variant (best kept)"
     )
@@ -287,6 +367,9 @@ def main() -> None:
         if args.only_listing:
             listing_cost(Path(scratch))
             return
+        if args.only_growth:
+            look_as_the_run_grows(Path(scratch))
+            return
         cached_vs_fresh(Path(scratch))
         if not args.skip_lag:
             lag_behind_a_writer(Path(scratch), args.every)
@@ -294,6 +377,7 @@ def main() -> None:
             memory_over_steps(Path(scratch), args.steps)
         watch_overhead(Path(scratch), args.repeat)
         listing_cost(Path(scratch))
+        look_as_the_run_grows(Path(scratch))
 
 
 if __name__ == "__main__":

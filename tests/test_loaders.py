@@ -402,3 +402,104 @@ def test_a_repeated_listing_lists_what_expand_paths_lists_look_after_look(tmp_pa
         again = RepeatedListing(paths, shard_reports=True, found=found)
         want = expand_paths(paths, allow_empty=True, shard_reports=True)
         assert [path for path, _ in again.look()] == [p if found else Path(p) for p in want]
+
+
+def _run_of_folders(run: Path) -> None:
+    """Step folders with a file each, a nested folder, a link to a folder, a loop and
+    a dangling link: the kinds of entry a walk meets."""
+    for step in (1, 2, 10):
+        (run / f"step_{step}").mkdir(parents=True)
+        (run / f"step_{step}" / "rank_0.pt").write_bytes(b"x")
+    (run / "step_2" / "ranks" / "deeper").mkdir(parents=True)
+    (run / "step_2" / "ranks" / "rank_1.pt").write_bytes(b"x")
+    (run / "linked").symlink_to(run / "step_10", target_is_directory=True)
+    (run / "step_1" / "loop").symlink_to(run, target_is_directory=True)
+    (run / "step_1" / "dangling.pt").symlink_to(run / "nowhere.pt")
+
+
+def test_folder_listings_walk_as_os_walk_look_after_look(tmp_path):
+    """FolderListings (a watch's walk, folders' listings kept) yields what _walk_names
+    yields, in its order, as files and folders come, go and change, with the kept
+    listings in use (a clock ahead of the folders' times)."""
+    import os
+    import shutil
+    import time
+
+    from ratioscope.io.loaders import FolderListings, _walk_names
+
+    run = tmp_path / "run"
+    _run_of_folders(run)
+    listings = FolderListings(clock=lambda: time.time_ns() + 10**10)
+
+    def check() -> None:
+        want = list(_walk_names(run))
+        assert list(listings.names(run)) == want
+        assert list(listings.names(run)) == want  # from the kept listings
+
+    check()
+    (run / "step_1" / "rank_1.pt").write_bytes(b"x")  # a file comes to a listed folder
+    check()
+    (run / "step_2" / "ranks" / "rank_1.pt").unlink()  # ... and goes from a deeper one
+    check()
+    (run / "step_2" / "ranks" / "deeper" / "rank_2.pt").write_bytes(b"x")
+    check()
+    (run / "linked").unlink()  # a link to a folder pointed elsewhere
+    (run / "linked").symlink_to(run / "step_2", target_is_directory=True)
+    check()
+    shutil.rmtree(run / "step_10")  # a folder gone, and the same name a file
+    (run / "step_10").write_bytes(b"x")
+    check()
+    (run / "step_10").unlink()  # ... and a folder again, with other files
+    (run / "step_10").mkdir()
+    (run / "step_10" / "rank_3.pt").write_bytes(b"x")
+    check()
+    os.rename(run / "step_1", run / "step_11")  # a folder renamed
+    check()
+
+
+def test_folder_listings_list_again_only_the_folders_that_changed(tmp_path, monkeypatch):
+    """A folder's listing is kept while its times are unchanged and more than the
+    margin old; the directory itself is listed at every walk, and every folder again
+    once ``full_s`` has passed."""
+    import os
+    import time
+
+    from ratioscope.io import loaders
+
+    run = tmp_path / "run"
+    _run_of_folders(run)
+    listed: list[str] = []
+    real = loaders._list_folder
+
+    def counting(root: str) -> tuple[list[str], list[str], bool]:
+        listed.append(root)
+        return real(root)
+
+    monkeypatch.setattr(loaders, "_list_folder", counting)
+    ahead = [0]
+    start = time.time_ns()
+    listings = loaders.FolderListings(margin_s=2.0, full_s=60.0, clock=lambda: start + ahead[0])
+
+    def walk() -> set[str]:
+        listed.clear()
+        assert list(listings.names(run)) == list(loaders._walk_names(run))
+        return {str(Path(root).relative_to(run)) for root in listed}
+
+    hour_ago = start - 3600 * 10**9  # a writer that sets a folder's mtime back
+    os.utime(run / "step_1", ns=(hour_ago, hour_ago))  # (its ctime is now: not settled)
+    every = walk()  # the first walk lists every folder, once each
+    assert len(listed) == len(every)
+    assert every - {"step_10", "linked"} == {
+        ".", "step_1", "step_2", "step_2/ranks", "step_2/ranks/deeper"
+    }  # fmt: skip
+    assert len(every & {"step_10", "linked"}) == 1  # one folder, two names: entered once
+    assert walk() == every  # the folders' times are within the margin: listed again
+    ahead[0] = 10**10  # ten seconds on: their listings are kept
+    assert walk() == every  # (kept as this walk lists them)
+    assert walk() == {"."}
+    (run / "step_2" / "ranks" / "rank_2.pt").write_bytes(b"x")  # that folder's times change
+    assert walk() == {".", "step_2/ranks"}
+    assert walk() == {"."}  # its new times are more than the margin behind the clock
+    ahead[0] = 75 * 10**9  # a minute on from the first walk: every folder again
+    assert walk() == every
+    assert walk() == {"."}
