@@ -442,8 +442,9 @@ class FolderListings:
     file system's clock is within ``margin_s`` of this machine's. For a file system
     whose clock is further off (or an NFS client holding a folder's attributes), every
     ``full_s`` seconds the walk lists every folder again: a change is seen then at the
-    latest. The directory itself is listed at every walk (the new steps of a run).
-    ``clock`` (nanoseconds) is for tests."""
+    latest, as is a link in a kept folder whose target changed kind (a file become a
+    folder) while the link stayed. The directory itself is listed at every walk (the
+    new steps of a run). ``clock`` (nanoseconds) is for tests."""
 
     def __init__(
         self,
