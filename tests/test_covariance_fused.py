@@ -10,6 +10,8 @@ adds per row where torch sums per chunk, and ``exp``/``log`` may differ in the l
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -192,3 +194,108 @@ def test_compiled_bin_index_equals_the_histogram_module():
     all_bins(values, out)
     expected = bins.bin_index(torch.from_numpy(values)).numpy()
     assert np.array_equal(out, expected)
+
+
+def _edge_positions(rng: np.random.Generator) -> np.ndarray:
+    """Magnitudes at, beside and near the histogram's bin edges (in bins: 0 to 0.01 of
+    a bin from an edge, on both sides), and random ones over 12 decades."""
+    from ratioscope.functional import histogram as bins
+
+    k = np.arange(0, bins.MAGNITUDE_BINS, 7)[:, None]
+    near = np.concatenate([np.linspace(-0.01, 0.01, 41), [-1e-4, -3e-6, 3e-6, 1e-4]])
+    positions = (k + near[None, :]).ravel()
+    edges = 10.0 ** (bins.MIN_EXP + positions / bins.PER_DECADE)
+    return np.concatenate([edges, 10.0 ** rng.uniform(-9, 3, size=20_000)])
+
+
+def test_bin_of_log_gives_the_bin_of_the_log_at_every_edge():
+    """bin_of_log(value, estimate, error), estimate anywhere within error of
+    log(value), is bin_value(log(value)): at bin edges and beside them, for errors from
+    none to the largest it takes the estimate for and beyond (where it takes the log)."""
+    import numba
+
+    from ratioscope.functional._binning import _LOG_SAFE, bin_of_log, bin_value
+
+    @numba.njit
+    def both(values, estimates, errors, ours, exact):
+        for i in range(values.size):
+            ours[i] = bin_of_log(values[i], estimates[i], errors[i])
+            exact[i] = bin_value(np.log(values[i]))
+
+    rng = np.random.default_rng(1)
+    magnitudes = _edge_positions(rng)
+    magnitudes = magnitudes[magnitudes < 700]  # exp(-log) above 0, exp(log) finite
+    logs = np.concatenate([-magnitudes, magnitudes])
+    values = np.exp(logs)
+    exact_logs = np.log(values)
+    cases = []
+    for scale in (0.0, 1e-16, 0.25, 0.999, 1.5, 20.0):  # of the largest error taken
+        errors = np.maximum(np.abs(exact_logs) * _LOG_SAFE * scale, 1e-300)
+        for side in (-1.0, 1.0, None):
+            shift = rng.uniform(-1, 1, size=errors.size) if side is None else side
+            cases.append((values, exact_logs + shift * errors, errors))
+    values, estimates, errors = (np.concatenate(parts) for parts in zip(*cases, strict=True))
+    ours = np.empty(values.size, dtype=np.int64)
+    exact = np.empty(values.size, dtype=np.int64)
+    both(values, estimates, errors, ours, exact)
+    assert np.array_equal(ours, exact)
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_last_pass_bins_log_w_as_its_formula_at_the_edges(narrow):
+    """The last compiled pass's bins of log w and log w~ (from u and u + log f, the
+    log only near an edge) against the formula itself, bin_value(log(w)) of the stored
+    w = exp(-c^2 / 2 sigma^2) and w~ = w f, for tokens whose log w and log w~ lie at
+    and beside the bin edges, in float32 (the stores rounded) and float64."""
+    from ratioscope.functional import histogram as bins
+    from ratioscope.functional._binning import bin_value
+    from ratioscope.functional.covariance_fused import kernels
+
+    dtype = np.float32 if narrow else np.float64
+    rng = np.random.default_rng(2)
+    targets = _edge_positions(rng)
+    # w and w~ normal numbers, sub-normal, zero and infinite (float32 and float64)
+    targets = np.concatenate([targets[targets < 70], np.geomspace(70, 760, 300)])
+    width = 64
+    rows = -(-targets.size // width)
+    u_target = -np.resize(targets, rows * width).reshape(rows, width)
+    two_variance = 2.0
+    c = np.sqrt(-u_target * two_variance)
+    lp = c.astype(dtype)  # mean log pi 0 and A - mean A = 1: c is log pi
+    adv = np.ones((rows, width), dtype=dtype)
+    # each row its own scope, whose factor puts its first token's log w~ at an edge
+    first_u = -(lp[:, 0].astype(np.float64) ** 2) / two_variance
+    v_target = -np.resize(targets[::-1], rows) * rng.choice([-1.0, 1.0], size=rows)
+    with np.errstate(over="ignore", divide="ignore"):  # a zero and an infinite w~ too
+        factor = np.exp(v_target - first_u)
+        factor[0] = 1.0
+        log_factor = np.log(factor)  # w~ = w: the edges of log w again
+    mask = np.ones((rows, width), dtype=np.bool_)
+    mask[1, 5:9] = False
+    scope = np.arange(rows, dtype=np.int64)
+    means = np.zeros((rows, 3))
+    kernel = np.full(rows, two_variance)
+    flat = np.zeros(rows, dtype=np.bool_)
+    flat[2] = True  # w = 1 in a flat scope
+    counts = [np.zeros(bins.NUM_BINS, dtype=np.int64) for _ in range(3)]
+    extremes = np.array([[np.inf, -np.inf]] * 3)
+    kernels().statistics(
+        lp, adv, mask, scope, means, kernel, flat, factor, log_factor, narrow,
+        np.array([0.5, 0.1]), np.zeros(3), *counts, np.zeros(50, dtype=np.int64),
+        extremes, np.empty(rows * width, dtype=np.int32), np.empty(rows * width),
+        np.empty((rows, 14)),
+    )  # fmt: skip
+
+    want_w = np.zeros(bins.NUM_BINS, dtype=np.int64)
+    want_n = np.zeros(bins.NUM_BINS, dtype=np.int64)
+    for r, t in zip(*np.nonzero(mask), strict=True):
+        value = float(lp[r, t])  # c, as the pass makes it
+        w = 1.0 if flat[r] else math.exp(-(value * value) / two_variance)
+        normalised = w * factor[r]
+        with np.errstate(over="ignore", divide="ignore"):  # inf, and log 0 = -inf
+            if narrow:
+                w, normalised = float(np.float32(w)), float(np.float32(normalised))
+            want_w[bin_value(np.log(w))] += 1
+            want_n[bin_value(np.log(normalised))] += 1
+    assert np.array_equal(counts[1], want_w)
+    assert np.array_equal(counts[2], want_n)

@@ -120,6 +120,30 @@ def _bin_index(x: float) -> int:
 
 bin_value = jit(_bin_index)
 
+#: a relative change of a value that moves its position by at most half the margin:
+#: log10(1 + rho) PER_DECADE <= rho PER_DECADE / ln 10
+_LOG_SAFE = 0.5 * _EDGE_MARGIN * math.log(10.0) / _PER_DECADE
+
+
+def _bin_of_log(value: float, estimate: float, error: float) -> int:
+    """The bin of ``log(value)`` (value > 0), where ``estimate`` is known to lie within
+    ``error`` of the ``log`` the caller would compute: the bin of ``estimate`` where
+    that error cannot move the position across a bin edge (the value's cell lies more
+    than ``_EDGE_MARGIN`` from every edge, and ``error`` moves it by at most half the
+    margin), else the bin of ``log(value)`` itself. Saves the ``log`` of a value the
+    caller made from its ``log`` (``w = exp(u)``); the same bin either way
+    (``tests/test_covariance_fused.py`` tries values at the edges)."""
+    if abs(estimate) * _LOG_SAFE > error:  # False for NaN
+        key = ((np.float64(estimate).view(np.int64) & _ABS_BITS) >> _SHIFT) - _FIRST_KEY
+        offset = int(_CELL_OFFSETS[min(max(key, -1), _LAST_CELL) + 1])
+        if offset != _NEAR_EDGE:
+            sign = int(estimate > 0.0) - int(estimate < 0.0)
+            return _CENTER + sign * offset
+    return bin_value(math.log(value))
+
+
+bin_of_log = jit(_bin_of_log)
+
 
 def _count_values(values: Any, counts: Any) -> None:
     """counts[bin] += 1 for each of ``values`` (1-D, finite): a histogram's counts."""

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ratioscope.functional._binning import bin_of_log as _bin_of_log
 from ratioscope.functional._binning import bin_value as _bin
 from ratioscope.functional._kernels import jit
 
@@ -151,6 +152,7 @@ def _statistics(
     kernel: Any,
     flat: Any,
     factor: Any,
+    log_factor: Any,
     narrow: bool,
     thresholds: Any,
     shifts: Any,
@@ -163,10 +165,18 @@ def _statistics(
     token_c: Any,
     row_stats: Any,
 ) -> int:
-    """Pass 4 over some rows: c, w and w~ = w N / sum w (``factor`` [S]) of each valid
-    token, stored in the input's precision (``narrow``: float32), into what the section
-    reports. Rows apart can run at the same time (on threads); what is summed in floats
-    is left per token or per row for :func:`_fold_statistics` to add in file order.
+    """Pass 4 over some rows: c, w and w~ = w N / sum w (``factor`` [S], its ``log``
+    ``log_factor``) of each valid token, stored in the input's precision (``narrow``:
+    float32), into what the section reports. Rows apart can run at the same time (on
+    threads); what is summed in floats is left per token or per row for
+    :func:`_fold_statistics` to add in file order.
+
+    The bins of log w and log w~ come from u = -c^2 / 2 sigma^2 and v = u + log(N /
+    sum w), each plus the relative rounding of its float32 store (log(1 + e) = e to
+    2^-49), where w and w~ are normal numbers in their precision
+    (:func:`_binning.bin_of_log`: the bin of the estimate where the bound on its error
+    cannot cross a bin edge, else of the ``log`` itself). Two ``log`` a token saved,
+    the same bins.
 
     Integers, added here: c_counts, w_counts, normalised_counts [NUM_BINS] the bins of c,
     log w and log w~; weight_counts [W] w in W equal bins of [0, 1] (``torch.histc``).
@@ -179,11 +189,14 @@ def _statistics(
     bins_w = weight_counts.shape[0]
     shift_c, shift_w, shift_n = shifts[0], shifts[1], shifts[2]
     low_w, lower_w = thresholds[0], thresholds[1]
+    # w (w~) a normal number in its precision for u (u + log f) in (floor, -floor)
+    floor = -80.0 if narrow else -700.0
     tokens = 0
     for r in range(rows):
         s = scope[r]
         mean_lp, mean_a = means[s, 0], means[s, 1]
         two_variance, is_flat, to_normalised = kernel[s], flat[s], factor[s]
+        log_f = log_factor[s]
         row_c = row_w = row_n = 0.0
         d_c = d_w = d_n = sq_c = sq_w = sq_n = 0.0
         mass_a = mass_w = mass_n = 0.0
@@ -193,19 +206,31 @@ def _statistics(
                 continue
             a = np.float64(adv[r, t])
             c = (np.float64(lp[r, t]) - mean_lp) * (a - mean_a)
-            w = 1.0 if is_flat else math.exp(-(c * c) / two_variance)
+            u = 0.0 if is_flat else -(c * c) / two_variance
+            w = 1.0 if is_flat else math.exp(u)
             normalised = w * to_normalised
+            v = u + log_f  # about log w~
             if narrow:
                 c = np.float64(np.float32(c))
-                w = np.float64(np.float32(w))
-                normalised = np.float64(np.float32(normalised))
+                stored_w = np.float64(np.float32(w))
+                stored_n = np.float64(np.float32(normalised))
+                if u > floor and floor < v < -floor:  # the stores' rounding, to first order
+                    u += (stored_w - w) / w
+                    v += (stored_n - normalised) / normalised
+                w, normalised = stored_w, stored_n
             k = _bin(c)
             c_counts[k] += 1
             token_bins[tokens] = k
             token_c[tokens] = c
             tokens += 1
-            w_counts[_bin(math.log(w))] += 1
-            normalised_counts[_bin(math.log(normalised))] += 1
+            # u (v) within 2^-48 + 2^-50 |u| of log w (log w~): exp's, log's and the
+            # sums' rounding (an ulp or two each), the second order of the stores'
+            # (2^-49); an estimate of 0 (w = 1, or out of range) bins the log itself
+            in_range = u > floor and floor < v < -floor
+            estimate_w, estimate_n = (u, v) if in_range else (0.0, 0.0)
+            w_counts[_bin_of_log(w, estimate_w, 2.0**-48 - 2.0**-50 * u)] += 1
+            error = 2.0**-47 + 2.0**-50 * (abs(log_f) + abs(v))
+            normalised_counts[_bin_of_log(normalised, estimate_n, error)] += 1
             weight_counts[min(int(w * bins_w), bins_w - 1)] += 1
             n_low += w < low_w
             n_lower += w < lower_w

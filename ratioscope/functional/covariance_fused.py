@@ -132,6 +132,7 @@ class FusedKernelPasses:
         self.flat = np.zeros(0, dtype=np.bool_)
         self.w_sums = np.zeros(0, dtype=np.float64)
         self.factor = np.zeros(0, dtype=np.float64)  # N / sum w
+        self.log_factor = np.zeros(0, dtype=np.float64)
         self.eligible = 0
         self.totals = CovarianceTotals(weight_bins, thresholds=thresholds)
 
@@ -210,8 +211,8 @@ class FusedKernelPasses:
             counts = PartCounts(totals.weight_bins)
             tokens = compiled.statistics(
                 lp[start:stop], a[start:stop], valid[start:stop], scope[start:stop],
-                self.means, self.kernel, self.flat, self.factor, narrow, thresholds,
-                shifts, counts.c_counts, counts.w_counts, counts.normalised_counts,
+                self.means, self.kernel, self.flat, self.factor, self.log_factor, narrow,
+                thresholds, shifts, counts.c_counts, counts.w_counts, counts.normalised_counts,
                 counts.weight_counts, counts.extremes, token_bins[start * length :],
                 token_c[start * length :], row_stats[start:stop],
             )  # fmt: skip
@@ -266,6 +267,7 @@ class FusedKernelPasses:
         elif index == 3:
             with np.errstate(divide="ignore", invalid="ignore"):  # scopes of empty rows
                 self.factor = self.sums[:, 0] / self.w_sums
+                self.log_factor = np.log(self.factor)  # (nan, inf: the log of w~ itself)
             self.totals.moments[1, 0] = self._mean(self.w_sums)
             self.totals.moments[2, 0] = 1.0  # w~ averages 1 over every scope
 
