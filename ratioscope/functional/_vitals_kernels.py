@@ -41,6 +41,7 @@ def _vitals_rows(
     sums: Any,
     row_abs: Any,
     row_tokens: Any,
+    products: Any,
 ) -> None:
     """The vitals of the valid tokens of some rows ([B, T] each; an input a flag says is
     absent may be any array of that shape, never read).
@@ -52,7 +53,9 @@ def _vitals_rows(
     A == 0; and for the pairs (x = log pi, A) and (x, pi A): their count, means and
     centred co-moments. Per row: row_abs [B] float64 the sum of |A|, row_tokens [B]
     int64 the valid tokens (with advantages). Every value is read as float64, as the
-    torch reference reads them.
+    torch reference reads them. products: scratch of at least the rows' positions
+    (float64) where the pairs are read: pi A of each valid token, kept from the first
+    loop for the second (one ``exp`` a token, not two).
     """
     rows, length = mask.shape
     n = 0
@@ -64,6 +67,7 @@ def _vitals_rows(
     zero = 0
     pairs = 0
     sum_x = sum_a = sum_pa = 0.0
+    kept = 0  # pi A of the valid tokens so far, in products
     for r in range(rows):
         is_right = has_correct and correct[r]
         row_sum = 0.0
@@ -100,7 +104,10 @@ def _vitals_rows(
                     pairs += 1
                     sum_x += x
                     sum_a += a
-                    sum_pa += math.exp(x) * a
+                    product = math.exp(x) * a
+                    sum_pa += product
+                    products[kept] = product
+                    kept += 1
         if has_adv:
             row_abs[r] = row_sum
             row_tokens[r] = tokens
@@ -109,6 +116,7 @@ def _vitals_rows(
     mean_a = sum_a / pairs if pairs else 0.0
     mean_pa = sum_pa / pairs if pairs else 0.0
     spread = comoment_a = comoment_pa = 0.0
+    kept = 0
     if n or pairs:  # the centred sums: a second loop, as the reference centres first
         for r in range(rows):
             for t in range(length):
@@ -122,7 +130,8 @@ def _vitals_rows(
                     a = np.float64(adv[r, t])
                     dx = x - mean_x
                     comoment_a += dx * (a - mean_a)
-                    comoment_pa += dx * (math.exp(x) * a - mean_pa)
+                    comoment_pa += dx * (products[kept] - mean_pa)
+                    kept += 1
     sums[ENTROPY_N], sums[ENTROPY_MEAN], sums[ENTROPY_M2] = n, mean, spread
     sums[ENTROPY_MIN], sums[ENTROPY_MAX] = smallest, largest
     sums[RIGHT_TOTAL], sums[RIGHT_N], sums[WRONG_TOTAL], sums[WRONG_N] = (

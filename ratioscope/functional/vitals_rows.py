@@ -101,9 +101,11 @@ def vitals_rows(
     def part(start: int, stop: int) -> tuple[np.ndarray, list[float]]:
         counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
         sums = np.zeros(k.SLOTS, dtype=np.float64)
+        # pi A of each valid token, from the first loop to the second
+        products = np.empty(valid[start:stop].size if flags[3] else 1, dtype=np.float64)
         k.vitals_rows(
             *(values[start:stop] for values in inputs), valid[start:stop], right[start:stop],
-            *flags, counts, sums, row_abs[start:stop], row_tokens[start:stop],
+            *flags, counts, sums, row_abs[start:stop], row_tokens[start:stop], products,
         )  # fmt: skip
         return counts, sums.tolist()
 
