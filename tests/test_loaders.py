@@ -404,6 +404,28 @@ def test_a_repeated_listing_lists_what_expand_paths_lists_look_after_look(tmp_pa
         assert [path for path, _ in again.look()] == [p if found else Path(p) for p in want]
 
 
+def _os_walk_names(directory: Path) -> list[tuple[str, str]]:
+    """The reference walk: (folder, name) of every file os.walk lists through links to
+    folders, each real folder entered once."""
+    import os
+
+    entered: set[tuple[int, int]] = set()
+    found = []
+    for root, folders, names in os.walk(directory, followlinks=True):
+        try:
+            status = os.stat(root)
+        except OSError:  # gone while walking
+            folders[:] = []
+            continue
+        identity = (status.st_dev, status.st_ino)
+        if identity in entered:
+            folders[:] = []
+            continue
+        entered.add(identity)
+        found.extend((root, name) for name in names)
+    return found
+
+
 def _run_of_folders(run: Path) -> None:
     """Step folders with a file each, a nested folder, a link to a folder, a loop and
     a dangling link: the kinds of entry a walk meets."""
@@ -418,21 +440,22 @@ def _run_of_folders(run: Path) -> None:
 
 
 def test_folder_listings_walk_as_os_walk_look_after_look(tmp_path):
-    """FolderListings (a watch's walk, folders' listings kept) yields what _walk_names
+    """FolderListings (a watch's walk, folders' listings kept) yields what os.walk
     yields, in its order, as files and folders come, go and change, with the kept
     listings in use (a clock ahead of the folders' times)."""
     import os
     import shutil
     import time
 
-    from ratioscope.io.loaders import FolderListings, _walk_names
+    from ratioscope.io.loaders import FolderListings, walk_files
 
     run = tmp_path / "run"
     _run_of_folders(run)
     listings = FolderListings(clock=lambda: time.time_ns() + 10**10)
 
     def check() -> None:
-        want = list(_walk_names(run))
+        want = _os_walk_names(run)
+        assert walk_files(run) == [Path(root) / name for root, name in want]
         assert list(listings.names(run)) == want
         assert list(listings.names(run)) == want  # from the kept listings
 
@@ -482,7 +505,7 @@ def test_folder_listings_list_again_only_the_folders_that_changed(tmp_path, monk
 
     def walk() -> set[str]:
         listed.clear()
-        assert list(listings.names(run)) == list(loaders._walk_names(run))
+        assert list(listings.names(run)) == _os_walk_names(run)
         return {str(Path(root).relative_to(run)) for root in listed}
 
     hour_ago = start - 3600 * 10**9  # a writer that sets a folder's mtime back

@@ -257,8 +257,9 @@ SHARD_REPORT = re.compile(r"(?:^|/)step_\d+/rank_\d+\.json$")
 def walk_files(directory: Path) -> list[Path]:
     """The files under ``directory``, at any depth, through symbolic links to folders too
     (users arrange a run's step folders as links), each real folder entered once: a link
-    back to a folder above is a loop, and the files it leads to are already listed."""
-    return [Path(root) / name for root, name in _walk_names(directory)]
+    back to a folder above is a loop, and the files it leads to are already listed (the
+    first walk of :class:`FolderListings`, which lists every folder)."""
+    return [Path(root) / name for root, name in FolderListings().names(directory)]
 
 
 def expand_paths(
@@ -411,28 +412,12 @@ class RepeatedListing:
         return previous
 
 
-def _walk_names(directory: Path) -> Iterator[tuple[str, str]]:
-    """(folder, name) of every file :func:`walk_files` lists."""
-    entered: set[tuple[int, int]] = set()
-    for root, folders, names in os.walk(directory, followlinks=True):
-        try:
-            status = os.stat(root)
-        except OSError:  # gone while walking
-            folders[:] = []
-            continue
-        identity = (status.st_dev, status.st_ino)
-        if identity in entered:
-            folders[:] = []
-            continue
-        entered.add(identity)
-        for name in names:
-            yield root, name
-
-
 class FolderListings:
-    """:func:`_walk_names` of one directory again and again, each folder below it listed
-    again only when its status changed: a look at a run of a folder a step costs a stat
-    of each folder instead of a listing (about 6 us a folder against 17 us here).
+    """The files under one directory, walked again and again as :func:`os.walk` walks
+    it (``followlinks``, each real folder entered once: a link back to a folder above is
+    a loop), each folder below it listed again only when its status changed: a look at
+    a run of a folder a step costs a stat of each folder instead of a listing (about 6
+    us a folder against 17 us here). The first walk lists every folder.
 
     A folder's listing is kept under its device, inode, mtime and ctime, and only when
     its ctime (which no one can set back) is more than ``margin_s`` older than this
@@ -460,8 +445,8 @@ class FolderListings:
         self._full_at: int | None = None  # when the last walk listing every folder began
 
     def names(self, directory: Path) -> Iterator[tuple[str, str]]:
-        """(folder, name) of every file under ``directory``, as :func:`_walk_names`
-        yields them (the same order)."""
+        """(folder, name) of every file under ``directory``, in :func:`os.walk`'s order
+        (top-down, each folder's names as the system lists them)."""
         now = self.clock()
         full = self._full_at is None or now - self._full_at >= self.full_ns
         if full:
