@@ -210,11 +210,12 @@ def _statistics(
             w = 1.0 if is_flat else math.exp(u)
             normalised = w * to_normalised
             v = u + log_f  # about log w~
+            in_range = u > floor and floor < v < -floor
             if narrow:
                 c = np.float64(np.float32(c))
                 stored_w = np.float64(np.float32(w))
                 stored_n = np.float64(np.float32(normalised))
-                if u > floor and floor < v < -floor:  # the stores' rounding, to first order
+                if in_range:  # the stores' rounding, to first order
                     u += (stored_w - w) / w
                     v += (stored_n - normalised) / normalised
                 w, normalised = stored_w, stored_n
@@ -226,7 +227,6 @@ def _statistics(
             # u (v) within 2^-48 + 2^-50 |u| of log w (log w~): exp's, log's and the
             # sums' rounding (an ulp or two each), the second order of the stores'
             # (2^-49); an estimate of 0 (w = 1, or out of range) bins the log itself
-            in_range = u > floor and floor < v < -floor
             estimate_w, estimate_n = (u, v) if in_range else (0.0, 0.0)
             w_counts[_bin_of_log(w, estimate_w, 2.0**-48 - 2.0**-50 * u)] += 1
             error = 2.0**-47 + 2.0**-50 * (abs(log_f) + abs(v))
