@@ -168,7 +168,7 @@ class RunWatch:
         expand_paths(self.paths, allow_empty=True)  # a path that does not exist fails now
         self.listing = RepeatedListing(self.paths, shard_reports=True, found=False)
         #: whether each file seen is a report (JSON), not a dump
-        self.report_files: dict[Path, bool | None] = {}
+        self.report_files: dict[Path, bool] = {}
         self.step_from = step_from
         self.pattern = compile_step_from(step_from)
         self.params, self.load_options = _split_options(params, load_options, {})
@@ -284,10 +284,7 @@ class RunWatch:
             for path, status in self.listing.look()
         }
         known = self.report_files
-        reports = {path: known.get(path, None) for path in current}
-        for path, kind in reports.items():
-            if kind is None:
-                reports[path] = is_report_path(path)
+        reports = {p: known[p] if p in known else is_report_path(p) for p in current}
         self.report_files = reports  # files gone since are forgotten
         kinds = set(reports.values())
         if len(kinds) > 1:
