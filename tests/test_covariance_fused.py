@@ -111,6 +111,51 @@ def test_compiled_report_does_not_depend_on_the_chunking(tmp_path, monkeypatch):
     assert reports[0] == reports[1] == reports[2]  # bit for bit
 
 
+def _passes_in_chunks(arrays: dict[str, np.ndarray], chunk_rows: int) -> FusedKernelPasses:
+    """Every pass over the rows in chunks of ``chunk_rows``, as the section feeds them."""
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    mask = tensors["mask"]
+    log_ratio = torch.where(mask, tensors["log_probs"] - tensors["old_log_probs"], 0.0)
+    fused = FusedKernelPasses(CLIP, (0.05, 5.0), (0.5, 0.1), 50)
+    for index in range(5):
+        for start in range(0, mask.shape[0], chunk_rows):
+            rows = slice(start, start + chunk_rows)
+            fused.add(
+                index, tensors["log_probs"][rows], tensors["advantages"][rows], mask[rows],
+                tensors["group"][rows], log_ratio[rows],
+            )  # fmt: skip
+    return fused
+
+
+def _bits(fused: FusedKernelPasses) -> list[bytes]:
+    totals = fused.totals
+    arrays = [fused.sums, fused.batch, fused.c_sums, fused.spread, fused.w_sums, fused.factor]
+    arrays += [totals.c_counts, totals.w_counts, totals.normalised_counts]
+    arrays += [totals.weight_counts, totals.extremes, totals.c_sums, totals.moments]
+    arrays += [totals.below, totals.mass, np.array([fused.eligible])]
+    return [a.tobytes() for a in arrays]
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 40])
+def test_scope_parts_give_the_bits_of_one_loop(monkeypatch, chunk_rows):
+    """Passes 1-3 split the scopes (groups spread over every row and chunk) between
+    parts on threads: each scope's sums are still added in the batch's order, so any
+    number of parts gives the bits of one loop."""
+    import ratioscope.functional.covariance_fused as fused_module
+
+    arrays = _arrays(4, rows=40, width=33)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)  # parts run on the pool
+    results = {}
+    for parts in (1, 2, 3, 8):
+        monkeypatch.setattr(fused_module, "scope_parts", lambda scopes, elements, n=parts: n)
+        results[parts] = _passes_in_chunks(arrays, chunk_rows)
+    one = results[1]
+    # the data reach every count: Clip-Cov's band, w under each threshold, flat scopes
+    assert one.eligible > 0 and one.totals.below.min() > 0 and one.flat.any()
+    for parts, fused in results.items():
+        assert _bits(fused) == _bits(one), f"{parts} parts"
+
+
 def test_clip_cov_eligible_counts_by_hand():
     """Two rows, one scope: c over the batch, in the band or not, clipped or not."""
     mask = torch.ones(2, 2, dtype=torch.bool)

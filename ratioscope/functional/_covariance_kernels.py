@@ -9,14 +9,17 @@ same loop: pass 0 sums N, log pi and A per scope (and over the whole batch, for
 Clip-Cov), pass 1 c and c^2 (and counts Clip-Cov's eligible tokens), pass 2 the spread
 of c, pass 3 the kernel weights, pass 4 everything the section reports.
 
-The sums of passes 0-2 are added token by token, in the batch's row-major order, to
+The sums of passes 0-3 are added token by token, in the batch's row-major order, to
 running float64 totals, exactly as ``index_add_`` adds them in the torch path, so they
 are the same bits; the weights go through ``exp`` and the bins through ``log``, whose
-last bit may differ from torch's vectorised functions (tests compare to 1e-12). Pass 4,
-the costliest, runs on parts of a chunk's rows at the same time (threads); it counts in
-integers there and leaves its float sums per token and per row, which
-:func:`_fold_statistics` then adds in file order, so the totals are the bits of one
-loop whatever the number of threads, parts or chunks.
+last bit may differ from torch's vectorised functions (tests compare to 1e-12). Passes
+1-3 run on parts of the scopes at the same time (threads): a part takes the rows of its
+scopes (``owner`` [S]: the part of each scope), so each scope's sums are added by one
+loop in the batch's order, the same bits on any number of parts. Pass 0 stays one loop:
+its totals over the whole batch are one sum in that order. Pass 4, the costliest, runs
+on parts of a chunk's rows; it counts in integers there and leaves its float sums per
+token and per row, which :func:`_fold_statistics` then adds in file order, so the
+totals are the bits of one loop whatever the number of threads, parts or chunks.
 
 This module imports numba; it is imported only where :func:`_kernels.available` says the
 compiled path can run.
@@ -64,14 +67,17 @@ def _covariance_sums(
     mask: Any,
     z: Any,
     scope: Any,
+    owner: Any,
+    part: int,
     means: Any,
     batch_means: Any,
     sums: Any,
     narrow: bool,
     bounds: Any,
 ) -> int:
-    """Pass 1. sums [S, 2]: sum c and sum c^2 per scope, c = (log pi - mean log pi)
-    (A - mean A) with the scope's means [S, 2]. Returns Clip-Cov's eligible tokens: c
+    """Pass 1 over the rows of the scopes ``part`` owns. sums [S, 2]: sum c and sum c^2
+    per scope, c = (log pi - mean log pi) (A - mean A) with the scope's means [S, 2].
+    Returns Clip-Cov's eligible tokens among those rows: c
     over the batch (``batch_means`` [2]), stored in the input's precision (``narrow``:
     float32), inside (bounds[0], bounds[1]), and not zeroed by PPO clipping: not A > 0
     with exp(z) > bounds[2], nor A < 0 with exp(z) < bounds[3] (bounds in z's dtype)."""
@@ -80,6 +86,8 @@ def _covariance_sums(
     m_lp, m_a = batch_means[0], batch_means[1]
     for r in range(rows):
         s = scope[r]
+        if owner[s] != part:
+            continue
         mean_lp, mean_a = means[s, 0], means[s, 1]
         total, square = sums[s, 0], sums[s, 1]
         for t in range(length):
@@ -102,11 +110,16 @@ def _covariance_sums(
     return eligible
 
 
-def _spread(lp: Any, adv: Any, mask: Any, scope: Any, means: Any, spread: Any) -> None:
-    """Pass 2. spread [S]: sum (c - mean c)^2 per scope; means [S, 3]: log pi, A, c."""
+def _spread(
+    lp: Any, adv: Any, mask: Any, scope: Any, owner: Any, part: int, means: Any, spread: Any
+) -> None:
+    """Pass 2 over the rows of the scopes ``part`` owns. spread [S]: sum (c - mean c)^2
+    per scope; means [S, 3]: log pi, A, c."""
     rows, length = mask.shape
     for r in range(rows):
         s = scope[r]
+        if owner[s] != part:
+            continue
         mean_lp, mean_a, mean_c = means[s, 0], means[s, 1], means[s, 2]
         total = spread[s]
         for t in range(length):
@@ -118,13 +131,24 @@ def _spread(lp: Any, adv: Any, mask: Any, scope: Any, means: Any, spread: Any) -
 
 
 def _weight_sums(
-    lp: Any, adv: Any, mask: Any, scope: Any, means: Any, kernel: Any, flat: Any, sums: Any
+    lp: Any,
+    adv: Any,
+    mask: Any,
+    scope: Any,
+    owner: Any,
+    part: int,
+    means: Any,
+    kernel: Any,
+    flat: Any,
+    sums: Any,
 ) -> None:
-    """Pass 3. sums [S]: sum w per scope, w = exp(-c^2 / (2 sigma^2)), or 1 where the
-    scope is flat; kernel [S]: 2 sigma^2."""
+    """Pass 3 over the rows of the scopes ``part`` owns. sums [S]: sum w per scope, w =
+    exp(-c^2 / (2 sigma^2)), or 1 where the scope is flat; kernel [S]: 2 sigma^2."""
     rows, length = mask.shape
     for r in range(rows):
         s = scope[r]
+        if owner[s] != part:
+            continue
         mean_lp, mean_a = means[s, 0], means[s, 1]
         two_variance, is_flat = kernel[s], flat[s]
         total = sums[s]
@@ -201,6 +225,11 @@ def _statistics(
         d_c = d_w = d_n = sq_c = sq_w = sq_n = 0.0
         mass_a = mass_w = mass_n = 0.0
         n_low = n_lower = 0
+        # the extremes in locals for the row: written through the array, each token's
+        # min and max would wait on the last token's store
+        min_c, max_c = extremes[0, 0], extremes[0, 1]
+        min_w, max_w = extremes[1, 0], extremes[1, 1]
+        min_n, max_n = extremes[2, 0], extremes[2, 1]
         for t in range(length):
             if not mask[r, t]:
                 continue
@@ -246,14 +275,16 @@ def _statistics(
             e = normalised - shift_n
             d_n += e
             sq_n += e * e
-            extremes[0, 0], extremes[0, 1] = min(extremes[0, 0], c), max(extremes[0, 1], c)
-            extremes[1, 0], extremes[1, 1] = min(extremes[1, 0], w), max(extremes[1, 1], w)
-            extremes[2, 0] = min(extremes[2, 0], normalised)
-            extremes[2, 1] = max(extremes[2, 1], normalised)
+            min_c, max_c = min(min_c, c), max(max_c, c)
+            min_w, max_w = min(min_w, w), max(max_w, w)
+            min_n, max_n = min(min_n, normalised), max(max_n, normalised)
             magnitude = abs(a)
             mass_a += magnitude
             mass_w += w * magnitude
             mass_n += normalised * magnitude
+        extremes[0, 0], extremes[0, 1] = min_c, max_c
+        extremes[1, 0], extremes[1, 1] = min_w, max_w
+        extremes[2, 0], extremes[2, 1] = min_n, max_n
         out = row_stats[r]
         out[ROW_C], out[ROW_W], out[ROW_N] = row_c, row_w, row_n
         m = ROW_MOMENTS

@@ -310,6 +310,17 @@ def map_row_parts(
     return list(_pool(workers).map(lambda part: fn(*part), parts))
 
 
+def map_parts(fn: Callable[[int], Part], parts: int) -> list[Part]:
+    """``fn(0)``, ..., ``fn(parts - 1)``, in order, on up to ``torch.get_num_threads()``
+    threads (one part runs on the calling thread). For kernels whose parts are not
+    ranges of rows (:meth:`ratioscope.functional.covariance_fused.FusedKernelPasses`
+    splits by scope)."""
+    workers = min(torch.get_num_threads(), parts)
+    if workers <= 1:
+        return [fn(index) for index in range(parts)]
+    return list(_pool(workers).map(fn, range(parts)))
+
+
 def map_rows(fn: Callable[[int, int], None], rows: int, elements: int) -> None:
     """``fn(start, stop)`` over ``rows`` rows whose outputs are each row's own (no sum
     across rows): one call over all of them when ``elements`` is at most

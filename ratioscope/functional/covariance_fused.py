@@ -165,25 +165,41 @@ class FusedKernelPasses:
         lp, a, valid = logp.numpy(), adv.numpy(), mask.numpy()
         scope = self.scopes.rows(group, mask.shape[0], torch.device("cpu"), new=index == 0)
         rows = scope.numpy()
+        if index == KERNEL_PASSES - 1:
+            return self._statistics(lp, a, valid, rows, _narrow(logp), self._thresholds(logp))
+        compiled = kernels()
         if index == 0:
+            # one loop: the totals over the whole batch are one sum in the batch's order
             self._grow(len(self.scopes))
-            kernels().sums(lp, a, valid, rows, self.sums, self.batch)
+            compiled.sums(lp, a, valid, rows, self.sums, self.batch)
             return None
+        owner, parts = self._owners(valid.size)
         if index == 1:
-            self.eligible += kernels().covariance_sums(
-                lp, a, valid, log_ratio.numpy(), rows, self.means, self.batch_means,
-                self.c_sums, _narrow(logp), self._clip_bounds(logp, log_ratio),
-            )  # fmt: skip
-            return None
-        if index == 2:
-            kernels().spread(lp, a, valid, rows, self.means, self.spread)
-            return None
-        if index == 3:
-            kernels().weight_sums(
-                lp, a, valid, rows, self.means, self.kernel, self.flat, self.w_sums
-            )
-            return None
-        return self._statistics(lp, a, valid, rows, _narrow(logp), self._thresholds(logp))
+            bounds, narrow, z = self._clip_bounds(logp, log_ratio), _narrow(logp), log_ratio.numpy()
+
+            def part(owned: int) -> int:  # Clip-Cov's eligible tokens in these rows
+                return compiled.covariance_sums(
+                    lp, a, valid, z, rows, owner, owned, self.means, self.batch_means,
+                    self.c_sums, narrow, bounds,
+                )  # fmt: skip
+
+        elif index == 2:
+
+            def part(owned: int) -> int:
+                compiled.spread(lp, a, valid, rows, owner, owned, self.means, self.spread)
+                return 0
+
+        else:
+
+            def part(owned: int) -> int:
+                compiled.weight_sums(
+                    lp, a, valid, rows, owner, owned, self.means, self.kernel, self.flat,
+                    self.w_sums,
+                )  # fmt: skip
+                return 0
+
+        self.eligible += sum(_kernels.map_parts(part, parts))
+        return None
 
     # ---------------------------------------------------------------- internals
     def _statistics(
@@ -227,6 +243,14 @@ class FusedKernelPasses:
             )  # fmt: skip
             totals.add(counts)
         return torch.from_numpy(row_stats[:, : compiled.ROW_N + 1].copy())
+
+    def _owners(self, elements: int) -> tuple[np.ndarray, int]:
+        """(owner [S]: the part of each scope, parts) for passes 1-3: the scopes dealt
+        round-robin to :func:`scope_parts` parts. Each scope's sums are added in one
+        loop whatever the parts, so the parts change the time, not the bits."""
+        scopes = len(self.scopes)
+        parts = scope_parts(scopes, elements)
+        return np.arange(scopes, dtype=np.int64) % parts, parts
 
     def _enter(self, index: int) -> None:
         if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
@@ -291,6 +315,18 @@ class FusedKernelPasses:
 
     def _thresholds(self, logp: Tensor) -> np.ndarray:
         return np.array([_rounded(t, logp.dtype) for t in self.totals.thresholds])
+
+
+def scope_parts(scopes: int, elements: int) -> int:
+    """How many parts passes 1-3 take: one on one thread, for a single scope or for a
+    small chunk (at most :data:`ratioscope.defaults.SERIAL_ELEMENTS`: handing it to
+    threads costs more than it saves), else up to :data:`_kernels.ROW_PARTS`. The bits
+    are the same for any number."""
+    from ratioscope.defaults import SERIAL_ELEMENTS
+
+    if elements <= SERIAL_ELEMENTS or torch.get_num_threads() == 1:
+        return 1
+    return max(1, min(_kernels.ROW_PARTS, scopes))
 
 
 def _narrow(logp: Tensor) -> bool:
