@@ -196,16 +196,20 @@ def test_each_input_records_the_sha256_of_its_file(tmp_path):
 
 
 def test_a_stopped_hash_reads_no_further(tmp_path):
+    import hashlib
     import threading
 
     from ratioscope.analysis.pipeline import _sha256
 
     path = tmp_path / "blob.bin"
-    path.write_bytes(b"x" * (1 << 23))
+    # two whole 4 MiB blocks and a part of one: the reused buffer must hash only what
+    # the last read filled
+    blob = bytes(range(256)) * ((1 << 23) // 256) + b"tail" * 3001
+    path.write_bytes(blob)
     stop = threading.Event()
     stop.set()
     assert _sha256(path, stop) == ""
-    assert len(_sha256(path)) == 64
+    assert _sha256(path) == hashlib.sha256(blob).hexdigest()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
