@@ -313,8 +313,8 @@ def map_row_parts(
 def map_parts(fn: Callable[[int], Part], parts: int) -> list[Part]:
     """``fn(0)``, ..., ``fn(parts - 1)``, in order, on up to ``torch.get_num_threads()``
     threads (one part runs on the calling thread). For kernels whose parts are not
-    ranges of rows (:meth:`ratioscope.functional.covariance_fused.FusedKernelPasses`
-    splits by scope)."""
+    ranges of rows (:class:`ratioscope.functional.covariance_fused.FusedKernelPasses`
+    splits its first passes by scope)."""
     workers = min(torch.get_num_threads(), parts)
     if workers <= 1:
         return [fn(index) for index in range(parts)]

@@ -198,7 +198,9 @@ class FusedKernelPasses:
                 )  # fmt: skip
                 return 0
 
-        self.eligible += sum(_kernels.map_parts(part, parts))
+        counts = _kernels.map_parts(part, parts)
+        if index == 1:
+            self.eligible += sum(counts)
         return None
 
     # ---------------------------------------------------------------- internals
