@@ -390,3 +390,26 @@ def test_report_is_the_same_on_one_thread_and_two():
     assert documents[0]["covariance"] is not None
     # bit for bit (NaN where NaN)
     assert_documents_close(documents[1], documents[0], rel=0.0, abs_tol=0.0)
+
+
+def test_a_small_input_in_one_call_gives_the_bits_of_eight_parts(monkeypatch):
+    """Kernels whose results do not depend on where the rows are cut (state runs, TEPO's
+    quadrants, the mismatch rows, covariance's last pass) take a small input in one
+    call (``_kernels.map_any_parts``). With the small-input bound at 0 every input is
+    cut into the eight parts instead: the report must be the same bits."""
+    from pathlib import Path
+
+    import ratioscope
+    import ratioscope.defaults
+
+    sample = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+    documents = []
+    for bound in (0, 1 << 40):
+        monkeypatch.setattr(ratioscope.defaults, "SERIAL_ELEMENTS", bound)
+        report = ratioscope.analyze(sample, chunk_elements=4096, per_sequence=True)
+        document = report.to_dict()
+        document.pop("tool")
+        document["sequences"] = report.sequences.frame().to_dict(as_series=False)
+        documents.append(document)
+    assert documents[0]["covariance"] is not None and documents[0]["tepo"] is not None
+    assert_documents_close(documents[1], documents[0], rel=0.0, abs_tol=0.0)

@@ -310,6 +310,19 @@ def map_row_parts(
     return list(_pool(workers).map(lambda part: fn(*part), parts))
 
 
+def map_any_parts(fn: Callable[[int, int], Part], rows: int, elements: int) -> list[Part]:
+    """:func:`map_row_parts` for a kernel whose results come out the same wherever the
+    rows are cut: integer counts, minima and maxima, each row's own outputs, or values
+    left per row and token for the caller to add in file order. A small input (at most
+    :data:`ratioscope.defaults.SERIAL_ELEMENTS` elements) is then one call over all the
+    rows instead of eight (a small step pays the kernel's call once)."""
+    from ratioscope.defaults import SERIAL_ELEMENTS
+
+    if elements <= SERIAL_ELEMENTS:
+        return [fn(0, rows)]
+    return map_row_parts(fn, rows, elements)
+
+
 def map_parts(fn: Callable[[int], Part], parts: int) -> list[Part]:
     """``fn(0)``, ..., ``fn(parts - 1)``, in order, on up to ``torch.get_num_threads()``
     threads (one part runs on the calling thread). For kernels whose parts are not
@@ -326,12 +339,7 @@ def map_rows(fn: Callable[[int, int], None], rows: int, elements: int) -> None:
     across rows): one call over all of them when ``elements`` is at most
     :data:`ratioscope.defaults.SERIAL_ELEMENTS`, else :func:`map_row_parts`. The bits
     are the same either way; a small step then pays one kernel call, not eight."""
-    from ratioscope.defaults import SERIAL_ELEMENTS
-
-    if elements <= SERIAL_ELEMENTS:
-        fn(0, rows)
-        return
-    map_row_parts(fn, rows, elements)
+    map_any_parts(fn, rows, elements)
 
 
 @functools.cache
@@ -402,7 +410,8 @@ def state_runs(
         )  # fmt: skip
         return histogram
 
-    histogram = np.sum(map_row_parts(part, rows), axis=0)
+    # the histogram's counts are integers: the same however the rows are cut
+    histogram = np.sum(map_any_parts(part, rows, values.size), axis=0)
     return lengths, state_counts, run_counts, histogram, changes, off
 
 

@@ -214,8 +214,9 @@ class FusedKernelPasses:
         thresholds: np.ndarray,
     ) -> Tensor:
         """The last pass over a chunk: its rows in parts on the threads torch may use
-        (:func:`_kernels.map_row_parts`), each part's counts then its float sums added
-        to the totals part after part, in file order (the same bits as one loop)."""
+        (:func:`_kernels.map_any_parts`; one part for a small chunk), each part's counts
+        then its float sums added to the totals part after part, in file order (the same
+        bits as one loop)."""
         compiled = kernels()
         count, length = valid.shape
         totals = self.totals
@@ -225,7 +226,7 @@ class FusedKernelPasses:
         token_bins = np.empty(count * length, dtype=np.int32)
         token_c = np.empty(count * length, dtype=np.float64)
 
-        def part(start: int, stop: int) -> tuple[PartCounts, int]:
+        def part(start: int, stop: int) -> tuple[int, int, PartCounts, int]:
             counts = PartCounts(totals.weight_bins)
             tokens = compiled.statistics(
                 lp[start:stop], a[start:stop], valid[start:stop], scope[start:stop],
@@ -234,10 +235,10 @@ class FusedKernelPasses:
                 counts.weight_counts, counts.extremes, token_bins[start * length :],
                 token_c[start * length :], row_stats[start:stop],
             )  # fmt: skip
-            return counts, tokens
+            return start, stop, counts, tokens
 
-        parts = _kernels.map_row_parts(part, count)
-        for (start, stop), (counts, tokens) in zip(_kernels.row_parts(count), parts, strict=True):
+        # folded in file order, so any cut of the rows gives the bits of one loop
+        for start, stop, counts, tokens in _kernels.map_any_parts(part, count, valid.size):
             compiled.fold_statistics(
                 token_bins[start * length :], token_c[start * length :], tokens,
                 row_stats[start:stop], totals.c_sums, totals.moments, totals.mass,

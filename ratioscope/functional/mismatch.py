@@ -187,11 +187,12 @@ def _partials_compiled(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartial
 
     values, valid = z.detach().numpy(), mask.numpy()
     rows = np.zeros((mask.shape[0], 3), dtype=np.float64)
-    tops = _kernels.map_row_parts(
+    tops = _kernels.map_any_parts(  # each row's sums, and the largest z: any cut
         lambda start, stop: _ratio_kernels.mismatch_rows(
             values[start:stop], valid[start:stop], rows[start:stop]
         ),
         mask.shape[0],
+        mask.numel(),
     )
     top = max(tops)
 

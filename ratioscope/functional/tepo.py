@@ -316,7 +316,7 @@ def kl_mask_quadrants_by_row(
         )  # fmt: skip
         return counts
 
-    counts = np.sum(_kernels.map_row_parts(part, mask.shape[0]), axis=0)
+    counts = np.sum(_kernels.map_any_parts(part, mask.shape[0], mask.numel()), axis=0)
     return KLMaskQuadrants(*(int(n) for n in counts)), torch.from_numpy(rows)
 
 
