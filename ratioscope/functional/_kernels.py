@@ -290,21 +290,13 @@ def row_parts(rows: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
-def map_row_parts(
-    fn: Callable[[int, int], Part], rows: int, elements: int | None = None
-) -> list[Part]:
+def map_row_parts(fn: Callable[[int, int], Part], rows: int) -> list[Part]:
     """``fn(start, stop)`` of each of :func:`row_parts`, in order, on up to
     ``torch.get_num_threads()`` threads: the kernels release the GIL (``nogil``), so
-    parts run at the same time. The parts are the same on any number of threads.
-
-    ``elements``: the size of the work; at most :data:`ratioscope.analysis.threads.
-    SERIAL_ELEMENTS` runs the parts on the calling thread (handing a few microseconds
-    of work to the pool costs more than it saves)."""
-    from ratioscope.defaults import SERIAL_ELEMENTS
-
+    parts run at the same time. The parts are the same on any number of threads (a
+    small file runs on one: :func:`ratioscope.analysis.threads.serial_if_small`)."""
     parts = row_parts(rows)
-    small = elements is not None and elements <= SERIAL_ELEMENTS
-    workers = 1 if small else min(torch.get_num_threads(), len(parts))
+    workers = min(torch.get_num_threads(), len(parts))
     if workers <= 1:
         return [fn(start, stop) for start, stop in parts]
     return list(_pool(workers).map(lambda part: fn(*part), parts))
@@ -320,7 +312,7 @@ def map_any_parts(fn: Callable[[int, int], Part], rows: int, elements: int) -> l
 
     if elements <= SERIAL_ELEMENTS:
         return [fn(0, rows)]
-    return map_row_parts(fn, rows, elements)
+    return map_row_parts(fn, rows)
 
 
 def map_parts(fn: Callable[[int], Part], parts: int) -> list[Part]:
