@@ -99,23 +99,33 @@ def _bin_near_edge(x: float) -> int:
 _near_edge = jit(_bin_near_edge)
 
 
-def _bin_index(x: float) -> int:
-    """:func:`ratioscope.functional.histogram.bin_index` of one finite value (or +-inf,
-    which lands in an over-flow bin).
-
-    log10 is the costly part of a bin, so the bin is first looked up by the value's
-    high bits (:data:`_CELL_OFFSETS`: one cell is 1/4,096 of an octave, about 1/68 of a
-    bin); a value in a cell within ``_EDGE_MARGIN`` of a bin edge (about 1.7 % of
-    cells) goes on to :func:`_bin_near_edge`.
-    """
+def _cell_bin(x: float) -> int:
+    """The bin of ``x`` looked up by its high bits (:data:`_CELL_OFFSETS`: one cell is
+    1/4,096 of an octave, about 1/68 of a bin), or ``_NEAR_EDGE`` (no bin: bins start
+    at 0) where its cell lies within ``_EDGE_MARGIN`` of a bin edge."""
     key = ((np.float64(x).view(np.int64) & _ABS_BITS) >> _SHIFT) - _FIRST_KEY
     # clamped, not branched on: zeros and signs follow no pattern in a row, and a
     # mispredicted branch costs more than the whole look-up
     offset = int(_CELL_OFFSETS[min(max(key, -1), _LAST_CELL) + 1])
     if offset == _NEAR_EDGE:
-        return _near_edge(x)
+        return _NEAR_EDGE
     sign = int(x > 0.0) - int(x < 0.0)
     return _CENTER + sign * offset
+
+
+_cell = jit(_cell_bin)
+
+
+def _bin_index(x: float) -> int:
+    """:func:`ratioscope.functional.histogram.bin_index` of one finite value (or +-inf,
+    which lands in an over-flow bin).
+
+    log10 is the costly part of a bin, so the bin is first looked up by the value's
+    high bits (:func:`_cell_bin`); a value in a cell within ``_EDGE_MARGIN`` of a bin
+    edge (about 1.7 % of cells) goes on to :func:`_bin_near_edge`.
+    """
+    k = _cell(x)
+    return _near_edge(x) if k == _NEAR_EDGE else k
 
 
 bin_value = jit(_bin_index)
@@ -134,11 +144,9 @@ def _bin_of_log(value: float, estimate: float, error: float) -> int:
     caller made from its ``log`` (``w = exp(u)``); the same bin either way
     (``tests/test_covariance_fused.py`` tries values at the edges)."""
     if abs(estimate) * _LOG_SAFE > error:  # False for NaN
-        key = ((np.float64(estimate).view(np.int64) & _ABS_BITS) >> _SHIFT) - _FIRST_KEY
-        offset = int(_CELL_OFFSETS[min(max(key, -1), _LAST_CELL) + 1])
-        if offset != _NEAR_EDGE:
-            sign = int(estimate > 0.0) - int(estimate < 0.0)
-            return _CENTER + sign * offset
+        k = _cell(estimate)
+        if k != _NEAR_EDGE:
+            return k
     return bin_value(math.log(value))
 
 
