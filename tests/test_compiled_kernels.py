@@ -301,6 +301,48 @@ def test_masked_zero_counting_counts_valid_inf_and_nan(dtype, rows):
     assert _kernels.masked_zero_counting(clean.numpy(), mask.numpy())[1] == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [17, 700])  # one call, and parts on the pool
+def test_advantage_sums_equal_torch_and_a_plain_loop(dtype, rows):
+    from ratioscope.functional.surrogate import advantage_sums, advantage_sums_torch
+
+    gen = torch.Generator().manual_seed(rows + 1)
+    mask = torch.rand(rows, 131, generator=gen) > 0.3
+    adv = torch.randn(rows, 131, generator=gen).to(dtype)
+    adv[adv.abs() < 0.2] = 0.0  # zeros count as neither sign
+    adv[1] = -0.0
+    adv[2] = 0.75  # a GRPO row: one advantage broadcast over the sequence
+    mask[3] = False  # an empty row
+    adv[~mask & (torch.rand(rows, 131, generator=gen) > 0.5)] = math.nan  # masked garbage
+    got, want = advantage_sums(adv, mask), advantage_sums_torch(adv, mask)
+    for name in ("n_positive", "n_negative"):
+        assert_identical(getattr(got, name), getattr(want, name))
+    for name in ("positive", "negative"):
+        torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=1e-12, atol=1e-12)
+    # each row summed in order, in float64: a plain loop gives the same bits
+    for r in (0, 2, rows - 1):
+        values = [a for a, m in zip(adv[r].tolist(), mask[r].tolist(), strict=True) if m]
+        up = down = 0.0
+        for a in values:
+            up += a if a > 0 else 0.0
+            down += a if a < 0 else 0.0
+        assert (got.positive[r].item(), got.negative[r].item()) == (up, down)
+        assert got.n_positive[r].item() == sum(a > 0 for a in values)
+    assert got.positive[3].item() == 0.0 and got.n_negative[3].item() == 0
+
+
+def test_advantage_sums_take_a_valid_nan_into_both_sums_as_the_torch_path_does():
+    from ratioscope.functional.surrogate import advantage_sums, advantage_sums_torch
+
+    adv = torch.tensor([[1.0, math.nan, -2.0]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    got, want = advantage_sums(adv, mask), advantage_sums_torch(adv, mask)
+    assert math.isnan(got.positive.item()) and math.isnan(got.negative.item())
+    assert math.isnan(want.positive.item()) and math.isnan(want.negative.item())
+    assert (got.n_positive.item(), got.n_negative.item()) == (1, 1)
+    assert (want.n_positive.item(), want.n_negative.item()) == (1, 1)
+
+
 def test_can_take_only_cpu_tensors_of_the_compiled_dtypes(monkeypatch):
     z = torch.zeros(3, 4)
     mask = torch.ones(3, 4, dtype=torch.bool)

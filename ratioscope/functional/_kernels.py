@@ -256,6 +256,29 @@ def _row_sums_and_differences(
         counts[r] = count
 
 
+def _advantage_row_sums(
+    adv: Any, mask: Any, positive: Any, negative: Any, n_positive: Any, n_negative: Any
+) -> None:
+    """Per row of [B, T] ``adv`` over the valid tokens of ``mask``: positive and negative
+    [B] float64 the sums of the positive and of the negative advantages (in float64),
+    n_positive and n_negative [B] int64 how many there are. A NaN advantage goes into
+    both sums and neither count, as ``clamp`` then ``sum`` would take it."""
+    rows, length = mask.shape
+    for r in range(rows):
+        up = down = 0.0
+        n_up = n_down = 0
+        for t in range(length):
+            if mask[r, t]:
+                a = np.float64(adv[r, t])
+                # selects, not branches: the signs of a row follow no pattern in general
+                up += 0.0 if a <= 0.0 else a
+                down += 0.0 if a >= 0.0 else a
+                n_up += a > 0.0
+                n_down += a < 0.0
+        positive[r], negative[r] = up, down
+        n_positive[r], n_negative[r] = n_up, n_down
+
+
 def _row_counts(mask: Any, out: Any) -> None:
     """out [B] int64: each row's True entries of mask [B, T]."""
     rows, length = mask.shape
@@ -353,6 +376,7 @@ def _compiled() -> SimpleNamespace:
         masked_zero_counting=jit(_masked_zero_counting),
         row_counts=jit(_row_counts),
         row_sums_and_differences=jit(_row_sums_and_differences),
+        advantage_row_sums=jit(_advantage_row_sums),
     )
 
 
@@ -461,3 +485,25 @@ def row_sums_and_differences(
 
     map_rows(part, rows, values.size)
     return sums, differences, counts
+
+
+def advantage_row_sums(
+    adv: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(positive [B] float64, negative [B] float64, n_positive [B] int64, n_negative
+    [B] int64) of :func:`_advantage_row_sums` for [B, T] ``adv`` and ``mask``; rows
+    apart are independent, so the bits do not depend on the threads."""
+    rows = mask.shape[0]
+    positive = np.empty(rows, dtype=np.float64)
+    negative = np.empty(rows, dtype=np.float64)
+    n_positive = np.empty(rows, dtype=np.int64)
+    n_negative = np.empty(rows, dtype=np.int64)
+
+    def part(start: int, stop: int) -> None:
+        _compiled().advantage_row_sums(
+            adv[start:stop], mask[start:stop], positive[start:stop], negative[start:stop],
+            n_positive[start:stop], n_negative[start:stop],
+        )  # fmt: skip
+
+    map_rows(part, rows, adv.size)
+    return positive, negative, n_positive, n_negative

@@ -189,7 +189,28 @@ class AdvantageSums:
 
 
 def advantage_sums(advantages: Tensor, mask: Tensor) -> AdvantageSums:
-    """:class:`AdvantageSums` of [B, T] advantages over the valid tokens of ``mask``."""
+    """:class:`AdvantageSums` of [B, T] advantages over the valid tokens of ``mask``:
+    one compiled pass per row where :func:`ratioscope.functional._kernels.can_take` the
+    tensors (CPU, float32/float64; each row summed in order), else
+    :func:`advantage_sums_torch`. The counts are identical, the sums equal up to the
+    order of their float64 additions."""
+    from ratioscope.functional import _kernels
+
+    if not _kernels.can_take(advantages, mask=mask):
+        return advantage_sums_torch(advantages, mask)
+    positive, negative, n_positive, n_negative = _kernels.advantage_row_sums(
+        advantages.detach().contiguous().numpy(), mask.contiguous().numpy()
+    )
+    return AdvantageSums(
+        positive=torch.from_numpy(positive),
+        negative=torch.from_numpy(negative),
+        n_positive=torch.from_numpy(n_positive),
+        n_negative=torch.from_numpy(n_negative),
+    )
+
+
+def advantage_sums_torch(advantages: Tensor, mask: Tensor) -> AdvantageSums:
+    """:func:`advantage_sums` by tensor operations (any device; the reference)."""
     adv = torch.where(mask, advantages.double(), 0.0)
     above, below = adv > 0, adv < 0
     return AdvantageSums(

@@ -18,6 +18,7 @@ kernel on the packed rows; :func:`signal_statistics` packs once and shares the w
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -559,24 +560,53 @@ class _Spectrum:
     buckets: list[tuple[Tensor, int, Tensor]]
 
 
-def _fft_size(lengths: Tensor, minimum: int) -> Tensor:
-    """[B] int64 the FFT size of each row: the power of two >= max(2 L - 1, minimum)
-    (at least 2), so that its linear autocorrelation does not wrap around."""
+#: the largest FFT size :func:`_fft_size` picks from (far above any row's 2 L - 1)
+_LARGEST_FFT = 1 << 40
+
+
+@functools.cache
+def _smooth_sizes() -> Tensor:
+    """[K] int64, increasing: every 2^a 3^b 5^c <= :data:`_LARGEST_FFT` (3,461 of them),
+    the sizes an FFT of factors 2, 3 and 5 handles as fast per point as a power of two."""
     import torch
 
-    need = (2 * lengths.clamp(min=1) - 1).clamp(min=max(minimum, 2)).to(torch.float64)
-    return torch.exp2(torch.ceil(torch.log2(need))).to(torch.int64)
+    sizes = []
+    two = 1
+    while two <= _LARGEST_FFT:
+        three = two
+        while three <= _LARGEST_FFT:
+            five = three
+            while five <= _LARGEST_FFT:
+                sizes.append(five)
+                five *= 5
+            three *= 3
+        two *= 2
+    return torch.tensor(sorted(sizes), dtype=torch.int64)
 
 
-def _spectrum(signal: _Centred, minimum: int = 2) -> _Spectrum:
+def _fft_size(lengths: Tensor, unit: int) -> Tensor:
+    """[B] int64 the FFT size of each row: the smallest ``unit`` m >= 2 L - 1 with m of
+    factors 2, 3 and 5 only, so that its linear autocorrelation does not wrap around.
+    A multiple of ``unit`` (4 n_freqs: the periodogram's grid lies on the FFT's bins);
+    on ragged lengths about a fifth smaller than the power of two >= 2 L - 1, and as
+    fast per point."""
+    import torch
+
+    need = 2 * lengths.clamp(min=1) - 1
+    factors = (need + unit - 1).div(unit, rounding_mode="floor").cpu()
+    table = _smooth_sizes()
+    return (table[torch.searchsorted(table, factors)] * unit).to(lengths.device)
+
+
+def _spectrum(signal: _Centred, unit: int = 2) -> _Spectrum:
     """One rfft per bucket of rows of equal FFT size: a row of L tokens needs 2 L - 1
     points, so short rows do not pay for the longest one (on ragged lengths about a
-    third of the FFT time). ``minimum``: the smallest size (the periodogram reads its
-    grid off sizes that are multiples of 4 n_freqs)."""
+    third of the FFT time). ``unit``: the sizes are multiples of it (the periodogram
+    reads its grid off sizes that are multiples of 4 n_freqs)."""
     import torch
 
     length = signal.values.shape[1]
-    sizes = _fft_size(signal.lengths, minimum)
+    sizes = _fft_size(signal.lengths, unit)
     buckets = []
     for n_fft in torch.unique(sizes).tolist():
         rows = (sizes == n_fft).nonzero().squeeze(1)
@@ -726,9 +756,9 @@ def frequency_grid(n_freqs: int = DEFAULT_N_FREQS) -> Tensor:
 
 
 def _periodogram(signal: _Centred, spectrum: _Spectrum, grid: Tensor) -> Tensor:
-    """P(f) = |X(f)|^2 / L on the grid: read off a bucket's padded FFT when the grid
-    points are its FFT frequencies (n_fft a multiple of 4 n_freqs), else one small DTFT
-    matmul over the bucket's rows."""
+    """P(f) = |X(f)|^2 / L on the grid, read off each bucket's padded FFT: its size is
+    a multiple of 4 n_freqs (:func:`_fft_size`), so the grid's centres (2 g + 1) /
+    (4 n_freqs) are FFT bins."""
     import torch
 
     n_freqs = grid.shape[0]
@@ -736,16 +766,8 @@ def _periodogram(signal: _Centred, spectrum: _Spectrum, grid: Tensor) -> Tensor:
         (signal.values.shape[0], n_freqs), dtype=torch.float64, device=signal.values.device
     )
     for rows, n_fft, bucket in spectrum.buckets:
-        if n_fft % (4 * n_freqs) == 0:
-            step = n_fft // (4 * n_freqs)
-            power[rows] = bucket[:, step :: 2 * step][:, :n_freqs]
-        else:
-            values = signal.values.index_select(0, rows)
-            steps = torch.arange(values.shape[1], dtype=torch.float64, device=grid.device)
-            phase = (2 * math.pi) * torch.outer(steps, grid)
-            power[rows] = (values @ torch.cos(phase)).square_() + (
-                values @ torch.sin(phase)
-            ).square_()
+        step = n_fft // (4 * n_freqs)
+        power[rows] = bucket[:, step :: 2 * step][:, :n_freqs]
     return _per_token_power(power, signal.lengths, signal.energetic)
 
 
@@ -781,7 +803,7 @@ def periodogram(
     """
     grid = frequency_grid(n_freqs)
     signal = _signal_pack(x, mask, space)
-    spectrum = _spectrum(signal, minimum=4 * n_freqs)
+    spectrum = _spectrum(signal, unit=4 * n_freqs)
     return grid, _periodogram(signal, spectrum, grid.to(x.device))
 
 
@@ -965,9 +987,8 @@ def signal_statistics(
         backend: how the states and their runs, switches and windows are counted,
             the rows packed, centred and measured, and the LFR's band summed:
             ``"compiled"`` one pass per row of numba kernels, without materialising the
-            states, each row written straight into its FFT bucket (CPU only; a grid
-            that is not read off the FFT, ``n_freqs`` not a power of two, keeps the
-            tensor code for the signal part); ``"torch"`` tensor operations on the packed
+            states, each row written straight into its FFT bucket (CPU only);
+            ``"torch"`` tensor operations on the packed
             rows and every lag (any device); ``"auto"`` (default) the first where numba
             is installed and the signal is on the CPU. The counts are identical; the
             LFR, periodogram and variances agree to about 1e-12 (sums in another order;
@@ -981,7 +1002,7 @@ def signal_statistics(
     compiled = _compiled(signal, backend)
     if compiled:
         states = _state_statistics_compiled(signal, valid, on_band, window)
-    if compiled and _spectral_compilable(signal, n_freqs):
+    if compiled and _spectral_compilable(signal):
         lengths = _count(valid)
         spectral = _spectral_compiled(signal, valid, lengths, space, window, cutoff, n_freqs)
     else:
@@ -1021,7 +1042,7 @@ def _spectral_torch(
     """Centre the packed rows, one FFT per bucket for the LFR and the periodogram, and
     the variances by tensor code (the LFR's band by the compiled loop if ``compiled``)."""
     centred = _centre(packed, space)
-    spectrum = _spectrum(centred, minimum=4 * grid.shape[0])
+    spectrum = _spectrum(centred, unit=4 * grid.shape[0])
     return _Spectral(
         low_frequency_ratio=_low_frequency_ratio(
             centred, _autocorrelation(centred, spectrum), cutoff, compiled
@@ -1032,14 +1053,13 @@ def _spectral_torch(
     )
 
 
-def _spectral_compilable(signal: Tensor, n_freqs: int) -> bool:
+def _spectral_compilable(signal: Tensor) -> bool:
     """Whether :func:`_spectral_compiled` applies: a CPU signal whose float32 cast is
-    exact, and a grid read off every FFT bucket (4 n_freqs a power of two, as the FFT
-    sizes are, else :func:`_periodogram` needs the DTFT of the values)."""
+    exact."""
     import torch
 
     exact = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-    return signal.device.type == "cpu" and signal.dtype in exact and n_freqs & (n_freqs - 1) == 0
+    return signal.device.type == "cpu" and signal.dtype in exact
 
 
 def _spectral_compiled(
@@ -1051,13 +1071,19 @@ def _spectral_compiled(
     cutoff: float,
     n_freqs: int,
 ) -> _Spectral:
-    """:func:`_spectral_torch` bucket by bucket: a compiled loop packs and centres each
-    row straight into its bucket's zero-padded FFT input and computes its variances on
-    the way (:func:`ratioscope.functional._ratio_kernels.centre_rows`); the LFR's band is
-    read from the bucket's autocorrelation, never gathered into a [B, T] tensor. Equal
-    to the tensor code up to the order of the float64 sums and libm's ``exp`` for the
-    ratio space (within 1e-12; ``tests/test_compiled_kernels.py``)."""
+    """:func:`_spectral_torch` by parts of rows, each part on its own from the values to
+    the band (:func:`_kernels.map_rows`: the parts run on the threads at once, and one
+    dispatch a chunk, not three a bucket). Within a part, bucket by bucket: a compiled
+    loop packs and centres each row straight into its bucket's zero-padded FFT input
+    and computes its variances on the way
+    (:func:`ratioscope.functional._ratio_kernels.centre_rows`), scipy's FFT (one thread,
+    without the GIL; a row's transform is the same bits whatever rows share the call)
+    gives the power and the autocorrelation, and the LFR's band is read from the
+    latter, never gathered into a [B, T] tensor. Equal to the tensor code up to the
+    order of the float64 sums, the FFT's rounding and libm's ``exp`` for the ratio
+    space (within 1e-12; ``tests/test_compiled_kernels.py``)."""
     import numpy as np
+    import scipy.fft
     import torch
 
     from ratioscope.functional import _kernels, _ratio_kernels
@@ -1075,36 +1101,27 @@ def _spectral_compiled(
     widths = _band_widths(lengths, cutoff)
     sizes = _fft_size(lengths, 4 * n_freqs)
     lengths_np, widths_np, sizes_np = lengths.numpy(), widths.to(torch.int64).numpy(), sizes.numpy()
-    for n_fft in sorted(set(sizes.tolist())):  # a handful of sizes: no torch.unique sort
-        chosen = np.flatnonzero(sizes_np == n_fft)
-        padded = np.empty((len(chosen), n_fft), dtype=np.float64)
 
-        def centre(start: int, stop: int, chosen=chosen, padded=padded) -> None:
+    def part(start: int, stop: int) -> None:
+        here = sizes_np[start:stop]
+        for n_fft in np.unique(here).tolist():  # a handful of sizes
+            chosen = start + np.flatnonzero(here == n_fft)
+            padded = np.empty((len(chosen), n_fft), dtype=np.float64)
             _ratio_kernels.centre_rows(
-                values, flags, chosen[start:stop], space == "ratio", window,
-                padded[start:stop], energetic, variances,
-            )  # fmt: skip
-
-        _kernels.map_rows(centre, len(chosen), padded.size)
-        spectrum = torch.fft.rfft(torch.from_numpy(padded), dim=1)
-        squares, step = spectrum.numpy(), n_fft // (4 * n_freqs)
-
-        def square(start: int, stop: int, chosen=chosen, squares=squares, step=step) -> None:
-            _ratio_kernels.power_rows(squares[start:stop], chosen[start:stop], step, power_np)
-
-        _kernels.map_rows(square, len(chosen), squares.size)
-        auto = torch.fft.irfft(spectrum, n=n_fft, dim=1).numpy()
-        energy[chosen] = auto[:, 0]
-
-        def read_band(start: int, stop: int, chosen=chosen, auto=auto) -> None:
-            rows_here = chosen[start:stop]
-            sizes_here = lengths_np[rows_here]
+                values, flags, chosen, space == "ratio", window, padded, energetic, variances
+            )
+            spectrum = scipy.fft.rfft(padded, axis=1, workers=1)
+            _ratio_kernels.power_rows(spectrum, chosen, n_fft // (4 * n_freqs), power_np)
+            auto = scipy.fft.irfft(spectrum, n=n_fft, axis=1, workers=1)
+            energy[chosen] = auto[:, 0]
+            sizes_here = lengths_np[chosen]
             table = np.empty(int(sizes_here.max(initial=1)))  # sine scratch, >= 1 entry
-            part = np.empty(stop - start, dtype=np.float64)
-            _ratio_kernels.lfr_band(auto[start:stop], sizes_here, widths_np[rows_here], table, part)
-            band[rows_here] = part
+            part_band = np.empty(len(chosen), dtype=np.float64)
+            _ratio_kernels.lfr_band(auto, sizes_here, widths_np[chosen], table, part_band)
+            band[chosen] = part_band
 
-        _kernels.map_rows(read_band, len(chosen), padded.size)
+    # every output is a row's own: the same bits however the rows are cut
+    _kernels.map_rows(part, rows_total, int(sizes_np.sum()))
     energetic_t = torch.from_numpy(energetic)
     return _Spectral(
         low_frequency_ratio=_band_share(
