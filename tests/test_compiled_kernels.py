@@ -437,8 +437,9 @@ def test_report_is_the_same_on_one_thread_and_two():
 def test_a_small_input_in_one_call_gives_the_bits_of_eight_parts(monkeypatch):
     """Kernels whose results do not depend on where the rows are cut (state runs, TEPO's
     quadrants, the mismatch rows, covariance's last pass, the spectra with their FFTs,
-    the advantage sums) take a small input in one call (``_kernels.map_any_parts``). With the small-input bound at 0 every input is
-    cut into the eight parts instead: the report must be the same bits."""
+    the advantage sums) take a small input in one call (``_kernels.map_any_parts``).
+    With the small-input bound at 0 every input is cut into the eight parts instead:
+    the report must be the same bits."""
     from pathlib import Path
 
     import ratioscope

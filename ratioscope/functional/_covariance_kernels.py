@@ -34,6 +34,7 @@ import numpy as np
 
 from ratioscope.functional._binning import bin_of_log as _bin_of_log
 from ratioscope.functional._binning import bin_value as _bin
+from ratioscope.functional._exp import exp_value, valid_stop
 from ratioscope.functional._kernels import jit
 
 
@@ -130,6 +131,28 @@ def _spread(
         spread[s] = total
 
 
+def _kernel_weights(
+    lp: Any,
+    adv: Any,
+    stop: int,
+    mean_lp: float,
+    mean_a: float,
+    two_variance: float,
+    out: Any,
+) -> None:
+    """out[t] = w = exp(-c^2 / 2 sigma^2), c = (log pi - mean log pi) (A - mean A), for
+    the positions t < ``stop`` of one row (lp, adv: 1-D; ``two_variance``: 2 sigma^2 of
+    the row's scope), masked ones included: one loop without branches, which the
+    compiler vectorises (:func:`ratioscope.functional._exp.exp_value`). c is the same
+    expression as the callers', so the same bits."""
+    for t in range(stop):
+        c = (np.float64(lp[t]) - mean_lp) * (np.float64(adv[t]) - mean_a)
+        out[t] = exp_value(-(c * c) / two_variance)
+
+
+kernel_weights = jit(_kernel_weights)
+
+
 def _weight_sums(
     lp: Any,
     adv: Any,
@@ -145,17 +168,21 @@ def _weight_sums(
     """Pass 3 over the rows of the scopes ``part`` owns. sums [S]: sum w per scope, w =
     exp(-c^2 / (2 sigma^2)), or 1 where the scope is flat; kernel [S]: 2 sigma^2."""
     rows, length = mask.shape
+    weights = np.empty(length)  # a row's w, computed ahead in one vectorised loop
     for r in range(rows):
         s = scope[r]
         if owner[s] != part:
             continue
         mean_lp, mean_a = means[s, 0], means[s, 1]
         two_variance, is_flat = kernel[s], flat[s]
+        if not is_flat:
+            kernel_weights(
+                lp[r], adv[r], valid_stop(mask[r]), mean_lp, mean_a, two_variance, weights
+            )
         total = sums[s]
         for t in range(length):
             if mask[r, t]:
-                c = (np.float64(lp[r, t]) - mean_lp) * (np.float64(adv[r, t]) - mean_a)
-                total += 1.0 if is_flat else math.exp(-(c * c) / two_variance)
+                total += 1.0 if is_flat else weights[t]
         sums[s] = total
 
 
@@ -216,10 +243,15 @@ def _statistics(
     # w (w~) a normal number in its precision for u (u + log f) in (floor, -floor)
     floor = -80.0 if narrow else -700.0
     tokens = 0
+    weights = np.empty(length)  # a row's w, computed ahead in one vectorised loop
     for r in range(rows):
         s = scope[r]
         mean_lp, mean_a = means[s, 0], means[s, 1]
         two_variance, is_flat, to_normalised = kernel[s], flat[s], factor[s]
+        if not is_flat:
+            kernel_weights(
+                lp[r], adv[r], valid_stop(mask[r]), mean_lp, mean_a, two_variance, weights
+            )
         log_f = log_factor[s]
         row_c = row_w = row_n = 0.0
         d_c = d_w = d_n = sq_c = sq_w = sq_n = 0.0
@@ -236,7 +268,7 @@ def _statistics(
             a = np.float64(adv[r, t])
             c = (np.float64(lp[r, t]) - mean_lp) * (a - mean_a)
             u = 0.0 if is_flat else -(c * c) / two_variance
-            w = 1.0 if is_flat else math.exp(u)
+            w = 1.0 if is_flat else weights[t]  # exp(u)
             normalised = w * to_normalised
             v = u + log_f  # about log w~
             in_range = u > floor and floor < v < -floor

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ratioscope.functional._binning import bin_value
+from ratioscope.functional._exp import exp_into, valid_stop
 from ratioscope.functional._kernels import jit
 
 #: slots of the ``sums`` array :func:`_vitals_rows` fills
@@ -55,7 +56,8 @@ def _vitals_rows(
     int64 the valid tokens (with advantages). Every value is read as float64, as the
     torch reference reads them. products: scratch of at least the rows' positions
     (float64) where the pairs are read: pi A of each valid token, kept from the first
-    loop for the second (one ``exp`` a token, not two).
+    loop for the second (one ``exp`` a token, not two; the ``exp`` of
+    :mod:`ratioscope.functional._exp`, within an ulp of libm's).
     """
     rows, length = mask.shape
     n = 0
@@ -68,10 +70,13 @@ def _vitals_rows(
     pairs = 0
     sum_x = sum_a = sum_pa = 0.0
     kept = 0  # pi A of the valid tokens so far, in products
+    probabilities = np.empty(length)  # a row's pi = exp(log pi), in one vectorised loop
     for r in range(rows):
         is_right = has_correct and correct[r]
         row_sum = 0.0
         tokens = 0
+        if has_adv and has_logp:
+            exp_into(logp[r], 0.0, valid_stop(mask[r]), probabilities)
         for t in range(length):
             if not mask[r, t]:
                 continue
@@ -104,7 +109,7 @@ def _vitals_rows(
                     pairs += 1
                     sum_x += x
                     sum_a += a
-                    product = math.exp(x) * a
+                    product = probabilities[t] * a
                     sum_pa += product
                     products[kept] = product
                     kept += 1
