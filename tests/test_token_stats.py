@@ -15,12 +15,15 @@ from ratioscope.errors import UsageError
 from ratioscope.functional.token_stats import (
     frequency_grid,
     global_variance,
+    host_state_shares,
+    host_window_moments,
     local_variance,
     low_frequency_ratio,
     periodogram,
     run_lengths,
     signal_statistics,
     state_counts,
+    state_shares,
     switch_frequency,
     token_states,
     window_moments,
@@ -197,6 +200,24 @@ def test_hand_case_window_frequency_and_moments():
     assert m.var.tolist() == pytest.approx([0.0625, 0.0, 0.0])
     merged = m.merge(window_moments(torch.tensor([[1.0]])))
     assert merged.count.tolist() == [3, 1, 1] and merged.mean[0].item() == pytest.approx(0.5)
+
+
+def test_host_window_moments_and_state_shares_equal_the_tensor_functions():
+    gen = torch.Generator().manual_seed(5)
+    freq = torch.rand(40, 9, generator=gen, dtype=torch.float64)
+    freq[torch.rand(40, 9, generator=gen) < 0.3] = math.nan  # absent windows
+    freq[:, 8] = math.nan  # a window no sequence has
+    host, tensor = host_window_moments(freq.numpy()), window_moments(freq)
+    assert torch.equal(host.count, tensor.count) and host.count.dtype == torch.int64
+    torch.testing.assert_close(host.total, tensor.total, rtol=1e-14, atol=0.0)
+    torch.testing.assert_close(host.total_sq, tensor.total_sq, rtol=1e-14, atol=0.0)
+    assert host.count[8].item() == 0 and host.total[8].item() == 0.0
+    counts = torch.randint(0, 5, (30, 3), generator=gen)
+    counts[4] = 0  # a sequence without valid tokens: a NaN row
+    want = state_shares(counts)
+    got = torch.from_numpy(host_state_shares(counts.numpy()))
+    torch.testing.assert_close(got, want, rtol=1e-15, atol=0.0, equal_nan=True)
+    assert got[4].isnan().all() and got[0].sum().item() == pytest.approx(1.0)
 
 
 def test_hand_case_variances():

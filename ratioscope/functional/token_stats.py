@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal
 from ratioscope.errors import ParameterError, ShapeMismatchError
 
 if TYPE_CHECKING:
+    import numpy as np
     from torch import Tensor
 
 Space = Literal["log", "ratio"]
@@ -264,6 +265,16 @@ def state_shares(state_counts: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------- run lengths
+
+
+def host_state_shares(state_counts: np.ndarray) -> np.ndarray:
+    """:func:`state_shares` of a host array: [B, 3] int64 counts in, [B, 3] float64
+    shares out (NaN rows for sequences without valid tokens), by numpy."""
+    import numpy as np
+
+    totals = state_counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals == 0, np.nan, state_counts / totals)
 
 
 @dataclass(frozen=True)
@@ -511,6 +522,21 @@ def window_moments(values: Tensor) -> WindowMoments:
     present = ~values.isnan()
     filled = torch.where(present, values, 0.0)
     return WindowMoments(filled.sum(0), filled.square().sum(0), present.sum(0))
+
+
+def host_window_moments(values: np.ndarray) -> WindowMoments:
+    """:func:`window_moments` of a host array: [B, W] float64 per-window values (NaN =
+    absent) summed by numpy (a small chunk's fold pays numpy's call, not torch's)."""
+    import numpy as np
+    import torch
+
+    present = ~np.isnan(values)
+    filled = np.where(present, values, 0.0)
+    return WindowMoments(
+        torch.from_numpy(filled.sum(axis=0)),
+        torch.from_numpy(np.square(filled).sum(axis=0)),
+        torch.from_numpy(present.sum(axis=0).astype(np.int64)),
+    )
 
 
 # --------------------------------------------------------------------------- signals

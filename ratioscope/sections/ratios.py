@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -40,9 +41,9 @@ from ratioscope.functional.token_stats import (
     WindowMoments,
     constant_signal_statistics,
     frequency_grid,
+    host_state_shares,
+    host_window_moments,
     signal_statistics,
-    state_shares,
-    window_moments,
 )
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import VARIANTS, Context
@@ -171,35 +172,44 @@ class _StateSums(Record):
 
     def add(self, stats: SignalStatistics, nonempty: Tensor, long: Tensor | None = None) -> None:
         """Fold the statistics of a chunk's rows in (``nonempty`` ones only; the LFR,
-        spectrum and windows of the ``long`` ones only, the others counted)."""
-        rows = nonempty
-        long = nonempty if long is None else long & nonempty
-        self.short_excluded += int((nonempty & ~long).sum())
-        counts = stats.state_counts[rows].sum(dim=0)
-        shares = state_shares(stats.state_counts[rows]).sum(dim=0)
+        spectrum and windows of the ``long`` ones only, the others counted).
+
+        In numpy on the host: a dozen reductions over [B]-sized columns, where torch's
+        per-call cost (several microseconds each) was most of a small step's share."""
+        rows = nonempty.cpu().numpy()
+        long_rows = rows if long is None else long.cpu().numpy() & rows
+        self.short_excluded += int((rows & ~long_rows).sum())
+        counts = stats.state_counts.cpu().numpy()[rows]
+        shares = host_state_shares(counts).sum(axis=0)
+        tokens = counts.sum(axis=0)
+        means = stats.runs.mean_per_sequence.cpu().numpy()[rows]
+        histogram = stats.runs.histogram.cpu().numpy()
         for j in range(3):
-            self.state_tokens[j] += int(counts[j])
+            self.state_tokens[j] += int(tokens[j])
             if self.share_sum is not None:
                 self.share_sum[j] += float(shares[j])
-            per_sequence = stats.runs.mean_per_sequence[rows, j]
-            present = ~torch.isnan(per_sequence)
+            per_sequence = means[:, j]
+            present = ~np.isnan(per_sequence)
             self.run_mean_sum[j] += float(per_sequence[present].sum())
             self.run_mean_count[j] += int(present.sum())
-            histogram = stats.runs.histogram[j]
-            lengths = histogram.nonzero().flatten()
-            self.run_histogram[j].add_tensor(lengths, histogram[lengths])
+            lengths = np.flatnonzero(histogram[j])
+            self.run_histogram[j].add_tensor(
+                torch.from_numpy(lengths), torch.from_numpy(histogram[j, lengths])
+            )
         self.sequences += int(rows.sum())
-        self.switch_sum += float(stats.switch_frequency[rows].sum())
-        lfr = stats.low_frequency_ratio[long]
-        finite = ~torch.isnan(lfr)
+        self.switch_sum += float(stats.switch_frequency.cpu().numpy()[rows].sum())
+        lfr = stats.low_frequency_ratio.cpu().numpy()[long_rows]
+        finite = ~np.isnan(lfr)
         self.lfr_sum += float(lfr[finite].sum())
         self.lfr_count += int(finite.sum())
         self.lfr_excluded += int((~finite).sum())
-        self.var_global_sum += float(stats.global_variance[rows].sum())
-        self.var_local_sum += float(stats.local_variance[rows].sum())
-        self.windows = self.windows.merge(window_moments(stats.window_frequency[long]).cpu())
-        spectra = stats.periodogram[long][finite]
-        self.spectrum_sum.add(spectra.sum(dim=0))
+        self.var_global_sum += float(stats.global_variance.cpu().numpy()[rows].sum())
+        self.var_local_sum += float(stats.local_variance.cpu().numpy()[rows].sum())
+        self.windows = self.windows.merge(
+            host_window_moments(stats.window_frequency.cpu().numpy()[long_rows])
+        )
+        spectra = stats.periodogram.cpu().numpy()[long_rows][finite]
+        self.spectrum_sum.add(torch.from_numpy(spectra.sum(axis=0)))
         self.spectrum_count += int(spectra.shape[0])
 
     def fields(self, frequencies: list[float]) -> dict[str, Any]:
