@@ -148,15 +148,18 @@ def _one_pass(tensors: list) -> Callable[[], object]:
 
 def _fft_pairs(batch, chunk_elements: int, pairs: int) -> Callable[[], object]:
     """The LFR's FFT work: per chunk of rows, rfft and irfft of each float64 row
-    zero-padded to the power of two >= 2 L - 1 of its own length L (rows of one size in
-    one call), ``pairs`` times."""
+    zero-padded to the size the analysis gives a row of its length L (the smallest
+    4 n_freqs x 2^a 3^b 5^c >= 2 L - 1; rows of one size in one call), ``pairs``
+    times."""
     import torch
+
+    from ratioscope.functional.token_stats import DEFAULT_N_FREQS, _fft_size
 
     rows, length = batch.mask.shape
     per_chunk = max(1, chunk_elements // max(1, length))
     signal = batch.log_ratio.double()
     lengths = batch.mask.sum(dim=1).clamp(min=1)
-    sizes = torch.exp2(torch.ceil(torch.log2((2 * lengths - 1).clamp(min=2).double()))).long()
+    sizes = _fft_size(lengths, 4 * DEFAULT_N_FREQS)
 
     def run() -> object:
         for _ in range(pairs):
