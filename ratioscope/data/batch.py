@@ -33,6 +33,7 @@ from ratioscope.errors import (
     NonFiniteError,
     ShapeMismatchError,
 )
+from ratioscope.functional import _kernels
 
 #: per-token float tensors [B, T]
 TOKEN_FLOAT_KEYS = (
@@ -156,7 +157,7 @@ class TokenBatch:
 
     @property
     def num_tokens(self) -> int:
-        return int(self.mask.sum().item())
+        return int(_kernels.row_lengths(self.mask).sum())
 
     @property
     def device(self) -> torch.device:
@@ -722,7 +723,7 @@ class _Builder:
         the rows of a non-finite reward masked (or the error naming them). ``derived``
         (already zeroed on ``mask``): zeroed again, in place, on rows masked here."""
         rewards = sequence_values.get("rewards")
-        used = mask.any(dim=1)
+        used = _kernels.row_lengths(mask) > 0
         bad_rows = torch.zeros_like(used)
         if rewards is not None:
             bad_rows = ~torch.isfinite(rewards) & used
@@ -772,8 +773,6 @@ class _Builder:
         kernel takes. None where it does not, or where a valid value is inf or NaN: the
         caller then checks, shifts and derives step by step (the usual case, a finite
         right-padded dump, reads each tensor once instead of twice)."""
-        from ratioscope.functional import _kernels
-
         dtypes = (*_kernels.FLOAT_DTYPES, torch.int64)
         if bool((offsets > 0).any()) or not _kernels.can_take(
             *values.values(), mask=mask, dtypes=dtypes
@@ -811,8 +810,6 @@ def _add_log_ratio(values: dict[str, Tensor], pair: str) -> None:
 def _masked_zero(tensor: Tensor, mask: Tensor) -> Tensor:
     """``tensor`` where ``mask``, else 0, as a new tensor: one compiled loop for [B, T]
     CPU tensors of the common dtypes (``torch.where`` costs about 6 ns an element)."""
-    from ratioscope.functional import _kernels
-
     dtypes = (*_kernels.FLOAT_DTYPES, torch.int64)
     if not _kernels.can_take(tensor, mask=mask, dtypes=dtypes):
         return torch.where(mask, tensor, torch.zeros((), dtype=tensor.dtype))
@@ -883,7 +880,7 @@ def _names_a_verifier(name: str) -> bool:
 
 def _leading_invalid(mask: Tensor) -> Tensor:
     """[B] number of masked positions before the first valid token (0 for empty rows)."""
-    any_valid = mask.any(dim=1)
+    any_valid = _kernels.row_lengths(mask) > 0
     first = mask.to(torch.uint8).argmax(dim=1)
     return torch.where(any_valid, first, torch.zeros_like(first))
 

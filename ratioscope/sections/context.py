@@ -14,21 +14,11 @@ from torch import Tensor
 
 from ratioscope.data.batch import TokenBatch
 from ratioscope.data.params import AnalysisParams
+from ratioscope.functional import _kernels
 from ratioscope.functional.surrogate import AdvantageSums, advantage_sums
 
 VARIANTS = ("token", "sequence", "kalman")
 T = TypeVar("T")
-
-
-def row_lengths(mask: Tensor) -> Tensor:
-    """[B] int64 True entries per row of a [B, T] mask."""
-    from ratioscope.functional import _kernels
-
-    if _kernels.can_take(mask, dtypes=(torch.bool,)):
-        return torch.from_numpy(_kernels.row_counts(mask.numpy()))
-    if mask.dtype == torch.bool:
-        return mask.view(torch.uint8).sum(dim=1)  # the bytes summed: ~5x a bool sum
-    return mask.sum(dim=1)
 
 
 class Context:
@@ -57,7 +47,7 @@ class Context:
     def lengths(self) -> Tensor:
         """[B] int64 valid tokens per row (a compiled count on the CPU: a torch sum of a
         bool tensor converts every element to int64, about 30x slower)."""
-        return self.cached("lengths", lambda: row_lengths(self.mask))
+        return self.cached("lengths", lambda: _kernels.row_lengths(self.mask))
 
     @property
     def z64(self) -> Tensor:
