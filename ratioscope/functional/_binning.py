@@ -113,7 +113,30 @@ def _cell_bin(x: float) -> int:
     return _CENTER + sign * offset
 
 
-_cell = jit(_cell_bin)
+cell_bin = jit(_cell_bin)
+_cell = cell_bin
+
+
+def _cell_bins_into(values: Any, stop: int, out: Any) -> None:
+    """out[t] = :func:`_cell_bin` of values[t] (read as float64) for t < ``stop``: one
+    loop without branches, which the compiler vectorises (about 0.7 ns a value, against
+    3-4 ns for :func:`_bin_index` one token at a time inside a longer loop). A loop
+    then takes each bin with :func:`bin_from_cell`."""
+    for t in range(stop):
+        out[t] = _cell(np.float64(values[t]))
+
+
+cell_bins_into = jit(_cell_bins_into)
+
+
+def _bin_from_cell(cell: int, x: float) -> int:
+    """The bin of ``x`` from its cell look-up ``cell`` (:func:`_cell_bin` of ``x``): the
+    cell's bin, or within ``_EDGE_MARGIN`` of an edge :func:`_bin_near_edge`. The same
+    bin as :func:`_bin_index`."""
+    return _near_edge(x) if cell == _NEAR_EDGE else cell
+
+
+bin_from_cell = jit(_bin_from_cell)
 
 
 def _bin_index(x: float) -> int:
@@ -151,6 +174,17 @@ def _bin_of_log(value: float, estimate: float, error: float) -> int:
 
 
 bin_of_log = jit(_bin_of_log)
+
+
+def _bin_of_log_from_cell(cell: int, value: float, estimate: float, error: float) -> int:
+    """:func:`_bin_of_log` with the cell look-up of ``estimate`` already made (``cell``:
+    :func:`_cell_bin` of ``estimate``, e.g. by :func:`cell_bins_into`): the same bin."""
+    if abs(estimate) * _LOG_SAFE > error and cell != _NEAR_EDGE:  # False for NaN
+        return cell
+    return bin_value(math.log(value))
+
+
+bin_of_log_from_cell = jit(_bin_of_log_from_cell)
 
 
 def _count_values(values: Any, counts: Any) -> None:

@@ -32,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.functional._binning import bin_of_log as _bin_of_log
-from ratioscope.functional._binning import bin_value as _bin
+from ratioscope.functional._binning import bin_from_cell, bin_of_log_from_cell, cell_bin
 from ratioscope.functional._exp import exp_value, valid_stop
 from ratioscope.functional._kernels import jit
 
@@ -153,6 +152,70 @@ def _kernel_weights(
 kernel_weights = jit(_kernel_weights)
 
 
+#: the columns of :func:`_token_values`'s per-position output
+VALUE_C, VALUE_W, VALUE_N, VALUE_U, VALUE_V, VALUE_IN_RANGE = 0, 1, 2, 3, 4, 5
+VALUE_FIELDS = 6
+
+
+def _token_values(
+    lp: Any,
+    adv: Any,
+    stop: int,
+    mean_lp: float,
+    mean_a: float,
+    two_variance: float,
+    is_flat: bool,
+    to_normalised: float,
+    log_f: float,
+    narrow: bool,
+    floor: float,
+    out: Any,
+    cells: Any,
+) -> None:
+    """What the last pass needs of each position t < ``stop`` of one row (lp, adv: 1-D),
+    masked ones included, in one loop without branches, which the compiler vectorises:
+    out [VALUE_FIELDS, >= stop] float64 with, per position, c, w and w~ as stored in the
+    input's precision (``narrow``: float32), u = -c^2 / 2 sigma^2 and v = u + log f each
+    corrected by its store's first-order rounding where ``VALUE_IN_RANGE`` (1.0: w and
+    w~ normal numbers in their precision, u and v inside (``floor``, -``floor``)),
+    else as computed; cells [3, >= stop] int64 the bins' cell look-ups
+    (:func:`_binning._cell_bin`) of c and of the estimates of log w and log w~ (u and v
+    in range, else 0). The same expressions, in the same order, as one token at a
+    time, so the same bits and bins."""
+    for t in range(stop):
+        a = np.float64(adv[t])
+        c = (np.float64(lp[t]) - mean_lp) * (a - mean_a)
+        u = 0.0 if is_flat else -(c * c) / two_variance
+        w = 1.0 if is_flat else exp_value(u)
+        normalised = w * to_normalised
+        v = u + log_f
+        in_range = (u > floor) & (floor < v) & (v < -floor)  # &: no branch
+        if narrow:
+            c = np.float64(np.float32(c))
+            stored_w = np.float64(np.float32(w))
+            stored_n = np.float64(np.float32(normalised))
+            # the stores' rounding, to first order; both always computed and then
+            # selected, so that the loop has no branch and vectorises
+            shift_u = (stored_w - w) / w
+            shift_v = (stored_n - normalised) / normalised
+            u = u + shift_u if in_range else u
+            v = v + shift_v if in_range else v
+            w, normalised = stored_w, stored_n
+        out[VALUE_C, t] = c
+        out[VALUE_W, t] = w
+        out[VALUE_N, t] = normalised
+        out[VALUE_U, t] = u
+        out[VALUE_V, t] = v
+        out[VALUE_IN_RANGE, t] = 1.0 if in_range else 0.0
+        cells[0, t] = cell_bin(c)
+        cells[1, t] = cell_bin(u if in_range else 0.0)
+        cells[2, t] = cell_bin(v if in_range else 0.0)
+
+
+# the quotients of positions out of range (w or w~ zero there) are selected away
+token_values = jit(_token_values, ieee_division=True)
+
+
 def _weight_sums(
     lp: Any,
     adv: Any,
@@ -243,16 +306,18 @@ def _statistics(
     # w (w~) a normal number in its precision for u (u + log f) in (floor, -floor)
     floor = -80.0 if narrow else -700.0
     tokens = 0
-    weights = np.empty(length)  # a row's w, computed ahead in one vectorised loop
+    # a row's c, w, w~, u, v, computed ahead in one vectorised loop
+    values = np.empty((VALUE_FIELDS, length))
+    cells = np.empty((3, length), dtype=np.int64)
     for r in range(rows):
         s = scope[r]
         mean_lp, mean_a = means[s, 0], means[s, 1]
         two_variance, is_flat, to_normalised = kernel[s], flat[s], factor[s]
-        if not is_flat:
-            kernel_weights(
-                lp[r], adv[r], valid_stop(mask[r]), mean_lp, mean_a, two_variance, weights
-            )
         log_f = log_factor[s]
+        token_values(
+            lp[r], adv[r], valid_stop(mask[r]), mean_lp, mean_a, two_variance, is_flat,
+            to_normalised, log_f, narrow, floor, values, cells,
+        )  # fmt: skip
         row_c = row_w = row_n = 0.0
         d_c = d_w = d_n = sq_c = sq_w = sq_n = 0.0
         mass_a = mass_w = mass_n = 0.0
@@ -266,21 +331,13 @@ def _statistics(
             if not mask[r, t]:
                 continue
             a = np.float64(adv[r, t])
-            c = (np.float64(lp[r, t]) - mean_lp) * (a - mean_a)
-            u = 0.0 if is_flat else -(c * c) / two_variance
-            w = 1.0 if is_flat else weights[t]  # exp(u)
-            normalised = w * to_normalised
-            v = u + log_f  # about log w~
-            in_range = u > floor and floor < v < -floor
-            if narrow:
-                c = np.float64(np.float32(c))
-                stored_w = np.float64(np.float32(w))
-                stored_n = np.float64(np.float32(normalised))
-                if in_range:  # the stores' rounding, to first order
-                    u += (stored_w - w) / w
-                    v += (stored_n - normalised) / normalised
-                w, normalised = stored_w, stored_n
-            k = _bin(c)
+            c = values[VALUE_C, t]
+            w = values[VALUE_W, t]
+            normalised = values[VALUE_N, t]
+            u = values[VALUE_U, t]
+            v = values[VALUE_V, t]
+            in_range = values[VALUE_IN_RANGE, t] != 0.0
+            k = bin_from_cell(cells[0, t], c)
             c_counts[k] += 1
             token_bins[tokens] = k
             token_c[tokens] = c
@@ -289,9 +346,10 @@ def _statistics(
             # sums' rounding (an ulp or two each), the second order of the stores'
             # (2^-49); an estimate of 0 (w = 1, or out of range) bins the log itself
             estimate_w, estimate_n = (u, v) if in_range else (0.0, 0.0)
-            w_counts[_bin_of_log(w, estimate_w, 2.0**-48 - 2.0**-50 * u)] += 1
+            error = 2.0**-48 - 2.0**-50 * u
+            w_counts[bin_of_log_from_cell(cells[1, t], w, estimate_w, error)] += 1
             error = 2.0**-47 + 2.0**-50 * (abs(log_f) + abs(v))
-            normalised_counts[_bin_of_log(normalised, estimate_n, error)] += 1
+            normalised_counts[bin_of_log_from_cell(cells[2, t], normalised, estimate_n, error)] += 1
             weight_counts[min(int(w * bins_w), bins_w - 1)] += 1
             n_low += w < low_w
             n_lower += w < lower_w

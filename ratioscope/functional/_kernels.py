@@ -289,14 +289,22 @@ def _row_counts(mask: Any, out: Any) -> None:
         out[r] = count
 
 
-def jit(fn: Any) -> Any:
-    """``fn`` compiled by numba (machine code cached on disk where that is writable)."""
+def jit(fn: Any, *, ieee_division: bool = False) -> Any:
+    """``fn`` compiled by numba (machine code cached on disk where that is writable).
+
+    ``ieee_division``: a float division by zero gives inf or NaN instead of raising
+    ZeroDivisionError (numba's ``error_model="numpy"``). Python's check is a branch on
+    every division, which keeps a loop out of SIMD lanes; a loop that selects away the
+    quotients it must not use takes this."""
     import numba
 
+    options: dict[str, Any] = {"nogil": True}
+    if ieee_division:
+        options["error_model"] = "numpy"
     try:
-        return numba.njit(cache=True, nogil=True)(fn)
+        return numba.njit(cache=True, **options)(fn)
     except RuntimeError:  # no writable cache directory: compile in every process
-        return numba.njit(cache=False, nogil=True)(fn)
+        return numba.njit(cache=False, **options)(fn)
 
 
 #: the compiled loops that run on several threads cut a chunk's rows into this many

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.functional._binning import bin_value
+from ratioscope.functional._binning import bin_from_cell, cell_bins_into
 from ratioscope.functional._exp import exp_into, valid_stop
 from ratioscope.functional._kernels import jit
 
@@ -44,18 +44,22 @@ def _histogram_ppo_rows(
     n = 0
     total = 0.0
     smallest, largest = math.inf, -math.inf
-    ratios = np.empty(length)  # a row's exp(x), computed ahead in one vectorised loop
+    # a row's exp(x) and bins' cells, computed ahead in vectorised loops
+    ratios = np.empty(length)
+    cells = np.empty(length, dtype=np.int64)
     for r in range(rows):
         zeroed = 0
         clipped_terms = 0.0
         plain_terms = 0.0
+        stop = valid_stop(mask[r])
+        cell_bins_into(signal[r], stop, cells)
         if has_adv:
-            exp_into(signal[r], 0.0, valid_stop(mask[r]), ratios)
+            exp_into(signal[r], 0.0, stop, ratios)
         for t in range(length):
             if not mask[r, t]:
                 continue
             x = np.float64(signal[r, t])
-            counts[bin_value(x)] += 1
+            counts[bin_from_cell(cells[t], x)] += 1
             n += 1
             total += x
             smallest = min(smallest, x)

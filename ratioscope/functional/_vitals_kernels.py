@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.functional._binning import bin_value
+from ratioscope.functional._binning import bin_from_cell, cell_bins_into
 from ratioscope.functional._exp import exp_into, valid_stop
 from ratioscope.functional._kernels import jit
 
@@ -70,20 +70,25 @@ def _vitals_rows(
     pairs = 0
     sum_x = sum_a = sum_pa = 0.0
     kept = 0  # pi A of the valid tokens so far, in products
-    probabilities = np.empty(length)  # a row's pi = exp(log pi), in one vectorised loop
+    # a row's pi = exp(log pi) and the cells of its entropy's bins, in vectorised loops
+    probabilities = np.empty(length)
+    cells = np.empty(length, dtype=np.int64)
     for r in range(rows):
         is_right = has_correct and correct[r]
         row_sum = 0.0
         tokens = 0
+        stop = valid_stop(mask[r])
+        if has_entropy:
+            cell_bins_into(entropy[r], stop, cells)
         if has_adv and has_logp:
-            exp_into(logp[r], 0.0, valid_stop(mask[r]), probabilities)
+            exp_into(logp[r], 0.0, stop, probabilities)
         for t in range(length):
             if not mask[r, t]:
                 continue
             tokens += 1
             if has_entropy:
                 e = np.float64(entropy[r, t])
-                counts[bin_value(e)] += 1
+                counts[bin_from_cell(cells[t], e)] += 1
                 n += 1
                 total += e
                 smallest = min(smallest, e)
