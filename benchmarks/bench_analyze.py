@@ -25,6 +25,7 @@ shared machine the ratio to the floor measured in the same run is the number to 
     python benchmarks/bench_analyze.py                 # B=1024, T=4096, 2 threads
     python benchmarks/bench_analyze.py --threads 1 --repeat 5
     python benchmarks/bench_analyze.py --device cuda   # chunks and floors on the GPU
+    python benchmarks/bench_analyze.py --baseline /tmp/before --rounds 3   # before/after
 
 With ``--device cuda`` every chunk is analysed on the GPU and the floors are passes over
 the batch moved there (each timing synchronised); the floor of the whole command is then
@@ -153,13 +154,17 @@ def _fft_pairs(batch, chunk_elements: int, pairs: int) -> Callable[[], object]:
     times."""
     import torch
 
-    from ratioscope.functional.token_stats import DEFAULT_N_FREQS, _fft_size
-
     rows, length = batch.mask.shape
     per_chunk = max(1, chunk_elements // max(1, length))
     signal = batch.log_ratio.double()
     lengths = batch.mask.sum(dim=1).clamp(min=1)
-    sizes = _fft_size(lengths, 4 * DEFAULT_N_FREQS)
+    try:
+        from ratioscope.functional.token_stats import DEFAULT_N_FREQS, _fft_size
+
+        sizes = _fft_size(lengths, 4 * DEFAULT_N_FREQS)
+    except ImportError:  # a checkout from before it, for a before/after run
+        sizes = torch.exp2(torch.ceil(torch.log2((2 * lengths - 1).clamp(min=2).double())))
+        sizes = sizes.long()
 
     def run() -> object:
         for _ in range(pairs):
@@ -305,14 +310,56 @@ def _peer(batch, rows: int) -> dict[str, float]:
     return {"seconds_subset": elapsed, "tokens_subset": tokens}
 
 
-def _run_child(args: argparse.Namespace, mode: str) -> dict:
+def _run_child(args: argparse.Namespace, mode: str, tree: Path | None = None) -> dict:
+    """One child process of ``mode``; ``tree``: a ratioscope source tree to import
+    instead of this one (first on its ``PYTHONPATH``)."""
     command = [
         sys.executable, __file__, "--child", mode, "--path", str(args.path),
         "--repeat", str(args.repeat), "--threads", str(args.threads),
         "--peer-rows", str(args.peer_rows), "--device", args.device,
     ]  # fmt: skip
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    env = None
+    if tree is not None:
+        paths = [str(tree.resolve()), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    output = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def _compare(args: argparse.Namespace) -> None:
+    """This tree against ``args.baseline``, alternated ``args.rounds`` times (the same
+    load for both): each section's best wall and CPU time over the rounds, and their
+    ratios."""
+    runs: dict[str, list[dict]] = {"this tree": [], "baseline": []}
+    for _ in range(args.rounds):
+        runs["this tree"].append(_run_child(args, "analyze"))
+        runs["baseline"].append(_run_child(args, "analyze", args.baseline))
+    tokens = runs["this tree"][0]["tokens"]
+    loads = [
+        run[key] for tree in runs.values() for run in tree for key in ("load_before", "load_after")
+    ]
+    print(
+        f"this tree against {args.baseline}, {args.rounds} round(s) alternated, each the best "
+        f"of {args.repeat}; valid tokens {tokens:,}; load average {min(loads):.2f}-{max(loads):.2f}"
+    )
+    print(
+        f"{'run':<22} {'wall s':>8} {'base s':>8} {'ratio':>6} {'CPU s':>8} {'base CPU':>8} "
+        f"{'ratio':>6} {'M tok/s':>8} {'base':>7}"
+    )
+
+    def best(tree: str, name: str, key: str) -> float:
+        return min(run["runs"][name][key] for run in runs[tree])
+
+    for name in runs["this tree"][0]["runs"]:
+        if name not in runs["baseline"][0]["runs"]:
+            continue
+        ours, theirs = best("this tree", name, "seconds"), best("baseline", name, "seconds")
+        cpu, base_cpu = best("this tree", name, "cpu"), best("baseline", name, "cpu")
+        print(
+            f"{'analyze ' + name:<22} {ours:>8.4f} {theirs:>8.4f} {ours / theirs:>6.2f} "
+            f"{cpu:>8.4f} {base_cpu:>8.4f} {cpu / base_cpu:>6.2f} "
+            f"{tokens / ours / 1e6:>8.2f} {tokens / theirs / 1e6:>7.2f}"
+        )
 
 
 def main() -> None:
@@ -327,6 +374,11 @@ def main() -> None:
         "--device", choices=("cpu", "cuda"), default="cpu", help="where analyze runs"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
+    parser.add_argument(
+        "--baseline", type=Path, default=None,
+        help="another ratioscope source tree: each section timed in both, alternated",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=2, help="alternations with --baseline")
     parser.add_argument("--child", choices=("analyze", "load", "peer"), help=argparse.SUPPRESS)
     parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -356,6 +408,9 @@ def main() -> None:
         f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, "
         f"best of {args.repeat}; compiled kernels: {compiled}"
     )
+    if args.baseline is not None:
+        _compare(args)
+        return
     load = _run_child(args, "load")
     run = _run_child(args, "analyze")
     peer = _run_child(args, "peer")
