@@ -114,7 +114,6 @@ def _cell_bin(x: float) -> int:
 
 
 cell_bin = jit(_cell_bin)
-_cell = cell_bin
 
 
 def _cell_bins_into(values: Any, stop: int, out: Any) -> None:
@@ -123,7 +122,7 @@ def _cell_bins_into(values: Any, stop: int, out: Any) -> None:
     3-4 ns for :func:`_bin_index` one token at a time inside a longer loop). A loop
     then takes each bin with :func:`bin_from_cell`."""
     for t in range(stop):
-        out[t] = _cell(np.float64(values[t]))
+        out[t] = cell_bin(np.float64(values[t]))
 
 
 cell_bins_into = jit(_cell_bins_into)
@@ -147,8 +146,7 @@ def _bin_index(x: float) -> int:
     high bits (:func:`_cell_bin`); a value in a cell within ``_EDGE_MARGIN`` of a bin
     edge (about 1.7 % of cells) goes on to :func:`_bin_near_edge`.
     """
-    k = _cell(x)
-    return _near_edge(x) if k == _NEAR_EDGE else k
+    return bin_from_cell(cell_bin(x), x)
 
 
 bin_value = jit(_bin_index)
@@ -158,33 +156,29 @@ bin_value = jit(_bin_index)
 _LOG_SAFE = 0.5 * _EDGE_MARGIN * math.log(10.0) / _PER_DECADE
 
 
-def _bin_of_log(value: float, estimate: float, error: float) -> int:
-    """The bin of ``log(value)`` (value > 0), where ``estimate`` is known to lie within
-    ``error`` of the ``log`` the caller would compute: the bin of ``estimate`` where
-    that error cannot move the position across a bin edge (the value's cell lies more
-    than ``_EDGE_MARGIN`` from every edge, and ``error`` moves it by at most half the
-    margin), else the bin of ``log(value)`` itself. Saves the ``log`` of a value the
-    caller made from its ``log`` (``w = exp(u)``); the same bin either way
-    (``tests/test_covariance_fused.py`` tries values at the edges)."""
-    if abs(estimate) * _LOG_SAFE > error:  # False for NaN
-        k = _cell(estimate)
-        if k != _NEAR_EDGE:
-            return k
-    return bin_value(math.log(value))
-
-
-bin_of_log = jit(_bin_of_log)
-
-
 def _bin_of_log_from_cell(cell: int, value: float, estimate: float, error: float) -> int:
-    """:func:`_bin_of_log` with the cell look-up of ``estimate`` already made (``cell``:
-    :func:`_cell_bin` of ``estimate``, e.g. by :func:`cell_bins_into`): the same bin."""
+    """The bin of ``log(value)`` (value > 0), where ``estimate`` is known to lie within
+    ``error`` of the ``log`` the caller would compute, and ``cell`` is the cell look-up
+    of ``estimate`` (:func:`_cell_bin`, e.g. made ahead by :func:`cell_bins_into`): the
+    bin of ``estimate`` where that error cannot move the position across a bin edge (the
+    cell lies more than ``_EDGE_MARGIN`` from every edge, and ``error`` moves it by at
+    most half the margin), else the bin of ``log(value)`` itself. Saves the ``log`` of a
+    value the caller made from its ``log`` (``w = exp(u)``); the same bin either way
+    (``tests/test_covariance_fused.py`` tries values at the edges)."""
     if abs(estimate) * _LOG_SAFE > error and cell != _NEAR_EDGE:  # False for NaN
         return cell
     return bin_value(math.log(value))
 
 
 bin_of_log_from_cell = jit(_bin_of_log_from_cell)
+
+
+def _bin_of_log(value: float, estimate: float, error: float) -> int:
+    """:func:`_bin_of_log_from_cell` with the cell look-up of ``estimate`` made here."""
+    return bin_of_log_from_cell(cell_bin(estimate), value, estimate, error)
+
+
+bin_of_log = jit(_bin_of_log)
 
 
 def _count_values(values: Any, counts: Any) -> None:

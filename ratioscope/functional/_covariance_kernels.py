@@ -288,7 +288,7 @@ def _statistics(
     The bins of log w and log w~ come from u = -c^2 / 2 sigma^2 and v = u + log(N /
     sum w), each plus the relative rounding of its float32 store (log(1 + e) = e to
     2^-49), where w and w~ are normal numbers in their precision
-    (:func:`_binning.bin_of_log`: the bin of the estimate where the bound on its error
+    (:func:`_binning.bin_of_log_from_cell`: the bin of the estimate where the bound on its error
     cannot cross a bin edge, else of the ``log`` itself). Two ``log`` a token saved,
     the same bins.
 

@@ -264,9 +264,6 @@ def state_shares(state_counts: Tensor) -> Tensor:
     return (counts / totals).masked_fill(totals == 0, math.nan)
 
 
-# --------------------------------------------------------------------------- run lengths
-
-
 def host_state_shares(state_counts: np.ndarray) -> np.ndarray:
     """:func:`state_shares` of a host array: [B, 3] int64 counts in, [B, 3] float64
     shares out (NaN rows for sequences without valid tokens), by numpy."""
@@ -275,6 +272,9 @@ def host_state_shares(state_counts: np.ndarray) -> np.ndarray:
     totals = state_counts.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(totals == 0, np.nan, state_counts / totals)
+
+
+# --------------------------------------------------------------------------- run lengths
 
 
 @dataclass(frozen=True)
@@ -1014,11 +1014,11 @@ def signal_statistics(
             the rows packed, centred and measured, and the LFR's band summed:
             ``"compiled"`` one pass per row of numba kernels, without materialising the
             states, each row written straight into its FFT bucket (CPU only);
-            ``"torch"`` tensor operations on the packed
-            rows and every lag (any device); ``"auto"`` (default) the first where numba
-            is installed and the signal is on the CPU. The counts are identical; the
-            LFR, periodogram and variances agree to about 1e-12 (sums in another order;
-            the compiled band reduces each sine's angle exactly, in integers).
+            ``"torch"`` tensor operations on the packed rows and every lag (any
+            device); ``"auto"`` (default) the first where numba is installed and the
+            signal is on the CPU. The counts are identical; the LFR, periodogram and
+            variances agree to about 1e-12 (sums in another order; the compiled band
+            reduces each sine's angle exactly, in integers).
     """
     _check_window(window)
     _check_cutoff(cutoff)
