@@ -125,6 +125,38 @@ def test_spectral_part_equals_torch(layout, space, dtype):
         assert not got.periodogram[3].isfinite().any() and got.global_variance[3] < 1e-20
 
 
+def test_fft_blocks_cover_each_size_run_in_cache_sized_blocks(monkeypatch):
+    import numpy as np
+
+    from ratioscope.functional import token_stats
+
+    monkeypatch.setattr(token_stats, "FFT_BLOCK_POINTS", 1000)
+    sizes = np.array([256, 256, 256, 256, 256, 512, 512, 2048, 2048])
+    blocks = token_stats._fft_blocks(sizes)
+    # 3 rows of 256 points fit in 1,000, 1 of 512, and a row of 2,048 is a block alone
+    assert blocks == [(0, 3), (3, 5), (5, 6), (6, 7), (7, 8), (8, 9)]
+    assert token_stats._fft_blocks(np.array([], dtype=np.int64)) == []
+
+
+def test_spectra_are_the_same_bits_in_blocks_of_any_size(monkeypatch):
+    """Each row's transform is its own: rows sorted by FFT size and cut into blocks of one
+    row or of every row of a size give the same bits."""
+    from ratioscope.functional import token_stats
+
+    rows, length = 30, 300
+    gen = torch.Generator().manual_seed(11)
+    z = signal(rows, length, 5, "smooth") + 1e-3 * torch.randn(rows, length, generator=gen)
+    mask = masks(rows, length, 6)["holes"]
+    results = []
+    for points in (1, 1 << 40):
+        monkeypatch.setattr(token_stats, "FFT_BLOCK_POINTS", points)
+        results.append(signal_statistics(z, mask, n_freqs=16, backend="compiled"))
+    for name in ("low_frequency_ratio", "periodogram", "global_variance", "local_variance"):
+        torch.testing.assert_close(
+            getattr(results[0], name), getattr(results[1], name), rtol=0, atol=0, equal_nan=True
+        )
+
+
 def test_spectral_part_against_a_plain_loop():
     # the variances written out over one row's valid values, independent of both backends
     z = torch.tensor([[0.3, math.nan, -0.2, 0.4, 0.4, 1.0, -0.7, 0.1]])

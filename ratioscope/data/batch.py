@@ -153,7 +153,7 @@ class TokenBatch:
     @property
     def lengths(self) -> Tensor:
         """[B] int64, number of valid tokens per row."""
-        return self.mask.sum(dim=1)
+        return _kernels.row_lengths(self.mask)
 
     @property
     def num_tokens(self) -> int:

@@ -118,25 +118,29 @@ def _sine_table(size: int, table: Any, block_sin: Any, block_cos: Any) -> None:
 sine_table = jit(_sine_table)
 
 
-def _lfr_band(auto: Any, lengths: Any, widths: Any, table: Any, band: Any) -> None:
-    """band [B] float64: each row's low-frequency energy from its linear
-    autocorrelation ``auto`` [B, >= L] (float64; lag m of a row of L tokens),
+def _lfr_band(
+    auto: Any, rows: Any, lengths: Any, widths: Any, table: Any, band: Any, energy: Any
+) -> None:
+    """band [B] float64 at ``rows`` [b]: each row's low-frequency energy from its linear
+    autocorrelation ``auto`` [b, >= L] (float64; lag m of a row of L tokens; row i is
+    signal row ``rows[i]``),
     band = w a(0) + sum_{m=1}^{L-1} a(m) 2 sin(pi m w / L) / sin(pi m / L), with
-    w = ``widths`` [B] (odd, 2 k_c + 1) and L = ``lengths`` [B].
+    w = ``widths`` [B] (odd, 2 k_c + 1) and L = ``lengths`` [B]; energy [B] float64 at
+    ``rows``, a(0).
 
     The sines come from one table of sin(pi j / L), j < L, per row (``table``: scratch of
     at least max L entries): pi m w / L is reduced modulo 2 pi exactly, in integers,
     instead of multiplying a rounded angle by m w. The table is built by
     :func:`_sine_table`.
     """
-    rows = auto.shape[0]
     block_sin = np.empty(_SINE_BLOCK)
     block_cos = np.empty(_SINE_BLOCK)
-    for r in range(rows):
+    for i in range(rows.shape[0]):
+        r = rows[i]
         size = max(lengths[r], 1)
         width = widths[r]
         sine_table(size, table, block_sin, block_cos)
-        total = auto[r, 0] * width
+        total = auto[i, 0] * width
         period = 2 * size
         j = 0  # m w modulo 2 L, advanced by w each lag (w < 2 L: one wrap at most)
         for m in range(1, lengths[r]):
@@ -144,8 +148,9 @@ def _lfr_band(auto: Any, lengths: Any, widths: Any, table: Any, band: Any) -> No
             if j >= period:
                 j -= period
             numerator = table[j] if j < size else -table[j - size]
-            total += auto[r, m] * (2.0 * numerator / table[m])
+            total += auto[i, m] * (2.0 * numerator / table[m])
         band[r] = total
+        energy[r] = auto[i, 0]
 
 
 def _lane_sum(values: Any, n: int, centre: float, power: int) -> float:
