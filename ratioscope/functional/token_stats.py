@@ -1091,7 +1091,7 @@ def _fft_blocks(sizes: np.ndarray) -> list[tuple[int, int]]:
     into blocks of at most :data:`FFT_BLOCK_POINTS` points (one row at least)."""
     import numpy as np
 
-    blocks = []
+    blocks: list[tuple[int, int]] = []
     start = 0
     while start < len(sizes):
         n_fft = int(sizes[start])
