@@ -335,6 +335,41 @@ def test_masked_zero_counting_counts_valid_inf_and_nan(dtype, rows):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("rows", [17, 700])  # one call, and parts on the pool
+def test_masked_difference_counting_equals_torch(dtype, rows):
+    gen = torch.Generator().manual_seed(rows + 1)
+    mask = torch.rand(rows, 129, generator=gen) > 0.4
+    values = (10 * torch.randn(rows, 129, generator=gen)).to(dtype)
+    others = (10 * torch.randn(rows, 129, generator=gen)).to(dtype)
+    others[~mask] = math.nan  # garbage behind the mask is not counted
+    big = torch.finfo(dtype).max
+    values[2, 5], others[2, 5] = big, -big  # finite operands, an infinite difference
+    values[4, 6], others[4, 6] = math.inf, math.inf  # inf - inf: NaN
+    mask[2, 5] = mask[4, 6] = True
+    out, bad = _kernels.masked_difference_counting(values.numpy(), others.numpy(), mask.numpy())
+    difference = values - others
+    want = torch.where(mask, difference, torch.zeros((), dtype=dtype))
+    assert_identical(torch.from_numpy(out), want)  # rounded once, as torch's
+    assert bad == int((~torch.isfinite(difference) & mask).sum()) == 2
+
+
+def test_first_valid_and_any_true_equal_torch():
+    gen = torch.Generator().manual_seed(4)
+    mask = torch.rand(40, 33, generator=gen) > 0.9
+    mask[0] = False  # an empty row: 0
+    mask[1, 0] = True
+    mask[2, :] = False
+    mask[2, 32] = True  # the last position
+    first = _kernels.first_valid(mask)
+    want = torch.where(mask.any(dim=1), mask.to(torch.uint8).argmax(dim=1), 0)
+    assert torch.equal(first, want) and first[2] == 32 and first[0] == 0
+    # the same mask stored column-major
+    assert torch.equal(_kernels.first_valid(mask.t().contiguous().t()), want)
+    assert _kernels.any_true(mask) and not _kernels.any_true(torch.zeros(3, 4, dtype=torch.bool))
+    assert not _kernels.any_true(torch.zeros(0, 4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [17, 700])  # one call, and parts on the pool
 def test_advantage_sums_equal_torch_and_a_plain_loop(dtype, rows):
     from ratioscope.functional.surrogate import advantage_sums, advantage_sums_torch
 

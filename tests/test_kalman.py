@@ -164,6 +164,18 @@ def test_zero_policy_treats_masked_token_as_zero_observation():
     )
 
 
+@pytest.mark.parametrize("policy", ["zero", "skip"])
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_zero_masked_is_the_filter_with_its_masked_positions_zeroed(policy, backend):
+    gen = torch.Generator().manual_seed(5)
+    z = torch.randn(9, 150, generator=gen)
+    mask = ragged_mask(9, 150, gen, holes=0.3)
+    full = kalman_filter(z, mask, 1e-2, mask_policy=policy, backend=backend)
+    got = kalman_filter(z, mask, 1e-2, mask_policy=policy, backend=backend, zero_masked=True)
+    assert (full[~mask] != 0).any()  # the states there are not 0 without it
+    torch.testing.assert_close(got, torch.where(mask, full, 0.0), atol=0, rtol=0)
+
+
 def test_masked_nonfinite_values_are_ignored():
     gen = torch.Generator().manual_seed(3)
     z = torch.randn(3, 200, generator=gen)

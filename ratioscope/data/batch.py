@@ -325,7 +325,7 @@ class _Builder:
                 self.warnings.append(note)
                 if chosen is not None:
                     sequence_values["correct"] = functions[chosen] == 1
-        if not bool(mask.any()):
+        if not _kernels.any_true(mask):
             raise EmptyDumpError(self.source, "the mask marks no valid token")
         trainer_version = self.trainer_version(mask.shape[0])
         self.check_lags(mask, values.get("policy_version"), trainer_version)
@@ -779,10 +779,21 @@ class _Builder:
         ):
             return None
         derived = dict(values)
-        _add_log_ratio(derived, pair)
-        if not _kernels.can_take(derived["log_ratio"], mask=mask):
-            return None
         flags = mask.numpy()
+        made: dict[str, Tensor] = {}
+        if "log_ratio" not in derived:
+            numerator, denominator = _RATIO_OPERANDS[pair]
+            if derived[numerator].dtype != derived[denominator].dtype:
+                _add_log_ratio(derived, pair)  # torch promotes one to the other's dtype
+            else:  # made, zeroed and checked in one compiled read
+                ratio, nonfinite = _kernels.masked_difference_counting(
+                    derived[numerator].numpy(), derived[denominator].numpy(), flags
+                )
+                if nonfinite:
+                    return None
+                made["log_ratio"] = torch.from_numpy(ratio)
+        if "log_ratio" in derived and not _kernels.can_take(derived["log_ratio"], mask=mask):
+            return None
         out: dict[str, Tensor] = {}
         for key, tensor in derived.items():
             if key in TOKEN_INT_KEYS or tensor.dtype == torch.int64:
@@ -792,19 +803,23 @@ class _Builder:
             if nonfinite:
                 return None
             out[key] = torch.from_numpy(zeroed)
-        return out
+        return {**out, **made}
 
 
 def _add_log_ratio(values: dict[str, Tensor], pair: str) -> None:
     """The log-ratio of ``pair``'s two log-probs into ``values``, unless the dump has
     one."""
     if "log_ratio" not in values:
-        numerator, denominator = {
-            "current/old": ("log_probs", "old_log_probs"),
-            "current/engine": ("log_probs", "rollout_log_probs"),
-            "old/engine": ("old_log_probs", "rollout_log_probs"),
-        }[pair]
+        numerator, denominator = _RATIO_OPERANDS[pair]
         values["log_ratio"] = values[numerator] - values[denominator]
+
+
+#: the two log-probs whose difference is the log-ratio of each ratio pair
+_RATIO_OPERANDS = {
+    "current/old": ("log_probs", "old_log_probs"),
+    "current/engine": ("log_probs", "rollout_log_probs"),
+    "old/engine": ("old_log_probs", "rollout_log_probs"),
+}
 
 
 def _masked_zero(tensor: Tensor, mask: Tensor) -> Tensor:
@@ -880,9 +895,7 @@ def _names_a_verifier(name: str) -> bool:
 
 def _leading_invalid(mask: Tensor) -> Tensor:
     """[B] number of masked positions before the first valid token (0 for empty rows)."""
-    any_valid = _kernels.row_lengths(mask) > 0
-    first = mask.to(torch.uint8).argmax(dim=1)
-    return torch.where(any_valid, first, torch.zeros_like(first))
+    return _kernels.first_valid(mask)
 
 
 def _shift_left(

@@ -69,7 +69,9 @@ def can_take(
     )
 
 
-def _kalman_zero(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any) -> None:
+def _kalman_zero(
+    z: Any, mask: Any, keep: Any, gains: Any, rho0: float, zero_masked: bool, out: Any
+) -> None:
     """Mask policy "zero": rho_t = keep_t rho_{t-1} + K_t x_t, x_t = z_t or 0 if masked.
 
     z, mask, out: [B, T]; keep = 1 - K (exactly V / (P_pred + V)), gains: [T] float64.
@@ -77,7 +79,8 @@ def _kalman_zero(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any
     state, so a step's dependency chain is one multiply and one add; four rows advance
     together so that their chains overlap (one row at a time runs at the chain's
     latency, about 3x slower). A block past the last row repeats the last row, which
-    writes the same values again.
+    writes the same values again. ``zero_masked``: a masked position of ``out`` holds
+    0 instead of the state (the state itself goes on).
     """
     rows, length = z.shape
     last = rows - 1
@@ -91,16 +94,18 @@ def _kalman_zero(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any
             b = k * b + g * (z[rb, t] if mask[rb, t] else 0.0)
             c = k * c + g * (z[rc, t] if mask[rc, t] else 0.0)
             d = k * d + g * (z[rd, t] if mask[rd, t] else 0.0)
-            out[ra, t] = a
-            out[rb, t] = b
-            out[rc, t] = c
-            out[rd, t] = d
+            out[ra, t] = a if mask[ra, t] or not zero_masked else 0.0
+            out[rb, t] = b if mask[rb, t] or not zero_masked else 0.0
+            out[rc, t] = c if mask[rc, t] or not zero_masked else 0.0
+            out[rd, t] = d if mask[rd, t] or not zero_masked else 0.0
 
 
-def _kalman_skip(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any) -> None:
+def _kalman_skip(
+    z: Any, mask: Any, keep: Any, gains: Any, rho0: float, zero_masked: bool, out: Any
+) -> None:
     """Mask policy "skip": the n-th valid token of a row uses keep_n and K_n; a masked
     position holds the state after the last valid token before it (rho0 before the
-    first). Four rows at a time, as in :func:`_kalman_zero`."""
+    first), or 0 with ``zero_masked``. Four rows at a time, as in :func:`_kalman_zero`."""
     rows, length = z.shape
     last = rows - 1
     for first in range(0, rows, 4):
@@ -120,10 +125,10 @@ def _kalman_skip(z: Any, mask: Any, keep: Any, gains: Any, rho0: float, out: Any
             if mask[rd, t]:
                 d = keep[nd] * d + gains[nd] * z[rd, t]
                 nd += 1
-            out[ra, t] = a
-            out[rb, t] = b
-            out[rc, t] = c
-            out[rd, t] = d
+            out[ra, t] = a if mask[ra, t] or not zero_masked else 0.0
+            out[rb, t] = b if mask[rb, t] or not zero_masked else 0.0
+            out[rc, t] = c if mask[rc, t] or not zero_masked else 0.0
+            out[rd, t] = d if mask[rd, t] or not zero_masked else 0.0
 
 
 def _state_runs(
@@ -279,6 +284,45 @@ def _advantage_row_sums(
         n_positive[r], n_negative[r] = n_up, n_down
 
 
+def _masked_difference_counting(values: Any, others: Any, mask: Any, zero: Any, out: Any) -> int:
+    """out = values - others where mask, else ``zero`` ([B, T], one dtype: the difference
+    rounded once in it, as torch's), and the number of valid positions where it is
+    not finite: a log-ratio, zeroed and checked in the read that makes it."""
+    rows, length = values.shape
+    bad = 0
+    for r in range(rows):
+        for t in range(length):
+            value = values[r, t] - others[r, t]
+            keep = mask[r, t]
+            out[r, t] = value if keep else zero
+            difference = value - value
+            bad += keep & (difference != difference)
+    return bad
+
+
+def _first_valid(mask: Any, out: Any) -> None:
+    """out [B] int64: the position of each row's first True entry of mask [B, T], 0 for
+    a row without any (a right-padded row stops at its first entry)."""
+    rows, length = mask.shape
+    for r in range(rows):
+        first = 0
+        for t in range(length):
+            if mask[r, t]:
+                first = t
+                break
+        out[r] = first
+
+
+def _any_true(mask: Any) -> bool:
+    """Whether mask [B, T] holds a True entry, stopping at the first."""
+    rows, length = mask.shape
+    for r in range(rows):
+        for t in range(length):
+            if mask[r, t]:
+                return True
+    return False
+
+
 def _row_counts(mask: Any, out: Any) -> None:
     """out [B] int64: each row's True entries of mask [B, T]."""
     rows, length = mask.shape
@@ -382,6 +426,9 @@ def _compiled() -> SimpleNamespace:
         state_runs=jit(_state_runs),
         masked_zero=jit(_masked_zero),
         masked_zero_counting=jit(_masked_zero_counting),
+        masked_difference_counting=jit(_masked_difference_counting),
+        first_valid=jit(_first_valid),
+        any_true=jit(_any_true),
         row_counts=jit(_row_counts),
         row_sums_and_differences=jit(_row_sums_and_differences),
         advantage_row_sums=jit(_advantage_row_sums),
@@ -396,15 +443,16 @@ def kalman(
     rho0: float,
     skip: bool,
     out: np.ndarray,
+    zero_masked: bool = False,
 ) -> None:
     """Fill ``out`` [B, T] with the filtered states (:func:`_kalman_zero`, or
-    :func:`_kalman_skip` when ``skip``)."""
+    :func:`_kalman_skip` when ``skip``; 0 at masked positions with ``zero_masked``)."""
     kernels = _compiled()
     kernel = kernels.kalman_skip if skip else kernels.kalman_zero
     rho0 = float(rho0)
 
     def part(start: int, stop: int) -> None:  # rows are independent: the same bits
-        kernel(z[start:stop], mask[start:stop], keep, gains, rho0, out[start:stop])
+        kernel(z[start:stop], mask[start:stop], keep, gains, rho0, zero_masked, out[start:stop])
 
     map_rows(part, z.shape[0], z.size)
 
@@ -464,6 +512,47 @@ def masked_zero_counting(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarr
 
     map_rows(part, values.shape[0], values.size)
     return out, sum(counts)
+
+
+def masked_difference_counting(
+    values: np.ndarray, others: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """``values - others`` where ``mask``, else 0, as a new [B, T] array of their dtype,
+    and how many valid positions of it hold inf or NaN
+    (:func:`_masked_difference_counting`)."""
+    out = np.empty_like(values)
+    zero = values.dtype.type(0)
+    counts: list[int] = []  # one per part (list.append is atomic)
+
+    def part(start: int, stop: int) -> None:
+        rows = slice(start, stop)
+        counts.append(
+            _compiled().masked_difference_counting(
+                values[rows], others[rows], mask[rows], zero, out[rows]
+            )
+        )
+
+    map_rows(part, values.shape[0], values.size)
+    return out, sum(counts)
+
+
+def first_valid(mask: Tensor) -> Tensor:
+    """[B] int64 the position of each row's first True entry of a [B, T] bool mask, 0
+    for a row without any: a compiled scan that stops at it for a bool CPU mask (a
+    right-padded mask costs one entry a row), else torch's argmax."""
+    if can_take(mask, dtypes=(torch.bool,)):
+        out = np.empty(mask.shape[0], dtype=np.int64)
+        _compiled().first_valid(mask.numpy(), out)
+        return torch.from_numpy(out)
+    return mask.to(torch.uint8).argmax(dim=1)  # 0 where a row has no True entry
+
+
+def any_true(mask: Tensor) -> bool:
+    """Whether a [B, T] bool mask holds a True entry (a compiled scan that stops at the
+    first, for a bool CPU mask; else torch's ``any``)."""
+    if can_take(mask, dtypes=(torch.bool,)):
+        return bool(_compiled().any_true(mask.numpy()))
+    return bool(mask.any())
 
 
 def row_lengths(mask: Tensor) -> Tensor:

@@ -255,6 +255,7 @@ def kalman_filter(
     *,
     chunk: int = DEFAULT_CHUNK,
     backend: Backend = "auto",
+    zero_masked: bool = False,
 ) -> Tensor:
     """Causal Kalman-filtered log-ratios rho_t|t (KPO Algorithm 1, Eqs. 6-9).
 
@@ -286,6 +287,9 @@ def kalman_filter(
             row with a float64 state (CPU only; ``chunk`` is unused); ``"torch"``: the
             chunked scan (any device); ``"auto"`` (default): the kernel where numba is
             installed and z is on the CPU. They agree to a few float32 roundings.
+        zero_masked: the output at masked positions is 0 instead of what
+            ``mask_policy`` says there (the valid positions are the same): the signal
+            the analysis reads, written by the compiled loop as it goes.
 
     Returns:
         [B, T] rho, same dtype and device as ``z`` (float32 for non-float input).
@@ -316,7 +320,8 @@ def kalman_filter(
     if rows == 0 or length == 0:
         return torch.empty(z.shape, dtype=out_dtype, device=z.device)
     if _compiled(z, backend):
-        return _filter_compiled(z.to(dtype), mask, q, v, p0, rho0, mask_policy).to(out_dtype)
+        filtered = _filter_compiled(z.to(dtype), mask, q, v, p0, rho0, mask_policy, zero_masked)
+        return filtered.to(out_dtype)
     gains, log_keep = _gain_terms(length, q, v, p0, z.device)
     zc = z.to(dtype)
     if mask_policy == "skip":
@@ -329,6 +334,8 @@ def kalman_filter(
         if not bool(torch.isfinite(out[:, -1]).all()):
             observed = torch.where(mask, zc, torch.zeros((), dtype=dtype, device=z.device))
             out = _chunked_recurrence(observed, gains, log_keep, rho0, chunk)
+    if zero_masked:
+        out = torch.where(mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
     return out.to(out_dtype)
 
 
@@ -355,9 +362,17 @@ def _compiled(z: Tensor, backend: Backend) -> bool:
 
 
 def _filter_compiled(
-    z: Tensor, mask: Tensor, q: float, v: float, p0: float, rho0: float, policy: MaskPolicy
+    z: Tensor,
+    mask: Tensor,
+    q: float,
+    v: float,
+    p0: float,
+    rho0: float,
+    policy: MaskPolicy,
+    zero_masked: bool = False,
 ) -> Tensor:
-    """The recurrence token by token in a compiled loop: [B, T] of z's dtype.
+    """The recurrence token by token in a compiled loop: [B, T] of z's dtype (0 at
+    masked positions with ``zero_masked``).
 
     rho_t = (1 - K_t) rho_{t-1} + K_t z_t with the state kept in float64 and rounded once
     per stored value; 1 - K_t = V / (P_pred + V) exactly, as in the scan's log terms.
@@ -372,8 +387,9 @@ def _filter_compiled(
     out = torch.empty(z.shape, dtype=z.dtype)
     values = z.detach().contiguous().numpy()
     _kernels.kalman(
-        values, mask.contiguous().numpy(), keep, gains, rho0, policy == "skip", out.numpy()
-    )
+        values, mask.contiguous().numpy(), keep, gains, rho0, policy == "skip", out.numpy(),
+        zero_masked,
+    )  # fmt: skip
     return out
 
 

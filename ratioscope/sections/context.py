@@ -107,18 +107,20 @@ class Context:
             broadcast = self.sequence_mean_z[:, None].expand_as(self.z)
             return torch.where(self.mask, broadcast, zero)
         if variant == "kalman":
-            return torch.where(self.mask, self._kalman_rho(params), zero)
+            return self._kalman_rho(params)
         raise ValueError(f"unknown variant {variant!r}")
 
     def _kalman_rho(self, p: AnalysisParams) -> Tensor:
-        """[B, T] the filtered log-ratio rho (scan or the cumulative-product closed form)."""
+        """[B, T] the filtered log-ratio rho (scan or the cumulative-product closed
+        form), 0 at masked positions."""
         from ratioscope.functional import kalman
 
         if p.kalman_impl == "reference":
             rho = kalman.kalman_filter_closed_form(
                 self.z, self.mask, p.kalman_q, p.kalman_v, p.kalman_p0, p.kalman_rho0
             )
-            return rho.to(self.z.dtype)
+            zero = torch.zeros((), dtype=self.z.dtype)
+            return torch.where(self.mask, rho.to(self.z.dtype), zero)
         return kalman.kalman_filter(
             self.z,
             self.mask,
@@ -128,6 +130,7 @@ class Context:
             rho0=p.kalman_rho0,
             # AnalysisParams admits only the values of MASK_POLICIES
             mask_policy=cast("kalman.MaskPolicy", p.mask_policy),
+            zero_masked=True,
         )
 
 
