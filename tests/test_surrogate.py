@@ -83,3 +83,24 @@ def test_row_sums_of_float32_inputs_are_float64_sums_of_float64_terms():
     r32 = torch.exp(torch.tensor(z)) * torch.tensor(adv)
     old = r32.sum(dim=1, dtype=torch.float64).numpy()
     assert np.max(np.abs(old - want_plain)) > 1e-8
+
+
+def test_sequence_means_sum_in_float64_and_round_once(monkeypatch):
+    from ratioscope.functional import _kernels
+    from ratioscope.functional.surrogate import sequence_means
+
+    gen = torch.Generator().manual_seed(8)
+    values = (torch.randn(12, 300, generator=gen) * 1e3 + 0.1).float()
+    mask = torch.rand(12, 300, generator=gen) > 0.3
+    mask[4] = False
+    values[~mask] = math.nan  # what lies behind the mask is never read
+    expected = []
+    for row, keep in zip(values.tolist(), mask.tolist(), strict=True):
+        valid = [v for v, k in zip(row, keep, strict=True) if k]
+        expected.append(math.fsum(valid) / len(valid) if valid else math.nan)
+    want = torch.tensor(expected, dtype=torch.float64).float()  # the exact mean, rounded once
+    got = sequence_means(values, mask)  # the compiled pass
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-7, atol=0, equal_nan=True)
+    monkeypatch.setattr(_kernels, "available", lambda: False)  # the tensor code
+    torch.testing.assert_close(sequence_means(values, mask), got, rtol=0, atol=0, equal_nan=True)

@@ -239,6 +239,21 @@ def _masked_zero_counting(values: Any, mask: Any, zero: Any, out: Any) -> int:
     return bad
 
 
+def _masked_row_sums(values: Any, mask: Any, sums: Any, counts: Any) -> None:
+    """Per row of [B, T] ``values``, over the valid tokens: sums [B] in float64 and
+    counts [B] int64."""
+    rows, length = mask.shape
+    for r in range(rows):
+        total = 0.0
+        count = 0
+        for t in range(length):
+            if mask[r, t]:
+                total += np.float64(values[r, t])
+                count += 1
+        sums[r] = total
+        counts[r] = count
+
+
 def _row_sums_and_differences(
     values: Any, others: Any, mask: Any, sums: Any, differences: Any, counts: Any
 ) -> None:
@@ -430,6 +445,7 @@ def _compiled() -> SimpleNamespace:
         first_valid=jit(_first_valid),
         any_true=jit(_any_true),
         row_counts=jit(_row_counts),
+        masked_row_sums=jit(_masked_row_sums),
         row_sums_and_differences=jit(_row_sums_and_differences),
         advantage_row_sums=jit(_advantage_row_sums),
     )
@@ -571,6 +587,23 @@ def row_counts(mask: np.ndarray) -> np.ndarray:
     out = np.empty(mask.shape[0], dtype=np.int64)
     _compiled().row_counts(mask, out)
     return out
+
+
+def masked_row_sums(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sums [B] float64, valid tokens [B] int64) over the valid tokens of each row of
+    [B, T] ``values`` (:func:`_masked_row_sums`; each row summed in order, so the bits
+    do not depend on the threads)."""
+    rows = mask.shape[0]
+    sums = np.empty(rows, dtype=np.float64)
+    counts = np.empty(rows, dtype=np.int64)
+
+    def part(start: int, stop: int) -> None:
+        _compiled().masked_row_sums(
+            values[start:stop], mask[start:stop], sums[start:stop], counts[start:stop]
+        )
+
+    map_rows(part, rows, values.size)
+    return sums, counts
 
 
 def row_sums_and_differences(

@@ -68,9 +68,18 @@ def ppo_objective_terms(
 
 
 def sequence_means(values: Tensor, mask: Tensor) -> Tensor:
-    """[B] mean over each sequence's valid tokens (NaN for empty rows)."""
-    counts = mask.sum(dim=1)
-    return torch.where(mask, values, 0.0).sum(dim=1) / counts
+    """[B] mean over each sequence's valid tokens (NaN for empty rows), summed in float64
+    and rounded once to the values' dtype: one compiled pass for CPU float32/float64
+    values with a bool mask, else tensor code."""
+    from ratioscope.functional import _kernels
+
+    if _kernels.can_take(values, mask=mask):
+        sums, counts = _kernels.masked_row_sums(values.detach().numpy(), mask.numpy())
+        means = torch.from_numpy(sums) / torch.from_numpy(counts)
+    else:
+        counts = mask.sum(dim=1)
+        means = torch.where(mask, values.double(), 0.0).sum(dim=1) / counts
+    return means.to(values.dtype)
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,17 @@ class Context:
         return self.cached("lengths", lambda: _kernels.row_lengths(self.mask))
 
     @property
-    def z64(self) -> Tensor:
-        """[B, T] the log-ratio in float64 (sequence means, mismatch columns)."""
-        return self.cached("z64", lambda: self.z.double())
-
-    @property
     def z64_sums(self) -> Tensor:
-        """[B] float64 sum of each row's log-ratio (its masked positions are 0)."""
-        return self.cached("z64_sums", lambda: self.z64.sum(dim=1))
+        """[B] float64 sum of each row's log-ratio over its valid tokens (one compiled
+        pass on the CPU, each row in order)."""
+
+        def compute() -> Tensor:
+            if _kernels.can_take(self.z, mask=self.mask):
+                sums, _ = _kernels.masked_row_sums(self.z.numpy(), self.mask.numpy())
+                return torch.from_numpy(sums)
+            return self.z.double().sum(dim=1)  # the masked positions are 0
+
+        return self.cached("z64_sums", compute)
 
     @property
     def advantage_sums(self) -> AdvantageSums:
