@@ -77,8 +77,7 @@ def sequence_means(values: Tensor, mask: Tensor) -> Tensor:
         sums, counts = _kernels.masked_row_sums(values.detach().numpy(), mask.numpy())
         means = torch.from_numpy(sums) / torch.from_numpy(counts)
     else:
-        counts = mask.sum(dim=1)
-        means = torch.where(mask, values.double(), 0.0).sum(dim=1) / counts
+        means = torch.where(mask, values.double(), 0.0).sum(dim=1) / mask.sum(dim=1)
     return means.to(values.dtype)
 
 
