@@ -9,6 +9,7 @@ and ratios beyond both clip edges.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -76,10 +77,13 @@ def test_ppo_sums_of_constant_rows(seed, clip):
     torch.testing.assert_close(plain, ref_plain, rtol=1e-12, atol=1e-12)
 
 
-def test_context_lengths_and_float64_log_ratio():
+def test_context_lengths_and_float64_row_sums():
     _, mask, advantages = rows(3)
     z = torch.randn(mask.shape).masked_fill(~mask, 0.0)
     ctx = Context(SimpleNamespace(mask=mask, log_ratio=z, advantages=advantages), AnalysisParams())  # type: ignore[arg-type]
     assert ctx.lengths.dtype == torch.long
     assert torch.equal(ctx.lengths, mask.sum(dim=1))
-    assert torch.equal(ctx.z64, z.double())
+    # each row summed in float64, against the exact sum of its float32 values
+    exact = torch.tensor([math.fsum(row) for row in z.double().tolist()], dtype=torch.float64)
+    assert ctx.z64_sums.dtype == torch.float64
+    torch.testing.assert_close(ctx.z64_sums, exact, rtol=1e-14, atol=1e-14)
