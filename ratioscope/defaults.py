@@ -17,8 +17,9 @@ NONFINITE = "error"
 #: analysis.analyze (and timeline, sweep, the plots): where chunks are computed; the
 #: library and the command line share this default (CUDA when present)
 DEVICE = "auto"
-#: analysis.analyze: elements of [B, T] per chunk of rows (about 4 MB a float32 tensor)
-CHUNK_ELEMENTS = 1 << 20
+#: analysis.analyze: elements of [B, T] per chunk of rows (about 16 MB a float32
+#: tensor; 2^20 cost a fifth more time on two cores in per-chunk work, docs/scale.md)
+CHUNK_ELEMENTS = 1 << 22
 #: the fewest tokens a row counts for when a chunk's rows are chosen: the LFR and the
 #: periodogram take each row's spectrum on at least 4 x 64 points
 #: (functional.token_stats.DEFAULT_N_FREQS), so a chunk of 200,000 two-token rows cost
