@@ -585,7 +585,11 @@ def row_counts(mask: np.ndarray) -> np.ndarray:
     """[B] int64 True entries per row of a [B, T] bool array (a torch bool sum converts
     every element to int64 on the way, about 30x slower)."""
     out = np.empty(mask.shape[0], dtype=np.int64)
-    _compiled().row_counts(mask, out)
+
+    def part(start: int, stop: int) -> None:
+        _compiled().row_counts(mask[start:stop], out[start:stop])
+
+    map_rows(part, mask.shape[0], mask.size)
     return out
 
 

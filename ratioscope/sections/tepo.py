@@ -30,7 +30,6 @@ from ratioscope.functional.surrogate import (
 from ratioscope.functional.tepo import (
     kl_mask_quadrants_by_row,
     sequence_clip_counts,
-    sequence_likelihood_weights,
 )
 from ratioscope.sections.base import Accumulator, listed
 from ratioscope.sections.context import Context
@@ -118,9 +117,11 @@ class TepoAccumulator(Accumulator):
         return True
 
     def update(self, ctx: Context) -> dict[str, Tensor]:
-        batch, mask, z = ctx.batch, ctx.mask, ctx.z
+        batch, mask = ctx.batch, ctx.mask
         band = self.params.seq_clip
-        weights = sequence_likelihood_weights(z, mask)
+        # TEPO's w_i = exp(mean z) (sequence_likelihood_weights): the context's means,
+        # summed once for every section that needs them; NaN for a row without tokens
+        weights = torch.where(ctx.nonempty, torch.exp(ctx.sequence_mean_z), math.nan)
         finite = torch.isfinite(weights)
         self.log_weight.add(torch.log(weights[finite].double()))
         self.weight.add(weights[finite])
