@@ -1029,7 +1029,8 @@ def signal_statistics(
     if compiled:
         states = _state_statistics_compiled(signal, valid, on_band, window)
     if compiled and _spectral_compilable(signal):
-        lengths = _count(valid)
+        # each row's tokens in its three states: its valid tokens, without another read
+        lengths = states.runs.token_count.sum(1)
         spectral = _spectral_compiled(signal, valid, lengths, space, window, cutoff, n_freqs)
     else:
         packed = _pack(signal, valid)
