@@ -4,7 +4,9 @@ computations from the values written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +127,9 @@ def test_slime_v1_ranks_rank_copies_and_the_rollout_dump(tmp_path):
     report = ratioscope.analyze(dump / "train_data")
     assert [i.path.rsplit("/", 1)[1] for i in report.inputs] == ["4_0.pt", "4_2.pt"]
     assert sum("same samples as" in w for w in report.warnings) == 2
+    # each file's hash starts before the file is read; a skipped copy's is dropped
+    for entry in report.inputs:
+        assert entry.sha256 == hashlib.sha256(Path(entry.path).read_bytes()).hexdigest()
     z = np.concatenate(expected_z)
     assert report.mismatch.policy is None  # no current policy in a slime dump
     assert report.mismatch.rollout.tokens == sum(expected_lengths)

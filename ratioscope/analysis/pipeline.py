@@ -244,21 +244,26 @@ def run_accumulators(
     )  # fmt: skip
     joins.scope_groups(group_size, load_options, _chunk_reader(load_options, chunk_elements),
                        lambda chunk: Context(_to_device(chunk, target), params))  # fmt: skip
-    # each file's SHA-256 is read on a second thread while the file is analysed
+    # each file's SHA-256 is read on a second thread while the file is read and analysed
     # (hashlib and file reads release the GIL): the hash no longer adds to the time
     hasher = _hash_thread()
-    stop = threading.Event()
+    stops: list[threading.Event] = []  # one a file: its hash stops at its next block
     digests: list[Future[str]] = []
     try:
         for index, source in enumerate(sources):
             name = source.source if isinstance(source, TokenBatch) else str(source)
             report(progress, ProgressUpdate("files", index, len(sources), name))
+            digest = None
+            if isinstance(source, Path):  # hashed while the file is read, too
+                stops.append(threading.Event())
+                digest = hasher.submit(_sha256, source, stops[-1])
+                digests.append(digest)
             opened = files.open(source, _open_file) if isinstance(source, Path) else source
             if opened is None:  # a side table or a rank copy, noted in run.warnings
+                if digest is not None:
+                    stops[-1].set()
+                    digest.cancel()
                 continue
-            digest = hasher.submit(_sha256, source, stop) if isinstance(source, Path) else None
-            if digest is not None:
-                digests.append(digest)
             fresh = first if first is not None else make()
             accumulators = [acc for acc in fresh if not acc.joins_groups]
             if isinstance(opened, StreamedFile):
@@ -283,7 +288,8 @@ def run_accumulators(
             joins.add(step, len(run.inputs) - 1, rows, columns, source, held)
         joins.finish()
     finally:
-        stop.set()  # an error: the hash being read stops at its next block
+        for stop in stops:  # an error: the hash being read stops at its next block
+            stop.set()
         for digest in digests:  # the thread is the process's: leave it with no work
             digest.cancel()
         wait_for(digests)
