@@ -156,6 +156,18 @@ bin_value = jit(_bin_index)
 _LOG_SAFE = 0.5 * _EDGE_MARGIN * math.log(10.0) / _PER_DECADE
 
 
+def _safe_log_cell(cell: int, estimate: float, error: float) -> int:
+    """``cell`` (the cell look-up of ``estimate``, :func:`_cell_bin`) where it is the bin
+    of a ``log`` known to lie within ``error`` of ``estimate`` (the cell lies more than
+    ``_EDGE_MARGIN`` from every edge, and ``error`` moves the position by at most half
+    the margin), else ``_NEAR_EDGE``: the test of :func:`_bin_of_log_from_cell`, without
+    a branch, so that a loop making it ahead for every position vectorises."""
+    return cell if abs(estimate) * _LOG_SAFE > error else _NEAR_EDGE  # False for NaN
+
+
+safe_log_cell = jit(_safe_log_cell)
+
+
 def _bin_of_log_from_cell(cell: int, value: float, estimate: float, error: float) -> int:
     """The bin of ``log(value)`` (value > 0), where ``estimate`` is known to lie within
     ``error`` of the ``log`` the caller would compute, and ``cell`` is the cell look-up
@@ -165,9 +177,8 @@ def _bin_of_log_from_cell(cell: int, value: float, estimate: float, error: float
     most half the margin), else the bin of ``log(value)`` itself. Saves the ``log`` of a
     value the caller made from its ``log`` (``w = exp(u)``); the same bin either way
     (``tests/test_covariance_fused.py`` tries values at the edges)."""
-    if abs(estimate) * _LOG_SAFE > error and cell != _NEAR_EDGE:  # False for NaN
-        return cell
-    return bin_value(math.log(value))
+    safe = safe_log_cell(cell, estimate, error)
+    return safe if safe != _NEAR_EDGE else bin_value(math.log(value))
 
 
 bin_of_log_from_cell = jit(_bin_of_log_from_cell)

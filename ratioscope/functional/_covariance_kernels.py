@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ratioscope.functional._binning import bin_from_cell, bin_of_log_from_cell, cell_bin
+from ratioscope.functional._binning import bin_from_cell, bin_value, cell_bin, safe_log_cell
 from ratioscope.functional._exp import exp_value, valid_stop
 from ratioscope.functional._kernels import jit
 
@@ -153,8 +153,8 @@ kernel_weights = jit(_kernel_weights)
 
 
 #: the columns of :func:`_token_values`'s per-position output
-VALUE_C, VALUE_W, VALUE_N, VALUE_U, VALUE_V, VALUE_IN_RANGE = 0, 1, 2, 3, 4, 5
-VALUE_FIELDS = 6
+VALUE_C, VALUE_W, VALUE_N = 0, 1, 2
+VALUE_FIELDS = 3
 
 
 def _token_values(
@@ -175,13 +175,14 @@ def _token_values(
     """What the last pass needs of each position t < ``stop`` of one row (lp, adv: 1-D),
     masked ones included, in one loop without branches, which the compiler vectorises:
     out [VALUE_FIELDS, >= stop] float64 with, per position, c, w and w~ as stored in the
-    input's precision (``narrow``: float32), u = -c^2 / 2 sigma^2 and v = u + log f each
-    corrected by its store's first-order rounding where ``VALUE_IN_RANGE`` (1.0: w and
-    w~ normal numbers in their precision, u and v inside (``floor``, -``floor``)),
-    else as computed; cells [3, >= stop] int64 the bins' cell look-ups
-    (:func:`_binning._cell_bin`) of c and of the estimates of log w and log w~ (u and v
-    in range, else 0). The same expressions, in the same order, as one token at a
-    time, so the same bits and bins."""
+    input's precision (``narrow``: float32); cells [3, >= stop] int64 the cell look-up
+    (:func:`_binning._cell_bin`) of c, and the bins of log w and log w~ where their
+    estimates decide them (:func:`_binning._safe_log_cell`), else ``_NEAR_EDGE`` (-1:
+    the ``log`` decides). The estimates: u = -c^2 / 2 sigma^2 and v = u + log f, each
+    corrected by its store's first-order rounding, where w and w~ are normal numbers
+    in their precision (u and v inside (``floor``, -``floor``)); elsewhere none. The
+    same expressions, in the same order, as one token at a time, so the same bits and
+    bins."""
     for t in range(stop):
         a = np.float64(adv[t])
         c = (np.float64(lp[t]) - mean_lp) * (a - mean_a)
@@ -204,12 +205,15 @@ def _token_values(
         out[VALUE_C, t] = c
         out[VALUE_W, t] = w
         out[VALUE_N, t] = normalised
-        out[VALUE_U, t] = u
-        out[VALUE_V, t] = v
-        out[VALUE_IN_RANGE, t] = 1.0 if in_range else 0.0
         cells[0, t] = cell_bin(c)
-        cells[1, t] = cell_bin(u if in_range else 0.0)
-        cells[2, t] = cell_bin(v if in_range else 0.0)
+        # the bins of log w and log w~ where the estimates u and v decide them, within
+        # their error bounds (_statistics' docstring); else _NEAR_EDGE: the log decides
+        estimate_w = u if in_range else 0.0
+        estimate_n = v if in_range else 0.0
+        error_w = 2.0**-48 - 2.0**-50 * u
+        error_n = 2.0**-47 + 2.0**-50 * (abs(log_f) + abs(v))
+        cells[1, t] = safe_log_cell(cell_bin(estimate_w), estimate_w, error_w)
+        cells[2, t] = safe_log_cell(cell_bin(estimate_n), estimate_n, error_n)
 
 
 # the quotients of positions out of range (w or w~ zero there) are selected away
@@ -287,10 +291,13 @@ def _statistics(
 
     The bins of log w and log w~ come from u = -c^2 / 2 sigma^2 and v = u + log(N /
     sum w), each plus the relative rounding of its float32 store (log(1 + e) = e to
-    2^-49), where w and w~ are normal numbers in their precision
-    (:func:`_binning.bin_of_log_from_cell`: the bin of the estimate where the bound on its error
-    cannot cross a bin edge, else of the ``log`` itself). Two ``log`` a token saved,
-    the same bins.
+    2^-49), where w and w~ are normal numbers in their precision: the bin of the
+    estimate where the bound on its error, u (v) within 2^-48 + 2^-50 |u| (2^-47 +
+    2^-50 (|log f| + |v|)) of log w (log w~) from exp's, log's and the sums' rounding
+    and the stores' second order, cannot cross a bin edge (tested ahead for the row by
+    :func:`_token_values`), else of the ``log`` itself (:func:`_bin_logs_left`, after
+    the row). Two ``log`` a token saved, the same bins as
+    :func:`_binning.bin_of_log_from_cell` one token at a time.
 
     Integers, added here: c_counts, w_counts, normalised_counts [NUM_BINS] the bins of c,
     log w and log w~; weight_counts [W] w in W equal bins of [0, 1] (``torch.histc``).
@@ -309,6 +316,11 @@ def _statistics(
     # a row's c, w, w~, u, v, computed ahead in one vectorised loop
     values = np.empty((VALUE_FIELDS, length))
     cells = np.empty((3, length), dtype=np.int64)
+    # the log w and log w~ histograms with one spare slot: a select instead of a branch
+    # a token (a branch on the bins' test cost a sixth of this pass)
+    spare = w_counts.shape[0]
+    local_w = np.zeros(spare + 1, dtype=np.int64)
+    local_n = np.zeros(spare + 1, dtype=np.int64)
     for r in range(rows):
         s = scope[r]
         mean_lp, mean_a = means[s, 0], means[s, 1]
@@ -334,22 +346,16 @@ def _statistics(
             c = values[VALUE_C, t]
             w = values[VALUE_W, t]
             normalised = values[VALUE_N, t]
-            u = values[VALUE_U, t]
-            v = values[VALUE_V, t]
-            in_range = values[VALUE_IN_RANGE, t] != 0.0
             k = bin_from_cell(cells[0, t], c)
             c_counts[k] += 1
             token_bins[tokens] = k
             token_c[tokens] = c
             tokens += 1
-            # u (v) within 2^-48 + 2^-50 |u| of log w (log w~): exp's, log's and the
-            # sums' rounding (an ulp or two each), the second order of the stores'
-            # (2^-49); an estimate of 0 (w = 1, or out of range) bins the log itself
-            estimate_w, estimate_n = (u, v) if in_range else (0.0, 0.0)
-            error = 2.0**-48 - 2.0**-50 * u
-            w_counts[bin_of_log_from_cell(cells[1, t], w, estimate_w, error)] += 1
-            error = 2.0**-47 + 2.0**-50 * (abs(log_f) + abs(v))
-            normalised_counts[bin_of_log_from_cell(cells[2, t], normalised, estimate_n, error)] += 1
+            # the bins of log w and log w~ where u and v decide them (token_values);
+            # the others go to a spare slot here, and by their log below
+            bin_w, bin_n = cells[1, t], cells[2, t]
+            local_w[bin_w if bin_w >= 0 else spare] += 1
+            local_n[bin_n if bin_n >= 0 else spare] += 1
             weight_counts[min(int(w * bins_w), bins_w - 1)] += 1
             n_low += w < low_w
             n_lower += w < lower_w
@@ -372,6 +378,9 @@ def _statistics(
             mass_a += magnitude
             mass_w += w * magnitude
             mass_n += normalised * magnitude
+        if local_w[spare] or local_n[spare]:  # a few tokens a row at most
+            bin_logs_left(values, cells, mask[r], w_counts, normalised_counts)
+            local_w[spare] = local_n[spare] = 0
         extremes[0, 0], extremes[0, 1] = min_c, max_c
         extremes[1, 0], extremes[1, 1] = min_w, max_w
         extremes[2, 0], extremes[2, 1] = min_n, max_n
@@ -382,7 +391,25 @@ def _statistics(
         out[m + 4], out[m + 5] = d_n, sq_n
         out[ROW_MASS], out[ROW_MASS + 1], out[ROW_MASS + 2] = mass_a, mass_w, mass_n
         out[ROW_BELOW], out[ROW_BELOW + 1] = n_low, n_lower
+    for k in range(spare):
+        w_counts[k] += local_w[k]
+        normalised_counts[k] += local_n[k]
     return tokens
+
+
+def _bin_logs_left(values: Any, cells: Any, mask: Any, w_counts: Any, n_counts: Any) -> None:
+    """The valid positions of one row whose log w (log w~) bins the estimate did not
+    decide (``cells`` row 1 (2) at ``_NEAR_EDGE``): their bins from the ``log``
+    itself, into w_counts (n_counts)."""
+    for t in range(mask.shape[0]):
+        if mask[t]:
+            if cells[1, t] < 0:
+                w_counts[bin_value(math.log(values[VALUE_W, t]))] += 1
+            if cells[2, t] < 0:
+                n_counts[bin_value(math.log(values[VALUE_N, t]))] += 1
+
+
+bin_logs_left = jit(_bin_logs_left)
 
 
 def _fold_statistics(
