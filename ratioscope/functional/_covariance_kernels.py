@@ -313,7 +313,7 @@ def _statistics(
     # w (w~) a normal number in its precision for u (u + log f) in (floor, -floor)
     floor = -80.0 if narrow else -700.0
     tokens = 0
-    # a row's c, w, w~, u, v, computed ahead in one vectorised loop
+    # a row's c, w and w~ and its bins' look-ups, computed ahead in one vectorised loop
     values = np.empty((VALUE_FIELDS, length))
     cells = np.empty((3, length), dtype=np.int64)
     # the log w and log w~ histograms with one spare slot: a select instead of a branch
