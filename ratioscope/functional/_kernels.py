@@ -518,16 +518,7 @@ def masked_zero(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def masked_zero_counting(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, int]:
     """:func:`masked_zero` of float ``values``, and how many valid positions hold inf or
     NaN (:func:`_masked_zero_counting`)."""
-    out = np.empty_like(values)
-    zero = values.dtype.type(0)
-    counts: list[int] = []  # one per part (list.append is atomic)
-
-    def part(start: int, stop: int) -> None:
-        rows = slice(start, stop)
-        counts.append(_compiled().masked_zero_counting(values[rows], mask[rows], zero, out[rows]))
-
-    map_rows(part, values.shape[0], values.size)
-    return out, sum(counts)
+    return _masked_counting("masked_zero_counting", (values,), mask)
 
 
 def masked_difference_counting(
@@ -536,19 +527,24 @@ def masked_difference_counting(
     """``values - others`` where ``mask``, else 0, as a new [B, T] array of their dtype,
     and how many valid positions of it hold inf or NaN
     (:func:`_masked_difference_counting`)."""
-    out = np.empty_like(values)
-    zero = values.dtype.type(0)
+    return _masked_counting("masked_difference_counting", (values, others), mask)
+
+
+def _masked_counting(
+    kernel: str, inputs: tuple[np.ndarray, ...], mask: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """A new [B, T] array of the first input's dtype filled by the compiled ``kernel``
+    (inputs, mask, zero, out by rows), and the sum of the counts it returns per part."""
+    out = np.empty_like(inputs[0])
+    zero = inputs[0].dtype.type(0)
     counts: list[int] = []  # one per part (list.append is atomic)
+    run = getattr(_compiled(), kernel)
 
     def part(start: int, stop: int) -> None:
         rows = slice(start, stop)
-        counts.append(
-            _compiled().masked_difference_counting(
-                values[rows], others[rows], mask[rows], zero, out[rows]
-            )
-        )
+        counts.append(run(*(array[rows] for array in inputs), mask[rows], zero, out[rows]))
 
-    map_rows(part, values.shape[0], values.size)
+    map_rows(part, out.shape[0], out.size)
     return out, sum(counts)
 
 

@@ -56,7 +56,9 @@ class Context:
 
         def compute() -> Tensor:
             if _kernels.can_take(self.z, mask=self.mask):
-                sums, _ = _kernels.masked_row_sums(self.z.numpy(), self.mask.numpy())
+                sums, counts = _kernels.masked_row_sums(self.z.numpy(), self.mask.numpy())
+                # the same pass counted the rows' valid tokens: no second count
+                self._cache.setdefault("lengths", torch.from_numpy(counts))
                 return torch.from_numpy(sums)
             return self.z.double().sum(dim=1)  # the masked positions are 0
 
