@@ -452,6 +452,77 @@ def test_map_row_parts_keeps_the_order_on_threads():
     assert got == _kernels.row_parts(100)
 
 
+@pytest.fixture
+def two_threads():
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(torch_threads)
+
+
+def test_map_parts_runs_on_the_calling_thread_and_a_helper(two_threads):
+    import threading
+    import time
+
+    seen: list[int] = []
+
+    def part(index: int) -> int:
+        time.sleep(0.002)  # long enough that both threads take parts
+        seen.append(threading.get_ident())
+        return index * index
+
+    assert _kernels.map_parts(part, 12) == [index * index for index in range(12)]
+    assert threading.get_ident() in seen  # the caller worked, not only waited
+    assert len(set(seen)) == 2
+
+
+def test_map_parts_raises_a_parts_error_and_stops_taking_parts(two_threads):
+    started: list[int] = []
+
+    def part(index: int) -> int:
+        started.append(index)
+        if index == 1:
+            raise ValueError("part 1 failed")
+        return index
+
+    with pytest.raises(ValueError, match="part 1 failed"):
+        _kernels.map_parts(part, 200)
+    assert len(started) < 200  # the others stopped at their next part
+    # and the pool is usable afterwards
+    assert _kernels.map_parts(lambda index: index, 5) == [0, 1, 2, 3, 4]
+
+
+def test_map_parts_within_a_part_does_not_wait_on_itself(two_threads):
+    # a part that maps parts of its own: its helper may be the thread it runs on, which
+    # is busy; the caller then does every inner part itself instead of waiting
+    got = _kernels.map_parts(lambda outer: sum(_kernels.map_parts(lambda i: i, 4)) + outer, 4)
+    assert got == [6, 7, 8, 9]
+
+
+@pytest.mark.parametrize(
+    "costs",
+    [[1.0] * 9 + [100.0], list(range(1, 101)), [5.0], [0.0, 0.0, 3.0], [1.0] * 3],
+)
+def test_map_balanced_rows_covers_every_row_once_in_parts_of_about_equal_cost(costs, two_threads):
+    from ratioscope.defaults import SERIAL_ELEMENTS
+
+    calls: list[tuple[int, int]] = []
+    costs_np = np.array(costs, dtype=np.float64)
+    _kernels.map_balanced_rows(
+        lambda start, stop: calls.append((start, stop)), costs_np, SERIAL_ELEMENTS + 1
+    )
+    calls.sort()
+    assert calls[0][0] == 0 and calls[-1][1] == len(costs)
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(calls))
+    assert len(calls) <= _kernels.ROW_PARTS
+    share = costs_np.sum() / _kernels.ROW_PARTS
+    for start, stop in calls:  # a part passes its share by its first row's cost at most
+        assert costs_np[start:stop].sum() - costs_np[start] <= share + 1e-9
+    calls.clear()
+    _kernels.map_balanced_rows(lambda a, b: calls.append((a, b)), costs_np, SERIAL_ELEMENTS)
+    assert calls == [(0, len(costs))]  # small: one call
+
+
 def test_map_rows_one_call_when_small_and_the_same_rows_either_way():
     from ratioscope.defaults import SERIAL_ELEMENTS
 

@@ -110,3 +110,72 @@ def test_valid_stop_is_one_past_the_last_valid_position(mask, stop):
     from ratioscope.functional import _exp
 
     assert _exp.valid_stop(np.array(mask, dtype=np.bool_)) == stop
+
+
+def _expm1_of(values: np.ndarray) -> np.ndarray:
+    from ratioscope.functional import _exp
+
+    out = np.empty(values.shape[0], dtype=np.float64)
+    _exp.expm1_into(values, values.shape[0], out)
+    return out
+
+
+def _ulps_at(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """:func:`_ulps` for results of either sign."""
+    nearest = exact.astype(np.float64)
+    error = np.abs(got.astype(np.longdouble) - exact)
+    return (error / np.abs(np.spacing(nearest))).astype(np.float64)
+
+
+def test_expm1_within_one_ulp_near_zero_and_two_elsewhere():
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("needs an 80-bit long double for the reference")
+    rng = np.random.default_rng(1)
+    near = np.concatenate(
+        [rng.normal(0.0, 1e-3, 200_000), rng.uniform(-0.3465, 0.3465, 200_000)]
+    )  # log-ratios near on-policy: k3 = expm1(z) - z keeps its digits there
+    assert _ulps_at(_expm1_of(near), np.expm1(near.astype(np.longdouble))).max() <= 1.0
+    far = np.concatenate(
+        [rng.uniform(-1.2, 1.2, 200_000), rng.normal(0.0, 3.0, 200_000),
+         rng.uniform(-708.0, 709.7, 200_000), -rng.exponential(20.0, 100_000)]
+    )  # fmt: skip
+    assert _ulps_at(_expm1_of(far), np.expm1(far.astype(np.longdouble))).max() <= 2.0
+    # never more than two ulps from libm's
+    libm = np.array([math.expm1(v) for v in far[:50_000].tolist()])
+    assert (np.abs(_expm1_of(far[:50_000]) - libm) <= 2 * np.abs(np.spacing(libm))).all()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0.0, 0.0),
+        (1e-300, 1e-300),
+        (5e-324, 5e-324),
+        (-1e-20, -1e-20),
+        (1.0, math.e - 1.0),
+        (-40.0, -1.0),
+        (-746.0, -1.0),
+        (-math.inf, -1.0),
+        (709.78, math.expm1(709.78)),
+        (710.0, math.inf),  # past the largest float64
+        (math.inf, math.inf),
+    ],
+)
+def test_expm1_special_values(value, expected):
+    got = _expm1_of(np.array([value]))[0]
+    if math.isinf(expected) or expected in (0.0, -1.0) or abs(expected) < 1e-200:
+        assert got == expected
+    else:
+        assert abs(got - expected) <= 2 * np.spacing(abs(expected))
+
+
+def test_expm1_keeps_the_sign_of_zero_and_nan_and_stops_where_told():
+    from ratioscope.functional import _exp
+
+    got = _expm1_of(np.array([-0.0, math.nan]))
+    assert got[0] == 0.0 and math.copysign(1.0, got[0]) == -1.0
+    assert math.isnan(got[1])
+    out = np.full(3, 7.0)
+    _exp.expm1_into(np.array([0.5, -0.5, 2.0], dtype=np.float32), 2, out)
+    assert abs(out[0] - math.expm1(0.5)) <= np.spacing(math.expm1(0.5))
+    assert out[2] == 7.0  # past the stop: untouched

@@ -73,6 +73,54 @@ def _exp_value(x: float) -> float:
 exp_value = jit(_exp_value)
 
 
+#: the largest k = round(x / ln 2) for which 2^k is a finite float64
+_LARGEST_SCALE = 1023
+
+
+def _expm1_value(x: float) -> float:
+    """exp(x) - 1 in float64 without a branch or a call: within one ulp for |x| < ln 2 /
+    2 (0.88 measured; 0.52 near 0, where exp(x) - 1 would lose the last digits) and
+    within two elsewhere (1.94 measured; libm's: 0.51 and 0.83).
+
+    The reduction of :func:`_exp_value`, exp(r) - 1 = p, then three candidates, one
+    selected: p itself for k = 0 (|x| < ln 2 / 2, where r is x exactly); 2^k p + (2^k -
+    1) otherwise (2^k p exact, 2^k - 1 exact for |k| <= 52, one rounding); and exp(x)
+    - 1 where 2^k overflows (x above 709.09, where the - 1 is below half an ulp).
+    """
+    clamped = x if x > _LOWEST else _LOWEST
+    clamped = clamped if clamped < _HIGHEST else _HIGHEST
+    shifted = clamped * _INV_LN2 + _SHIFTER
+    k_int = np.float64(shifted).view(np.int64) - _SHIFTER_BITS
+    k = shifted - _SHIFTER
+    r = (clamped - k * _LN2_HIGH) - k * _LN2_LOW
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = (p * r) * r + r
+    half = k_int >> 1
+    first = np.int64((half + 1023) << 52).view(np.float64)
+    second = np.int64((k_int - half + 1023) << 52).view(np.float64)
+    scale = first * second  # 2^k, inf for k = 1024, 0 far below -1022
+    scaled = p * scale + (scale - 1.0)
+    overflowing = ((1.0 + p) * first) * second - 1.0
+    value = scaled if k_int <= _LARGEST_SCALE else overflowing
+    value = p if k_int == 0 else value
+    # NaN in, NaN out (the clamps would drop it); +-0 keeps its sign, as libm's
+    return value if (x == x) & (x != 0.0) else x
+
+
+expm1_value = jit(_expm1_value)
+
+
 def _exp_into(values: Any, shift: float, stop: int, out: Any) -> None:
     """out[t] = exp(values[t] - shift) for t < ``stop`` (values: a 1-D float32/float64
     view, read as float64; x - 0.0 is x, so a shift of 0 is exp itself): one loop
@@ -82,6 +130,16 @@ def _exp_into(values: Any, shift: float, stop: int, out: Any) -> None:
 
 
 exp_into = jit(_exp_into)
+
+
+def _expm1_into(values: Any, stop: int, out: Any) -> None:
+    """out[t] = exp(values[t]) - 1 (:func:`_expm1_value`) for t < ``stop``: one loop
+    without branches, which the compiler vectorises."""
+    for t in range(stop):
+        out[t] = expm1_value(np.float64(values[t]))
+
+
+expm1_into = jit(_expm1_into)
 
 
 def _valid_stop(mask: Any) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ratioscope.functional._binning import bin_from_cell, cell_bins_into
-from ratioscope.functional._exp import exp_into, valid_stop
+from ratioscope.functional._exp import exp_into, exp_value, expm1_into, valid_stop
 from ratioscope.functional._kernels import jit
 
 
@@ -203,7 +203,8 @@ def _centre_rows(
     :func:`ratioscope.functional.token_stats.signal_statistics` does in several passes.
 
     out [b, N] float64 (N >= each row's L): row i holds row ``rows[i]``'s L valid values
-    in order (exp of them when ``ratio_space``), minus their mean, then zeros: the
+    in order (exp of them when ``ratio_space``, by
+    :func:`ratioscope.functional._exp.exp_value`), minus their mean, then zeros: the
     zero-padded input of the row's FFT. Per signal row r, written at index r:
     energetic [B] bool, L >= 2 and not all valid values equal; variances [B, 2] float64,
     the population variance of the valid values and the mean population variance of
@@ -225,9 +226,12 @@ def _centre_rows(
                 first = value
             elif value != first:  # equality of the inputs (the float64 cast is exact)
                 varies = True
-            out[i, n] = math.exp(value) if ratio_space else value
+            out[i, n] = value
             n += 1
         row = out[i]
+        if ratio_space:  # over the packed values, in one vectorised loop
+            for k in range(n):
+                row[k] = exp_value(row[k])
         mean = lane_sum(row, n, 0.0, 1) / max(n, 1)
         for k in range(n):
             row[k] -= mean
@@ -305,19 +309,25 @@ def _mismatch_terms(z: Any, mask: Any, log_c: float, top: float, tokens: Any) ->
     tokens [10] float64 (added to): sum -z, sum z^2 / 2, sum expm1(z) - z, tokens with
     |z| > log_c, sum expm1(z), sum expm1(2z), sum exp(z - top), sum exp(2 (z - top)),
     sum |z|, max |z|. expm1(2z) is expm1(z) (expm1(z) + 2), exp(2 (z - m)) the square of
-    exp(z - m): one exponential each instead of two (exp by
-    :mod:`ratioscope.functional._exp`, within an ulp of libm's; expm1 libm's).
+    exp(z - m): one exponential each instead of two (exp and expm1 by
+    :mod:`ratioscope.functional._exp`: within an ulp of libm's exp, and within two of
+    the exact expm1, half an ulp for |z| < ln 2 / 2 as libm's).
     """
     rows, length = mask.shape
     k1 = k2 = k3 = outside = first = second = lse = lse2 = size = largest = 0.0
-    shifted = np.empty(length)  # a row's exp(z - top), in one vectorised loop
+    # a row's exp(z - top) and expm1(z), each in one vectorised loop: libm's expm1, a
+    # call a token, took two thirds of this pass
+    shifted = np.empty(length)
+    minus_one = np.empty(length)
     for r in range(rows):
-        exp_into(z[r], top, valid_stop(mask[r]), shifted)
-        for t in range(length):
+        stop = valid_stop(mask[r])
+        exp_into(z[r], top, stop, shifted)
+        expm1_into(z[r], stop, minus_one)
+        for t in range(stop):
             if not mask[r, t]:
                 continue
             x = np.float64(z[r, t])
-            e = math.expm1(x)
+            e = minus_one[t]
             q = shifted[t]
             k1 -= x
             k2 += 0.5 * x * x

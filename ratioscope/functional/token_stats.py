@@ -1169,8 +1169,10 @@ def _spectral_compiled(
             auto = np.fft.irfft(spectrum, n=n_fft, axis=1)
             _ratio_kernels.lfr_band(auto, chosen, lengths_np, widths_np, table, band, energy)
 
-    # every output is a row's own: the same bits however the rows are cut
-    _kernels.map_rows(part, len(blocks), int(sizes_np.sum()))
+    # every output is a row's own: the same bits however the rows are cut; the parts
+    # cut by points, since a block of the largest size costs several of the smallest
+    points = np.array([(stop - start) * sizes_np[order[start]] for start, stop in blocks])
+    _kernels.map_balanced_rows(part, points, int(sizes_np.sum()))
     energetic_t = torch.from_numpy(energetic)
     return _Spectral(
         low_frequency_ratio=_band_share(
