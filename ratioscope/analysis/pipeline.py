@@ -27,7 +27,7 @@ from torch import Tensor
 from ratioscope import defaults
 from ratioscope.analysis.device import resolve_device
 from ratioscope.analysis.steps import step_from_name
-from ratioscope.analysis.threads import one_thread, serial_if_small
+from ratioscope.analysis.threads import analysis_threads, one_thread, serial_if_small
 from ratioscope.data.batch import TokenBatch
 from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import MergeError, ReportError
@@ -267,14 +267,16 @@ def run_accumulators(
             fresh = first if first is not None else make()
             accumulators = [acc for acc in fresh if not acc.joins_groups]
             if isinstance(opened, StreamedFile):
-                rows, columns = _analyse_stream(
-                    opened, accumulators, params, target, chunk_elements, progress
-                )
+                vocab = bool({"logits", "ref_logits"} & set(opened.key_map))
+                with analysis_threads(chunk_elements, vocab, target):
+                    rows, columns = _analyse_stream(
+                        opened, accumulators, params, target, chunk_elements, progress
+                    )
                 warnings = opened.warnings()
             else:
                 rows = _rows_of(opened)
                 warnings = opened.warnings
-                with serial_if_small(_largest_tensor(opened)):
+                with analysis_threads(_largest_tensor(opened), _has_vocab(opened), target):
                     columns = _analyse_file(
                         opened, accumulators, params, target, chunk_elements, progress
                     )
@@ -809,6 +811,11 @@ def _sources(batch_or_paths: Any) -> list[TokenBatch | Path]:
     if isinstance(batch_or_paths, (str, Path)):
         return list(expand_paths([batch_or_paths]))
     return list(expand_paths(list(batch_or_paths)))
+
+
+def _has_vocab(batch: TokenBatch) -> bool:
+    """Whether the batch holds logits ([B, T, V] tensors)."""
+    return batch.logits is not None or batch.ref_logits is not None
 
 
 def _largest_tensor(batch: TokenBatch) -> int:

@@ -39,6 +39,29 @@ def serial_if_small(elements: int) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+@contextmanager
+def analysis_threads(elements: int, vocab: bool, device: Any) -> Iterator[None]:
+    """The threads of one file's analysis: one for a small file (:func:`serial_if_small`);
+    for a larger one on the CPU without vocabulary-sized tensors, torch on one thread
+    and the compiled loops on torch's count
+    (:func:`ratioscope.functional._kernels.own_threads`: torch's operations left there
+    are small, and its thread team cost more than it saved). Logits keep torch's
+    threads: their [B, T, V] operations are torch's own.
+
+    Args:
+        elements: the largest tensor's elements; vocab: whether the batch holds logits;
+        device: where the analysis runs (a ``torch.device``).
+    """
+    from ratioscope.functional import _kernels
+
+    if elements <= SERIAL_ELEMENTS or vocab or device.type != "cpu":
+        with serial_if_small(elements):
+            yield
+        return
+    with _kernels.own_threads():
+        yield
+
+
 def one_thread() -> Any:
     """:func:`serial_if_small` always: for work on small tensors only (a report's state,
     the sections built from it)."""

@@ -327,7 +327,7 @@ def scope_parts(scopes: int, elements: int) -> int:
     are the same for any number."""
     from ratioscope.defaults import SERIAL_ELEMENTS
 
-    if elements <= SERIAL_ELEMENTS or torch.get_num_threads() == 1:
+    if elements <= SERIAL_ELEMENTS or _kernels.threads() == 1:
         return 1
     return max(1, min(_kernels.ROW_PARTS, scopes))
 
