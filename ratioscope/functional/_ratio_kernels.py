@@ -310,8 +310,8 @@ def _mismatch_terms(z: Any, mask: Any, log_c: float, top: float, tokens: Any) ->
     |z| > log_c, sum expm1(z), sum expm1(2z), sum exp(z - top), sum exp(2 (z - top)),
     sum |z|, max |z|. expm1(2z) is expm1(z) (expm1(z) + 2), exp(2 (z - m)) the square of
     exp(z - m): one exponential each instead of two (exp and expm1 by
-    :mod:`ratioscope.functional._exp`: within an ulp of libm's exp, and within two of
-    the exact expm1, half an ulp for |z| < ln 2 / 2 as libm's).
+    :mod:`ratioscope.functional._exp`: exp within an ulp of libm's; expm1 within one ulp
+    of the exact value for |z| < ln 2 / 2, two elsewhere).
     """
     rows, length = mask.shape
     k1 = k2 = k3 = outside = first = second = lse = lse2 = size = largest = 0.0
