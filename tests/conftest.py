@@ -30,6 +30,18 @@ def reference() -> Reference:
     return make_reference()
 
 
+@pytest.fixture
+def two_threads():
+    """torch (and so the compiled loops' parts) on two threads for the test, restored
+    after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _own_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """Every test its own cache home: the commands' step cache (on by default) neither

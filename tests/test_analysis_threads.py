@@ -19,14 +19,6 @@ pytestmark = pytest.mark.skipif(not _kernels.available(), reason="compiled kerne
 CPU = torch.device("cpu")
 
 
-@pytest.fixture
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def _inside(context) -> tuple[int, int]:
     """(torch's threads, the compiled loops' threads) inside ``context``."""
     with context:

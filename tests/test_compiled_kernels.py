@@ -452,14 +452,6 @@ def test_map_row_parts_keeps_the_order_on_threads():
     assert got == _kernels.row_parts(100)
 
 
-@pytest.fixture
-def two_threads():
-    torch_threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(torch_threads)
-
-
 def test_map_parts_runs_on_the_calling_thread_and_a_helper(two_threads):
     import threading
     import time

@@ -35,15 +35,13 @@ _LOWEST = -746.0
 _HIGHEST = 710.0
 
 
-def _exp_value(x: float) -> float:
-    """exp(x) in float64 within one ulp, without a branch or a call.
-
-    exp(x) = 2^k exp(r) with k = round(x / ln 2) and |r| <= ln 2 / 2; exp(r) = 1 + p,
-    p = r + r^2 (1/2! + r/3! + ... + r^11/13!) by Horner (the Taylor series' remainder
-    below 2^-57 there), 1 + p rounded once at the end. 2^k is applied as two normal
-    powers of two 2^(k // 2) and 2^(k - k // 2), so that results in the subnormal
-    range round once and results past the largest float64 become inf.
-    """
+def _reduction(x: float) -> tuple[int, float, float, float]:
+    """The shared part of :func:`_exp_value` and :func:`_expm1_value`: (k, p, first,
+    second) with k = round(x / ln 2) (x clamped to the range where exp is finite and
+    not 0, so k stays in range), r = x - k ln 2 in two parts (|r| <= ln 2 / 2, exactly
+    x for k = 0), p = exp(r) - 1 = r + r^2 (1/2! + r/3! + ... + r^11/13!) by Horner (the
+    Taylor series' remainder below 2^-57 there), and 2^k as two normal powers of two
+    first = 2^(k // 2) and second = 2^(k - k // 2)."""
     clamped = x if x > _LOWEST else _LOWEST
     clamped = clamped if clamped < _HIGHEST else _HIGHEST
     shifted = clamped * _INV_LN2 + _SHIFTER
@@ -66,6 +64,21 @@ def _exp_value(x: float) -> float:
     half = k_int >> 1
     first = np.int64((half + 1023) << 52).view(np.float64)
     second = np.int64((k_int - half + 1023) << 52).view(np.float64)
+    return k_int, p, first, second
+
+
+reduction = jit(_reduction)
+
+
+def _exp_value(x: float) -> float:
+    """exp(x) in float64 within one ulp, without a branch or a call.
+
+    exp(x) = 2^k exp(r) with k = round(x / ln 2) and |r| <= ln 2 / 2; exp(r) = 1 + p
+    (:func:`_reduction`), 1 + p rounded once at the end. 2^k is applied as two normal
+    powers of two, so that results in the subnormal range round once and results past
+    the largest float64 become inf.
+    """
+    _, p, first, second = reduction(x)
     value = ((1.0 + p) * first) * second
     return value if x == x else x  # NaN in, NaN out (the clamps would drop it)
 
@@ -82,33 +95,12 @@ def _expm1_value(x: float) -> float:
     2 (0.88 measured; 0.52 near 0, where exp(x) - 1 would lose the last digits) and
     within two elsewhere (1.94 measured; libm's: 0.51 and 0.83).
 
-    The reduction of :func:`_exp_value`, exp(r) - 1 = p, then three candidates, one
-    selected: p itself for k = 0 (|x| < ln 2 / 2, where r is x exactly); 2^k p + (2^k -
-    1) otherwise (2^k p exact, 2^k - 1 exact for |k| <= 52, one rounding); and exp(x)
-    - 1 where 2^k overflows (x above 709.09, where the - 1 is below half an ulp).
+    :func:`_reduction`'s k and p = exp(r) - 1, then three candidates, one selected: p
+    itself for k = 0 (|x| < ln 2 / 2, where r is x exactly); 2^k p + (2^k - 1)
+    otherwise (2^k p exact, 2^k - 1 exact for |k| <= 52, one rounding); and exp(x) - 1
+    where 2^k overflows (x above 709.09, where the - 1 is below half an ulp).
     """
-    clamped = x if x > _LOWEST else _LOWEST
-    clamped = clamped if clamped < _HIGHEST else _HIGHEST
-    shifted = clamped * _INV_LN2 + _SHIFTER
-    k_int = np.float64(shifted).view(np.int64) - _SHIFTER_BITS
-    k = shifted - _SHIFTER
-    r = (clamped - k * _LN2_HIGH) - k * _LN2_LOW
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = (p * r) * r + r
-    half = k_int >> 1
-    first = np.int64((half + 1023) << 52).view(np.float64)
-    second = np.int64((k_int - half + 1023) << 52).view(np.float64)
+    k_int, p, first, second = reduction(x)
     scale = first * second  # 2^k, inf for k = 1024, 0 far below -1022
     scaled = p * scale + (scale - 1.0)
     overflowing = ((1.0 + p) * first) * second - 1.0
