@@ -132,10 +132,37 @@ def kalman_share(device: str, bandwidth: float) -> list[tuple[str, str, bool]]:
     return rows_out
 
 
+#: the modules ratioscope and the checks import (``import`` names), each a package to
+#: install where one is missing
+NEEDED = (
+    "typer", "rich", "numpy", "scipy", "polars", "matplotlib", "torch", "sklearn",
+    "rapidfuzz", "safetensors", "numba", "pytest", "hypothesis",
+)  # fmt: skip
+
+
+def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
+    """The modules of ``names`` that this Python cannot import (a GPU machine's image may
+    hold torch and most of the rest, but not all)."""
+    import importlib.util
+
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
+def cuda_test_files() -> list[Path]:
+    """The test files that hold tests marked ``cuda``: collecting only those keeps the
+    run free of the other files' optional imports (a browser driver, a metrics
+    package), which a GPU machine without a package registry may lack."""
+    return sorted(
+        path for path in (ROOT / "tests").glob("test_*.py") if "mark.cuda" in path.read_text()
+    )
+
+
 def run_tests() -> tuple[str, bool]:
-    """``pytest -m cuda``: its last line, and whether it passed."""
+    """``pytest -m cuda`` over :func:`cuda_test_files`: its last line, and whether it
+    passed."""
+    files = [str(path.relative_to(ROOT)) for path in cuda_test_files()]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *files],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -184,11 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from ratioscope.functional.histogram import RELATIVE_ERROR
-
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device (torch.cuda.is_available() is False): skipped")
         return 0
+    missing = missing_modules()
+    if missing:
+        print(
+            f"gpu_check: cannot import {', '.join(missing)}: install them first (offline: "
+            "pip download them where a package index is reachable, then pip install "
+            "--no-index --find-links <that folder>; docs/performance.md, 'The GPU check')"
+        )
+        return 2
+    from ratioscope.functional.histogram import RELATIVE_ERROR
+
     rows: list[tuple[str, str, bool]] = []
     on_gpu = args.device == "cuda"
     name = torch.cuda.get_device_name() if on_gpu else "cpu (the comparison alone)"

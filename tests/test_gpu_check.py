@@ -13,7 +13,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_check import compare_documents, flat_numbers, main  # noqa: E402
+from gpu_check import (  # noqa: E402
+    compare_documents,
+    cuda_test_files,
+    flat_numbers,
+    main,
+    missing_modules,
+)
 
 
 def test_flat_numbers_keys_every_number_by_its_path_and_leaves_out_run_details():
@@ -41,6 +47,26 @@ def test_compare_documents_holds_numbers_and_quantiles_to_their_tolerances():
     ]  # fmt: skip
     _, missing = compare_documents(a, {**a, "extra": 1.0}, 1e-4, 0.0, 0.012)
     assert missing == ["extra: only in one report"]
+
+
+def test_the_cuda_tests_are_collected_from_their_own_files_only():
+    files = {path.name for path in cuda_test_files()}
+    # an independent count: the files that mark a test cuda, by their text
+    marking = {
+        path.name for path in (ROOT / "tests").glob("test_*.py")
+        if "pytest.mark.cuda" in path.read_text()
+    }  # fmt: skip
+    assert files == marking
+    assert "test_kalman.py" in files
+    # a file with an optional import and no cuda test stays out of the run
+    assert "test_diversity.py" not in files
+
+
+def test_missing_modules_names_what_cannot_be_imported():
+    assert missing_modules(("json", "torch")) == []
+    assert missing_modules(("json", "no_such_module_for_ratioscope")) == [
+        "no_such_module_for_ratioscope"
+    ]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip without a GPU")
