@@ -132,11 +132,12 @@ def kalman_share(device: str, bandwidth: float) -> list[tuple[str, str, bool]]:
     return rows_out
 
 
-#: the modules ratioscope and the checks import (``import`` names), each a package to
-#: install where one is missing
+#: the modules the check's paths import (``import`` names), each a package to install
+#: where one is missing; polars and rapidfuzz (tables and files of sequences, the
+#: samples' evaluation) are not among them: a GPU image that lacks them runs the check
 NEEDED = (
-    "typer", "rich", "numpy", "scipy", "polars", "matplotlib", "torch", "sklearn",
-    "rapidfuzz", "safetensors", "numba", "pytest", "hypothesis",
+    "typer", "rich", "numpy", "scipy", "matplotlib", "torch", "sklearn", "safetensors",
+    "numba", "pytest", "hypothesis",
 )  # fmt: skip
 
 
