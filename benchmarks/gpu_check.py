@@ -18,6 +18,8 @@ Steps, each a row of the summary table at the end:
    land in the neighbouring bin, so keys under ``quantiles`` are held to the histogram's
    relative error (``quantile_bound``) instead.
 
+Each row is printed as soon as its step is done and the table again at the end; a step
+that raises is one failed row (its traceback on stderr) and the next step runs.
 Without a CUDA device it prints one line and exits 0 (``--device cpu`` runs step 5 with
 the CPU on both sides, which is how CI checks the comparison itself).
 
@@ -34,7 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +204,47 @@ def synthetic_dump(folder: Path, gib: float) -> Path:
     return path
 
 
+Row = tuple[str, str, bool]
+
+
+def print_row(row: Row, width: int = 34) -> None:
+    """One row of the summary: ok or FAIL, the label, the detail."""
+    label, detail, passed = row
+    print(f"{'ok  ' if passed else 'FAIL'}  {label:<{width}}  {detail}", flush=True)
+
+
+def guarded(label: str, step: Callable[[], list[Row]]) -> list[Row]:
+    """The rows of one step, each printed as soon as it is known (a check cut off by its
+    machine's time limit keeps what it measured); a step that raises gives one failed row
+    naming the error, its traceback on stderr, and the next step still runs: one GPU
+    session sees every step's result."""
+    try:
+        found = step()
+    except Exception as error:  # any step's failure is one row of the table
+        traceback.print_exc(file=sys.stderr)
+        message = str(error).strip().splitlines()
+        found = [(label, f"raised {type(error).__name__}: {message[0] if message else ''}", False)]
+    for row in found:
+        print_row(row)
+    return found
+
+
+def comparison_rows(
+    label: str, path: Callable[[], Path], args: argparse.Namespace, quantile_rtol: float
+) -> list[Row]:
+    """The row of one CPU-against-device comparison, its first differing keys printed."""
+    count, differing, cpu_s, other_s = compare_devices(
+        path(), args.device, args.rtol, args.atol, quantile_rtol
+    )
+    for line in differing[:10]:
+        print(f"  {label}: {line}")
+    detail = (
+        f"{count} numbers, {len(differing)} differ (rtol {args.rtol:g}, quantiles "
+        f"{quantile_rtol:.4f}); cpu {cpu_s:.1f} s, {args.device} {other_s:.1f} s"
+    )
+    return [(f"cpu vs {args.device}: {label}", detail, not differing)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="the device checked (cpu: CI's)")
@@ -225,42 +269,44 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ratioscope.functional.histogram import RELATIVE_ERROR
 
-    rows: list[tuple[str, str, bool]] = []
+    rows: list[Row] = []
     on_gpu = args.device == "cuda"
     name = torch.cuda.get_device_name() if on_gpu else "cpu (the comparison alone)"
+    print(f"gpu_check on {name}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ratioscope-gpu-check-") as scratch:
         folder = Path(scratch)
         if on_gpu:
             sys.path.insert(0, str(HERE))
             from bench_analyze import copy_bandwidth
 
-            bandwidth = copy_bandwidth("cuda")
-            rows.append(("copy bandwidth (floor)", f"{bandwidth / 1e9:.0f} GB/s", True))
+            measured: dict[str, float] = {"bandwidth": math.nan}
+
+            def bandwidth_row() -> list[Row]:
+                measured["bandwidth"] = copy_bandwidth("cuda")
+                return [("copy bandwidth (floor)", f"{measured['bandwidth'] / 1e9:.0f} GB/s", True)]
+
+            rows += guarded("copy bandwidth (floor)", bandwidth_row)
             if not args.skip_tests:
-                line, passed = run_tests()
-                rows.append(("pytest -m cuda", line, passed))
+                rows += guarded("pytest -m cuda", lambda: [("pytest -m cuda", *run_tests())])
             if not args.skip_bench:
-                rows.extend(kalman_share("cuda", bandwidth))
-                line, passed = run_bench_analyze(folder)
-                rows.append(("bench_analyze --device cuda", line, passed))
-        for label, path in (
-            ("bundled run", BUNDLED),
-            (f"synthetic {args.gib:g} GiB", synthetic_dump(folder, args.gib)),
-        ):
-            count, differing, cpu_s, other_s = compare_devices(
-                path, args.device, args.rtol, args.atol, RELATIVE_ERROR
+                rows += guarded("Kalman scan", lambda: kalman_share("cuda", measured["bandwidth"]))
+                rows += guarded(
+                    "bench_analyze --device cuda",
+                    lambda: [("bench_analyze --device cuda", *run_bench_analyze(folder))],
+                )
+        comparisons: tuple[tuple[str, Callable[[], Path]], ...] = (
+            ("bundled run", lambda: BUNDLED),
+            (f"synthetic {args.gib:g} GiB", lambda: synthetic_dump(folder, args.gib)),
+        )
+        for label, path in comparisons:
+            rows += guarded(
+                f"cpu vs {args.device}: {label}",
+                lambda label=label, path=path: comparison_rows(label, path, args, RELATIVE_ERROR),
             )
-            detail = (
-                f"{count} numbers, {len(differing)} differ (rtol {args.rtol:g}, quantiles "
-                f"{RELATIVE_ERROR:.4f}); cpu {cpu_s:.1f} s, {args.device} {other_s:.1f} s"
-            )
-            rows.append((f"cpu vs {args.device}: {label}", detail, not differing))
-            for line in differing[:10]:
-                print(f"  {label}: {line}")
     width = max(len(label) for label, _, _ in rows)
-    print(f"gpu_check on {name}")
-    for label, detail, passed in rows:
-        print(f"{'ok  ' if passed else 'FAIL'}  {label:<{width}}  {detail}")
+    print(f"gpu_check on {name}: summary")
+    for row in rows:
+        print_row(row, width)
     return 0 if all(passed for _, _, passed in rows) else 1
 
 

@@ -13,10 +13,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import gpu_check  # noqa: E402
 from gpu_check import (  # noqa: E402
     compare_documents,
     cuda_test_files,
     flat_numbers,
+    guarded,
     main,
     missing_modules,
 )
@@ -67,6 +69,41 @@ def test_missing_modules_names_what_cannot_be_imported():
     assert missing_modules(("json", "no_such_module_for_ratioscope")) == [
         "no_such_module_for_ratioscope"
     ]
+
+
+def test_a_step_that_raises_is_one_failed_row_and_the_next_step_runs(capsys):
+    def broken() -> list:
+        raise RuntimeError("CUDA error: an illegal memory access\nmore lines")
+
+    rows = guarded("Kalman scan", broken)
+    detail = "raised RuntimeError: CUDA error: an illegal memory access"
+    assert rows == [("Kalman scan", detail, False)]
+    captured = capsys.readouterr()
+    assert captured.out.startswith("FAIL  Kalman scan")
+    assert "Traceback" in captured.err and "more lines" in captured.err
+    assert guarded("fine", lambda: [("fine", "1 GB/s", True)]) == [("fine", "1 GB/s", True)]
+    assert capsys.readouterr().out.startswith("ok    fine")
+
+
+def test_a_comparison_that_raises_leaves_the_others_and_the_summary(monkeypatch, capsys):
+    calls = []
+
+    def compare(path, device, rtol, atol, quantile_rtol):
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("Expected all tensors to be on the same device")
+        return 12, [], 0.5, 0.25
+
+    monkeypatch.setattr(gpu_check, "compare_devices", compare)
+    monkeypatch.setattr(gpu_check, "synthetic_dump", lambda folder, gib: folder / "dump")
+    assert main(["--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert len(calls) == 2  # the second comparison ran after the first raised
+    summary = out.split("summary", 1)[1].strip().splitlines()
+    assert summary[0].startswith("FAIL  cpu vs cpu: bundled run")
+    assert "raised RuntimeError: Expected all tensors" in summary[0]
+    assert summary[1].startswith("ok    cpu vs cpu: synthetic 1 GiB")
+    assert "12 numbers, 0 differ" in summary[1]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip without a GPU")
