@@ -31,6 +31,7 @@ from ratioscope.report.model import SECTION_KEYS, Report
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 SCHEMA1 = DATA / "report_schema1.json"  # step_0032
+FLOAT32_EPS = 2.0**-23  # one float32 ulp at 1
 SCHEMA1_STEP24 = DATA / "report_schema1_step24.json"
 VERL = ROOT / "sample_data" / "verl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -241,19 +242,24 @@ def _close_rel(a, b, rel, where=""):
         assert b == pytest.approx(a, rel=rel), where
 
 
-def _close(a, b, where=""):
+def _close(a, b, where="", float32_bounds=None):
+    """a and b equal within 1e-6 of a (quantiles within their bins' error, the keys of
+    ``float32_bounds`` within its absolute bound besides)."""
+    float32_bounds = float32_bounds or {}
     if isinstance(a, dict):
         for key in a.keys() & b.keys():
             if key == "quantile_bound":  # each states its own coordinate (checked below)
                 continue
-            _close(a[key], b[key], f"{where}.{key}")
+            _close(a[key], b[key], f"{where}.{key}", float32_bounds)
     elif isinstance(a, list):
         assert len(a) == len(b), where
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _close(x, y, f"{where}.{i}")
+            _close(x, y, f"{where}.{i}", float32_bounds)
     elif isinstance(a, float) and isinstance(b, (int, float)) and ".quantiles." in where:
         # schema 1 read weights from value bins: within 1.16 % of the value (stats.py)
         assert b == pytest.approx(a, rel=0.0117, abs=1e-9), where
+    elif isinstance(a, float) and isinstance(b, (int, float)) and where in float32_bounds:
+        assert b == pytest.approx(a, rel=1e-6, abs=float32_bounds[where]), where
     elif isinstance(a, float) and isinstance(b, (int, float)):
         assert b == pytest.approx(a, rel=1e-6, abs=1e-12), where
     else:
@@ -290,10 +296,27 @@ def test_schema1_reports_merge_to_the_analysis_of_both_steps(tmp_path):
     stored_rollout = merged["mismatch"].pop("rollout")
     assert 0 < stored_rollout["k3"] < 1e-10
     assert expected["mismatch"].pop("rollout")["k3"] > 1e-6
+    # TEPO's weights are float32 (exp of each row's mean z): the stored step 24 holds
+    # weights a few float32 ulps away from today's on some rows (its token statistics
+    # agree to 1e-15 and step 32's weights to the bit; the code of the day the reports
+    # were written gives today's values on this machine, so their machine's float32
+    # arithmetic differed). A weight w moving by d moves the weights' mean, extremes
+    # and std by at most max |d| (|std(w + d) - std(w)| <= max |d|), and a surrogate's
+    # mean of w A terms by max |d| max |A|: bounds of 4 ulps of the largest weight,
+    # which the std, 1e-3 of the mean, and the surrogate, a sum that cancels, need
+    # instead of 1e-6 of themselves
+    drift = 4 * FLOAT32_EPS * expected["tepo"]["weight"]["max"]
+    largest_advantage = max(
+        float(ratioscope.load(VERL / name).advantages.abs().max())
+        for name in ("step_0024.pt", "step_0032.pt")
+    )
+    float32_bounds = {f"tepo.weight.{key}": drift for key in ("mean", "std", "min", "max")}
+    for key in expected["tepo"]["surrogate"]:
+        float32_bounds[f"tepo.surrogate.{key}"] = drift * largest_advantage
     for key in SECTION_KEYS:
         assert (merged[key] is None) == (expected[key] is None), key
         if key != "future_policy":
-            _close(expected[key], merged[key], key)
+            _close(expected[key], merged[key], key, float32_bounds)
     weights = merged["covariance"]["weights"]["distribution"]["quantile_bound"]
     assert weights["coordinate"] == "value"  # the bins schema 1 wrote, stated as such
     assert merged["ratios"]["token"]["distribution"]["count"] == sum(
