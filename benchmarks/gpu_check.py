@@ -11,7 +11,8 @@ Steps, each a row of the summary table at the end:
    of the copy's bandwidth (goal >= 50 %);
 4. ``benchmarks/bench_analyze.py --device cuda``: valid tokens/s and the per-token
    tensors' bytes over the time, as a share of the bandwidth (goal >= 50 %);
-5. ``analyze`` of the bundled run and of a synthetic dump of about 1 GiB on the CPU and
+5. ``analyze`` of the bundled run, of the bundled file with logits (sampling settings
+   stated: its logits stay on the CPU) and of a synthetic dump of about 1 GiB on the CPU and
    on CUDA: every number of the two reports compared key by key, equal within
    ``--rtol`` (default 1e-4) or ``--atol`` (default 1e-6): the float32 reductions of the
    two devices add in different orders; a quantile read from the fixed histograms may
@@ -45,6 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 #: the bundled run compared between the devices
 BUNDLED = ROOT / "sample_data" / "verl_steps"
+#: the bundled file with logits and token ids, compared with sampling settings stated (the
+#: logits stay on the CPU while the rest is on the device: the sampling section's path)
+LOGITS_STEP = ROOT / "sample_data" / "verl" / "step_0032.pt"
+SAMPLING = {"top_p": 0.9, "top_k": 50}
 #: keys that differ between any two runs (times, paths of temporary files)
 IGNORED = ("tool", "inputs", "state", "params")
 #: the bandwidth share the issue asks of the Kalman filter and of the whole analysis
@@ -88,16 +93,17 @@ def compare_documents(
 
 
 def compare_devices(
-    path: Path, device: str, rtol: float, atol: float, quantile_rtol: float
+    path: Path, device: str, rtol: float, atol: float, quantile_rtol: float, **options: Any
 ) -> tuple[int, list[str], float, float]:
-    """``analyze`` of ``path`` on the CPU and on ``device``, compared; with each time."""
+    """``analyze`` of ``path`` (with ``options``) on the CPU and on ``device``, compared;
+    with each time."""
     import ratioscope
 
     started = time.perf_counter()
-    cpu = ratioscope.analyze(path, device="cpu").to_dict()
+    cpu = ratioscope.analyze(path, device="cpu", **options).to_dict()
     cpu_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    other = ratioscope.analyze(path, device=device).to_dict()
+    other = ratioscope.analyze(path, device=device, **options).to_dict()
     other_seconds = time.perf_counter() - started
     count, differing = compare_documents(cpu, other, rtol, atol, quantile_rtol)
     return count, differing, cpu_seconds, other_seconds
@@ -230,11 +236,15 @@ def guarded(label: str, step: Callable[[], list[Row]]) -> list[Row]:
 
 
 def comparison_rows(
-    label: str, path: Callable[[], Path], args: argparse.Namespace, quantile_rtol: float
+    label: str,
+    path: Callable[[], Path],
+    args: argparse.Namespace,
+    quantile_rtol: float,
+    options: dict[str, Any],
 ) -> list[Row]:
     """The row of one CPU-against-device comparison, its first differing keys printed."""
     count, differing, cpu_s, other_s = compare_devices(
-        path(), args.device, args.rtol, args.atol, quantile_rtol
+        path(), args.device, args.rtol, args.atol, quantile_rtol, **options
     )
     for line in differing[:10]:
         print(f"  {label}: {line}")
@@ -294,14 +304,17 @@ def main(argv: list[str] | None = None) -> int:
                     "bench_analyze --device cuda",
                     lambda: [("bench_analyze --device cuda", *run_bench_analyze(folder))],
                 )
-        comparisons: tuple[tuple[str, Callable[[], Path]], ...] = (
-            ("bundled run", lambda: BUNDLED),
-            (f"synthetic {args.gib:g} GiB", lambda: synthetic_dump(folder, args.gib)),
+        comparisons: tuple[tuple[str, Callable[[], Path], dict[str, Any]], ...] = (
+            ("bundled run", lambda: BUNDLED, {}),
+            ("logits, top-p 0.9, top-k 50", lambda: LOGITS_STEP, SAMPLING),
+            (f"synthetic {args.gib:g} GiB", lambda: synthetic_dump(folder, args.gib), {}),
         )
-        for label, path in comparisons:
+        for label, path, options in comparisons:
             rows += guarded(
                 f"cpu vs {args.device}: {label}",
-                lambda label=label, path=path: comparison_rows(label, path, args, RELATIVE_ERROR),
+                lambda label=label, path=path, options=options: comparison_rows(
+                    label, path, args, RELATIVE_ERROR, options
+                ),
             )
     width = max(len(label) for label, _, _ in rows)
     print(f"gpu_check on {name}: summary")

@@ -88,8 +88,8 @@ def test_a_step_that_raises_is_one_failed_row_and_the_next_step_runs(capsys):
 def test_a_comparison_that_raises_leaves_the_others_and_the_summary(monkeypatch, capsys):
     calls = []
 
-    def compare(path, device, rtol, atol, quantile_rtol):
-        calls.append(path)
+    def compare(path, device, rtol, atol, quantile_rtol, **options):
+        calls.append((path, options))
         if len(calls) == 1:
             raise RuntimeError("Expected all tensors to be on the same device")
         return 12, [], 0.5, 0.25
@@ -98,12 +98,14 @@ def test_a_comparison_that_raises_leaves_the_others_and_the_summary(monkeypatch,
     monkeypatch.setattr(gpu_check, "synthetic_dump", lambda folder, gib: folder / "dump")
     assert main(["--device", "cpu"]) == 1
     out = capsys.readouterr().out
-    assert len(calls) == 2  # the second comparison ran after the first raised
+    assert len(calls) == 3  # the others ran after the first raised
+    assert calls[1] == (gpu_check.LOGITS_STEP, {"top_p": 0.9, "top_k": 50})
     summary = out.split("summary", 1)[1].strip().splitlines()
     assert summary[0].startswith("FAIL  cpu vs cpu: bundled run")
     assert "raised RuntimeError: Expected all tensors" in summary[0]
-    assert summary[1].startswith("ok    cpu vs cpu: synthetic 1 GiB")
-    assert "12 numbers, 0 differ" in summary[1]
+    assert summary[1].startswith("ok    cpu vs cpu: logits, top-p 0.9, top-k 50")
+    assert summary[2].startswith("ok    cpu vs cpu: synthetic 1 GiB")
+    assert "12 numbers, 0 differ" in summary[2]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip without a GPU")

@@ -51,6 +51,20 @@ def test_a_hand_computed_nucleus():
     assert outside.item() == -math.inf
 
 
+def test_tied_tokens_at_the_nucleus_boundary_are_kept_by_their_index():
+    # four equal tokens, 0.25 each, top-p 0.5: two are kept (the mass before the third
+    # is 0.5), the two of lowest index, whatever the tie order of the sort on a device;
+    # a tied pair behind a larger token, top-p 0.5: the larger and the lower index
+    uniform = torch.full((1, 4), 0.25, dtype=torch.float64).log()
+    assert kept_set(uniform, SamplingSettings(top_p=0.5)).tolist() == [[True, True, False, False]]
+    ties = torch.tensor([[0.2, 0.2, 0.4, 0.2]], dtype=torch.float64).log()
+    assert kept_set(ties, SamplingSettings(top_p=0.5)).tolist() == [[True, False, True, False]]
+    wide = torch.zeros(3, 4096, dtype=torch.float64)  # long rows: a vectorised sort's case
+    kept = kept_set(torch.log_softmax(wide, dim=-1), SamplingSettings(top_p=0.25))
+    assert kept.sum(dim=-1).tolist() == [1024] * 3
+    assert kept[:, :1024].all() and not kept[:, 1024:].any()
+
+
 @pytest.mark.parametrize(
     "settings",
     [

@@ -69,7 +69,7 @@ def gini(magnitudes: Tensor) -> float:
     total = float(values.sum())
     if n == 0 or total <= 0:
         return math.nan
-    ranks = torch.arange(1, n + 1, dtype=torch.float64)
+    ranks = torch.arange(1, n + 1, dtype=torch.float64, device=values.device)
     return max(0.0, 2.0 * float((ranks * values).sum()) / (n * total) - (n + 1) / n)
 
 

@@ -167,9 +167,10 @@ def second_moment_mask(
     dropped = torch.zeros_like(mask)
     if n:
         ordered, order = torch.sort(values)
-        running = torch.cumsum(ordered, 0) / torch.arange(1, n + 1, dtype=torch.float64)
+        counts = torch.arange(1, n + 1, dtype=torch.float64, device=values.device)
+        running = torch.cumsum(ordered, 0) / counts
         keep = max(1, int((running < threshold).sum()))
-        drop_flat = torch.ones(n, dtype=torch.bool)
+        drop_flat = torch.ones(n, dtype=torch.bool, device=values.device)
         drop_flat[order[:keep]] = False
         dropped[mask] = drop_flat
     return _kept(mask & ~dropped), {"masked": dropped}

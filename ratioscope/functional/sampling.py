@@ -101,7 +101,8 @@ def kept_set(log_probs: Tensor, settings: SamplingSettings) -> Tensor:
         log_probs: [N, V] float64, log softmax(l / T).
         settings: top-k (k largest, ties kept) and top-p (of the renormalised
             distribution after top-k: a token is kept when the mass ranked before it is
-            below p; the most likely token always is).
+            below p, tied tokens ranked by their index; the most likely token always
+            is).
     """
     keep = torch.ones_like(log_probs, dtype=torch.bool)
     if settings.top_k is not None and settings.top_k < log_probs.shape[-1]:
@@ -109,7 +110,9 @@ def kept_set(log_probs: Tensor, settings: SamplingSettings) -> Tensor:
         keep &= log_probs >= kth
     if settings.top_p is not None and settings.top_p < 1.0:
         renormalised = torch.log_softmax(log_probs.masked_fill(~keep, -math.inf), dim=-1)
-        ordered, order = torch.sort(renormalised, dim=-1, descending=True)
+        # stable: tied tokens are ranked by their index on every device, so the CPU and
+        # a GPU keep the same ones at the boundary
+        ordered, order = torch.sort(renormalised, dim=-1, descending=True, stable=True)
         before = torch.cumsum(ordered.exp(), dim=-1) - ordered.exp()
         keep_sorted = before < settings.top_p
         keep_sorted[:, 0] = True

@@ -168,9 +168,11 @@ class SamplingAccumulator(Accumulator):
         assert logits is not None and tokens is not None
         width, vocab = logits.shape[1], logits.shape[2]
         rows = max(1, CHUNK_ELEMENTS // max(1, width * vocab))
+        # the logits stay where the file put them (the CPU, often a mapped file) while
+        # the mask and tokens are on the analysis' device: each block of rows goes there
         parts = [
             sampling_log_probs(
-                logits[start : start + rows][mask[start : start + rows]],
+                logits[start : start + rows].to(mask.device)[mask[start : start + rows]],
                 tokens[start : start + rows][mask[start : start + rows]],
                 self.settings,
             )

@@ -1,0 +1,209 @@
+"""A second device emulated on the CPU, for the CUDA paths' device handling without a GPU.
+
+Tensors moved to ``cuda`` (``.to("cuda")``, ``device="cuda"``) become :class:`Emulated`:
+CPU tensors that say ``device == cuda:0``, so every ``device.type == "cpu"`` check takes
+the branch a GPU run takes, and whose tag follows them through every operation. What a
+real GPU refuses raises :class:`DeviceMixError` here:
+
+* ``.numpy()`` of a device tensor (it needs ``.cpu()`` first);
+* an operation mixing device tensors with CPU tensors of one dimension or more (a 0-dim
+  CPU tensor is allowed, as CUDA allows it), or with any CPU tensor where CUDA takes none
+  (``cat``, ``gather``, ``index_select``, ``searchsorted``, ...);
+* a CPU tensor indexed by a device index, and an advanced assignment across the two.
+
+``.cpu()`` and ``.to("cpu")`` give untagged copies. The numbers are the CPU's, so a report
+made on the emulated device can be compared with the CPU's (the torch paths against the
+compiled ones). Operations on other threads are not checked (torch's function modes are
+per thread); the analysis runs its torch work on the calling thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+DEVICE = torch.device("cuda", 0)
+
+#: operations that take no CPU tensor beside CUDA ones, not even a 0-dim one
+STRICT = {
+    "cat", "stack", "hstack", "vstack", "concat", "concatenate", "index_select", "gather",
+    "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_",
+    "searchsorted", "bucketize", "mm", "matmul", "bmm", "dot", "index_add", "index_add_",
+    "index_copy", "index_copy_", "index_fill", "index_fill_", "take", "take_along_dim",
+    "masked_scatter", "masked_scatter_", "index_reduce", "index_reduce_", "put", "put_",
+    "__matmul__", "__rmatmul__", "bincount", "histc",
+}  # fmt: skip
+#: operations that read a tensor's metadata only
+METADATA = {
+    "__get__", "__set__", "__repr__", "__format__", "__str__", "dim", "size", "numel",
+    "__len__", "stride", "is_contiguous", "data_ptr", "element_size", "storage_offset",
+    "untyped_storage", "__hash__", "is_floating_point", "is_complex", "nelement",
+    "ndimension", "__reduce_ex__", "__deepcopy__",
+}  # fmt: skip
+IN_PLACE = {
+    "__setitem__",
+    "__iadd__",
+    "__isub__",
+    "__imul__",
+    "__itruediv__",
+    "__ior__",
+    "__iand__",
+}
+
+_state = threading.local()
+
+
+class DeviceMixError(RuntimeError):
+    """What a GPU would have refused."""
+
+
+class Emulated(Tensor):
+    """A CPU tensor that stands for one on the device."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return DEVICE
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return False
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if not getattr(_state, "active", 0) and _name(func) not in METADATA:
+            raise DeviceMixError(f"{_name(func)} of a device tensor outside the checked thread")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def tag(value: Any) -> Any:
+    if isinstance(value, Tensor) and not isinstance(value, Emulated):
+        with torch._C.DisableTorchFunctionSubclass():
+            return value.as_subclass(Emulated)
+    return value
+
+
+def untag(value: Any) -> Any:
+    if isinstance(value, Emulated):
+        with torch._C.DisableTorchFunctionSubclass():
+            return value.as_subclass(Tensor)
+    return value
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__name__", str(func))
+
+
+def _is_device(value: Any) -> bool:
+    if isinstance(value, torch.device):
+        return value.type == "cuda"
+    return isinstance(value, str) and value.startswith("cuda")
+
+
+def _is_cpu(value: Any) -> bool:
+    if isinstance(value, torch.device):
+        return value.type == "cpu"
+    return value == "cpu"
+
+
+def _advanced(index: Any) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(item, (Tensor, list)) or hasattr(item, "__array__") for item in items)
+
+
+class SecondDevice(TorchFunctionMode):
+    """The mode that tags, propagates and checks (see the module)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        _state.active = getattr(_state, "active", 0) + 1
+        try:
+            return self._run(func, args, dict(kwargs or {}))
+        finally:
+            _state.active -= 1
+
+    def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        name = _name(func)
+        first = args[0] if args and isinstance(args[0], Tensor) else None
+        if name == "__get__":  # an attribute: .T, .real, .data follow their tensor
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **kwargs)
+            return tag(out) if isinstance(out, Tensor) and isinstance(first, Emulated) else out
+        want: bool | None = None  # True: the result is on the device; False: on the CPU
+        if _is_device(kwargs.get("device")):
+            kwargs["device"], want = "cpu", True
+        elif _is_cpu(kwargs.get("device")):
+            want = False
+        if name == "to" and first is not None:
+            moved: list[Any] = [first]
+            for arg in args[1:]:
+                if _is_device(arg):
+                    moved.append(torch.device("cpu"))
+                    want = True
+                else:
+                    want = False if _is_cpu(arg) else want
+                    moved.append(arg)
+            args = tuple(moved)
+        if name == "cpu":
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **kwargs)
+            return untag(out.clone() if out is first else out)
+        if name in ("numpy", "__array__") and isinstance(first, Emulated):
+            raise DeviceMixError(f".numpy() of a device tensor {tuple(first.shape)}")
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)]
+        tagged = [t for t in tensors if isinstance(t, Emulated)]
+        self._check(name, args, first, tensors, tagged)
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        in_place = (name.endswith("_") and not name.endswith("__")) or name in IN_PLACE
+        if in_place or (isinstance(out, Tensor) and out is first and want is None):
+            return out
+        if want or (want is None and tagged and name != "numpy"):
+            return tree_map(lambda x: tag(x) if isinstance(x, Tensor) else x, out)
+        if want is False:
+            return tree_map(lambda x: untag(x) if isinstance(x, Tensor) else x, out)
+        return out
+
+    @staticmethod
+    def _check(
+        name: str, args: tuple, first: Tensor | None, tensors: list[Tensor], tagged: list
+    ) -> None:
+        if name in ("__getitem__", "__setitem__") and first is not None:
+            index = [t for t in tree_flatten(args[1])[0] if isinstance(t, Tensor)]
+            if not isinstance(first, Emulated) and any(isinstance(t, Emulated) for t in index):
+                raise DeviceMixError(f"a CPU tensor {tuple(first.shape)} indexed on the device")
+            value = args[2] if name == "__setitem__" else None
+            if isinstance(value, Tensor) and isinstance(value, Emulated) != isinstance(
+                first, Emulated
+            ):
+                scalar = isinstance(first, Emulated) and value.dim() == 0
+                if not scalar and _advanced(args[1]):
+                    raise DeviceMixError(f"an advanced assignment across devices ({name})")
+            return
+        if not tagged or name in METADATA or name in ("copy_", "__set__"):
+            return
+        cpu = [t for t in tensors if not isinstance(t, Emulated)]
+        if name not in STRICT:
+            cpu = [t for t in cpu if t.dim() > 0]
+        if cpu:
+            raise DeviceMixError(
+                f"{name} of device tensors {[tuple(t.shape) for t in tagged][:3]} and CPU "
+                f"tensors {[tuple(t.shape) for t in cpu][:3]}"
+            )
+
+
+@contextmanager
+def second_device() -> Iterator[None]:
+    """Inside, ``cuda`` is the emulated device (pair it with a ``resolve_device`` that
+    returns :data:`DEVICE` for ``"cuda"``)."""
+    with SecondDevice():
+        yield

@@ -1,0 +1,94 @@
+"""``analyze --device cuda`` on a device emulated on the CPU (tests/device_emulation.py):
+the GPU paths take no CPU tensor where a GPU would refuse one, and report what the CPU
+reports. CI has no GPU; these run everywhere."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ratioscope
+from ratioscope.analysis import pipeline
+from ratioscope.functional.concentration import gini
+from ratioscope.functional.corrections import second_moment_mask
+from ratioscope.functional.histogram import RELATIVE_ERROR
+from tests.device_emulation import DEVICE, DeviceMixError, second_device
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_check import compare_documents  # noqa: E402
+from make_synthetic import make_synthetic, write_synthetic  # noqa: E402
+
+
+@pytest.fixture
+def emulated_resolution(monkeypatch):
+    """``analyze(device="cuda")`` runs on the emulated device."""
+
+    def resolve(name: str) -> torch.device:
+        return DEVICE if name.startswith("cuda") else torch.device(name)
+
+    monkeypatch.setattr(pipeline, "resolve_device", resolve)
+
+
+@pytest.fixture
+def emulated(emulated_resolution):
+    """The test's body on the emulated device."""
+    with second_device():
+        yield
+
+
+# ------------------------------------------------------------- the emulation itself
+def test_the_emulation_refuses_what_a_gpu_refuses(emulated):
+    on_device = torch.arange(6.0).to("cuda")
+    assert on_device.device == DEVICE and (on_device * 2).device == DEVICE
+    with pytest.raises(DeviceMixError, match="numpy"):
+        on_device.numpy()
+    assert on_device.cpu().numpy().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    with pytest.raises(DeviceMixError, match="mul"):
+        on_device * torch.ones(6)
+    assert float((on_device * torch.tensor(2.0)).sum()) == 30.0  # a 0-dim CPU tensor is fine
+    with pytest.raises(DeviceMixError, match="cat"):
+        torch.cat([on_device, torch.ones(1)])
+    with pytest.raises(DeviceMixError, match="indexed on the device"):
+        torch.ones(6)[on_device > 2]
+    made = torch.zeros(3, device=on_device.device)
+    assert made.device == DEVICE
+
+
+def test_helpers_with_device_inputs_keep_their_work_on_the_device(emulated):
+    values = torch.tensor([0.0, 0.0, 0.0, 4.0]).to("cuda")
+    assert gini(values) == pytest.approx(0.75)  # its docstring's case
+    log_ratio = torch.tensor([[0.1, -0.2, 0.9, 0.0]]).to("cuda")
+    mask = torch.tensor([[True, True, True, False]]).to("cuda")
+    weight, extra = second_moment_mask(log_ratio, mask, 0.05)
+    # squares 0.01, 0.04, 0.81: running means 0.01, 0.025, 0.287 keep the first two
+    assert extra["masked"].cpu().tolist() == [[False, False, True, False]]
+    assert weight.device == DEVICE
+
+
+# ------------------------------------------------------------------ analyze on it
+def _same_reports(path: Path | list[Path], **options) -> None:
+    cpu = ratioscope.analyze(path, device="cpu", **options).to_dict()
+    with second_device():
+        other = ratioscope.analyze(path, device="cuda", **options).to_dict()
+    count, differing = compare_documents(cpu, other, 1e-4, 1e-6, RELATIVE_ERROR)
+    assert count > 100
+    assert differing == []
+
+
+def test_a_dump_with_logits_and_stated_sampling_settings(emulated_resolution):
+    # the logits stay on the CPU while the mask and tokens are on the device: the
+    # sampling section's truncation sums read them a block of rows at a time
+    _same_reports(ROOT / "sample_data" / "verl" / "step_0032.pt", top_p=0.9, top_k=50)
+
+
+@pytest.mark.slow
+def test_the_bundled_run_and_a_synthetic_dump_with_every_extra(emulated_resolution, tmp_path):
+    _same_reports(ROOT / "sample_data" / "verl_steps")
+    path = tmp_path / "synthetic.safetensors"
+    write_synthetic(make_synthetic(64, 512, extras=("all",)), path)
+    _same_reports(path)
