@@ -86,7 +86,6 @@ def test_a_dump_with_logits_and_stated_sampling_settings(emulated_resolution):
     _same_reports(ROOT / "sample_data" / "verl" / "step_0032.pt", top_p=0.9, top_k=50)
 
 
-@pytest.mark.slow
 def test_the_bundled_run_and_a_synthetic_dump_with_every_extra(emulated_resolution, tmp_path):
     _same_reports(ROOT / "sample_data" / "verl_steps")
     path = tmp_path / "synthetic.safetensors"
