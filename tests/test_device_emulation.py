@@ -18,6 +18,7 @@ from ratioscope.functional.histogram import RELATIVE_ERROR
 from tests.device_emulation import DEVICE, DeviceMixError, second_device
 
 ROOT = Path(__file__).resolve().parents[1]
+VERL_STEPS = ROOT / "sample_data" / "verl_steps"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_check import compare_documents  # noqa: E402
@@ -71,13 +72,18 @@ def test_helpers_with_device_inputs_keep_their_work_on_the_device(emulated):
 
 
 # ------------------------------------------------------------------ analyze on it
-def _same_reports(path: Path | list[Path], **options) -> None:
-    cpu = ratioscope.analyze(path, device="cpu", **options).to_dict()
+def _same_documents(run) -> None:
+    """``run(device)`` on the CPU and on the emulated device give the same document."""
+    cpu = run("cpu").to_dict()
     with second_device():
-        other = ratioscope.analyze(path, device="cuda", **options).to_dict()
+        other = run("cuda").to_dict()
     count, differing = compare_documents(cpu, other, 1e-4, 1e-6, RELATIVE_ERROR)
     assert count > 100
     assert differing == []
+
+
+def _same_reports(path: Path | list[Path], **options) -> None:
+    _same_documents(lambda device: ratioscope.analyze(path, device=device, **options))
 
 
 def test_a_dump_with_logits_and_stated_sampling_settings(emulated_resolution):
@@ -87,7 +93,14 @@ def test_a_dump_with_logits_and_stated_sampling_settings(emulated_resolution):
 
 
 def test_the_bundled_run_and_a_synthetic_dump_with_every_extra(emulated_resolution, tmp_path):
-    _same_reports(ROOT / "sample_data" / "verl_steps")
+    _same_reports(VERL_STEPS)
     path = tmp_path / "synthetic.safetensors"
     write_synthetic(make_synthetic(64, 512, extras=("all",)), path)
     _same_reports(path)
+
+
+@pytest.mark.slow
+def test_a_kalman_sweep_and_a_timeline(emulated_resolution):
+    _same_documents(lambda device: ratioscope.sweep(VERL_STEPS, qvs=[1e-4, 1e-3], device=device))
+    capture = ROOT / "sample_data" / "runs" / "healthy-s1" / "capture"
+    _same_documents(lambda device: ratioscope.timeline(capture, device=device, reports_dir=None))
