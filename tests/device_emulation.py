@@ -14,7 +14,10 @@ real GPU refuses raises :class:`DeviceMixError` here:
 ``.cpu()`` and ``.to("cpu")`` give untagged copies. The numbers are the CPU's, so a report
 made on the emulated device can be compared with the CPU's (the torch paths against the
 compiled ones). Operations on other threads are not checked (torch's function modes are
-per thread); the analysis runs its torch work on the calling thread.
+per thread); the analysis runs its torch work on the calling thread. Built on torch's
+function modes and two of its private helpers (``torch._C.DisableTorchFunctionSubclass``,
+``torch.utils._pytree``): a torch release that moves them breaks this file, not the
+package.
 """
 
 from __future__ import annotations
