@@ -17,7 +17,9 @@ Steps, each a row of the summary table at the end:
    ``--rtol`` (default 1e-4) or ``--atol`` (default 1e-6): the float32 reductions of the
    two devices add in different orders; a quantile read from the fixed histograms may
    land in the neighbouring bin, so keys under ``quantiles`` are held to the histogram's
-   relative error (``quantile_bound``) instead.
+   relative error (``quantile_bound``) instead;
+6. ``analyze`` of the synthetic dump on CUDA with chunks of 2^22, 2^24 and 2^26
+   elements, timed (what the default chunk on a GPU should be).
 
 Each row is printed as soon as its step is done and the table again at the end; a step
 that raises is one failed row (its traceback on stderr) and the next step runs.
@@ -31,6 +33,7 @@ the CPU on both sides, which is how CI checks the comparison itself).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import subprocess
@@ -197,6 +200,29 @@ def run_bench_analyze(folder: Path) -> tuple[str, bool]:
     )
 
 
+#: chunk sizes (elements, powers of two) timed on the device: the analysis there is a
+#: fixed count of operations a chunk (docs/performance.md, "The GPU check"), so a larger
+#: chunk may pay; the default is 2^22, sized for a 2-core CPU's caches
+CHUNK_POWERS = (22, 24, 26)
+
+
+def chunk_rows(path: Path, device: str) -> list[tuple[str, str, bool]]:
+    """``analyze`` of ``path`` on ``device`` with each of :data:`CHUNK_POWERS`' chunk
+    sizes, best of two: what the default chunk on a GPU should be (the row passes
+    unless a size fails)."""
+    import ratioscope
+
+    timings = []
+    for power in CHUNK_POWERS:
+        best = math.inf
+        for _ in range(2):
+            started = time.perf_counter()
+            ratioscope.analyze(path, device=device, chunk_elements=2**power)
+            best = min(best, time.perf_counter() - started)
+        timings.append(f"2^{power} {best:.2f} s")
+    return [(f"{device} analyze by chunk size", ", ".join(timings), True)]
+
+
 def synthetic_dump(folder: Path, gib: float) -> Path:
     """A synthetic dump of about ``gib`` GiB, all extras (benchmarks/make_synthetic.py)."""
     sys.path.insert(0, str(HERE))
@@ -304,10 +330,11 @@ def main(argv: list[str] | None = None) -> int:
                     "bench_analyze --device cuda",
                     lambda: [("bench_analyze --device cuda", *run_bench_analyze(folder))],
                 )
+        synthetic = functools.cache(lambda: synthetic_dump(folder, args.gib))
         comparisons: tuple[tuple[str, Callable[[], Path], dict[str, Any]], ...] = (
             ("bundled run", lambda: BUNDLED, {}),
             ("logits, top-p 0.9, top-k 50", lambda: LOGITS_STEP, SAMPLING),
-            (f"synthetic {args.gib:g} GiB", lambda: synthetic_dump(folder, args.gib), {}),
+            (f"synthetic {args.gib:g} GiB", synthetic, {}),
         )
         for label, path, options in comparisons:
             rows += guarded(
@@ -316,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                     label, path, args, RELATIVE_ERROR, options
                 ),
             )
+        if on_gpu and not args.skip_bench:
+            rows += guarded("cuda analyze by chunk size", lambda: chunk_rows(synthetic(), "cuda"))
     width = max(len(label) for label, _, _ in rows)
     print(f"gpu_check on {name}: summary")
     for row in rows:

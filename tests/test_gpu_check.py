@@ -125,3 +125,25 @@ def test_the_comparison_of_the_cpu_with_itself_finds_no_difference(capsys):
     assert main(["--device", "cpu", "--gib", "0.01"]) == 0
     out = capsys.readouterr().out
     assert "ok    cpu vs cpu: bundled run" in out and "0 differ" in out
+
+
+def test_the_chunk_size_row_times_each_size(monkeypatch, tmp_path):
+    from make_synthetic import make_synthetic, write_synthetic
+
+    path = tmp_path / "small.safetensors"
+    write_synthetic(make_synthetic(16, 64, extras=("all",)), path)
+    monkeypatch.setattr(gpu_check, "CHUNK_POWERS", (8, 10))
+    sizes = []
+    import ratioscope
+
+    real = ratioscope.analyze
+
+    def analyze(path, device, chunk_elements):
+        sizes.append(chunk_elements)
+        return real(path, device=device, chunk_elements=chunk_elements)
+
+    monkeypatch.setattr(ratioscope, "analyze", analyze)
+    [(label, detail, passed)] = gpu_check.chunk_rows(path, "cpu")
+    assert label == "cpu analyze by chunk size" and passed
+    assert sizes == [256, 256, 1024, 1024]  # each size twice, best of two
+    assert detail.startswith("2^8 ") and ", 2^10 " in detail and detail.endswith(" s")
