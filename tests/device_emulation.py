@@ -11,7 +11,10 @@ real GPU refuses raises :class:`DeviceMixError` here:
   (``cat``, ``gather``, ``index_select``, ``searchsorted``, ...);
 * a CPU tensor indexed by a device index, and an advanced assignment across the two.
 
-``.cpu()`` and ``.to("cpu")`` give untagged copies. The numbers are the CPU's, so a report
+``.cpu()`` and ``.to("cpu")`` give untagged copies. With an :class:`OperationCount`, the
+mode also counts what a GPU would do: each operation on device tensors (a kernel launch,
+or a view that launches none) and each read back to the host, by the ratioscope function
+that asked for it. The numbers are the CPU's, so a report
 made on the emulated device can be compared with the CPU's (the torch paths against the
 compiled ones). Operations on other threads are not checked (torch's function modes are
 per thread); the analysis runs its torch work on the calling thread. Built on torch's
@@ -22,6 +25,8 @@ package.
 
 from __future__ import annotations
 
+import collections
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,6 +64,20 @@ IN_PLACE = {
     "__ior__",
     "__iand__",
 }
+
+#: operations that give a view of their tensor or allocate one: no kernel runs on a GPU
+VIEWS = {
+    "empty", "empty_like", "new_empty",
+    "view", "view_as", "reshape", "reshape_as", "unsqueeze", "squeeze", "t", "T",
+    "transpose", "permute", "expand", "expand_as", "narrow", "select", "flatten",
+    "unflatten", "movedim", "diagonal", "unbind", "split", "chunk", "tensor_split",
+    "as_strided", "detach", "real", "imag", "view_as_real", "unfold",
+}  # fmt: skip
+#: operations that read a device tensor on the host: each waits for the GPU to finish
+READS = {
+    "cpu", "item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__",
+    "__array__",
+}  # fmt: skip
 
 _state = threading.local()
 
@@ -124,8 +143,66 @@ def _advanced(index: Any) -> bool:
     return any(isinstance(item, (Tensor, list)) or hasattr(item, "__array__") for item in items)
 
 
+class OperationCount:
+    """What a run on the emulated device asked of the device, by the innermost function
+    of the ``ratioscope`` package on the stack (:func:`_caller`): ``launches`` (an
+    operation that runs a kernel on a GPU), ``views`` (one that only reshapes),
+    ``reads`` (a copy of a device tensor to the host, which waits for the GPU) and
+    ``uploads`` (a copy of a host tensor to the device)."""
+
+    def __init__(self) -> None:
+        self.launches: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.views: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.reads: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.uploads: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def record(self, name: str, args: tuple, kwargs: dict) -> None:
+        """One call of the mode, before its arguments are rewritten."""
+        if name in METADATA or name in ("__get__", "__set__"):
+            return
+        first = args[0] if args and isinstance(args[0], Tensor) else None
+        target = kwargs.get("device")
+        if name == "to":
+            target = next((a for a in args[1:] if isinstance(a, (str, torch.device))), target)
+        on_device = any(isinstance(t, Emulated) for t in tree_flatten((args, kwargs))[0])
+        if name == "to" and first is not None and target is not None:
+            if isinstance(first, Emulated) and _is_cpu(target):
+                self.reads[_caller()] += 1
+            elif not isinstance(first, Emulated) and _is_device(target):
+                self.uploads[_caller()] += 1
+            elif on_device:
+                self.launches[_caller()] += 1  # a dtype conversion on the device
+        elif on_device and name in READS:
+            self.reads[_caller()] += 1
+        elif on_device and (name in VIEWS or (name == "__getitem__" and not _advanced(args[1]))):
+            self.views[_caller()] += 1
+        elif on_device or _is_device(target):
+            self.launches[_caller()] += 1
+
+
+def _caller() -> tuple[str, str]:
+    """(section, function) that asked: the innermost ``ratioscope.sections`` module on
+    the stack (else the innermost ratioscope module) and the innermost ratioscope frame's
+    ``module:function``."""
+    frame = sys._getframe(2)
+    function = section = ""
+    while frame is not None and not section:
+        module = frame.f_globals.get("__name__", "")
+        if module == "ratioscope" or module.startswith("ratioscope."):
+            function = function or f"{module}:{frame.f_code.co_name}"
+            if module.startswith("ratioscope.sections."):
+                section = module
+        frame = frame.f_back
+    return section or function.partition(":")[0] or "(outside ratioscope)", function
+
+
 class SecondDevice(TorchFunctionMode):
-    """The mode that tags, propagates and checks (see the module)."""
+    """The mode that tags, propagates and checks (see the module); ``count``, when given,
+    records each operation on device tensors."""
+
+    def __init__(self, count: OperationCount | None = None) -> None:
+        super().__init__()
+        self.count = count
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         _state.active = getattr(_state, "active", 0) + 1
@@ -136,6 +213,8 @@ class SecondDevice(TorchFunctionMode):
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         name = _name(func)
+        if self.count is not None:
+            self.count.record(name, args, kwargs)
         first = args[0] if args and isinstance(args[0], Tensor) else None
         if name == "__get__":  # an attribute: .T, .real, .data follow their tensor
             with torch._C.DisableTorchFunctionSubclass():
@@ -205,8 +284,8 @@ class SecondDevice(TorchFunctionMode):
 
 
 @contextmanager
-def second_device() -> Iterator[None]:
+def second_device(count: OperationCount | None = None) -> Iterator[None]:
     """Inside, ``cuda`` is the emulated device (pair it with a ``resolve_device`` that
-    returns :data:`DEVICE` for ``"cuda"``)."""
-    with SecondDevice():
+    returns :data:`DEVICE` for ``"cuda"``); ``count`` records what it is asked."""
+    with SecondDevice(count):
         yield

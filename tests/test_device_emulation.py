@@ -12,10 +12,11 @@ import torch
 
 import ratioscope
 from ratioscope.analysis import pipeline
+from ratioscope.functional import token_stats
 from ratioscope.functional.concentration import gini
 from ratioscope.functional.corrections import second_moment_mask
 from ratioscope.functional.histogram import RELATIVE_ERROR
-from tests.device_emulation import DEVICE, DeviceMixError, second_device
+from tests.device_emulation import DEVICE, DeviceMixError, OperationCount, second_device
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL_STEPS = ROOT / "sample_data" / "verl_steps"
@@ -104,3 +105,41 @@ def test_a_kalman_sweep_and_a_timeline(emulated_resolution):
     _same_documents(lambda device: ratioscope.sweep(VERL_STEPS, qvs=[1e-4, 1e-3], device=device))
     capture = ROOT / "sample_data" / "runs" / "healthy-s1" / "capture"
     _same_documents(lambda device: ratioscope.timeline(capture, device=device, reports_dir=None))
+
+
+# ------------------------------------------------------------- what a GPU is asked
+def test_the_count_sorts_launches_views_reads_and_uploads():
+    count = OperationCount()
+    with second_device(count):
+        x = torch.arange(6.0).to("cuda")  # an upload
+        y = (x * 2).view(2, 3)  # a launch and a view
+        total = float(y.sum())  # a launch and a read
+        made = torch.zeros(3, device="cuda")  # a launch (the fill)
+        gini(made + 1.0)  # attributed to the ratioscope function that asks
+    assert total == 30.0
+    outside = ("(outside ratioscope)", "")
+    assert count.uploads == {outside: 1}
+    assert count.views[outside] == 1 and count.reads[outside] == 1
+    assert count.launches[outside] == 4  # mul, sum, zeros, the add
+    where = ("ratioscope.functional.concentration", "ratioscope.functional.concentration:gini")
+    assert count.launches[where] > 0 and set(count.launches) == {outside, where}
+
+
+def test_the_spectra_take_one_fft_size_on_the_device():
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(9, 300, generator=gen, dtype=torch.float64)
+    mask = torch.arange(300) < torch.tensor([300, 2, 1, 17, 64, 65, 150, 299, 0]).unsqueeze(1)
+    cpu_lfr = token_stats.low_frequency_ratio(x, mask)
+    cpu_grid, cpu_power = token_stats.periodogram(x, mask)
+    buckets = token_stats._spectrum(token_stats._signal_pack(x, mask, "log")).buckets
+    assert len(buckets) > 1  # the CPU goes bucket by bucket
+    with second_device():
+        on_device, device_mask = x.to("cuda"), mask.to("cuda")
+        signal = token_stats._signal_pack(on_device, device_mask, "log")
+        assert len(token_stats._spectrum(signal).buckets) == 1
+        lfr = token_stats.low_frequency_ratio(on_device, device_mask).cpu()
+        grid, power = token_stats.periodogram(on_device, device_mask)
+        power = power.cpu()
+    assert torch.equal(grid, cpu_grid)
+    torch.testing.assert_close(lfr, cpu_lfr, rtol=1e-12, atol=1e-12, equal_nan=True)
+    torch.testing.assert_close(power, cpu_power, rtol=1e-10, atol=1e-12, equal_nan=True)

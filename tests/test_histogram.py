@@ -40,6 +40,7 @@ def test_bins_are_ordered_and_zero_is_exact():
     index = bins.bin_index(x)
     assert index.tolist() == sorted(index.tolist())
     assert int(index[3]) == bins.CENTER
+    assert bins.bin_index(torch.tensor([-0.0, 0.0])).tolist() == [bins.CENTER, bins.CENTER]
     assert int(index[0]) == 0 and int(index[-1]) == bins.NUM_BINS - 1
     for value, i in zip(x.tolist(), index.tolist(), strict=True):
         low, high = bins.bin_bounds(i)

@@ -51,10 +51,11 @@ def bin_index(x: Tensor) -> Tensor:
     # in place on the one float64 copy: half the memory traffic of a new tensor per step
     # (the same operations in the same order, so the same bins)
     k = x.abs().double().clamp_min_(1e-300).log10_().sub_(MIN_EXP).mul_(PER_DECADE).floor_()
-    # -1: under-flow, MAGNITUDE_BINS: over-flow
-    offset = k.clamp_(-1, MAGNITUDE_BINS).long().add_(2)
-    signed = torch.where(x > 0, CENTER + offset, CENTER - offset)
-    return signed.masked_fill_(x == 0, CENTER)
+    # -1: under-flow, MAGNITUDE_BINS: over-flow; small integers, exact in float64. The
+    # sign (0 for a zero) places the offset on its side of CENTER: four operations where
+    # a where() and a fill took six (a GPU pays a launch for each)
+    offset = k.clamp_(-1, MAGNITUDE_BINS).add_(2).mul_(torch.sign(x))
+    return offset.add_(CENTER).long()
 
 
 @functools.cache

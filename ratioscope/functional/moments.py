@@ -52,6 +52,25 @@ def combine_moments(a: MomentSums, b: MomentSums) -> MomentSums:
     )
 
 
+def moment_sums(values: Tensor) -> MomentSums:
+    """The moments of ``values`` ([n] finite, n >= 1, any device), read back to the host
+    at once: on a GPU each read waits for the device, and four would wait four times.
+    The same numbers as reading the mean, the sum of squares about it, the min and the
+    max one by one.
+
+    >>> import torch
+    >>> moment_sums(torch.tensor([1.0, 2.0, 4.0]))
+    MomentSums(n=3, mean=2.3333333333333335, m2=4.666666666666667, minimum=1.0, maximum=4.0)
+    """
+    import torch
+
+    x = values.double()
+    mean = x.mean()
+    low, high = torch.aminmax(x)
+    table = torch.stack([mean, (x - mean).square_().sum(), low, high]).tolist()
+    return MomentSums(int(values.numel()), *table)
+
+
 def masked_moment_sums(values: Tensor, keep: Tensor) -> list[list[MomentSums]]:
     """The moments of every row of ``values`` over each of its masks, in one set of
     tensor operations (a small step reads a dozen quantities by three classes of rows:

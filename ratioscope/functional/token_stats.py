@@ -580,10 +580,10 @@ def _signal_pack(x: Tensor, mask: Tensor | None, space: Space) -> _Centred:
 @dataclass(frozen=True)
 class _Spectrum:
     """|DTFT|^2 of the zero-padded packed rows, in buckets of rows that share an FFT
-    size: ``buckets`` holds (rows [b] int64, n_fft, power [b, n_fft/2 + 1] at
-    f = j / n_fft)."""
+    size: ``buckets`` holds (rows: [b] int64 or a slice of all rows, n_fft,
+    power [b, n_fft/2 + 1] at f = j / n_fft)."""
 
-    buckets: list[tuple[Tensor, int, Tensor]]
+    buckets: list[tuple[Tensor | slice, int, Tensor]]
 
 
 #: the largest FFT size :func:`_fft_size` picks from (far above any row's 2 L - 1)
@@ -628,19 +628,33 @@ def _spectrum(signal: _Centred, unit: int = 2) -> _Spectrum:
     """One rfft per bucket of rows of equal FFT size: a row of L tokens needs 2 L - 1
     points, so short rows do not pay for the longest one (on ragged lengths about a
     third of the FFT time). ``unit``: the sizes are multiples of it (the periodogram
-    reads its grid off sizes that are multiples of 4 n_freqs)."""
+    reads its grid off sizes that are multiples of 4 n_freqs).
+
+    Off the CPU, one bucket of every row at the size the padded width T needs: a GPU
+    pays a launch per operation (six a bucket, a few dozen buckets on ragged lengths)
+    and a read of the sizes back to the host, far more than the longer transforms.
+    Any size >= 2 L - 1 gives a row the same autocorrelation and periodogram bins."""
     import torch
 
     length = signal.values.shape[1]
+    if signal.values.device.type != "cpu":
+        n_fft = int(_fft_size(torch.tensor([length]), unit)[0])
+        return _Spectrum([(slice(None), n_fft, _power(signal.values, n_fft))])
     sizes = _fft_size(signal.lengths, unit)
-    buckets = []
+    buckets: list[tuple[Tensor | slice, int, Tensor]] = []
     for n_fft in torch.unique(sizes).tolist():
         rows = (sizes == n_fft).nonzero().squeeze(1)
         values = signal.values.index_select(0, rows)[:, : min(length, n_fft)]
-        spectrum = torch.fft.rfft(values, n=n_fft, dim=1)
-        power = spectrum.real.square_().add_(spectrum.imag.square_())
-        buckets.append((rows, int(n_fft), power))
+        buckets.append((rows, int(n_fft), _power(values, int(n_fft))))
     return _Spectrum(buckets)
+
+
+def _power(values: Tensor, n_fft: int) -> Tensor:
+    """|rfft(values, n_fft)|^2 along dim 1: [b, n_fft / 2 + 1] float64."""
+    import torch
+
+    spectrum = torch.fft.rfft(values, n=n_fft, dim=1)
+    return spectrum.real.square_().add_(spectrum.imag.square_())
 
 
 def _autocorrelation(signal: _Centred, spectrum: _Spectrum) -> Tensor:
@@ -650,8 +664,11 @@ def _autocorrelation(signal: _Centred, spectrum: _Spectrum) -> Tensor:
     """
     import torch
 
+    length = signal.values.shape[1]
+    if len(spectrum.buckets) == 1 and isinstance(spectrum.buckets[0][0], slice):
+        _, n_fft, power = spectrum.buckets[0]  # every row, n_fft >= 2 T - 1
+        return torch.fft.irfft(power, n=n_fft, dim=1)[:, :length].mul_(signal.weights)
     auto = torch.zeros_like(signal.values)
-    length = auto.shape[1]
     for rows, n_fft, power in spectrum.buckets:
         lags = min(length, n_fft)
         auto[rows, :lags] = torch.fft.irfft(power, n=n_fft, dim=1)[:, :lags]

@@ -25,7 +25,12 @@ import torch
 from torch import Tensor
 
 from ratioscope.functional import histogram as bins
-from ratioscope.functional.moments import MomentSums, combine_moments, masked_moment_sums
+from ratioscope.functional.moments import (
+    MomentSums,
+    combine_moments,
+    masked_moment_sums,
+    moment_sums,
+)
 
 
 def _none_to(value: Any, default: float) -> float:
@@ -84,13 +89,8 @@ class Moments:
 
     def add(self, values: Tensor) -> None:
         """Add a 1-D tensor of finite values."""
-        n = int(values.numel())
-        if n == 0:
-            return
-        values = values.double()
-        mean = float(values.mean())
-        m2 = float((values - mean).square().sum())
-        self._combine(n, mean, m2, float(values.min()), float(values.max()))
+        if values.numel():
+            self._combine(*moment_sums(values))
 
     def merge(self, other: Moments) -> None:
         self._combine(other.count, other.mean, other.m2, other.minimum, other.maximum)
@@ -311,10 +311,11 @@ class LogHistogram:
         """
         if values.numel() == 0:
             return
-        if bool((values < 0).any()):
+        sums = moment_sums(values)  # its minimum is the check: one read back, not two
+        if sums.minimum < 0:
             raise ValueError("a log-coordinate histogram holds non-negative values only")
         self.counts += bins.histogram(torch.log(values.double())).cpu()
-        self.moments.add(values)
+        self.moments.add_sums(sums)
 
     def bins_of(self, values: Tensor) -> Tensor:
         """The bin of each of ``values`` ([n] finite, non-negative) as :meth:`add` counts

@@ -1,0 +1,156 @@
+"""What ``analyze --device cuda`` asks of a GPU, counted on the CPU: kernel launches,
+views, reads back to the host and copies to the device, by section and by function.
+
+The analysis runs on the device emulated by ``tests/device_emulation.py`` (tensors that
+say ``cuda:0``, so every CPU-only branch is skipped as on a GPU), with an
+``OperationCount`` recording each operation on device tensors. On a GPU the eager path
+pays a launch for each operation and a wait for each read, whatever the chunk's size,
+so the counts bound how much of the memory bandwidth a chunk can use: the last lines set
+the per-token tensors' bytes at a stated bandwidth against the launches at a stated cost
+each (assumptions, printed; ``benchmarks/gpu_check.py`` measures the real thing).
+
+    python benchmarks/device_ops.py                  # bench_analyze.py's 1,024 x 4,096 dump
+    python benchmarks/device_ops.py DUMP --chunk-elements 16777216 --top 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: the benchmark's dump, as ``bench_analyze.py`` writes it
+DEFAULT_DIR = Path("/tmp/ratioscope-bench")
+#: an H100 SXM's HBM3 bandwidth (the data sheet's), bytes/s
+H100_BANDWIDTH = 3.35e12
+#: host time of one eager kernel launch on a GPU, seconds (a typical order of magnitude)
+LAUNCH_SECONDS = 5e-6
+#: the table's columns and their widths
+WIDTHS = {"launches": 9, "views": 7, "reads": 7, "uploads": 8}
+
+
+def _default_dump(batch: int, tokens: int) -> Path:
+    """bench_analyze.py's dump, written when missing."""
+    from make_synthetic import make_synthetic, write_synthetic
+
+    path = DEFAULT_DIR / f"synthetic_{batch}x{tokens}.safetensors"
+    if not path.exists():
+        DEFAULT_DIR.mkdir(parents=True, exist_ok=True)
+        write_synthetic(make_synthetic(batch, tokens, extras=("all",)), path)
+    return path
+
+
+def count_operations(path: Path, chunk_elements: int | None = None):
+    """``ratioscope.analyze(path, device="cuda")`` on the emulated device, counted.
+
+    Returns:
+        (the :class:`tests.device_emulation.OperationCount`, the report)
+    """
+    import torch
+
+    from ratioscope.analysis import pipeline
+    from tests.device_emulation import DEVICE, OperationCount, second_device
+
+    options = {} if chunk_elements is None else {"chunk_elements": chunk_elements}
+    resolve = pipeline.resolve_device
+    pipeline.resolve_device = lambda name: (  # type: ignore[assignment]
+        DEVICE if name.startswith("cuda") else torch.device(name)
+    )
+    count = OperationCount()
+    try:
+        with second_device(count):
+            report = pipeline.analyze(path, device="cuda", **options)
+    finally:
+        pipeline.resolve_device = resolve  # type: ignore[assignment]
+    return count, report
+
+
+def by_section(count) -> dict[str, dict[str, int]]:
+    """{section: {kind: operations}} for the kinds launches, views, reads and uploads,
+    sections in decreasing order of launches; the ``ratioscope.`` prefix dropped."""
+    table: dict[str, dict[str, int]] = collections.defaultdict(lambda: dict.fromkeys(WIDTHS, 0))
+    for kind in WIDTHS:
+        for (section, _), n in getattr(count, kind).items():
+            table[section.removeprefix("ratioscope.")][kind] += n
+    return dict(sorted(table.items(), key=lambda item: -item[1]["launches"]))
+
+
+def per_token_bytes(path: Path) -> tuple[int, int]:
+    """(bytes of the dump's [B, T] tensors, valid tokens)."""
+    import ratioscope
+
+    batch = ratioscope.load(path)
+    shape = tuple(batch.mask.shape)
+    total = sum(
+        value.numel() * value.element_size()
+        for value in vars(batch).values()
+        if hasattr(value, "shape") and tuple(value.shape[:2]) == shape
+    )
+    return total, int(batch.mask.sum())
+
+
+def launch_bound_share(tensor_bytes: int, launches: int, bandwidth: float, launch_s: float):
+    """The share of the bandwidth a chunk can reach when each launch costs ``launch_s``
+    and the tensors are read once: floor / (floor + launches x launch_s)."""
+    floor = tensor_bytes / bandwidth
+    return floor, launches * launch_s, floor / (floor + launches * launch_s)
+
+
+def _row(name: str, row: dict[str, int]) -> str:
+    return f"{name:<28} " + " ".join(f"{row[kind]:>{width},}" for kind, width in WIDTHS.items())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dump", type=Path, nargs="?", help="default: bench_analyze.py's dump")
+    parser.add_argument("--batch", "-B", type=int, default=1024)
+    parser.add_argument("--tokens", "-T", type=int, default=4096)
+    parser.add_argument("--chunk-elements", type=int, default=None, help="default: analyze's")
+    parser.add_argument("--top", type=int, default=20, help="functions listed by launches")
+    parser.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH, help="bytes/s")
+    parser.add_argument("--launch-us", type=float, default=LAUNCH_SECONDS * 1e6)
+    args = parser.parse_args(argv)
+    for folder in (HERE, ROOT):  # make_synthetic, and tests.device_emulation
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    from ratioscope import defaults
+
+    path = args.dump or _default_dump(args.batch, args.tokens)
+    tensor_bytes, valid = per_token_bytes(path)
+    start = time.perf_counter()
+    count, _ = count_operations(path, args.chunk_elements)
+    chunk = args.chunk_elements or defaults.CHUNK_ELEMENTS
+    print(
+        f"{path.name}: {valid:,} valid tokens, per-token tensors {tensor_bytes / 1e6:.0f} MB, "
+        f"chunks of {chunk:,} elements; counted in {time.perf_counter() - start:.1f} s"
+    )
+    table = by_section(count)
+    print(f"{'section':<28} {'launches':>9} {'views':>7} {'reads':>7} {'uploads':>8}")
+    totals = dict.fromkeys(WIDTHS, 0)
+    for section, row in table.items():
+        print(_row(section, row))
+        for kind, n in row.items():
+            totals[kind] += n
+    print(_row("total", totals))
+    print(f"\nthe {args.top} functions with the most launches (section / function):")
+    for (section, function), n in count.launches.most_common(args.top):
+        short = section.removeprefix("ratioscope.")
+        print(f"{n:>7,}  {short} / {function.removeprefix('ratioscope.')}")
+    floor, launch_time, share = launch_bound_share(
+        tensor_bytes, totals["launches"], args.bandwidth, args.launch_us * 1e-6
+    )
+    print(
+        f"\none read of the per-token tensors at {args.bandwidth / 1e12:.2f} TB/s: "
+        f"{floor * 1e6:,.0f} us; {totals['launches']:,} launches at {args.launch_us:g} us: "
+        f"{launch_time * 1e3:,.1f} ms; so at most {share:.1%} of the bandwidth "
+        f"(assumed costs; benchmarks/gpu_check.py measures them)"
+    )
+
+
+if __name__ == "__main__":
+    main()
