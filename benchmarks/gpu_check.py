@@ -120,8 +120,8 @@ def kalman_share(device: str, bandwidth: float) -> list[tuple[str, str, bool]]:
 
     rows_out = []
     for rows, length in ((1024, 4096), (64, 32768)):
-        generator = torch.Generator(device=device).manual_seed(0)
-        z = torch.randn(rows, length, device=device, generator=generator) * 1e-3
+        generator = torch.Generator().manual_seed(0)  # on the host: the same z anywhere
+        z = (torch.randn(rows, length, generator=generator) * 1e-3).to(device)
         mask = torch.ones(rows, length, dtype=torch.bool, device=device)
         kalman_filter(z, mask, 1e-6, 1.0, backend="torch")  # warm: kernels, allocator
         best = math.inf

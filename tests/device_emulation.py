@@ -213,6 +213,8 @@ class SecondDevice(TorchFunctionMode):
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         name = _name(func)
+        if name == "cuda" and args and isinstance(args[0], Tensor):  # a copy to the device
+            name, func, args, kwargs = "to", Tensor.to, (args[0], DEVICE), {}
         if self.count is not None:
             self.count.record(name, args, kwargs)
         first = args[0] if args and isinstance(args[0], Tensor) else None

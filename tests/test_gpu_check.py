@@ -3,6 +3,7 @@ clean skip without a GPU."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,45 @@ def test_the_chunk_size_row_times_each_size(monkeypatch, tmp_path):
     assert label == "cpu analyze by chunk size" and passed
     assert sizes == [256, 256, 1024, 1024]  # each size twice, best of two
     assert detail.startswith("2^8 ") and ", 2^10 " in detail and detail.endswith(" s")
+
+
+#: the rows of a GPU session's table, and whether each is a speed goal (a share of the
+#: bandwidth, which the emulated device's times say nothing about)
+ROWS = {
+    "copy bandwidth (floor)": False,
+    "pytest -m cuda": False,
+    "Kalman scan 1024x4096": True,
+    "Kalman scan 64x32768": True,
+    "bench_analyze --device cuda": True,
+    "cpu vs cuda: bundled run": False,
+    "cpu vs cuda: logits, top-p 0.9, top-k 50": False,
+    "cpu vs cuda: synthetic 0.02 GiB": False,
+    "cuda analyze by chunk size": False,
+}
+
+
+@pytest.mark.slow
+def test_a_rehearsal_on_the_emulated_device_runs_every_step():
+    # every process of the check (its tests and benchmarks too) sees a CUDA device, the
+    # one emulated on the CPU (tests/emulated_cuda/sitecustomize.py): each step must run
+    env = {
+        **os.environ,
+        "RATIOSCOPE_EMULATED_CUDA": "1",
+        "PYTHONPATH": str(ROOT / "tests" / "emulated_cuda"),
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--gib", "0.02"],
+        capture_output=True, text=True, check=False, env=env, timeout=1200,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: a speed goal not met
+    head, _, summary = done.stdout.partition("gpu_check on emulated CUDA device (the CPU): summary")
+    assert head.startswith("gpu_check on emulated CUDA device (the CPU)")
+    lines = summary.strip().splitlines()
+    assert len(lines) == len(ROWS), summary
+    for line, (label, speed) in zip(lines, ROWS.items(), strict=True):
+        status, rest = line[:4].strip(), line[6:]  # print_row: "ok  " or "FAIL", 2 spaces
+        assert rest.startswith(label), line
+        detail = rest.removeprefix(label).strip()
+        assert not detail.startswith(("raised", "failed")), line
+        assert speed or status == "ok", line
+    assert " passed" in lines[1] and "failed" not in lines[1]
