@@ -1,5 +1,6 @@
 """What ``analyze --device cuda`` asks of a GPU, counted on the CPU: kernel launches,
-views, reads back to the host and copies to the device, by section and by function.
+views, reads back to the host, waits for a result's size and copies to the device, by
+section and by function.
 
 The analysis runs on the device emulated by ``tests/device_emulation.py`` (tensors that
 say ``cuda:0``, so every CPU-only branch is skipped as on a GPU), with an
@@ -31,7 +32,7 @@ H100_BANDWIDTH = 3.35e12
 #: host time of one eager kernel launch on a GPU, seconds (a typical order of magnitude)
 LAUNCH_SECONDS = 5e-6
 #: the table's columns and their widths
-WIDTHS = {"launches": 9, "views": 7, "reads": 7, "uploads": 8}
+WIDTHS = {"launches": 9, "views": 7, "reads": 7, "waits": 7, "uploads": 8}
 
 
 def _default_dump(batch: int, tokens: int) -> Path:
@@ -71,8 +72,8 @@ def count_operations(path: Path, chunk_elements: int | None = None):
 
 
 def by_section(count) -> dict[str, dict[str, int]]:
-    """{section: {kind: operations}} for the kinds launches, views, reads and uploads,
-    sections in decreasing order of launches; the ``ratioscope.`` prefix dropped."""
+    """{section: {kind: operations}} for the kinds of :data:`WIDTHS`, sections in
+    decreasing order of launches; the ``ratioscope.`` prefix dropped."""
     table: dict[str, dict[str, int]] = collections.defaultdict(lambda: dict.fromkeys(WIDTHS, 0))
     for kind in WIDTHS:
         for (section, _), n in getattr(count, kind).items():
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"chunks of {chunk:,} elements; counted in {time.perf_counter() - start:.1f} s"
     )
     table = by_section(count)
-    print(f"{'section':<28} {'launches':>9} {'views':>7} {'reads':>7} {'uploads':>8}")
+    print(f"{'section':<28} " + " ".join(f"{kind:>{width}}" for kind, width in WIDTHS.items()))
     totals = dict.fromkeys(WIDTHS, 0)
     for section, row in table.items():
         print(_row(section, row))

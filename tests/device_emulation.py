@@ -79,6 +79,13 @@ READS = {
     "__array__",
 }  # fmt: skip
 
+#: operations whose result's size depends on the values: a GPU computes it, then the
+#: host waits for it before it can allocate the result
+DATA_SIZED = {
+    "nonzero", "argwhere", "masked_select", "unique", "unique_consecutive",
+    "repeat_interleave", "bincount",
+}  # fmt: skip
+
 _state = threading.local()
 
 
@@ -147,14 +154,17 @@ class OperationCount:
     """What a run on the emulated device asked of the device, by the innermost function
     of the ``ratioscope`` package on the stack (:func:`_caller`): ``launches`` (an
     operation that runs a kernel on a GPU), ``views`` (one that only reshapes),
-    ``reads`` (a copy of a device tensor to the host, which waits for the GPU) and
-    ``uploads`` (a copy of a host tensor to the device)."""
+    ``reads`` (a copy of a device tensor to the host, which waits for the GPU),
+    ``uploads`` (a copy of a host tensor to the device) and ``waits`` (launches whose
+    result's size depends on the values, a boolean mask's index among them: the host
+    waits for the GPU there too, without a read of its own)."""
 
     def __init__(self) -> None:
         self.launches: collections.Counter[tuple[str, str]] = collections.Counter()
         self.views: collections.Counter[tuple[str, str]] = collections.Counter()
         self.reads: collections.Counter[tuple[str, str]] = collections.Counter()
         self.uploads: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.waits: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def record(self, name: str, args: tuple, kwargs: dict) -> None:
         """One call of the mode, before its arguments are rewritten."""
@@ -178,6 +188,8 @@ class OperationCount:
             self.views[_caller()] += 1
         elif on_device or _is_device(target):
             self.launches[_caller()] += 1
+            if name in DATA_SIZED or (name == "__getitem__" and _boolean(args[1])):
+                self.waits[_caller()] += 1
 
 
 def _caller() -> tuple[str, str]:
@@ -194,6 +206,12 @@ def _caller() -> tuple[str, str]:
                 section = module
         frame = frame.f_back
     return section or function.partition(":")[0] or "(outside ratioscope)", function
+
+
+def _boolean(index: Any) -> bool:
+    """Whether an index holds a boolean tensor (its result's size is its count)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(item, Tensor) and item.dtype == torch.bool for item in items)
 
 
 class SecondDevice(TorchFunctionMode):

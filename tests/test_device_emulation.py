@@ -16,6 +16,7 @@ from ratioscope.functional import token_stats
 from ratioscope.functional.concentration import gini
 from ratioscope.functional.corrections import second_moment_mask
 from ratioscope.functional.histogram import RELATIVE_ERROR
+from ratioscope.functional.host import host_arrays
 from tests.device_emulation import DEVICE, DeviceMixError, OperationCount, second_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +122,11 @@ def test_the_count_sorts_launches_views_reads_and_uploads():
     assert count.uploads == {outside: 1}
     assert count.views[outside] == 1 and count.reads[outside] == 1
     assert count.launches[outside] == 4  # mul, sum, zeros, the add
+    assert not count.waits
+    with second_device(count):
+        picked = x[x > 2]  # its size is the count of True: the host waits for it
+        torch.nonzero(x)
+    assert picked.device == DEVICE and count.waits[outside] == 2
     where = ("ratioscope.functional.concentration", "ratioscope.functional.concentration:gini")
     assert count.launches[where] > 0 and set(count.launches) == {outside, where}
 
@@ -143,3 +149,23 @@ def test_the_spectra_take_one_fft_size_on_the_device():
     assert torch.equal(grid, cpu_grid)
     torch.testing.assert_close(lfr, cpu_lfr, rtol=1e-12, atol=1e-12, equal_nan=True)
     torch.testing.assert_close(power, cpu_power, rtol=1e-10, atol=1e-12, equal_nan=True)
+
+
+def test_host_arrays_reads_once_per_dtype_and_keeps_shapes():
+    gen = torch.Generator().manual_seed(2)
+    tensors = [
+        torch.randn(4, 3, generator=gen, dtype=torch.float64),
+        torch.arange(5),
+        torch.rand(6, generator=gen) > 0.5,
+        torch.randn(2, 2, 2, generator=gen, dtype=torch.float64),
+        torch.zeros(0, dtype=torch.int64),
+    ]
+    count = OperationCount()
+    with second_device(count):
+        arrays = host_arrays(*(t.to("cuda") for t in tensors))
+    assert sum(count.reads.values()) == 3  # float64, int64, bool
+    for array, tensor in zip(arrays, tensors, strict=True):
+        assert array.dtype == tensor.numpy().dtype and array.shape == tuple(tensor.shape)
+        assert (array == tensor.numpy()).all()
+    on_cpu = host_arrays(*tensors)  # the CPU's arrays are the tensors' own memory
+    assert all(a.ctypes.data == t.data_ptr() for a, t in zip(on_cpu, tensors[:4], strict=False))

@@ -21,12 +21,12 @@ def test_the_table_adds_up_and_the_bound_is_the_formula(tmp_path, capsys):
     rows = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 5 and all(re.fullmatch(r"[\d,]+", p) for p in parts[1:]):
+        if len(parts) == 6 and all(re.fullmatch(r"[\d,]+", p) for p in parts[1:]):
             rows[parts[0]] = [int(p.replace(",", "")) for p in parts[1:]]
     total = rows.pop("total")
     assert "sections.ratios" in rows and "sections.summaries" in rows
-    assert total == [sum(row[i] for row in rows.values()) for i in range(4)]
-    assert total[0] > 100 and total[2] > 0  # launches and reads back
+    assert total == [sum(row[i] for row in rows.values()) for i in range(5)]
+    assert total[0] > 100 and total[2] > 0 and total[3] > 0  # launches, reads, waits
     tensor_bytes, _ = device_ops.per_token_bytes(path)
     floor = tensor_bytes / 2e12
     share = floor / (floor + total[0] * 4e-6)  # the bound, written out

@@ -134,13 +134,20 @@ class AggregationSums:
         )
 
 
-def _aggregation_sums(token_sum: float, row_sums: Tensor, lengths: Tensor) -> AggregationSums:
+def _aggregation_sums(token_sum: Tensor, row_sums: Tensor, lengths: Tensor) -> AggregationSums:
+    """From ``token_sum`` (0-dim), ``row_sums`` and ``lengths`` ([B]), in one read back
+    to the host (a GPU waits for each; the counts are exact in float64 below 2^53)."""
     present = lengths > 0
+    token, tokens, seq_mean, sequences = torch.stack(
+        [
+            token_sum.double(),
+            lengths.sum().double(),
+            (row_sums[present] / lengths[present]).sum().double(),
+            present.sum().double(),
+        ]
+    ).tolist()
     return AggregationSums(
-        token_sum=token_sum,
-        tokens=int(lengths.sum()),
-        seq_mean_sum=float((row_sums[present] / lengths[present]).sum()),
-        sequences=int(present.sum()),
+        token_sum=token, tokens=int(tokens), seq_mean_sum=seq_mean, sequences=int(sequences)
     )
 
 
@@ -158,7 +165,7 @@ def aggregation_sums(values: Tensor, mask: Tensor) -> AggregationSums:
     Aggregates(token_mean=2.6666666666666665, seq_mean_token_mean=3.0)
     """
     filled = torch.where(mask, values.double(), 0.0)  # float64 sums whatever the input
-    return _aggregation_sums(float(filled.sum()), filled.sum(dim=1), mask.sum(dim=1))
+    return _aggregation_sums(filled.sum(), filled.sum(dim=1), mask.sum(dim=1))
 
 
 def row_aggregation_sums(row_sums: Tensor, lengths: Tensor) -> AggregationSums:
@@ -169,7 +176,7 @@ def row_aggregation_sums(row_sums: Tensor, lengths: Tensor) -> AggregationSums:
         lengths: [B] int, valid tokens per sequence (rows of 0 are left out of the
             sequence mean).
     """
-    return _aggregation_sums(float(row_sums.sum()), row_sums, lengths)
+    return _aggregation_sums(row_sums.sum(), row_sums, lengths)
 
 
 def token_mean(values: Tensor, mask: Tensor) -> float:

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ratioscope.data.batch import TokenBatch
 from ratioscope.data.params import AnalysisParams
+from ratioscope.functional.host import host_arrays
 from ratioscope.functional.kalman import ClosedFormDeviation
 from ratioscope.functional.ratio_rows import ratio_rows
 from ratioscope.functional.ratio_rows import usable as ratio_rows_usable
@@ -176,14 +177,20 @@ class _StateSums(Record):
 
         In numpy on the host: a dozen reductions over [B]-sized columns, where torch's
         per-call cost (several microseconds each) was most of a small step's share."""
-        rows = nonempty.cpu().numpy()
-        long_rows = rows if long is None else long.cpu().numpy() & rows
+        host = host_arrays(
+            nonempty, nonempty if long is None else long, stats.state_counts,
+            stats.runs.mean_per_sequence, stats.runs.histogram, stats.switch_frequency,
+            stats.low_frequency_ratio, stats.global_variance, stats.local_variance,
+            stats.window_frequency, stats.periodogram,
+        )  # fmt: skip
+        rows, long_rows, counts, means, histogram, switch, lfr = host[:7]
+        global_variance, local_variance, window_frequency, periodogram = host[7:]
+        long_rows = long_rows & rows
         self.short_excluded += int((rows & ~long_rows).sum())
-        counts = stats.state_counts.cpu().numpy()[rows]
+        counts = counts[rows]
         shares = host_state_shares(counts).sum(axis=0)
         tokens = counts.sum(axis=0)
-        means = stats.runs.mean_per_sequence.cpu().numpy()[rows]
-        histogram = stats.runs.histogram.cpu().numpy()
+        means = means[rows]
         for j in range(3):
             self.state_tokens[j] += int(tokens[j])
             if self.share_sum is not None:
@@ -197,18 +204,16 @@ class _StateSums(Record):
                 torch.from_numpy(lengths), torch.from_numpy(histogram[j, lengths])
             )
         self.sequences += int(rows.sum())
-        self.switch_sum += float(stats.switch_frequency.cpu().numpy()[rows].sum())
-        lfr = stats.low_frequency_ratio.cpu().numpy()[long_rows]
+        self.switch_sum += float(switch[rows].sum())
+        lfr = lfr[long_rows]
         finite = ~np.isnan(lfr)
         self.lfr_sum += float(lfr[finite].sum())
         self.lfr_count += int(finite.sum())
         self.lfr_excluded += int((~finite).sum())
-        self.var_global_sum += float(stats.global_variance.cpu().numpy()[rows].sum())
-        self.var_local_sum += float(stats.local_variance.cpu().numpy()[rows].sum())
-        self.windows = self.windows.merge(
-            host_window_moments(stats.window_frequency.cpu().numpy()[long_rows])
-        )
-        spectra = stats.periodogram.cpu().numpy()[long_rows][finite]
+        self.var_global_sum += float(global_variance[rows].sum())
+        self.var_local_sum += float(local_variance[rows].sum())
+        self.windows = self.windows.merge(host_window_moments(window_frequency[long_rows]))
+        spectra = periodogram[long_rows][finite]
         self.spectrum_sum.add(torch.from_numpy(spectra.sum(axis=0)))
         self.spectrum_count += int(spectra.shape[0])
 
