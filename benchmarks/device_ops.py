@@ -50,14 +50,15 @@ def count_operations(path: Path, chunk_elements: int | None = None):
     """``ratioscope.analyze(path, device="cuda")`` on the emulated device, counted.
 
     Returns:
-        (the :class:`tests.device_emulation.OperationCount`, the report)
+        (the :class:`tests.device_emulation.OperationCount`, the report, the chunk's
+        elements: ``chunk_elements``, or the device's default for the host's free memory)
     """
     import torch
 
     from ratioscope.analysis import pipeline
+    from ratioscope.analysis.device import chunk_elements_for
     from tests.device_emulation import DEVICE, OperationCount, second_device
 
-    options = {} if chunk_elements is None else {"chunk_elements": chunk_elements}
     resolve = pipeline.resolve_device
     pipeline.resolve_device = lambda name: (  # type: ignore[assignment]
         DEVICE if name.startswith("cuda") else torch.device(name)
@@ -65,10 +66,11 @@ def count_operations(path: Path, chunk_elements: int | None = None):
     count = OperationCount()
     try:
         with second_device(count):
-            report = pipeline.analyze(path, device="cuda", **options)
+            chunk = chunk_elements_for(DEVICE, chunk_elements)
+            report = pipeline.analyze(path, device="cuda", chunk_elements=chunk)
     finally:
         pipeline.resolve_device = resolve  # type: ignore[assignment]
-    return count, report
+    return count, report, chunk
 
 
 def by_section(count) -> dict[str, dict[str, int]]:
@@ -111,7 +113,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("dump", type=Path, nargs="?", help="default: bench_analyze.py's dump")
     parser.add_argument("--batch", "-B", type=int, default=1024)
     parser.add_argument("--tokens", "-T", type=int, default=4096)
-    parser.add_argument("--chunk-elements", type=int, default=None, help="default: analyze's")
+    parser.add_argument(
+        "--chunk-elements", type=int, default=None,
+        help="default: analyze's on a GPU with the host's free memory",
+    )  # fmt: skip
     parser.add_argument("--top", type=int, default=20, help="functions listed by launches")
     parser.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH, help="bytes/s")
     parser.add_argument("--launch-us", type=float, default=LAUNCH_SECONDS * 1e6)
@@ -119,13 +124,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for folder in (HERE, ROOT):  # make_synthetic, and tests.device_emulation
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-    from ratioscope import defaults
-
     path = args.dump or _default_dump(args.batch, args.tokens)
     tensor_bytes, valid = per_token_bytes(path)
     start = time.perf_counter()
-    count, _ = count_operations(path, args.chunk_elements)
-    chunk = args.chunk_elements or defaults.CHUNK_ELEMENTS
+    count, _, chunk = count_operations(path, args.chunk_elements)
     print(
         f"{path.name}: {valid:,} valid tokens, per-token tensors {tensor_bytes / 1e6:.0f} MB, "
         f"chunks of {chunk:,} elements; counted in {time.perf_counter() - start:.1f} s"

@@ -17,9 +17,18 @@ NONFINITE = "error"
 #: analysis.analyze (and timeline, sweep, the plots): where chunks are computed; the
 #: library and the command line share this default (CUDA when present)
 DEVICE = "auto"
-#: analysis.analyze: elements of [B, T] per chunk of rows (about 16 MB a float32
-#: tensor; 2^20 cost a fifth more time on two cores in per-chunk work, docs/scale.md)
+#: analysis.analyze: elements of [B, T] per chunk of rows on the CPU (about 16 MB a
+#: float32 tensor; 2^20 cost a fifth more time on two cores in per-chunk work,
+#: docs/scale.md)
 CHUNK_ELEMENTS = 1 << 22
+#: analysis.device.chunk_elements_for: on a GPU a chunk is a fixed count of kernel
+#: launches whatever its size, so chunks grow, in powers of two up to 2^26 elements, as
+#: long as DEVICE_BYTES_PER_ELEMENT x elements stays within DEVICE_MEMORY_SHARE of the
+#: device's free memory (the analysis' peak, counted on the emulated device: 110 bytes
+#: an element at 2^22 and at 2^24; docs/performance.md, "The GPU check")
+DEVICE_CHUNK_ELEMENTS_MAX = 1 << 26
+DEVICE_BYTES_PER_ELEMENT = 128
+DEVICE_MEMORY_SHARE = 0.25
 #: the fewest tokens a row counts for when a chunk's rows are chosen: the LFR and the
 #: periodogram take each row's spectrum on at least 4 x 64 points
 #: (functional.token_stats.DEFAULT_N_FREQS), so a chunk of 200,000 two-token rows cost

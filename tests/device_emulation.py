@@ -303,9 +303,27 @@ class SecondDevice(TorchFunctionMode):
             )
 
 
+_TORCH_MEMORY = torch.cuda.mem_get_info
+
+
+def host_memory(device: Any = None) -> tuple[int, int]:
+    """``torch.cuda.mem_get_info`` of the emulated device: the host's (free, total) bytes."""
+    import os
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
 @contextmanager
 def second_device(count: OperationCount | None = None) -> Iterator[None]:
     """Inside, ``cuda`` is the emulated device (pair it with a ``resolve_device`` that
-    returns :data:`DEVICE` for ``"cuda"``); ``count`` records what it is asked."""
-    with SecondDevice(count):
-        yield
+    returns :data:`DEVICE` for ``"cuda"``), whose free memory is the host's unless a
+    test set ``torch.cuda.mem_get_info`` before; ``count`` records what it is asked."""
+    asked = torch.cuda.mem_get_info
+    if asked is _TORCH_MEMORY:
+        torch.cuda.mem_get_info = host_memory
+    try:
+        with SecondDevice(count):
+            yield
+    finally:
+        torch.cuda.mem_get_info = asked

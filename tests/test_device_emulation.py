@@ -12,6 +12,7 @@ import torch
 
 import ratioscope
 from ratioscope.analysis import pipeline
+from ratioscope.analysis.device import chunk_elements_for
 from ratioscope.functional import token_stats
 from ratioscope.functional.concentration import gini
 from ratioscope.functional.corrections import second_moment_mask
@@ -169,3 +170,45 @@ def test_host_arrays_reads_once_per_dtype_and_keeps_shapes():
         assert (array == tensor.numpy()).all()
     on_cpu = host_arrays(*tensors)  # the CPU's arrays are the tensors' own memory
     assert all(a.ctypes.data == t.data_ptr() for a, t in zip(on_cpu, tensors[:4], strict=False))
+
+
+# ------------------------------------------------------------ the chunk on a device
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("free", "chunk"),
+    [
+        (80 * GIB, 2**26),  # 2^26 x 128 B = 8 GiB <= 20 GiB: the largest
+        (15 * GIB, 2**24),  # 3.75 GiB: 2^24 (2 GiB) fits, 2^25 (4 GiB) does not
+        (3 * GIB, 2**22),  # 0.75 GiB: 2^22 (0.5 GiB) fits, 2^23 (1 GiB) does not
+        (GIB // 8, 2**22),  # never below the CPU's
+    ],
+)
+def test_a_gpu_takes_chunks_as_large_as_its_free_memory_allows(monkeypatch, free, chunk):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    assert chunk_elements_for(DEVICE) == chunk
+    assert chunk_elements_for(DEVICE, 1000) == 1000  # asked: as asked
+    assert chunk_elements_for(torch.device("cpu")) == 2**22
+
+
+def test_analyze_on_a_device_chunks_by_the_devices_size(emulated_resolution, monkeypatch, tmp_path):
+    from ratioscope import defaults
+
+    # scaled down: the CPU's chunk 2^10 elements, a device's up to 2^14, 2^12 here
+    monkeypatch.setattr(defaults, "CHUNK_ELEMENTS", 2**10)
+    monkeypatch.setattr(defaults, "DEVICE_CHUNK_ELEMENTS_MAX", 2**14)
+    budget = 2**12 * defaults.DEVICE_BYTES_PER_ELEMENT / defaults.DEVICE_MEMORY_SHARE
+    path = write_synthetic(make_synthetic(64, 256), tmp_path / "d.safetensors")
+    totals = []
+
+    def progress(update):
+        if update.task == "chunks":
+            totals.append(update.total)
+
+    ratioscope.analyze(path, device="cpu", progress=progress, sections=["ratios"])
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (budget, budget))
+    with second_device():
+        ratioscope.analyze(path, device="cuda", progress=progress, sections=["ratios"])
+    # 64 rows of 256 tokens: 4 rows a chunk on the CPU, 16 on the device
+    assert set(totals) == {16, 4} and totals[0] == 16 and totals[-1] == 4

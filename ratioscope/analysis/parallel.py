@@ -348,7 +348,7 @@ def analyze_in_tasks(
 
     The per-sequence table is not gathered (it would bring every row to the driver).
     """
-    from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options, merge_reports
+    from ratioscope.analysis.pipeline import _split_options, merge_reports
     from ratioscope.io.loaders import expand_paths
     from ratioscope.progress import ProgressUpdate, report
 
@@ -360,7 +360,7 @@ def analyze_in_tasks(
         params=params,
         load_options=load_options,
         device=device,
-        chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS,
+        chunk_elements=chunk_elements,
         sections=sections,
         fixed_params=tuple(fixed_params),
     )
@@ -382,7 +382,7 @@ def _analyze_shard(
     params: AnalysisParams,
     load_options: LoadOptions,
     device: str,
-    chunk_elements: int,
+    chunk_elements: int | None,
     sections: Sequence[str] | None,
     fixed_params: Collection[str] = (),
 ) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ratioscope import defaults
-from ratioscope.analysis.device import resolve_device
+from ratioscope.analysis.device import chunk_elements_for, resolve_device
 from ratioscope.analysis.steps import step_from_name
 from ratioscope.analysis.threads import analysis_threads, one_thread, serial_if_small
 from ratioscope.data.batch import TokenBatch
@@ -63,7 +63,7 @@ def analyze(
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
     device: str = defaults.DEVICE,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
     sections: Sequence[str] | None = None,
@@ -80,7 +80,8 @@ def analyze(
             or like :class:`LoadOptions` fields (``format="verl"``, ``nonfinite="mask"``)
             override single values.
         device: "auto", "cpu" or "cuda"; each chunk is moved there.
-        chunk_elements: rows x tokens per chunk.
+        chunk_elements: rows x tokens per chunk; None: the device's
+            (:func:`ratioscope.analysis.device.chunk_elements_for`).
         per_sequence: also build the per-sequence table (``report.write_parquet``).
         progress: callback receiving :class:`ProgressUpdate` per file and chunk.
         sections: report sections to compute (default: all); the others are null.
@@ -109,7 +110,7 @@ def analyze_totals(
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
     device: str = defaults.DEVICE,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
     sections: Sequence[str] | None = None,
@@ -209,7 +210,7 @@ def run_accumulators(
     params: AnalysisParams,
     load_options: LoadOptions,
     device: str = defaults.DEVICE,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
     per_sequence: bool = False,
     progress: ProgressCallback | None = None,
     group_size: int | None = None,
@@ -224,6 +225,7 @@ def run_accumulators(
     from ratioscope.sections.group_join import StepGroupJoin
 
     target = resolve_device(device)
+    chunk_elements = chunk_elements_for(target, chunk_elements)
     sources = _sources(batch_or_paths)
     totals = make()
     # one file (a timeline's step): its accumulators are the totals themselves, where

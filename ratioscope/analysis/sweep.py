@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ratioscope import defaults
-from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, run_accumulators
+from ratioscope.analysis.pipeline import run_accumulators
 from ratioscope.data.batch import TokenBatch
 from ratioscope.data.params import AnalysisParams
 from ratioscope.errors import ParameterError
@@ -73,7 +73,7 @@ def sweep(
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
     device: str = defaults.DEVICE,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> SweepReport:
     """Run the KPO statistics for each Q/V (Q = Q/V x ``params.kalman_v``).

@@ -31,7 +31,8 @@ DEFAULTS = AnalysisParams()
 # Defaults of the library (ratioscope/defaults.py imports nothing, so --help stays fast)
 FORMAT_DEFAULT = defaults.FORMAT
 NONFINITE_DEFAULT = defaults.NONFINITE
-CHUNK_ELEMENTS_DEFAULT = defaults.CHUNK_ELEMENTS
+#: None: the device's chunk (analysis.device.chunk_elements_for)
+CHUNK_ELEMENTS_DEFAULT = None
 THRESHOLD_DEFAULT = defaults.CLUSTER_THRESHOLD
 LINKAGE_DEFAULT = defaults.LINKAGE
 MAX_PAIRS_DEFAULT = defaults.MAX_PAIRS
@@ -317,10 +318,16 @@ TopK = Annotated[
     ),
 ]
 ChunkElements = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--chunk-elements",
-        help="Rows x tokens per chunk (bounds memory).",
+        help=(
+            "Rows x tokens per chunk (bounds memory). Default: "
+            f"{defaults.CHUNK_ELEMENTS:,} on the CPU; on a GPU up to "
+            f"{defaults.DEVICE_CHUNK_ELEMENTS_MAX:,}, as "
+            f"{defaults.DEVICE_MEMORY_SHARE:.0%} of its free memory allows."
+        ),
+        show_default=False,
         rich_help_panel="Run",
         min=1,
     ),

@@ -71,7 +71,8 @@ class StepAnalysis:
     params: AnalysisParams
     load_options: LoadOptions
     device: str
-    chunk_elements: int
+    #: None: the device's (:func:`ratioscope.analysis.device.chunk_elements_for`)
+    chunk_elements: int | None
     sections: Sequence[str] | None
     objectives: bool
     fixed_params: tuple[str, ...]
@@ -91,10 +92,11 @@ class StepAnalysis:
         return self._parameters
 
     def _worked_out_parameters(self) -> dict[str, Any]:
-        from ratioscope.analysis.device import resolve_device
+        from ratioscope.analysis.device import chunk_elements_for, resolve_device
         from ratioscope.io.loaders import load_params
 
         settings = self.load_options.trainer_settings
+        device = resolve_device(self.device)
         return {
             "analysis": self.params.to_dict(),
             "load": load_params(self.load_options),
@@ -103,8 +105,8 @@ class StepAnalysis:
             "trainer_settings": None
             if settings is None
             else [settings.framework, dict(settings.settings), list(settings.reward_functions)],
-            "device": str(resolve_device(self.device)).split(":")[0],
-            "chunk_elements": self.chunk_elements,
+            "device": str(device).split(":")[0],
+            "chunk_elements": chunk_elements_for(device, self.chunk_elements),
             "sections": None if self.sections is None else sorted(self.sections),
             "objectives": list(OBJECTIVE_METHODS) if self.objectives else None,
             "fixed_params": sorted(self.fixed_params),
@@ -346,7 +348,7 @@ def _step_result(
     params: AnalysisParams,
     load_options: LoadOptions,
     device: str,
-    chunk_elements: int,
+    chunk_elements: int | None,
     sections: Sequence[str] | None,
     objectives: bool,
     fixed_params: Collection[str] = (),
@@ -377,7 +379,7 @@ def _analyze_step(
     params: AnalysisParams,
     load_options: LoadOptions,
     device: str,
-    chunk_elements: int,
+    chunk_elements: int | None,
     sections: Sequence[str] | None,
     progress: ProgressCallback | None,
     fixed_params: Collection[str] = (),
@@ -393,7 +395,7 @@ def analyze_step_totals(
     params: AnalysisParams,
     load_options: LoadOptions,
     device: str,
-    chunk_elements: int,
+    chunk_elements: int | None,
     sections: Sequence[str] | None,
     progress: ProgressCallback | None,
     fixed_params: Collection[str] = (),

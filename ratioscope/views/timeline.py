@@ -654,7 +654,7 @@ def timeline(
         InputError: a file without a step (naming it and the ways to give one);
         ParameterError: a bad ``step_from``; what :func:`ratioscope.analyze` raises.
     """
-    from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options
+    from ratioscope.analysis.pipeline import _split_options
     from ratioscope.errors import UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.io.paths import is_report_path
@@ -680,7 +680,7 @@ def timeline(
     load_options, settings_note = run_settings(by_step, load_options, all(reports))
     steps = StepAnalysis(
         params=params, load_options=load_options, device=device,
-        chunk_elements=chunk_elements or DEFAULT_CHUNK_ELEMENTS, sections=sections,
+        chunk_elements=chunk_elements, sections=sections,
         objectives=objectives, fixed_params=tuple(fixed_params), cache=cache,
         thresholds=thresholds,
     )  # fmt: skip

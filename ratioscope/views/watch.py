@@ -157,7 +157,7 @@ class RunWatch:
         clock: Callable[[], float] = time.time,
         whole: bool = False,
     ) -> None:
-        from ratioscope.analysis.pipeline import DEFAULT_CHUNK_ELEMENTS, _split_options
+        from ratioscope.analysis.pipeline import _split_options
         from ratioscope.analysis.steps import compile_step_from
         from ratioscope.errors import ParameterError
         from ratioscope.io.loaders import RepeatedListing, expand_paths
@@ -173,7 +173,7 @@ class RunWatch:
         self.pattern = compile_step_from(step_from)
         self.params, self.load_options = _split_options(params, load_options, {})
         self.device = device
-        self.chunk_elements = chunk_elements or DEFAULT_CHUNK_ELEMENTS
+        self.chunk_elements = chunk_elements
         self.sections = sections
         self.change = change or ChangeRule()
         self.thresholds = thresholds

@@ -25,7 +25,7 @@ def _install() -> None:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
-    from tests.device_emulation import SecondDevice
+    from tests.device_emulation import SecondDevice, host_memory
 
     cuda = torch.cuda
     cuda.is_available = lambda: True
@@ -39,6 +39,7 @@ def _install() -> None:
     cuda.memory_allocated = lambda device=None: 0
     cuda.manual_seed = lambda seed: torch.manual_seed(seed)
     cuda.manual_seed_all = lambda seed: torch.manual_seed(seed)
+    cuda.mem_get_info = host_memory
     cuda.Event = _Event
     SecondDevice().__enter__()  # for the life of the process, on its main thread
 
