@@ -637,7 +637,7 @@ def _spectrum(signal: _Centred, unit: int = 2) -> _Spectrum:
     import torch
 
     length = signal.values.shape[1]
-    if signal.values.device.type != "cpu":
+    if signal.values.device.type != "cpu" and signal.values.shape[0] > 0:
         n_fft = int(_fft_size(torch.tensor([length]), unit)[0])
         return _Spectrum([(slice(None), n_fft, _power(signal.values, n_fft))])
     sizes = _fft_size(signal.lengths, unit)
