@@ -4,6 +4,9 @@ reports. CI has no GPU; these run everywhere."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -214,3 +217,41 @@ def test_analyze_on_a_device_chunks_by_the_devices_size(emulated_resolution, mon
         ratioscope.analyze(path, device="cuda", progress=progress, sections=["ratios"])
     # 64 rows of 256 tokens: 4 rows a chunk on the CPU, 16 on the device
     assert set(totals) == {16, 4} and totals[0] == 16 and totals[-1] == 4
+
+
+# ------------------------------------------------------- the command line on a device
+def _emulated_cuda_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``ratioscope ARGS`` in a process whose CUDA device is the emulated one
+    (tests/emulated_cuda/sitecustomize.py)."""
+    env = {
+        **os.environ,
+        "RATIOSCOPE_EMULATED_CUDA": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "emulated_cuda"), str(ROOT)]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "ratioscope", *args], cwd=cwd, env=env,
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_commands_run_on_a_device_as_a_gpu_runs_them(tmp_path):
+    # each command that takes --device, as a user on a GPU machine types it
+    steps = str(VERL_STEPS)
+    commands = {
+        "analyze.json": ("analyze", str(ROOT / "sample_data" / "verl"), "--json"),
+        "timeline.json": ("timeline", steps, "--no-cache", "--json"),
+        "watch.json": ("watch", steps, "--once", "--settle", "0", "--no-cache", "--json"),
+        "report.html": ("report", steps, "--no-cache", "--out"),
+        "spectrum.png": ("plot", "spectrum", steps, "--out"),
+    }
+    for name, args in commands.items():
+        done = _emulated_cuda_command(*args, str(tmp_path / name), "--device", "cuda", cwd=tmp_path)
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert _emulated_cuda_command("sweep", steps, "--device", "cuda", cwd=tmp_path).returncode == 0
+    # the command line's report on the device is the CPU's, within the GPU check's bounds
+    cpu = ratioscope.analyze(ROOT / "sample_data" / "verl", device="cpu").to_dict()
+    other = json.loads((tmp_path / "analyze.json").read_text())
+    count, differing = compare_documents(cpu, other, 1e-4, 1e-6, RELATIVE_ERROR)
+    assert count > 100 and differing == []
