@@ -35,6 +35,15 @@ LAUNCH_SECONDS = 5e-6
 WIDTHS = {"launches": 9, "views": 7, "reads": 7, "waits": 7, "uploads": 8}
 
 
+def _on_path() -> None:
+    """benchmarks/ (make_synthetic) and tests/ (device_emulation, imported as a module of
+    its own: a package named ``tests`` that another project installs, verl's, would
+    shadow the checkout's tests/, which is no package) on ``sys.path``."""
+    for folder in (HERE, ROOT / "tests"):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+
+
 def _default_dump(batch: int, tokens: int) -> Path:
     """bench_analyze.py's dump, written when missing."""
     from make_synthetic import make_synthetic, write_synthetic
@@ -50,14 +59,16 @@ def count_operations(path: Path, chunk_elements: int | None = None):
     """``ratioscope.analyze(path, device="cuda")`` on the emulated device, counted.
 
     Returns:
-        (the :class:`tests.device_emulation.OperationCount`, the report, the chunk's
+        (the ``OperationCount`` of tests/device_emulation.py, the report, the chunk's
         elements: ``chunk_elements``, or the device's default for the host's free memory)
     """
     import torch
 
+    _on_path()
+    from device_emulation import DEVICE, OperationCount, second_device
+
     from ratioscope.analysis import pipeline
     from ratioscope.analysis.device import chunk_elements_for
-    from tests.device_emulation import DEVICE, OperationCount, second_device
 
     resolve = pipeline.resolve_device
     pipeline.resolve_device = lambda name: (  # type: ignore[assignment]
@@ -121,9 +132,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH, help="bytes/s")
     parser.add_argument("--launch-us", type=float, default=LAUNCH_SECONDS * 1e6)
     args = parser.parse_args(argv)
-    for folder in (HERE, ROOT):  # make_synthetic, and tests.device_emulation
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
+    _on_path()
     path = args.dump or _default_dump(args.batch, args.tokens)
     tensor_bytes, valid = per_token_bytes(path)
     start = time.perf_counter()

@@ -173,6 +173,7 @@ def test_a_rehearsal_on_the_emulated_device_runs_every_step():
         **os.environ,
         "RATIOSCOPE_EMULATED_CUDA": "1",
         "PYTHONPATH": str(ROOT / "tests" / "emulated_cuda"),
+        "PYTHON": sys.executable,  # the script's python: this one, not the first on PATH
     }
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--gib", "0.02"],

@@ -24,8 +24,10 @@ from pathlib import Path
 def _install() -> None:
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
-    from tests.device_emulation import SecondDevice, host_memory
+    # as a module of tests/ itself: a package named ``tests`` that another project
+    # installs (verl does) would shadow the checkout's tests/, which is no package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from device_emulation import SecondDevice, host_memory
 
     cuda = torch.cuda
     cuda.is_available = lambda: True
