@@ -36,10 +36,11 @@ WIDTHS = {"launches": 9, "views": 7, "reads": 7, "waits": 7, "uploads": 8}
 
 
 def _on_path() -> None:
-    """benchmarks/ (make_synthetic) and tests/ (device_emulation, imported as a module of
+    """benchmarks/ (make_synthetic), tests/ (device_emulation, imported as a module of
     its own: a package named ``tests`` that another project installs, verl's, would
-    shadow the checkout's tests/, which is no package) on ``sys.path``."""
-    for folder in (HERE, ROOT / "tests"):
+    shadow the checkout's tests/, which is no package) and the checkout (its ratioscope,
+    installed or not) on ``sys.path``."""
+    for folder in (HERE, ROOT / "tests", ROOT):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
 
