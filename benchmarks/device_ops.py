@@ -1,14 +1,16 @@
 """What ``analyze --device cuda`` asks of a GPU, counted on the CPU: kernel launches,
-views, reads back to the host, waits for a result's size and copies to the device, by
-section and by function.
+views, reads back to the host, waits for a result's size, copies to the device and the
+bytes the launches move, by section and by function.
 
 The analysis runs on the device emulated by ``tests/device_emulation.py`` (tensors that
 say ``cuda:0``, so every CPU-only branch is skipped as on a GPU), with an
 ``OperationCount`` recording each operation on device tensors. On a GPU the eager path
 pays a launch for each operation and a wait for each read, whatever the chunk's size,
-so the counts bound how much of the memory bandwidth a chunk can use: the last lines set
-the per-token tensors' bytes at a stated bandwidth against the launches at a stated cost
-each (assumptions, printed; ``benchmarks/gpu_check.py`` measures the real thing).
+and moves the bytes of each operation's arguments and results, so the counts bound how
+much of the memory bandwidth a chunk can use: the last lines set one read of the
+per-token tensors at a stated bandwidth against the bytes moved, and against those plus
+the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check.py``
+measures the real thing).
 
     python benchmarks/device_ops.py                  # bench_analyze.py's 1,024 x 4,096 dump
     python benchmarks/device_ops.py DUMP --chunk-elements 16777216 --top 30
@@ -32,7 +34,9 @@ H100_BANDWIDTH = 3.35e12
 #: host time of one eager kernel launch on a GPU, seconds (a typical order of magnitude)
 LAUNCH_SECONDS = 5e-6
 #: the table's columns and their widths
-WIDTHS = {"launches": 9, "views": 7, "reads": 7, "waits": 7, "uploads": 8}
+WIDTHS = {"launches": 9, "views": 7, "reads": 7, "waits": 7, "uploads": 8, "moved": 10}
+#: the table's headers, where they differ from the kinds' names
+HEADERS = {"moved": "MB moved"}
 
 
 def _on_path() -> None:
@@ -86,8 +90,8 @@ def count_operations(path: Path, chunk_elements: int | None = None):
 
 
 def by_section(count) -> dict[str, dict[str, int]]:
-    """{section: {kind: operations}} for the kinds of :data:`WIDTHS`, sections in
-    decreasing order of launches; the ``ratioscope.`` prefix dropped."""
+    """{section: {kind: operations}} for the kinds of :data:`WIDTHS` (``moved``: bytes),
+    sections in decreasing order of launches; the ``ratioscope.`` prefix dropped."""
     table: dict[str, dict[str, int]] = collections.defaultdict(lambda: dict.fromkeys(WIDTHS, 0))
     for kind in WIDTHS:
         for (section, _), n in getattr(count, kind).items():
@@ -109,15 +113,25 @@ def per_token_bytes(path: Path) -> tuple[int, int]:
     return total, int(batch.mask.sum())
 
 
-def launch_bound_share(tensor_bytes: int, launches: int, bandwidth: float, launch_s: float):
-    """The share of the bandwidth a chunk can reach when each launch costs ``launch_s``
-    and the tensors are read once: floor / (floor + launches x launch_s)."""
+def bandwidth_bounds(
+    tensor_bytes: int, moved: int, launches: int, bandwidth: float, launch_s: float
+) -> tuple[float, float, float]:
+    """(floor, traffic bound, bound) of the share of ``bandwidth`` a run can reach: the
+    floor reads the per-token tensors once (``tensor_bytes`` / bandwidth); the launches
+    move ``moved`` bytes, so even free launches reach at most floor / (moved /
+    bandwidth); each launch costing ``launch_s`` on top, floor / (moved / bandwidth +
+    launches x launch_s)."""
     floor = tensor_bytes / bandwidth
-    return floor, launches * launch_s, floor / (floor + launches * launch_s)
+    traffic = moved / bandwidth
+    return floor, floor / traffic, floor / (traffic + launches * launch_s)
 
 
 def _row(name: str, row: dict[str, int]) -> str:
-    return f"{name:<28} " + " ".join(f"{row[kind]:>{width},}" for kind, width in WIDTHS.items())
+    cells = (
+        f"{row[kind] / 1e6 if kind == 'moved' else row[kind]:>{width},.0f}"
+        for kind, width in WIDTHS.items()
+    )
+    return f"{name:<28} " + " ".join(cells)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -143,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"chunks of {chunk:,} elements; counted in {time.perf_counter() - start:.1f} s"
     )
     table = by_section(count)
-    print(f"{'section':<28} " + " ".join(f"{kind:>{width}}" for kind, width in WIDTHS.items()))
+    headers = (f"{HEADERS.get(kind, kind):>{width}}" for kind, width in WIDTHS.items())
+    print(f"{'section':<28} " + " ".join(headers))
     totals = dict.fromkeys(WIDTHS, 0)
     for section, row in table.items():
         print(_row(section, row))
@@ -154,14 +169,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     for (section, function), n in count.launches.most_common(args.top):
         short = section.removeprefix("ratioscope.")
         print(f"{n:>7,}  {short} / {function.removeprefix('ratioscope.')}")
-    floor, launch_time, share = launch_bound_share(
-        tensor_bytes, totals["launches"], args.bandwidth, args.launch_us * 1e-6
+    moved, launches = totals["moved"], totals["launches"]
+    floor, traffic_share, share = bandwidth_bounds(
+        tensor_bytes, moved, launches, args.bandwidth, args.launch_us * 1e-6
     )
     print(
         f"\none read of the per-token tensors at {args.bandwidth / 1e12:.2f} TB/s: "
-        f"{floor * 1e6:,.0f} us; {totals['launches']:,} launches at {args.launch_us:g} us: "
-        f"{launch_time * 1e3:,.1f} ms; so at most {share:.1%} of the bandwidth "
-        f"(assumed costs; benchmarks/gpu_check.py measures them)"
+        f"{floor * 1e6:,.0f} us. The launches move {moved / 1e6:,.1f} MB, "
+        f"{moved / tensor_bytes:.0f} times those tensors: at most {traffic_share:.2%} of the "
+        f"bandwidth were launches free; {launches:,} launches at {args.launch_us:g} us "
+        f"besides: at most {share:.2%} (assumed costs; benchmarks/gpu_check.py measures "
+        "the real share)"
     )
 
 

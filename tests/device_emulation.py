@@ -165,11 +165,15 @@ class OperationCount:
         self.reads: collections.Counter[tuple[str, str]] = collections.Counter()
         self.uploads: collections.Counter[tuple[str, str]] = collections.Counter()
         self.waits: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: bytes of the device tensors each launch takes and gives (its arguments and
+        #: results by their sizes: what it reads and writes, roughly)
+        self.moved: collections.Counter[tuple[str, str]] = collections.Counter()
 
-    def record(self, name: str, args: tuple, kwargs: dict) -> None:
-        """One call of the mode, before its arguments are rewritten."""
+    def record(self, name: str, args: tuple, kwargs: dict) -> tuple[str, str] | None:
+        """One call of the mode, before its arguments are rewritten; where it was asked
+        for when it is a launch (for :meth:`add_moved`), else None."""
         if name in METADATA or name in ("__get__", "__set__"):
-            return
+            return None
         first = args[0] if args and isinstance(args[0], Tensor) else None
         target = kwargs.get("device")
         if name == "to":
@@ -181,15 +185,25 @@ class OperationCount:
             elif not isinstance(first, Emulated) and _is_device(target):
                 self.uploads[_caller()] += 1
             elif on_device:
-                self.launches[_caller()] += 1  # a dtype conversion on the device
+                where = _caller()
+                self.launches[where] += 1  # a dtype conversion on the device
+                return where
         elif on_device and name in READS:
             self.reads[_caller()] += 1
         elif on_device and (name in VIEWS or (name == "__getitem__" and not _advanced(args[1]))):
             self.views[_caller()] += 1
         elif on_device or _is_device(target):
-            self.launches[_caller()] += 1
+            where = _caller()
+            self.launches[where] += 1
             if name in DATA_SIZED or (name == "__getitem__" and _boolean(args[1])):
-                self.waits[_caller()] += 1
+                self.waits[where] += 1
+            return where
+        return None
+
+    def add_moved(self, where: tuple[str, str], tensors: list[Tensor], out: Any) -> None:
+        """The bytes of a launch's device arguments ``tensors`` and its results ``out``."""
+        results = [t for t in tree_flatten(out)[0] if isinstance(t, Tensor)]
+        self.moved[where] += sum(t.numel() * t.element_size() for t in [*tensors, *results])
 
 
 def _caller() -> tuple[str, str]:
@@ -233,8 +247,7 @@ class SecondDevice(TorchFunctionMode):
         name = _name(func)
         if name == "cuda" and args and isinstance(args[0], Tensor):  # a copy to the device
             name, func, args, kwargs = "to", Tensor.to, (args[0], DEVICE), {}
-        if self.count is not None:
-            self.count.record(name, args, kwargs)
+        launched = self.count.record(name, args, kwargs) if self.count is not None else None
         first = args[0] if args and isinstance(args[0], Tensor) else None
         if name == "__get__":  # an attribute: .T, .real, .data follow their tensor
             with torch._C.DisableTorchFunctionSubclass():
@@ -266,6 +279,8 @@ class SecondDevice(TorchFunctionMode):
         self._check(name, args, first, tensors, tagged)
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
+        if launched is not None and self.count is not None:
+            self.count.add_moved(launched, tagged, out)
         in_place = (name.endswith("_") and not name.endswith("__")) or name in IN_PLACE
         if in_place or (isinstance(out, Tensor) and out is first and want is None):
             return out

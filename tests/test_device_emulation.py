@@ -127,6 +127,8 @@ def test_the_count_sorts_launches_views_reads_and_uploads():
     assert count.views[outside] == 1 and count.reads[outside] == 1
     assert count.launches[outside] == 4  # mul, sum, zeros, the add
     assert not count.waits
+    # bytes in and out: mul 24 + 24, sum 24 + 4, zeros 12, add 12 + 12 (float32)
+    assert count.moved[outside] == 112
     with second_device(count):
         picked = x[x > 2]  # its size is the count of True: the host waits for it
         torch.nonzero(x)

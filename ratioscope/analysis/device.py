@@ -36,7 +36,7 @@ def chunk_elements_for(device: torch.device, asked: int | None = None) -> int:
     :data:`~ratioscope.defaults.DEVICE_MEMORY_SHARE` of its free memory now. A GPU pays
     a launch per tensor operation and a chunk is a fixed count of them, so the larger the
     chunk the fewer launches a token (4 chunks of 2^22 elements: 5,700 launches; one of
-    2^24: 1,449)."""
+    2^24: 1,449; the bytes they move stay, docs/performance.md "The GPU check")."""
     if asked is not None:
         return asked
     chunk = defaults.CHUNK_ELEMENTS
