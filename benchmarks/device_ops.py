@@ -154,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     count, _, chunk = count_operations(path, args.chunk_elements)
     print(
         f"{path.name}: {valid:,} valid tokens, per-token tensors {tensor_bytes / 1e6:.0f} MB, "
-        f"chunks of {chunk:,} elements; counted in {time.perf_counter() - start:.1f} s"
+        f"chunks of {chunk:,} elements; counted in {time.perf_counter() - start:.1f} s; "
+        f"peak device memory {count.peak_bytes / 1e6:,.0f} MB, "
+        f"{count.peak_bytes / chunk:.0f} bytes a chunk element"
     )
     table = by_section(count)
     headers = (f"{HEADERS.get(kind, kind):>{width}}" for kind, width in WIDTHS.items())

@@ -24,8 +24,8 @@ CHUNK_ELEMENTS = 1 << 22
 #: analysis.device.chunk_elements_for: on a GPU a chunk is a fixed count of kernel
 #: launches whatever its size, so chunks grow, in powers of two up to 2^26 elements, as
 #: long as DEVICE_BYTES_PER_ELEMENT x elements stays within DEVICE_MEMORY_SHARE of the
-#: device's free memory (the analysis' peak, counted on the emulated device: 110 bytes
-#: an element at 2^22 and at 2^24; docs/performance.md, "The GPU check")
+#: device's free memory (the analysis' peak, counted on the emulated device: 110-120
+#: bytes a chunk element; docs/performance.md, "The GPU check")
 DEVICE_CHUNK_ELEMENTS_MAX = 1 << 26
 DEVICE_BYTES_PER_ELEMENT = 128
 DEVICE_MEMORY_SHARE = 0.25

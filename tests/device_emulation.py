@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -168,6 +169,12 @@ class OperationCount:
         #: bytes of the device tensors each launch takes and gives (its arguments and
         #: results by their sizes: what it reads and writes, roughly)
         self.moved: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: the most bytes of device storage alive at once (each storage counted once,
+        #: while a device tensor on it is alive): what a GPU's allocator must hold
+        self.peak_bytes = 0
+        self._live_bytes = 0
+        self._holders: collections.Counter[int] = collections.Counter()
+        self._sizes: dict[int, int] = {}
 
     def record(self, name: str, args: tuple, kwargs: dict) -> tuple[str, str] | None:
         """One call of the mode, before its arguments are rewritten; where it was asked
@@ -199,6 +206,29 @@ class OperationCount:
                 self.waits[where] += 1
             return where
         return None
+
+    def hold(self, value: Any) -> None:
+        """The device tensors of ``value`` now alive: their storages count until the
+        last of them is gone."""
+        for tensor in tree_flatten(value)[0]:
+            if not isinstance(tensor, Emulated):
+                continue
+            storage = tensor.untyped_storage()
+            key, size = storage.data_ptr(), storage.nbytes()
+            if not key or not size:
+                continue
+            if not self._holders[key]:
+                self._sizes[key] = size
+                self._live_bytes += size
+                self.peak_bytes = max(self.peak_bytes, self._live_bytes)
+            self._holders[key] += 1
+            weakref.finalize(tensor, self._release, key)
+
+    def _release(self, key: int) -> None:
+        self._holders[key] -= 1
+        if not self._holders[key]:
+            del self._holders[key]
+            self._live_bytes -= self._sizes.pop(key)
 
     def add_moved(self, where: tuple[str, str], tensors: list[Tensor], out: Any) -> None:
         """The bytes of a launch's device arguments ``tensors`` and its results ``out``."""
@@ -252,7 +282,9 @@ class SecondDevice(TorchFunctionMode):
         if name == "__get__":  # an attribute: .T, .real, .data follow their tensor
             with torch._C.DisableTorchFunctionSubclass():
                 out = func(*args, **kwargs)
-            return tag(out) if isinstance(out, Tensor) and isinstance(first, Emulated) else out
+            if isinstance(out, Tensor) and isinstance(first, Emulated):
+                return self._held(tag(out))
+            return out
         want: bool | None = None  # True: the result is on the device; False: on the CPU
         if _is_device(kwargs.get("device")):
             kwargs["device"], want = "cpu", True
@@ -285,10 +317,15 @@ class SecondDevice(TorchFunctionMode):
         if in_place or (isinstance(out, Tensor) and out is first and want is None):
             return out
         if want or (want is None and tagged and name != "numpy"):
-            return tree_map(lambda x: tag(x) if isinstance(x, Tensor) else x, out)
+            return self._held(tree_map(lambda x: tag(x) if isinstance(x, Tensor) else x, out))
         if want is False:
             return tree_map(lambda x: untag(x) if isinstance(x, Tensor) else x, out)
         return out
+
+    def _held(self, value: Any) -> Any:
+        if self.count is not None:
+            self.count.hold(value)
+        return value
 
     @staticmethod
     def _check(

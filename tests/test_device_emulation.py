@@ -137,6 +137,19 @@ def test_the_count_sorts_launches_views_reads_and_uploads():
     assert count.launches[where] > 0 and set(count.launches) == {outside, where}
 
 
+def test_the_count_holds_the_peak_of_live_device_memory():
+    count = OperationCount()
+    with second_device(count):
+        a = torch.zeros(1000).to("cuda")  # 4,000 bytes on the device
+        b = a * 2  # 8,000
+        del b  # 4,000
+        c = a.view(10, 100)  # a's storage: still 4,000
+        d = torch.ones(500, device="cuda")  # 6,000
+    assert count.peak_bytes == 8000 and c.shape == (10, 100) and d.shape == (500,)
+    del a, c, d
+    assert count._live_bytes == 0
+
+
 def test_the_spectra_take_one_fft_size_on_the_device():
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(9, 300, generator=gen, dtype=torch.float64)

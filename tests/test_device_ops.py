@@ -40,3 +40,20 @@ def test_the_table_adds_up_and_the_bounds_are_the_formulas(tmp_path, capsys):
     assert free == pytest.approx(100 * floor / (moved * 1e6 / 2e12), abs=0.006)
     both = float(re.search(r"besides: at most ([\d.]+)%", out).group(1))
     assert both == pytest.approx(100 * floor / (moved * 1e6 / 2e12 + total[0] * 4e-6), abs=0.006)
+
+
+def test_a_chunk_on_a_device_holds_no_more_than_the_bytes_its_size_is_chosen_by(tmp_path):
+    # analysis.device.chunk_elements_for sizes a GPU's chunk at DEVICE_BYTES_PER_ELEMENT
+    # a chunk element: the analysis' peak on the emulated device must stay within it
+    from ratioscope import defaults
+
+    rows, tokens = 256, 1024
+    path = write_synthetic(
+        make_synthetic(rows, tokens, extras=("all",)), tmp_path / "d.safetensors"
+    )
+    count, _, chunk = device_ops.count_operations(path, rows * tokens)  # one chunk
+    assert chunk == rows * tokens
+    per_element = count.peak_bytes / chunk
+    assert (
+        0.5 * defaults.DEVICE_BYTES_PER_ELEMENT < per_element <= defaults.DEVICE_BYTES_PER_ELEMENT
+    )
