@@ -12,20 +12,21 @@ real GPU refuses raises :class:`DeviceMixError` here:
 * a CPU tensor indexed by a device index, and an advanced assignment across the two.
 
 ``.cpu()`` and ``.to("cpu")`` give untagged copies. With an :class:`OperationCount`, the
-mode also counts what a GPU would do: each operation on device tensors (a kernel launch,
-or a view that launches none) and each read back to the host, by the ratioscope function
-that asked for it. The numbers are the CPU's, so a report
-made on the emulated device can be compared with the CPU's (the torch paths against the
-compiled ones). Operations on other threads are not checked (torch's function modes are
-per thread); the analysis runs its torch work on the calling thread. Built on torch's
-function modes and two of its private helpers (``torch._C.DisableTorchFunctionSubclass``,
-``torch.utils._pytree``): a torch release that moves them breaks this file, not the
-package.
+mode also counts what a GPU would do, by the ratioscope function that asked for it: each
+operation on device tensors (a kernel launch, or a view that launches none), the bytes a
+launch moves, each read back to the host and each wait for a result's size, and the peak
+of device memory. The numbers are the CPU's, so a report made on the emulated device can
+be compared with the CPU's (the torch paths against the compiled ones). Operations on
+other threads are not checked (torch's function modes are per thread); the analysis runs
+its torch work on the calling thread. Built on torch's function modes and two of its
+private helpers (``torch._C.DisableTorchFunctionSubclass``, ``torch.utils._pytree``): a
+torch release that moves them breaks this file, not the package.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import threading
 import weakref
@@ -156,9 +157,10 @@ class OperationCount:
     of the ``ratioscope`` package on the stack (:func:`_caller`): ``launches`` (an
     operation that runs a kernel on a GPU), ``views`` (one that only reshapes),
     ``reads`` (a copy of a device tensor to the host, which waits for the GPU),
-    ``uploads`` (a copy of a host tensor to the device) and ``waits`` (launches whose
+    ``uploads`` (a copy of a host tensor to the device), ``waits`` (launches whose
     result's size depends on the values, a boolean mask's index among them: the host
-    waits for the GPU there too, without a read of its own)."""
+    waits for the GPU there too, without a read of its own) and ``moved`` (bytes), each
+    a counter by (section, function); ``peak_bytes`` for the whole run."""
 
     def __init__(self) -> None:
         self.launches: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -360,8 +362,6 @@ _TORCH_MEMORY = torch.cuda.mem_get_info
 
 def host_memory(device: Any = None) -> tuple[int, int]:
     """``torch.cuda.mem_get_info`` of the emulated device: the host's (free, total) bytes."""
-    import os
-
     page = os.sysconf("SC_PAGE_SIZE")
     return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
