@@ -270,3 +270,29 @@ def test_the_commands_run_on_a_device_as_a_gpu_runs_them(tmp_path):
     other = json.loads((tmp_path / "analyze.json").read_text())
     count, differing = compare_documents(cpu, other, 1e-4, 1e-6, RELATIVE_ERROR)
     assert count > 100 and differing == []
+
+
+def test_a_steps_cache_key_asks_a_gpu_nothing(monkeypatch):
+    # the key is worked out by a driver that may only hand steps to workers: asking for
+    # a GPU's free memory there would open a CUDA context on it
+    from ratioscope.analysis import device as device_module
+    from ratioscope.data.params import AnalysisParams
+    from ratioscope.io.loaders import LoadOptions
+    from ratioscope.views.step_analysis import StepAnalysis
+
+    def resolve(name: str) -> torch.device:
+        return DEVICE if name.startswith("cuda") else torch.device(name)
+
+    def refuse(device=None):
+        raise AssertionError("the GPU's memory was asked for")
+
+    monkeypatch.setattr(device_module, "resolve_device", resolve)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", refuse)
+    options = {"params": AnalysisParams(), "load_options": LoadOptions(), "sections": None}
+    options.update(objectives=False, fixed_params=())
+    on_gpu = StepAnalysis(device="cuda", chunk_elements=None, **options).cache_parameters()
+    assert on_gpu["chunk_elements"] is None and on_gpu["device"] == "cuda"
+    on_cpu = StepAnalysis(device="cpu", chunk_elements=None, **options).cache_parameters()
+    assert on_cpu["chunk_elements"] == 2**22  # the key of every step cached before
+    asked = StepAnalysis(device="cuda", chunk_elements=1000, **options).cache_parameters()
+    assert asked["chunk_elements"] == 1000

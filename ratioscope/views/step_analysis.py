@@ -106,7 +106,12 @@ class StepAnalysis:
             if settings is None
             else [settings.framework, dict(settings.settings), list(settings.reward_functions)],
             "device": str(device).split(":")[0],
-            "chunk_elements": chunk_elements_for(device, self.chunk_elements),
+            # on a GPU the chunk follows its free memory (None: the device's), and asking
+            # for it here would open a CUDA context in a driver that only hands out tasks;
+            # a GPU's sums are not bit-reproducible anyway (atomic adds)
+            "chunk_elements": self.chunk_elements
+            if device.type == "cuda"
+            else chunk_elements_for(device, self.chunk_elements),
             "sections": None if self.sections is None else sorted(self.sections),
             "objectives": list(OBJECTIVE_METHODS) if self.objectives else None,
             "fixed_params": sorted(self.fixed_params),
