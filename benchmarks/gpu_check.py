@@ -19,7 +19,8 @@ Steps, each a row of the summary table at the end:
    land in the neighbouring bin, so keys under ``quantiles`` are held to the histogram's
    relative error (``quantile_bound``) instead;
 6. ``analyze`` of the synthetic dump on CUDA with chunks of 2^22, 2^24 and 2^26
-   elements, timed (what the default chunk on a GPU should be).
+   elements, timed, beside the size ``analyze`` takes there by default (whether the
+   rule that sizes a GPU's chunk by its free memory picks well).
 
 Each row is printed as soon as its step is done and the table again at the end; a step
 that raises is one failed row (its traceback on stderr) and the next step runs.
@@ -208,8 +209,9 @@ CHUNK_POWERS = (22, 24, 26)
 
 def chunk_rows(path: Path, device: str) -> list[tuple[str, str, bool]]:
     """``analyze`` of ``path`` on ``device`` with each of :data:`CHUNK_POWERS`' chunk
-    sizes, best of two: what the default chunk on a GPU should be (the row passes
-    unless a size fails)."""
+    sizes, best of two, and the size ``analyze`` takes there by default
+    (:func:`ratioscope.analysis.device.chunk_elements_for`): whether that rule picks
+    well (the row passes unless a size fails)."""
     import ratioscope
 
     timings = []
@@ -220,7 +222,11 @@ def chunk_rows(path: Path, device: str) -> list[tuple[str, str, bool]]:
             ratioscope.analyze(path, device=device, chunk_elements=2**power)
             best = min(best, time.perf_counter() - started)
         timings.append(f"2^{power} {best:.2f} s")
-    return [(f"{device} analyze by chunk size", ", ".join(timings), True)]
+    from ratioscope.analysis.device import chunk_elements_for, resolve_device
+
+    chosen = chunk_elements_for(resolve_device(device))  # what analyze takes by default
+    detail = f"{', '.join(timings)}; the default here: 2^{chosen.bit_length() - 1}"
+    return [(f"{device} analyze by chunk size", detail, True)]
 
 
 def synthetic_dump(folder: Path, gib: float) -> Path:
