@@ -77,7 +77,7 @@ def _best(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     return min(walls), min(cpus)
 
 
-def _per_token_fields(batch) -> list[str]:
+def per_token_fields(batch) -> list[str]:
     """Names of the batch's [B, T] tensors."""
     import torch
 
@@ -232,7 +232,7 @@ def _child(args: argparse.Namespace) -> None:
         result.update(_peer(batch, args.peer_rows))
     else:
         names = [cls.name for cls in registry.section_classes()]
-        fields = _per_token_fields(batch)
+        fields = per_token_fields(batch)
         device = args.device
         # warm-up: lazy imports, compiled kernels, allocator, FFT plans
         analyze(args.path, device=device)
@@ -394,12 +394,9 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(HERE))
-    from make_synthetic import make_synthetic, write_synthetic
+    from make_synthetic import benchmark_dump
 
-    args.dir.mkdir(parents=True, exist_ok=True)
-    args.path = args.dir / f"synthetic_{args.batch}x{args.tokens}.safetensors"
-    if not args.path.exists():
-        write_synthetic(make_synthetic(args.batch, args.tokens, extras=("all",)), args.path)
+    args.path = benchmark_dump(args.dir, args.batch, args.tokens)
     import torch
 
     try:

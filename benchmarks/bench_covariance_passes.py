@@ -134,12 +134,9 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(HERE / "benchmarks"))
-    from make_synthetic import make_synthetic, write_synthetic
+    from make_synthetic import benchmark_dump
 
-    args.dir.mkdir(parents=True, exist_ok=True)
-    path = args.dir / f"synthetic_{args.batch}x{args.tokens}.safetensors"
-    if not path.exists():  # the file bench_analyze.py makes and reuses
-        write_synthetic(make_synthetic(args.batch, args.tokens, extras=("all",)), path)
+    path = benchmark_dump(args.dir, args.batch, args.tokens)  # bench_analyze.py's file too
     with tempfile.TemporaryDirectory(prefix="bench_covariance_") as scratch:
         trees = {"this tree": HERE}
         if args.base:

@@ -40,24 +40,13 @@ HEADERS = {"moved": "MB moved"}
 
 
 def _on_path() -> None:
-    """benchmarks/ (make_synthetic), tests/ (device_emulation, imported as a module of
-    its own: a package named ``tests`` that another project installs, verl's, would
-    shadow the checkout's tests/, which is no package) and the checkout (its ratioscope,
-    installed or not) on ``sys.path``."""
+    """benchmarks/ (make_synthetic, bench_analyze), tests/ (device_emulation, imported as
+    a module of its own: a package named ``tests`` that another project installs, verl's,
+    would shadow the checkout's tests/, which is no package) and the checkout (its
+    ratioscope, installed or not) on ``sys.path``."""
     for folder in (HERE, ROOT / "tests", ROOT):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-
-
-def _default_dump(batch: int, tokens: int) -> Path:
-    """bench_analyze.py's dump, written when missing."""
-    from make_synthetic import make_synthetic, write_synthetic
-
-    path = DEFAULT_DIR / f"synthetic_{batch}x{tokens}.safetensors"
-    if not path.exists():
-        DEFAULT_DIR.mkdir(parents=True, exist_ok=True)
-        write_synthetic(make_synthetic(batch, tokens, extras=("all",)), path)
-    return path
 
 
 def count_operations(path: Path, chunk_elements: int | None = None):
@@ -67,18 +56,14 @@ def count_operations(path: Path, chunk_elements: int | None = None):
         (the ``OperationCount`` of tests/device_emulation.py, the report, the chunk's
         elements: ``chunk_elements``, or the device's default for the host's free memory)
     """
-    import torch
-
     _on_path()
-    from device_emulation import DEVICE, OperationCount, second_device
+    from device_emulation import DEVICE, OperationCount, resolve_device, second_device
 
     from ratioscope.analysis import pipeline
     from ratioscope.analysis.device import chunk_elements_for
 
     resolve = pipeline.resolve_device
-    pipeline.resolve_device = lambda name: (  # type: ignore[assignment]
-        DEVICE if name.startswith("cuda") else torch.device(name)
-    )
+    pipeline.resolve_device = resolve_device  # type: ignore[assignment]
     count = OperationCount()
     try:
         with second_device(count):
@@ -101,15 +86,12 @@ def by_section(count) -> dict[str, dict[str, int]]:
 
 def per_token_bytes(path: Path) -> tuple[int, int]:
     """(bytes of the dump's [B, T] tensors, valid tokens)."""
+    from bench_analyze import per_token_fields
+
     import ratioscope
 
     batch = ratioscope.load(path)
-    shape = tuple(batch.mask.shape)
-    total = sum(
-        value.numel() * value.element_size()
-        for value in vars(batch).values()
-        if hasattr(value, "shape") and tuple(value.shape[:2]) == shape
-    )
+    total = sum(getattr(batch, name).nbytes for name in per_token_fields(batch))
     return total, int(batch.mask.sum())
 
 
@@ -148,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--launch-us", type=float, default=LAUNCH_SECONDS * 1e6)
     args = parser.parse_args(argv)
     _on_path()
-    path = args.dump or _default_dump(args.batch, args.tokens)
+    from make_synthetic import benchmark_dump
+
+    path = args.dump or benchmark_dump(DEFAULT_DIR, args.batch, args.tokens)
     tensor_bytes, valid = per_token_bytes(path)
     start = time.perf_counter()
     count, _, chunk = count_operations(path, args.chunk_elements)

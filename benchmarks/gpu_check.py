@@ -203,7 +203,8 @@ def run_bench_analyze(folder: Path) -> tuple[str, bool]:
 
 #: chunk sizes (elements, powers of two) timed on the device: the analysis there is a
 #: fixed count of operations a chunk (docs/performance.md, "The GPU check"), so a larger
-#: chunk may pay; the default is 2^22, sized for a 2-core CPU's caches
+#: chunk may pay; the CPU's is 2^22, a GPU's follows its free memory
+#: (ratioscope.analysis.device.chunk_elements_for)
 CHUNK_POWERS = (22, 24, 26)
 
 

@@ -185,6 +185,16 @@ def write_synthetic(batch: dict[str, Tensor], path: str | Path) -> Path:
     return path
 
 
+def benchmark_dump(directory: str | Path, batch: int, tokens: int) -> Path:
+    """The dump the benchmarks share (``bench_analyze.py``, ``bench_covariance_passes.py``,
+    ``device_ops.py``): ``batch`` x ``tokens`` with every extra, as
+    ``directory/synthetic_{batch}x{tokens}.safetensors``, written once and reused."""
+    path = Path(directory) / f"synthetic_{batch}x{tokens}.safetensors"
+    if not path.exists():
+        write_synthetic(make_synthetic(batch, tokens, extras=("all",)), path)
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write a SYNTHETIC dump for benchmarks.")
     parser.add_argument("-B", "--batch", type=int, default=1024, help="rows (default 1024)")

@@ -357,6 +357,12 @@ class SecondDevice(TorchFunctionMode):
             )
 
 
+def resolve_device(name: str) -> torch.device:
+    """``ratioscope.analysis.device.resolve_device`` with ``cuda`` the emulated device:
+    patched in where ``analyze(device="cuda")`` is to run on it."""
+    return DEVICE if name.startswith("cuda") else torch.device(name)
+
+
 _TORCH_MEMORY = torch.cuda.mem_get_info
 
 

@@ -21,7 +21,13 @@ from ratioscope.functional.concentration import gini
 from ratioscope.functional.corrections import second_moment_mask
 from ratioscope.functional.histogram import RELATIVE_ERROR
 from ratioscope.functional.host import host_arrays
-from tests.device_emulation import DEVICE, DeviceMixError, OperationCount, second_device
+from tests.device_emulation import (
+    DEVICE,
+    DeviceMixError,
+    OperationCount,
+    resolve_device,
+    second_device,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 VERL_STEPS = ROOT / "sample_data" / "verl_steps"
@@ -34,11 +40,7 @@ from make_synthetic import make_synthetic, write_synthetic  # noqa: E402
 @pytest.fixture
 def emulated_resolution(monkeypatch):
     """``analyze(device="cuda")`` runs on the emulated device."""
-
-    def resolve(name: str) -> torch.device:
-        return DEVICE if name.startswith("cuda") else torch.device(name)
-
-    monkeypatch.setattr(pipeline, "resolve_device", resolve)
+    monkeypatch.setattr(pipeline, "resolve_device", resolve_device)
 
 
 @pytest.fixture
@@ -280,13 +282,10 @@ def test_a_steps_cache_key_asks_a_gpu_nothing(monkeypatch):
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.views.step_analysis import StepAnalysis
 
-    def resolve(name: str) -> torch.device:
-        return DEVICE if name.startswith("cuda") else torch.device(name)
-
     def refuse(device=None):
         raise AssertionError("the GPU's memory was asked for")
 
-    monkeypatch.setattr(device_module, "resolve_device", resolve)
+    monkeypatch.setattr(device_module, "resolve_device", resolve_device)
     monkeypatch.setattr(torch.cuda, "mem_get_info", refuse)
     options = {"params": AnalysisParams(), "load_options": LoadOptions(), "sections": None}
     options.update(objectives=False, fixed_params=())
