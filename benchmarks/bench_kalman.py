@@ -5,7 +5,8 @@ On the same tensors it times the compiled per-row recurrence (``kalman_filter`` 
 the per-token loop vectorised over rows (``kalman_filter_loop``, float64), the authors'
 closed form (``kalman_filter_closed_form``) and one elementwise pass ``z * mask``, and
 prints the ratios and the max abs error of each against the float64 loop.
-On CUDA (when present) it also reports the scan's achieved memory bandwidth.
+On CUDA (when present) it also times the Triton kernel (``backend="triton"``, what
+``analyze`` takes there) and reports the achieved memory bandwidth of each.
 
 Usage:
     python benchmarks/bench_kalman.py
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from ratioscope.functional import _kernels
+from ratioscope.functional import _kernels, _triton_kernels
 from ratioscope.functional.kalman import (
     DEFAULT_CHUNK,
     kalman_filter,
@@ -60,6 +61,8 @@ def make_batch(rows: int, length: int, device: torch.device, seed: int = 0):
 def bench_size(rows, length, ratios, args, device) -> list[str]:
     z, mask = make_batch(rows, length, device)
     compiled_ok = device.type == "cpu" and _kernels.available()
+    # the Triton kernel on a GPU (on the CPU only its interpreter runs it: not a timing)
+    kernel_ok = device.type == "cuda" and _triton_kernels.can_take(z)
     lines = []
     for ratio in ratios:
         q, v = ratio, 1.0
@@ -76,9 +79,14 @@ def bench_size(rows, length, ratios, args, device) -> list[str]:
         def elementwise():
             return z * mask
 
+        def kernel(q=q, v=v):
+            return kalman_filter(z, mask, q, v, backend="triton")
+
         candidates = {"scan": scan, "closed": closed, "z*mask": elementwise}
         if compiled_ok:
             candidates["compiled"] = compiled
+        if kernel_ok:
+            candidates["kernel"] = kernel
         for fn in candidates.values():  # warm-up (and the kernel's compilation)
             fn()
         times: dict[str, list[float]] = {name: [] for name in candidates}
@@ -114,11 +122,19 @@ def bench_size(rows, length, ratios, args, device) -> list[str]:
                 f" || compiled {compiled_s * 1e3:7.2f} ms, /z*mask {compiled_s / elem_s:5.2f}x, "
                 f"scan/compiled {scan_s / compiled_s:5.2f}x, max|err| {error(compiled):.1e}"
             )
+        if kernel_ok:
+            kernel_s = median["kernel"]
+            line += (
+                f" || kernel {kernel_s * 1e3:7.3f} ms, scan/kernel {scan_s / kernel_s:5.1f}x, "
+                f"max|err| {error(kernel):.1e}"
+            )
         if device.type == "cuda":
             # z read (4 B) + mask read (1 B) + rho written (4 B) per element.
             moved = rows * length * 9
             scan_bw, elem_bw = moved / scan_s / 1e9, moved / elem_s / 1e9
             line += f" || scan {scan_bw:6.1f} GB/s, z*mask {elem_bw:6.1f} GB/s"
+            if kernel_ok:
+                line += f", kernel {moved / median['kernel'] / 1e9:6.1f} GB/s"
         lines.append(line)
         print(line, flush=True)
     return lines

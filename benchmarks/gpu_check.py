@@ -6,9 +6,10 @@ Steps, each a row of the summary table at the end:
 1. the GPU's memory bandwidth: a device-to-device copy of 1 GiB, timed (bytes read and
    written over the time): the floor the rows below are measured against;
 2. the tests marked ``cuda`` (``pytest -m cuda``);
-3. the Kalman filter's chunked scan on CUDA (1,024 x 4,096 and 64 x 32,768 tokens,
-   float32): bytes of z and mask read and the states written, over the time, as a share
-   of the copy's bandwidth (goal >= 50 %);
+3. the Kalman filter on CUDA (1,024 x 4,096 and 64 x 32,768 tokens, float32), its
+   Triton kernel (what ``analyze`` takes there) and its chunked scan: bytes of z and
+   mask read and the states written, over the time, as a share of the copy's bandwidth
+   (goal >= 50 %), and the kernel's states against the scan's (within 1e-6);
 4. ``benchmarks/bench_analyze.py --device cuda``: valid tokens/s and the per-token
    tensors' bytes over the time, as a share of the bandwidth (goal >= 50 %);
 5. ``analyze`` of the bundled run, of the bundled file with logits (sampling settings
@@ -114,9 +115,12 @@ def compare_devices(
 
 
 def kalman_share(device: str, bandwidth: float) -> list[tuple[str, str, bool]]:
-    """The chunked scan's bytes over its time, as a share of ``bandwidth``."""
+    """The Kalman filter's bytes over its time, as a share of ``bandwidth``: the Triton
+    kernel (what ``analyze`` takes on a GPU) and the chunked scan, each size; the kernel's
+    states against the scan's (float32: within 1e-6)."""
     import torch
 
+    from ratioscope.functional import _triton_kernels
     from ratioscope.functional.kalman import kalman_filter
 
     rows_out = []
@@ -124,24 +128,35 @@ def kalman_share(device: str, bandwidth: float) -> list[tuple[str, str, bool]]:
         generator = torch.Generator().manual_seed(0)  # on the host: the same z anywhere
         z = (torch.randn(rows, length, generator=generator) * 1e-3).to(device)
         mask = torch.ones(rows, length, dtype=torch.bool, device=device)
-        kalman_filter(z, mask, 1e-6, 1.0, backend="torch")  # warm: kernels, allocator
-        best = math.inf
-        for _ in range(5):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            states = kalman_filter(z, mask, 1e-6, 1.0, backend="torch")
-            torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - start)
-        moved = z.nbytes + mask.nbytes + states.nbytes
-        share = moved / best / bandwidth
-        rows_out.append(
-            (
-                f"Kalman scan {rows}x{length}",
-                f"{best * 1e3:.2f} ms, {moved / best / 1e9:.0f} GB/s = {100 * share:.0f} % of "
-                "the copy",
-                share >= GOAL_SHARE,
+        states = {}
+        for backend in ("triton", "torch"):
+            label = f"Kalman {'kernel' if backend == 'triton' else 'scan'} {rows}x{length}"
+            if backend == "triton" and not _triton_kernels.can_take(z):
+                rows_out.append((label, "skipped: Triton cannot run here", True))
+                continue
+            states[backend] = kalman_filter(z, mask, 1e-6, 1.0, backend=backend)  # warm
+            best = math.inf
+            for _ in range(5):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                kalman_filter(z, mask, 1e-6, 1.0, backend=backend)
+                torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - start)
+            moved = z.nbytes + mask.nbytes + states[backend].nbytes
+            share = moved / best / bandwidth
+            rows_out.append(
+                (
+                    label,
+                    f"{best * 1e3:.3f} ms, {moved / best / 1e9:.0f} GB/s = {100 * share:.0f} % "
+                    "of the copy",
+                    share >= GOAL_SHARE,
+                )
             )
-        )
+        if len(states) == 2:
+            gap = float((states["triton"] - states["torch"]).abs().max())
+            rows_out.append(
+                (f"Kalman kernel vs scan {rows}x{length}", f"max |diff| {gap:.1e}", gap <= 1e-6)
+            )
     return rows_out
 
 
@@ -332,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.skip_tests:
                 rows += guarded("pytest -m cuda", lambda: [("pytest -m cuda", *run_tests())])
             if not args.skip_bench:
-                rows += guarded("Kalman scan", lambda: kalman_share("cuda", measured["bandwidth"]))
+                rows += guarded("Kalman", lambda: kalman_share("cuda", measured["bandwidth"]))
                 rows += guarded(
                     "bench_analyze --device cuda",
                     lambda: [("bench_analyze --device cuda", *run_bench_analyze(folder))],

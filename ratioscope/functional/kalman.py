@@ -24,6 +24,7 @@ says where.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 MaskPolicy = Literal["zero", "skip"]
-#: how :func:`kalman_filter` runs the recurrence: numba kernel, torch scan, or the first
-#: that applies
-Backend = Literal["auto", "compiled", "torch"]
+#: how :func:`kalman_filter` runs the recurrence: numba kernel (CPU), Triton kernel (GPU),
+#: torch scan, or the first that applies
+Backend = Literal["auto", "compiled", "triton", "torch"]
 
 #: Tokens per chunk of the scan. Tuned on a 2-core CPU (benchmarks/bench_kalman.py): the
 #: in-chunk work is a pass over the data whatever C is; C sets the size of the (float64)
@@ -284,9 +285,12 @@ def kalman_filter(
             Either way, values of z at masked positions are never used (NaN is fine).
         chunk: tokens per scan chunk (a speed knob; results agree to rounding).
         backend: ``"compiled"``: a numba kernel runs the recurrence token by token per
-            row with a float64 state (CPU only; ``chunk`` is unused); ``"torch"``: the
-            chunked scan (any device); ``"auto"`` (default): the kernel where numba is
-            installed and z is on the CPU. They agree to a few float32 roundings.
+            row with a float64 state (CPU only; ``chunk`` is unused); ``"triton"``: a
+            Triton kernel reads z and the mask once and writes rho once, its state
+            float64 (a GPU, or Triton's interpreter; ``chunk`` is unused);
+            ``"torch"``: the chunked scan (any device); ``"auto"`` (default): the numba
+            kernel on the CPU where numba is installed, the Triton kernel on a GPU where
+            Triton is, else the scan. They agree to a few float32 roundings.
         zero_masked: the output at masked positions is 0 instead of what
             ``mask_policy`` says there (the valid positions are the same): the signal
             the analysis reads, written by the compiled loop as it goes.
@@ -319,9 +323,20 @@ def kalman_filter(
     out_dtype = z.dtype if z.is_floating_point() else dtype
     if rows == 0 or length == 0:
         return torch.empty(z.shape, dtype=out_dtype, device=z.device)
-    if _compiled(z, backend):
-        filtered = _filter_compiled(z.to(dtype), mask, q, v, p0, rho0, mask_policy, zero_masked)
-        return filtered.to(out_dtype)
+    path = _path(z, backend)
+    if path == "triton" and backend == "auto" and _TRITON_FAILED:
+        path = "torch"
+    if path != "torch":
+        try:
+            filtered = _filter_kernel(
+                path, z.to(dtype), mask, q, v, p0, rho0, mask_policy, zero_masked
+            )
+        except Exception as error:
+            if path != "triton" or backend != "auto":
+                raise
+            _give_up_triton(error)
+        else:
+            return filtered.to(out_dtype)
     gains, log_keep = _gain_terms(length, q, v, p0, z.device)
     zc = z.to(dtype)
     if mask_policy == "skip":
@@ -339,29 +354,74 @@ def kalman_filter(
     return out.to(out_dtype)
 
 
-def _compiled(z: Tensor, backend: Backend) -> bool:
-    """Whether :func:`kalman_filter` runs the numba kernel (see its ``backend``)."""
-    from ratioscope.functional import _kernels
+#: set when the Triton kernel failed to build or run on this machine: "auto" then takes
+#: the scan for the rest of the process
+_TRITON_FAILED = False
 
-    if backend not in ("auto", "compiled", "torch"):
+
+def _give_up_triton(error: Exception) -> None:
+    """Warn once that the Triton kernel failed (a GPU or Triton release it does not
+    build for) and let "auto" take the scan from now on: an analysis still runs."""
+    import warnings
+
+    global _TRITON_FAILED
+    _TRITON_FAILED = True
+    warnings.warn(
+        f"the Triton Kalman kernel failed here ({type(error).__name__}: {error}); "
+        "the torch scan is used instead (RATIOSCOPE_DISABLE_TRITON=1 skips the try)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _path(z: Tensor, backend: Backend) -> Literal["compiled", "triton", "torch"]:
+    """Which loop :func:`kalman_filter` runs (see its ``backend``)."""
+    from ratioscope.functional import _kernels, _triton_kernels
+
+    if backend not in ("auto", "compiled", "triton", "torch"):
         raise ParameterError(
             "backend",
-            f"must be 'auto', 'compiled' or 'torch', got '{backend}'",
+            f"must be 'auto', 'compiled', 'triton' or 'torch', got '{backend}'",
             subject="the Kalman filter backend",
         )
     if backend == "torch":
-        return False
-    usable = z.device.type == "cpu" and _kernels.available()
-    if backend == "compiled" and not usable:
+        return "torch"
+    numba_ok = z.device.type == "cpu" and _kernels.available()
+    if backend == "compiled" and not numba_ok:
         raise ParameterError(
             "backend",
             "'compiled' needs numba installed and a CPU tensor",
             subject="the Kalman filter backend",
         )
-    return usable
+    # the interpreter takes CPU tensors too, but on the CPU numba is the fast loop
+    triton_ok = _triton_kernels.can_take(z) and (backend == "triton" or z.device.type != "cpu")
+    if backend == "triton" and not triton_ok:
+        raise ParameterError(
+            "backend",
+            "'triton' needs Triton installed and a GPU tensor (or TRITON_INTERPRET=1)",
+            subject="the Kalman filter backend",
+        )
+    if backend == "compiled" or (backend == "auto" and numba_ok):
+        return "compiled"
+    return "triton" if triton_ok else "torch"
 
 
-def _filter_compiled(
+@functools.lru_cache(maxsize=8)
+def _constants(T: int, q: float, v: float, p0: float, rho0: float, device: str) -> Tensor:
+    """[2 T + 1] float64 on ``device``: 1 - K_t (exactly V / (P_pred + V)), then K_t,
+    then rho0. One upload, kept for the next call, so that filtering step after step on
+    a GPU uploads nothing; rho0 travels as a float64 value (a kernel's float argument
+    would be rounded to float32)."""
+    import numpy as np
+    import torch
+
+    p_pred = _predicted_variances(T, q, v, p0).numpy()
+    table = np.concatenate([v / (p_pred + v), p_pred / (p_pred + v), [rho0]])
+    return torch.from_numpy(table).to(device)
+
+
+def _filter_kernel(
+    path: Literal["compiled", "triton"],
     z: Tensor,
     mask: Tensor,
     q: float,
@@ -371,24 +431,30 @@ def _filter_compiled(
     policy: MaskPolicy,
     zero_masked: bool = False,
 ) -> Tensor:
-    """The recurrence token by token in a compiled loop: [B, T] of z's dtype (0 at
-    masked positions with ``zero_masked``).
+    """The recurrence token by token in a compiled loop (numba on the CPU, Triton on a
+    GPU): [B, T] of z's dtype (0 at masked positions with ``zero_masked``).
 
     rho_t = (1 - K_t) rho_{t-1} + K_t z_t with the state kept in float64 and rounded once
     per stored value; 1 - K_t = V / (P_pred + V) exactly, as in the scan's log terms.
     """
     import torch
 
-    from ratioscope.functional import _kernels
+    from ratioscope.functional import _kernels, _triton_kernels
 
-    p_pred = _predicted_variances(z.shape[1], q, v, p0).numpy()
-    keep = v / (p_pred + v)
-    gains = p_pred / (p_pred + v)
-    out = torch.empty(z.shape, dtype=z.dtype)
-    values = z.detach().contiguous().numpy()
+    device = "cpu" if path == "compiled" else str(z.device)
+    length = z.shape[1]
+    table = _constants(length, q, v, p0, rho0, device)
+    keep, gains, initial = table[:length], table[length : 2 * length], table[2 * length :]
+    values = z.detach().contiguous()
+    out = torch.empty(values.shape, dtype=values.dtype, device=values.device)
+    if path == "triton":
+        _triton_kernels.kalman(
+            values, mask.contiguous(), keep, gains, initial, policy == "skip", out, zero_masked
+        )
+        return out
     _kernels.kalman(
-        values, mask.contiguous().numpy(), keep, gains, rho0, policy == "skip", out.numpy(),
-        zero_masked,
+        values.numpy(), mask.contiguous().numpy(), keep.numpy(), gains.numpy(), rho0,
+        policy == "skip", out.numpy(), zero_masked,
     )  # fmt: skip
     return out
 

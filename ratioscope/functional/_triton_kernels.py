@@ -1,0 +1,184 @@
+"""Fused GPU kernels (Triton) for the parts of the analysis that are a recurrence.
+
+On a GPU the tensor code of a recurrence is many launches and many passes over [B, T]
+(the Kalman filter's chunked scan: about 55 launches and 14 passes where the floor is one
+read of z and the mask and one write of rho). A Triton kernel reads each element once,
+keeps the state in registers and writes each result once; it is the GPU's counterpart
+of the numba loops in :mod:`ratioscope.functional._kernels`, and the torch code stays the
+reference the tests compare it with.
+
+Triton comes with torch's CUDA wheels, so no install is asked of a GPU machine. It is
+used where :func:`can_take` says so: Triton importable, ``RATIOSCOPE_DISABLE_TRITON``
+unset, and the tensors on a CUDA (or ROCm) device of a torch built for one; or, with
+``TRITON_INTERPRET=1``, on any device: Triton's interpreter then runs each kernel on the
+host with numpy, which is how the tests check these kernels on a machine without a GPU
+(the same kernel source, not its GPU code generation nor its speed).
+
+Kernels are defined on first use: ``triton.jit`` decides between compiling and
+interpreting when it decorates a function, so the choice follows the environment of the
+first call, not of the import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+#: set to a non-empty value other than "0" to keep the torch path on a GPU
+DISABLE_ENV = "RATIOSCOPE_DISABLE_TRITON"
+#: Triton's own switch to its host interpreter
+INTERPRET_ENV = "TRITON_INTERPRET"
+
+#: tokens a program reads at once along a row (a power of two: the scan's tile width)
+BLOCK_T = 1024
+#: rows a program filters together (a power of two)
+BLOCK_ROWS = 2
+#: programs per streaming multiprocessor the grid aims at when rows are cut into chunks
+#: filtered in parallel (their carries joined by a second, small pass) ...
+PROGRAMS_PER_SM = 4
+#: ... which they are when the rows alone give fewer programs than this per
+#: multiprocessor: a row in chunks is read twice
+MIN_PROGRAMS_PER_SM = 2
+#: the multiprocessor count assumed where the device does not say (the interpreter)
+DEFAULT_SMS = 8
+
+
+def interpreting() -> bool:
+    """Whether Triton runs its kernels in its host interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get(INTERPRET_ENV, "") not in ("", "0")
+
+
+def available() -> bool:
+    """True when Triton imports and ``RATIOSCOPE_DISABLE_TRITON`` does not turn it off."""
+    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        return False
+    return importlib.util.find_spec("triton") is not None
+
+
+def can_take(*tensors: Tensor) -> bool:
+    """Whether the kernels here can run on ``tensors``: Triton :func:`available`, and
+    either the interpreter on or every tensor on a GPU of a torch built with CUDA or ROCm
+    (a CPU build that reports ``cuda`` tensors has no GPU to compile for)."""
+    if not available():
+        return False
+    if interpreting():
+        return True
+    built_for_gpu = torch.version.cuda is not None or torch.version.hip is not None
+    return built_for_gpu and all(t.device.type == "cuda" for t in tensors)
+
+
+def _kernels() -> ModuleType:
+    """The kernels' module, defined for the mode the environment asks for now (Triton
+    reads ``TRITON_INTERPRET`` when it decorates, that is, on import)."""
+    import triton.language as tl
+
+    from ratioscope.functional import _triton_source
+
+    # triton.language's own helpers are decorated once, for the mode Triton was
+    # imported in: a process cannot switch modes after
+    helpers_interpreted = type(tl.zeros).__name__ == "InterpretedFunction"
+    if helpers_interpreted != interpreting():
+        raise RuntimeError(
+            f"Triton was imported with {INTERPRET_ENV}={int(helpers_interpreted)} and is now "
+            f"asked for {INTERPRET_ENV}={int(interpreting())}: set it before Triton is imported"
+        )
+    if interpreting() != _triton_source.INTERPRETED:
+        _triton_source = importlib.reload(_triton_source)
+    return _triton_source
+
+
+def _multiprocessors(device: torch.device) -> int:
+    if device.type == "cuda" and not interpreting():
+        return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return DEFAULT_SMS
+
+
+def kalman_chunks(rows: int, length: int, multiprocessors: int) -> tuple[int, int]:
+    """(n_chunks, chunk_len) of a [rows, length] filter: one chunk a row where the rows
+    alone give ``MIN_PROGRAMS_PER_SM`` programs per multiprocessor, else as many chunks
+    (of whole tiles) as give ``PROGRAMS_PER_SM``; a row in chunks is read twice, so only
+    short batches of long rows take them."""
+    row_blocks = -(-rows // BLOCK_ROWS)
+    tiles = max(1, -(-length // BLOCK_T))
+    if row_blocks >= MIN_PROGRAMS_PER_SM * multiprocessors or tiles == 1:
+        return 1, tiles * BLOCK_T
+    n_chunks = min(tiles, -(-PROGRAMS_PER_SM * multiprocessors // row_blocks))
+    chunk_len = -(-tiles // n_chunks) * BLOCK_T
+    return -(-length // chunk_len), chunk_len
+
+
+def kalman(
+    z: Tensor,
+    mask: Tensor,
+    keep: Tensor,
+    gains: Tensor,
+    initial: Tensor,
+    skip: bool,
+    out: Tensor,
+    zero_masked: bool = False,
+) -> None:
+    """Fill ``out`` with the filtered states, as ``_kernels.kalman`` does on the CPU.
+
+    Args:
+        z: [B, T] float32 or float64 log-ratios, contiguous.
+        mask: [B, T] bool, contiguous.
+        keep, gains: [T] float64, 1 - K_t (exactly V / (P_pred + V)) and K_t.
+        initial: [1] float64, rho0, the state before the first token.
+        skip: mask policy "skip" (the n-th valid token takes K_n; a masked position
+            holds the last state) rather than "zero" (a masked token observes 0).
+        out: [B, T] of z's dtype, written.
+        zero_masked: 0 at masked positions instead of the state.
+
+    The state is float64, rounded once when stored. Rows are cut into chunks only when
+    they are too few to fill the GPU (see :func:`kalman_chunks`); then a first pass
+    leaves each chunk's product of keeps and end state, a small pass joins them, and a
+    second pass writes rho: 14 bytes an element read and written instead of 9.
+    """
+    kernels = _kernels()
+    rows, length = z.shape
+    if rows == 0 or length == 0:
+        return
+    mask_bytes = mask.view(torch.uint8)
+    n_chunks, chunk_len = kalman_chunks(rows, length, _multiprocessors(z.device))
+    grid = (-(-rows // BLOCK_ROWS), n_chunks)
+    sizes = (rows, length, chunk_len, n_chunks)
+    flags = {
+        "SKIP": skip, "ZERO_MASKED": zero_masked, "HAS_OFFSETS": skip and n_chunks > 1,
+        "BLOCK_ROWS": BLOCK_ROWS, "BLOCK_T": BLOCK_T,
+    }  # fmt: skip
+    if n_chunks == 1:
+        unused = out  # a pointer the kernel is given but does not follow
+        kernels.kalman_scan[grid](
+            z, mask_bytes, keep, gains, initial, unused, unused, out, unused, unused, *sizes,
+            HAS_START=False, WRITE_OUT=True, WRITE_ENDS=False, **flags,
+        )  # fmt: skip
+        return
+    offsets = _chunk_offsets(mask_bytes, n_chunks, chunk_len) if skip else out
+    ends = torch.empty((3, rows, n_chunks), dtype=torch.float64, device=z.device)
+    end_keep, end_state, starts = ends[0], ends[1], ends[2]
+    kernels.kalman_scan[grid](
+        z, mask_bytes, keep, gains, initial, starts, offsets, out, end_keep, end_state, *sizes,
+        HAS_START=False, WRITE_OUT=False, WRITE_ENDS=True, **flags,
+    )  # fmt: skip
+    block = 128
+    kernels.chunk_starts[(-(-rows // block),)](
+        end_keep, end_state, initial, starts, rows, n_chunks, BLOCK=block
+    )
+    kernels.kalman_scan[grid](
+        z, mask_bytes, keep, gains, initial, starts, offsets, out, end_keep, end_state, *sizes,
+        HAS_START=True, WRITE_OUT=True, WRITE_ENDS=False, **flags,
+    )  # fmt: skip
+
+
+def _chunk_offsets(mask_bytes: Tensor, n_chunks: int, chunk_len: int) -> Tensor:
+    """[B, n_chunks] int32: the valid tokens of a row before each chunk (policy "skip":
+    where a chunk's gains start)."""
+    rows, length = mask_bytes.shape
+    padded = torch.nn.functional.pad(mask_bytes, (0, n_chunks * chunk_len - length))
+    counts = padded.view(rows, n_chunks, chunk_len).sum(-1, dtype=torch.int32)
+    return (counts.cumsum(1, dtype=torch.int32) - counts).contiguous()

@@ -1,0 +1,104 @@
+"""The Triton kernels of :mod:`ratioscope.functional._triton_kernels`, at module level
+(Triton resolves a kernel's names in its module, not in an enclosing function).
+
+Imported on first use only, where Triton is installed: ``triton.jit`` decides between
+compiling and interpreting (``TRITON_INTERPRET=1``) when this module is imported.
+"""
+
+import triton
+import triton.language as tl
+
+#: whether the kernels below were defined for Triton's interpreter
+INTERPRETED = triton.knobs.runtime.interpret
+
+
+@triton.jit
+def _affine(a_first, b_first, a_second, b_second):
+    # x -> a_first x + b_first, then x -> a_second x + b_second
+    return a_first * a_second, a_second * b_first + b_second
+
+
+@triton.jit
+def kalman_scan(
+    z_ptr, mask_ptr, keep_ptr, gain_ptr, initial_ptr, start_ptr, offset_ptr, out_ptr,
+    end_keep_ptr, end_state_ptr, rows, length, chunk_len, n_chunks,
+    SKIP: tl.constexpr, ZERO_MASKED: tl.constexpr, HAS_START: tl.constexpr,
+    HAS_OFFSETS: tl.constexpr, WRITE_OUT: tl.constexpr, WRITE_ENDS: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """One chunk of BLOCK_ROWS rows: rho_t = keep_t rho_{t-1} + K_t x_t in float64,
+    tile by tile, each tile an associative scan of the affine steps. With WRITE_ENDS
+    (from state 0) it leaves the chunk's product of keeps and its end state, which
+    join the chunks; with WRITE_OUT it writes rho from the chunk's start state
+    (``start_ptr`` [rows, n_chunks] with HAS_START, else rho0)."""
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    chunk = tl.program_id(1)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    ends_at = row * n_chunks + chunk
+    if HAS_START:
+        state = tl.load(start_ptr + ends_at, mask=row_ok, other=0.0)
+    else:
+        state = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+        if not WRITE_ENDS:  # a chunk's ends are taken from state 0
+            state += tl.load(initial_ptr)
+    if HAS_OFFSETS:
+        count = tl.load(offset_ptr + ends_at, mask=row_ok, other=0)
+    else:
+        count = tl.zeros([BLOCK_ROWS], dtype=tl.int32)
+    product = tl.full([BLOCK_ROWS], 1.0, dtype=tl.float64)
+    begin = chunk * chunk_len
+    for step in range(0, chunk_len, BLOCK_T):
+        column = begin + step + tl.arange(0, BLOCK_T)
+        inside = row_ok[:, None] & (column < length)[None, :]
+        at = row_base[:, None] + column[None, :]
+        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        z = tl.load(z_ptr + at, mask=inside, other=0.0).to(tl.float64)
+        # masked (or past the end): no observation, whatever z holds (NaN included)
+        observed = tl.where(valid, z, 0.0)
+        if SKIP:
+            # the n-th valid token of a row takes the n-th gain; a masked one
+            # leaves the state as it is
+            index = count[:, None] + tl.cumsum(valid.to(tl.int32), 1) - 1
+            index = tl.where(valid, index, 0)
+            keep = tl.load(keep_ptr + index, mask=valid, other=1.0)
+            gain = tl.load(gain_ptr + index, mask=valid, other=0.0)
+            count += tl.sum(valid.to(tl.int32), 1)
+        else:
+            in_row = column < length
+            keep_t = tl.load(keep_ptr + column, mask=in_row, other=1.0)
+            gain_t = tl.load(gain_ptr + column, mask=in_row, other=0.0)
+            keep = tl.broadcast_to(keep_t[None, :], [BLOCK_ROWS, BLOCK_T])
+            gain = tl.broadcast_to(gain_t[None, :], [BLOCK_ROWS, BLOCK_T])
+        kept, added = tl.associative_scan((keep, gain * observed), 1, _affine)
+        rho = kept * state[:, None] + added
+        if WRITE_OUT:
+            stored = rho
+            if ZERO_MASKED:
+                stored = tl.where(valid, rho, 0.0)
+            tl.store(out_ptr + at, stored.to(out_ptr.dtype.element_ty), mask=inside)
+        # past the end the steps are the identity, so the last column is the state
+        # after the tile (and its product the tile's)
+        last = (tl.arange(0, BLOCK_T) == BLOCK_T - 1)[None, :]
+        state = tl.sum(tl.where(last, rho, 0.0), 1)
+        product = product * tl.sum(tl.where(last, kept, 0.0), 1)
+    if WRITE_ENDS:
+        tl.store(end_keep_ptr + ends_at, product, mask=row_ok)
+        tl.store(end_state_ptr + ends_at, state, mask=row_ok)
+
+
+@triton.jit
+def chunk_starts(
+    end_keep_ptr, end_state_ptr, initial_ptr, start_ptr, rows, n_chunks, BLOCK: tl.constexpr
+):
+    """The state before each chunk: s_0 = rho0, s_{j+1} = P_j s_j + E_j along a row
+    of [rows, n_chunks] (P the chunk's product of keeps, E its end state from 0)."""
+    row = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row_ok = row < rows
+    state = tl.zeros([BLOCK], dtype=tl.float64) + tl.load(initial_ptr)
+    for chunk in range(0, n_chunks):
+        at = row * n_chunks + chunk
+        tl.store(start_ptr + at, state, mask=row_ok)
+        product = tl.load(end_keep_ptr + at, mask=row_ok, other=1.0)
+        end = tl.load(end_state_ptr + at, mask=row_ok, other=0.0)
+        state = product * state + end

@@ -1,0 +1,165 @@
+"""The Triton Kalman kernel (the GPU's loop), run here by Triton's interpreter.
+
+``TRITON_INTERPRET=1`` runs the kernel source on the host with numpy: its arithmetic, its
+masks, its chunks and their carries are checked against a float64 loop; its GPU code
+generation and its speed are checked by ``benchmarks/gpu_check.sh`` on a GPU (the
+``cuda`` test below, and the Kalman rows).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from ratioscope.errors import ParameterError
+from ratioscope.functional import _triton_kernels
+from ratioscope.functional.kalman import _path, kalman_filter, kalman_filter_loop
+
+# not importorskip: Triton must be first imported with the interpreter on (the fixture)
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="needs Triton installed"
+)
+
+ATOL = 1e-6  # float32 output: a few roundings of |rho| against the float64 loop
+
+
+#: tile width in these tests: the interpreter runs a scan element by element in Python
+#: (about 80 us an element), so tiles of 16 make every case of tiles and chunks small
+TILE = 16
+
+
+@pytest.fixture(autouse=True)
+def interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_triton_kernels.INTERPRET_ENV, "1")
+    monkeypatch.delenv(_triton_kernels.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(_triton_kernels, "BLOCK_T", TILE)
+
+
+def ragged(rows: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """z [rows, length] float32 and a right-padded mask with holes (a full row, an empty
+    one), NaN and inf where masked: the kernel must never read them."""
+    gen = torch.Generator().manual_seed(seed)
+    z = 0.3 * torch.randn(rows, length, generator=gen)
+    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
+    lengths[0], lengths[-1] = length, 0
+    mask = torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)
+    mask &= torch.rand(rows, length, generator=gen) >= 0.1
+    z[~mask] = float("nan")
+    z[~mask & (torch.rand(rows, length, generator=gen) < 0.5)] = float("inf")
+    return z, mask
+
+
+def plain_loop(z: list[float], valid: list[bool], q: float, v: float) -> list[float]:
+    """Policy "zero" written out: P_pred = P + Q, K = P_pred / (P_pred + V)."""
+    p, rho, out = 0.0, 0.0, []
+    for value, ok in zip(z, valid, strict=True):
+        p_pred = p + q
+        gain = p_pred / (p_pred + v)
+        rho = (1 - gain) * rho + gain * (value if ok else 0.0)
+        p = (1 - gain) * p_pred
+        out.append(rho)
+    return out
+
+
+def test_hand_case() -> None:
+    z = torch.tensor([[1.0, 1.0, 1.0], [2.0, -1.0, 4.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [True, False, True]])
+    got = kalman_filter(z, mask, q=1.0, v=1.0, backend="triton")
+    assert got[0].tolist() == pytest.approx([0.5, 0.8, 12 / 13], abs=1e-15)  # K 1/2, 3/5, 8/13
+    expected = plain_loop([2.0, -1.0, 4.0], [True, False, True], 1.0, 1.0)
+    assert got[1].tolist() == pytest.approx(expected, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("rows", "length", "chunks"),
+    [(3, 10, 1), (40, 50, 1), (24, 80, 3), (5, 60, 4)],
+    ids=["one-tile", "rows-of-four-tiles", "chunks-of-two-tiles", "chunks-of-one-tile"],
+)
+@pytest.mark.parametrize("policy", ["zero", "skip"])
+@pytest.mark.parametrize("zero_masked", [False, True])
+def test_matches_the_float64_loop(rows, length, chunks, policy, zero_masked) -> None:
+    assert _triton_kernels.kalman_chunks(rows, length, _triton_kernels.DEFAULT_SMS)[0] == chunks
+    z, mask = ragged(rows, length, seed=rows + length)
+    for q in (1e-6, 1e-2, 50.0):
+        expected = kalman_filter_loop(z.double(), mask, q, 1.0, mask_policy=policy)
+        if zero_masked:
+            expected = torch.where(mask, expected, torch.zeros(()))
+        got = kalman_filter(
+            z, mask, q, 1.0, mask_policy=policy, backend="triton", zero_masked=zero_masked
+        )
+        assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        assert (got.double() - expected).abs().max().item() <= ATOL
+        compiled = kalman_filter(
+            z, mask, q, 1.0, mask_policy=policy, backend="torch", zero_masked=zero_masked
+        )
+        assert (got - compiled).abs().max().item() <= ATOL
+
+
+def test_float64_input_keeps_float64() -> None:
+    z, mask = ragged(6, 70, seed=3)
+    z = z.double()
+    got = kalman_filter(z, mask, 1e-4, 1.0, rho0=0.1, backend="triton")
+    expected = kalman_filter_loop(z, mask, 1e-4, 1.0, rho0=0.1)
+    assert got.dtype == torch.float64
+    assert (got - expected).abs().max().item() <= 1e-12
+
+
+def test_empty_shapes() -> None:
+    for shape in ((0, 5), (4, 0)):
+        got = kalman_filter(torch.zeros(shape), None, backend="triton")
+        assert got.shape == shape
+
+
+@pytest.mark.parametrize(
+    ("rows", "length", "sms", "expected"),
+    [
+        (1024, 4096, 132, (1, 4096)),  # 512 row blocks: at least 2 programs an SM
+        (64, 32768, 132, (16, 2048)),  # 32 row blocks: chunks of 2 tiles, 16 a row
+        (64, 800, 132, (1, 1024)),  # one tile: nothing to cut
+        (5, 3000, 8, (3, 1024)),  # 3 row blocks, 3 tiles: a tile a chunk
+        (40, 2100, 8, (1, 3072)),  # 20 row blocks: 2 an SM
+        (24, 4500, 8, (3, 2048)),  # 12 row blocks want 3 chunks of 5 tiles: 2, 2, 1
+    ],
+)
+def test_chunks(rows, length, sms, expected, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_triton_kernels, "BLOCK_T", 1024)
+    assert _triton_kernels.kalman_chunks(rows, length, sms) == expected
+
+
+def test_where_the_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    z = torch.zeros(2, 3)
+    # on the CPU, numba's loop (or the scan) even with the interpreter on
+    assert _path(z, "auto") in ("compiled", "torch")
+    assert _path(z, "triton") == "triton"
+    monkeypatch.setenv(_triton_kernels.DISABLE_ENV, "1")
+    with pytest.raises(ParameterError, match="'triton' needs Triton"):
+        kalman_filter(z, None, backend="triton")
+    monkeypatch.delenv(_triton_kernels.DISABLE_ENV)
+    monkeypatch.delenv(_triton_kernels.INTERPRET_ENV)
+    # a CPU build of torch compiles for no GPU
+    assert not _triton_kernels.can_take(z)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(1024, 4100), (64, 32768)], ids=["rows", "chunks"])
+@pytest.mark.parametrize("policy", ["zero", "skip"])
+def test_cuda_kernel_matches_the_loop(shape, policy, monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton.language as tl
+
+    if type(tl.zeros).__name__ == "InterpretedFunction":
+        pytest.skip("Triton was imported for its interpreter in this process: pytest -m cuda")
+    monkeypatch.delenv(_triton_kernels.INTERPRET_ENV)
+    z, mask = ragged(*shape, seed=7)
+    expected = kalman_filter_loop(z.double(), mask, 1e-4, 1.0, mask_policy=policy)
+    got = kalman_filter(z.cuda(), mask.cuda(), 1e-4, 1.0, mask_policy=policy, backend="triton")
+    assert got.device.type == "cuda" and got.dtype == torch.float32
+    assert (got.cpu().double() - expected).abs().max().item() <= ATOL
+    # float64 in and out, rho0 not a float32 value: kept to float64's rounding
+    exact = kalman_filter(
+        z.double().cuda(), mask.cuda(), 1e-4, 1.0, 0.0, 0.1, policy, backend="triton"
+    )
+    expected = kalman_filter_loop(z.double(), mask, 1e-4, 1.0, 0.0, 0.1, policy)
+    assert (exact.cpu() - expected).abs().max().item() <= 1e-12
