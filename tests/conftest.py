@@ -4,10 +4,19 @@ default run (pyproject.toml: ``-m 'not slow'``) leaves out."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 from dumps import Reference, make_reference
+
+# Triton's interpreter runs the GPU kernels' tests on a machine without a GPU
+# (tests/test_triton_kernels.py). It is chosen when Triton is first imported, which any
+# test (or a package it loads) may do, so it is switched on here, before them all; on a
+# GPU the kernels are compiled, and the cuda tests check them there.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 

@@ -10,9 +10,10 @@ reference the tests compare it with.
 Triton comes with torch's CUDA wheels, so no install is asked of a GPU machine. It is
 used where :func:`can_take` says so: Triton importable, ``RATIOSCOPE_DISABLE_TRITON``
 unset, and the tensors on a CUDA (or ROCm) device of a torch built for one; or, with
-``TRITON_INTERPRET=1``, on any device: Triton's interpreter then runs each kernel on the
-host with numpy, which is how the tests check these kernels on a machine without a GPU
-(the same kernel source, not its GPU code generation nor its speed).
+``TRITON_INTERPRET=1``, on CPU tensors: Triton's interpreter then runs each kernel on
+the host with numpy (about 80 us an element in a scan), which is how the tests check
+these kernels on a machine without a GPU (the same kernel source, not its GPU code
+generation nor its speed).
 
 Kernels are defined on first use: ``triton.jit`` decides between compiling and
 interpreting when it decorates a function, so the choice follows the environment of the
@@ -62,12 +63,13 @@ def available() -> bool:
 
 def can_take(*tensors: Tensor) -> bool:
     """Whether the kernels here can run on ``tensors``: Triton :func:`available`, and
-    either the interpreter on or every tensor on a GPU of a torch built with CUDA or ROCm
-    (a CPU build that reports ``cuda`` tensors has no GPU to compile for)."""
+    every tensor on the CPU with the interpreter on, or on a GPU of a torch built with
+    CUDA or ROCm without it (a CPU build that reports ``cuda`` tensors has no GPU to
+    compile for)."""
     if not available():
         return False
     if interpreting():
-        return True
+        return all(t.device.type == "cpu" for t in tensors)
     built_for_gpu = torch.version.cuda is not None or torch.version.hip is not None
     return built_for_gpu and all(t.device.type == "cuda" for t in tensors)
 
