@@ -171,3 +171,23 @@ def test_cuda_kernel_matches_the_loop(shape, policy, monkeypatch: pytest.MonkeyP
     )
     expected = kalman_filter_loop(z.double(), mask, 1e-4, 1.0, 0.0, 0.1, policy)
     assert (exact.cpu() - expected).abs().max().item() <= 1e-12
+
+
+def test_a_kernel_that_fails_to_build_leaves_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ratioscope.functional import kalman
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel for this GPU")
+
+    monkeypatch.setattr(kalman, "_TRITON_FAILED", False)
+    monkeypatch.setattr(kalman, "_path", lambda z, backend: "triton")
+    monkeypatch.setattr(_triton_kernels, "kalman", broken)
+    z, mask = ragged(4, 30, seed=5)
+    with pytest.warns(RuntimeWarning, match="no kernel for this GPU"):
+        got = kalman_filter(z, mask, 1e-3, 1.0)
+    expected = kalman_filter_loop(z.double(), mask, 1e-3, 1.0)
+    assert (got.double() - expected).abs().max().item() <= ATOL
+    assert kalman._TRITON_FAILED  # "auto" takes the scan from now on, without a warning
+    kalman_filter(z, mask, 1e-3, 1.0)
+    with pytest.raises(RuntimeError, match="no kernel"):  # asked for: no fallback
+        kalman_filter(z, mask, 1e-3, 1.0, backend="triton")
