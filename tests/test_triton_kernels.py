@@ -191,3 +191,130 @@ def test_a_kernel_that_fails_to_build_leaves_the_scan(monkeypatch: pytest.Monkey
     kalman_filter(z, mask, 1e-3, 1.0)
     with pytest.raises(RuntimeError, match="no kernel"):  # asked for: no fallback
         kalman_filter(z, mask, 1e-3, 1.0, backend="triton")
+
+
+def signal_batch(rows: int, length: int, seed: int, dtype=torch.float32):
+    """A log-ratio signal with zeros, values past both ends of the bins' range, a row
+    all masked and NaN where masked; advantages of both signs and zeros."""
+    gen = torch.Generator().manual_seed(seed)
+    signal = (0.3 * torch.randn(rows, length, generator=gen)).to(dtype)
+    signal[0, :3] = torch.tensor([0.0, 1e-12, -1e6], dtype=dtype)
+    mask = torch.rand(rows, length, generator=gen) >= 0.15
+    mask[min(1, rows - 1)] = False
+    mask[0, :3] = True
+    advantages = torch.randn(rows, length, generator=gen).to(dtype)
+    advantages[:, ::7] = 0.0
+    signal = signal.masked_fill(~mask, float("nan"))
+    return signal, advantages, mask
+
+
+def moments_of(values: torch.Tensor) -> tuple[int, float, float, float, float]:
+    """(n, mean, sum of squared deviations, min, max), written out in float64."""
+    x = values.double()
+    mean = x.mean().item()
+    return len(x), mean, ((x - mean) ** 2).sum().item(), x.min().item(), x.max().item()
+
+
+@pytest.mark.parametrize(("rows", "length"), [(3, 10), (5, 50), (9, 37)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ratio_rows_match_the_tensor_code(rows, length, dtype) -> None:
+    from ratioscope.functional import histogram as bins
+    from ratioscope.functional.ratio_rows import ratio_rows
+    from ratioscope.functional.surrogate import ppo_row_sums
+
+    signal, advantages, mask = signal_batch(rows, length, seed=rows * length, dtype=dtype)
+    clip = (0.2, 0.28)
+    got = ratio_rows(signal, advantages, mask, clip, triton=True)
+    values = signal[mask]
+    assert torch.equal(got.counts, bins.histogram(values))
+    n, mean, spread, low, high = got.moments
+    expected = moments_of(values)
+    assert n == expected[0] and (low, high) == expected[3:]
+    assert mean == pytest.approx(expected[1], rel=1e-12, abs=1e-15)
+    assert spread == pytest.approx(expected[2], rel=1e-12)
+    clipped, clipped_terms, plain_terms = ppo_row_sums(
+        torch.where(mask, signal, torch.zeros((), dtype=dtype)), advantages, mask, clip
+    )
+    assert got.ppo is not None
+    assert torch.equal(got.ppo[0], clipped)
+    assert torch.allclose(got.ppo[1], clipped_terms, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(got.ppo[2], plain_terms, rtol=1e-12, atol=1e-12)
+    without = ratio_rows(signal, None, mask, clip, triton=True)
+    assert without.ppo is None and torch.equal(without.counts, got.counts)
+
+
+def test_ratio_rows_bins_on_both_sides_of_every_edge() -> None:
+    from ratioscope.functional import histogram as bins
+    from ratioscope.functional.ratio_rows import ratio_rows
+
+    k = torch.arange(0, bins.MAGNITUDE_BINS + 1, 7, dtype=torch.float64)
+    edges = 10.0 ** (bins.MIN_EXP + k / bins.PER_DECADE)
+    near = torch.cat([edges * (1 - 1e-9), edges * (1 + 1e-9)])
+    values = torch.cat([near, -near]).view(4, -1)
+    mask = torch.ones(values.shape, dtype=torch.bool)
+    got = ratio_rows(values, None, mask, (0.2, 0.2), triton=True)
+    assert torch.equal(got.counts, bins.histogram(values.flatten()))
+
+
+def test_ratio_rows_of_no_rows() -> None:
+    from ratioscope.functional.moments import EMPTY
+    from ratioscope.functional.ratio_rows import ratio_rows
+
+    empty = torch.zeros(0, 8)
+    got = ratio_rows(empty, empty, torch.zeros(0, 8, dtype=torch.bool), (0.2, 0.2), triton=True)
+    assert int(got.counts.sum()) == 0 and got.moments == EMPTY
+    assert got.ppo is not None and got.ppo[0].shape == (0,)
+
+
+def test_the_ratios_section_by_the_kernel_gives_the_cpu_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the section as a GPU runs it (its ratio rows by the Triton kernel), on one bundled
+    # step: the report's numbers those of the numba loop's, within float rounding
+    import sys
+    from pathlib import Path
+
+    import ratioscope
+    from ratioscope.functional import histogram as bins
+    from ratioscope.sections import ratios
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    from gpu_check import compare_documents
+
+    path = root / "sample_data" / "verl" / "step_0008.pt"
+    expected = ratioscope.analyze(path, sections=["ratios"]).to_dict()
+    calls = []
+    numba_loop = ratios.ratio_rows
+
+    def by_the_kernel(*args, **kwargs):
+        calls.append(1)
+        return numba_loop(*args, **kwargs, triton=True)
+
+    monkeypatch.setattr(ratios, "ratio_rows", by_the_kernel)
+    got = ratioscope.analyze(path, sections=["ratios"]).to_dict()
+    assert calls  # the token and Kalman variants
+    count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
+    assert count > 100 and not differing, differing[:5]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_ratio_rows_match_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ratioscope.functional.ratio_rows import ratio_rows
+
+    if imported_for_the_interpreter():
+        pytest.skip("Triton was imported for its interpreter in this process: pytest -m cuda")
+    monkeypatch.delenv(_triton_kernels.INTERPRET_ENV)
+    signal, advantages, mask = signal_batch(1024, 4100, seed=11)
+    cpu = ratio_rows(signal, advantages, mask, (0.2, 0.28), triton=False)
+    gpu = ratio_rows(signal.cuda(), advantages.cuda(), mask.cuda(), (0.2, 0.28))
+    # the GPU's log may put a value within an ulp of a bin edge in the next bin
+    assert int(gpu.counts.sum()) == int(cpu.counts.sum())
+    assert int((gpu.counts - cpu.counts).abs().sum()) <= 4
+    assert gpu.moments[0] == cpu.moments[0] and gpu.moments[3:] == cpu.moments[3:]
+    assert gpu.moments[1:3] == pytest.approx(cpu.moments[1:3], rel=1e-9, abs=1e-15)
+    assert gpu.ppo is not None and cpu.ppo is not None
+    assert torch.equal(gpu.ppo[0].cpu(), cpu.ppo[0])
+    for got, expected in zip(gpu.ppo[1:], cpu.ppo[1:], strict=True):
+        assert torch.allclose(got.cpu(), expected, rtol=1e-9, atol=1e-9)

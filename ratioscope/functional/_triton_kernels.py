@@ -22,6 +22,7 @@ first call, not of the import.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -184,3 +185,51 @@ def _chunk_offsets(mask_bytes: Tensor, n_chunks: int, chunk_len: int) -> Tensor:
     padded = torch.nn.functional.pad(mask_bytes, (0, n_chunks * chunk_len - length))
     counts = padded.view(rows, n_chunks, chunk_len).sum(-1, dtype=torch.int32)
     return (counts.cumsum(1, dtype=torch.int32) - counts).contiguous()
+
+
+@functools.lru_cache(maxsize=16)
+def float64_constants(values: tuple[float, ...], device: str) -> Tensor:
+    """``values`` as a float64 tensor on ``device``, uploaded once: a kernel's float
+    argument would reach it as float32."""
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def ratio_rows(
+    signal: Tensor, advantages: Tensor | None, mask: Tensor, bounds: tuple[float, float]
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """A log-ratio signal's histogram, moments and PPO row sums in one pass (what
+    ``_ratio_kernels.histogram_ppo_rows`` does on the CPU).
+
+    Args:
+        signal: [B, T] float32 or float64; advantages: [B, T] float or None; mask:
+            [B, T] bool; bounds: (1 - eps_low, 1 + eps_high).
+
+    Returns:
+        ``(counts [NUM_BINS] int32, partials [P, 5] float64, row_sums [B, 2] float64,
+        clipped [B] int64)`` on the device: each program's (count, mean, sum of squared
+        deviations, min, max) to merge in order; the last two None without advantages.
+    """
+    from ratioscope.functional import histogram as bins
+
+    kernels = _kernels()
+    rows, length = signal.shape
+    device = signal.device
+    programs = -(-rows // BLOCK_ROWS)
+    counts = torch.zeros(bins.NUM_BINS, dtype=torch.int32, device=device)
+    partials = torch.empty((programs, 5), dtype=torch.float64, device=device)
+    has_adv = advantages is not None
+    row_sums = torch.empty((rows, 2), dtype=torch.float64, device=device) if has_adv else None
+    clipped = torch.empty(rows, dtype=torch.int64, device=device) if has_adv else None
+    if rows == 0:
+        return counts, partials, row_sums, clipped
+    signal = signal.contiguous()
+    kernels.ratio_rows[(programs,)](
+        signal, signal if advantages is None else advantages.contiguous(),
+        mask.contiguous().view(torch.uint8), float64_constants(bounds, str(device)), counts,
+        partials, partials if row_sums is None else row_sums,
+        partials if clipped is None else clipped, rows, length, HAS_ADV=has_adv,
+        MIN_EXP=bins.MIN_EXP, PER_DECADE=bins.PER_DECADE,
+        MAGNITUDE_BINS=bins.MAGNITUDE_BINS, CENTER=bins.CENTER, BLOCK_ROWS=BLOCK_ROWS,
+        BLOCK_T=BLOCK_T,
+    )  # fmt: skip
+    return counts, partials, row_sums, clipped

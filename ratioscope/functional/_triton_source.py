@@ -102,3 +102,78 @@ def chunk_starts(
         product = tl.load(end_keep_ptr + at, mask=row_ok, other=1.0)
         end = tl.load(end_state_ptr + at, mask=row_ok, other=0.0)
         state = product * state + end
+
+
+@triton.jit
+def ratio_rows(
+    signal_ptr, adv_ptr, mask_ptr, bounds_ptr, counts_ptr, partial_ptr, row_sums_ptr,
+    clipped_ptr, rows, length,
+    HAS_ADV: tl.constexpr, MIN_EXP: tl.constexpr, PER_DECADE: tl.constexpr,
+    MAGNITUDE_BINS: tl.constexpr, CENTER: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """BLOCK_ROWS rows of a log-ratio signal, tile by tile: each valid value into the
+    fixed bins (atomic adds to ``counts_ptr``), the program's moments (count, mean, sum
+    of squared deviations, min, max: each tile's about its own mean, merged by Chan's
+    update) into ``partial_ptr`` [programs, 5], and with HAS_ADV each row's PPO sums:
+    ``row_sums_ptr`` [rows, 2] (min(r A, clip(r) A), r A) and ``clipped_ptr`` [rows], the
+    ratio bounds 1 - eps_low, 1 + eps_high read from ``bounds_ptr`` (float64)."""
+    program = tl.program_id(0)
+    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    low = tl.load(bounds_ptr)
+    high = tl.load(bounds_ptr + 1)
+    count = tl.full([], 0.0, dtype=tl.float64)
+    mean = tl.full([], 0.0, dtype=tl.float64)
+    spread = tl.full([], 0.0, dtype=tl.float64)
+    smallest = tl.full([], float("inf"), dtype=tl.float64)
+    largest = tl.full([], float("-inf"), dtype=tl.float64)
+    clipped_sum = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    plain_sum = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    zeroed = tl.zeros([BLOCK_ROWS], dtype=tl.int32)
+    for start in range(0, length, BLOCK_T):
+        column = start + tl.arange(0, BLOCK_T)
+        inside = row_ok[:, None] & (column < length)[None, :]
+        at = row_base[:, None] + column[None, :]
+        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        x = tl.load(signal_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        # the bin of histogram.bin_index: floor((log10|x| - MIN_EXP) PER_DECADE) within
+        # [-1, MAGNITUDE_BINS], + 2, on x's side of CENTER (log10 by the natural log:
+        # a value within an ulp or two of a bin edge may take the next bin)
+        magnitude = tl.maximum(tl.abs(x), 1e-300)
+        k = tl.floor((tl.log(magnitude) * 0.4342944819032518 - MIN_EXP) * PER_DECADE)
+        k = tl.minimum(tl.maximum(k, -1.0), MAGNITUDE_BINS * 1.0)
+        sign = tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, 0.0))
+        index = ((k + 2.0) * sign + CENTER).to(tl.int32)
+        tl.atomic_add(counts_ptr + index, tl.full(index.shape, 1, dtype=tl.int32), mask=valid)
+        tile_count = tl.sum(valid.to(tl.float64))
+        tile_mean = tl.sum(tl.where(valid, x, 0.0)) / tl.maximum(tile_count, 1.0)
+        deviation = tl.where(valid, x - tile_mean, 0.0)
+        total = count + tile_count
+        delta = tile_mean - mean
+        share = tile_count / tl.maximum(total, 1.0)
+        spread += tl.sum(deviation * deviation) + delta * delta * count * share
+        mean += delta * share
+        count = total
+        smallest = tl.minimum(smallest, tl.min(tl.where(valid, x, float("inf"))))
+        largest = tl.maximum(largest, tl.max(tl.where(valid, x, float("-inf"))))
+        if HAS_ADV:
+            a = tl.load(adv_ptr + at, mask=valid, other=0.0).to(tl.float64)
+            ratio = tl.exp(x)
+            plain = ratio * a
+            clipped_terms = tl.minimum(plain, tl.minimum(tl.maximum(ratio, low), high) * a)
+            clipped_sum += tl.sum(tl.where(valid, clipped_terms, 0.0), 1)
+            plain_sum += tl.sum(tl.where(valid, plain, 0.0), 1)
+            zero = ((a > 0.0) & (ratio > high)) | ((a < 0.0) & (ratio < low))
+            zeroed += tl.sum((zero & valid).to(tl.int32), 1)
+    partial = partial_ptr + program * 5
+    tl.store(partial, count)
+    tl.store(partial + 1, mean)
+    tl.store(partial + 2, spread)
+    tl.store(partial + 3, smallest)
+    tl.store(partial + 4, largest)
+    if HAS_ADV:
+        tl.store(row_sums_ptr + row * 2, clipped_sum, mask=row_ok)
+        tl.store(row_sums_ptr + row * 2 + 1, plain_sum, mask=row_ok)
+        tl.store(clipped_ptr + row, zeroed.to(tl.int64), mask=row_ok)

@@ -42,20 +42,43 @@ class RatioRows:
 
 
 def usable(signal: Tensor, advantages: Tensor | None) -> bool:
-    """Whether :func:`ratio_rows` can take these: numba available, CPU float32/float64."""
-    return _kernels.can_take(signal, *([] if advantages is None else [advantages]))
+    """Whether :func:`ratio_rows` can take these: numba available, CPU float32/float64;
+    or Triton, on a GPU (:func:`on_gpu`)."""
+    others = [] if advantages is None else [advantages]
+    return _kernels.can_take(signal, *others) or on_gpu(signal, advantages)
+
+
+def on_gpu(signal: Tensor, advantages: Tensor | None) -> bool:
+    """Whether :func:`ratio_rows` runs the Triton kernel: float32/float64 off the CPU,
+    where :func:`ratioscope.functional._triton_kernels.can_take` them."""
+    from ratioscope.functional import _triton_kernels
+
+    tensors = [signal] if advantages is None else [signal, advantages]
+    floats = all(t.dtype in _kernels.FLOAT_DTYPES for t in tensors)
+    return floats and signal.device.type != "cpu" and _triton_kernels.can_take(*tensors)
 
 
 def ratio_rows(
-    signal: Tensor, advantages: Tensor | None, mask: Tensor, clip: tuple[float, float]
+    signal: Tensor,
+    advantages: Tensor | None,
+    mask: Tensor,
+    clip: tuple[float, float],
+    *,
+    triton: bool | None = None,
 ) -> RatioRows:
     """Histogram, moments and PPO row sums of a log-ratio signal (see :class:`RatioRows`).
 
     Args:
         signal: [B, T] float log-ratio; advantages: [B, T] float or None; mask: [B, T]
             bool; clip: (eps_low, eps_high).
+        triton: the Triton kernel (True), the numba loop (False), or the Triton kernel
+            where :func:`on_gpu` (None). The kernel's counts and moments come back to the
+            host (two reads); its PPO sums stay on the device.
     """
     from ratioscope.functional import _ratio_kernels
+
+    if on_gpu(signal, advantages) if triton is None else triton:
+        return _ratio_rows_triton(signal, advantages, mask, clip)
 
     rows = mask.shape[0]
     row_sums = np.zeros((rows, 2), dtype=np.float64)
@@ -87,3 +110,23 @@ def ratio_rows(
         sums = torch.from_numpy(row_sums)
         ppo = (torch.from_numpy(clipped), sums[:, 0], sums[:, 1])
     return RatioRows(torch.from_numpy(counts), moments, ppo)
+
+
+def _ratio_rows_triton(
+    signal: Tensor, advantages: Tensor | None, mask: Tensor, clip: tuple[float, float]
+) -> RatioRows:
+    """:func:`ratio_rows` by the Triton kernel: counts and each program's moments read
+    back and merged in program order, the PPO sums left on the device."""
+    from ratioscope.functional import _triton_kernels
+
+    eps_low, eps_high = clip
+    counts, partials, row_sums, clipped = _triton_kernels.ratio_rows(
+        signal, advantages, mask, (1 - eps_low, 1 + eps_high)
+    )
+    moments = EMPTY
+    for n, mean, spread, low, high in partials.cpu().tolist():
+        moments = combine_moments(moments, MomentSums(int(n), mean, spread, low, high))
+    ppo = None
+    if row_sums is not None and clipped is not None:
+        ppo = (clipped, row_sums[:, 0], row_sums[:, 1])
+    return RatioRows(counts.cpu().long(), moments, ppo)
