@@ -12,18 +12,29 @@ per-token tensors at a stated bandwidth against the bytes moved, and against tho
 the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check.py``
 measures the real thing).
 
+On a GPU the Kalman filter and the ratios section's histogram pass are Triton kernels
+(``functional/_triton_kernels.py``), which the emulated device cannot compile; here they
+are stand-ins that count the launches those kernels make (the multiprocessors of an
+H100, 132, decide the Kalman filter's chunks) and the bytes they read and write once,
+and compute their results with the CPU's loops. ``--no-kernels`` counts the tensor code
+those kernels replace, the path a GPU takes without Triton.
+
     python benchmarks/device_ops.py                  # bench_analyze.py's 1,024 x 4,096 dump
     python benchmarks/device_ops.py DUMP --chunk-elements 16777216 --top 30
+    python benchmarks/device_ops.py --no-kernels     # the eager tensor path throughout
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -33,6 +44,8 @@ DEFAULT_DIR = Path("/tmp/ratioscope-bench")
 H100_BANDWIDTH = 3.35e12
 #: host time of one eager kernel launch on a GPU, seconds (a typical order of magnitude)
 LAUNCH_SECONDS = 5e-6
+#: an H100 SXM's streaming multiprocessors: how the Kalman kernel sizes its chunks
+H100_MULTIPROCESSORS = 132
 #: the table's columns and their widths
 WIDTHS = {"launches": 9, "views": 7, "reads": 7, "waits": 7, "uploads": 8, "moved": 10}
 #: the table's headers, where they differ from the kinds' names
@@ -49,8 +62,9 @@ def _on_path() -> None:
             sys.path.insert(0, str(folder))
 
 
-def count_operations(path: Path, chunk_elements: int | None = None):
-    """``ratioscope.analyze(path, device="cuda")`` on the emulated device, counted.
+def count_operations(path: Path, chunk_elements: int | None = None, kernels: bool = True):
+    """``ratioscope.analyze(path, device="cuda")`` on the emulated device, counted; with
+    ``kernels``, the Triton kernels as :func:`kernel_stand_ins`.
 
     Returns:
         (the ``OperationCount`` of tests/device_emulation.py, the report, the chunk's
@@ -65,13 +79,114 @@ def count_operations(path: Path, chunk_elements: int | None = None):
     resolve = pipeline.resolve_device
     pipeline.resolve_device = resolve_device  # type: ignore[assignment]
     count = OperationCount()
+    stand_ins = kernel_stand_ins(count) if kernels else contextlib.nullcontext()
     try:
-        with second_device(count):
+        with second_device(count), stand_ins:
             chunk = chunk_elements_for(DEVICE, chunk_elements)
             report = pipeline.analyze(path, device="cuda", chunk_elements=chunk)
     finally:
         pipeline.resolve_device = resolve  # type: ignore[assignment]
     return count, report, chunk
+
+
+@contextlib.contextmanager
+def kernel_stand_ins(count: Any) -> Iterator[None]:
+    """Inside, ``functional._triton_kernels`` takes the emulated device's tensors and
+    launches stand-ins of its kernels: each launch is counted once
+    (``OperationCount.launch``) with the bytes the kernel reads and writes, and computes
+    its results with the CPU's numba loops on the tensors' memory."""
+    from ratioscope.functional import _triton_kernels
+
+    saved = {
+        name: getattr(_triton_kernels, name)
+        for name in ("can_take", "_kernels", "_multiprocessors")
+    }
+    fakes = SimpleNamespace(
+        kalman_scan=_Launcher(count, _kalman_scan),
+        chunk_starts=_Launcher(count, _chunk_starts),
+        ratio_rows=_Launcher(count, _ratio_rows),
+    )
+    _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
+    _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
+    _triton_kernels._multiprocessors = lambda device: H100_MULTIPROCESSORS  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(_triton_kernels, name, value)
+
+
+class _Launcher:
+    """``kernel[grid](...)`` of a stand-in: counts the launch and runs ``body`` on the
+    arguments' CPU memory, outside the emulated device's checks."""
+
+    def __init__(self, count: Any, body: Any) -> None:
+        self.count, self.body = count, body
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        def launch(*args: Any, **flags: Any) -> None:
+            import torch
+            from device_emulation import untag
+
+            host = [untag(a) for a in args]
+            with torch._C.DisableTorchFunction():
+                moved = self.body(*host, **flags)
+            self.count.launch(moved)
+
+        return launch
+
+
+def _kalman_scan(
+    z, mask, keep, gains, initial, start, offset, out, end_keep, end_state, rows, length,
+    chunk_len, n_chunks, **flags,
+) -> int:  # fmt: skip
+    """The Kalman kernel's pass: the whole filter in the pass that writes rho (the first
+    pass of rows in chunks only reads); its bytes: z and the mask read, rho written."""
+    from ratioscope.functional import _kernels
+
+    if flags["WRITE_OUT"]:
+        _kernels.kalman(
+            z.numpy(), mask.numpy().view(bool), keep.numpy(), gains.numpy(),
+            float(initial[0]), flags["SKIP"], out.numpy(), flags["ZERO_MASKED"],
+        )  # fmt: skip
+    return z.nbytes + mask.nbytes + (out.nbytes if flags["WRITE_OUT"] else 0)
+
+
+def _chunk_starts(end_keep, end_state, initial, start, rows, n_chunks, **flags) -> int:
+    """The join of the chunks' ends (computed by :func:`_kalman_scan`'s writing pass)."""
+    return end_keep.nbytes + end_state.nbytes + start.nbytes
+
+
+def _ratio_rows(
+    signal, adv, mask, bounds, counts, partial, row_sums, clipped, rows, length, **flags
+) -> int:  # fmt: skip
+    """The ratios section's pass: bins, moments and PPO sums by the numba loop; its
+    bytes: the signal, the mask and the advantages read once."""
+    import numpy as np
+
+    from ratioscope.functional import _ratio_kernels
+
+    histogram = np.zeros(counts.shape[0], dtype=np.int64)
+    summary = np.zeros(5)
+    has_adv = flags["HAS_ADV"]
+    sums = row_sums.numpy() if has_adv else np.zeros((rows, 2))
+    zeroed = clipped.numpy() if has_adv else np.zeros(rows, dtype=np.int64)
+    low, high = bounds.tolist()
+    _ratio_kernels.histogram_ppo_rows(
+        signal.numpy(), adv.numpy(), mask.numpy().view(bool), has_adv, low, high, histogram,
+        summary, sums, zeroed,
+    )  # fmt: skip
+    counts += torch_from(histogram).to(counts.dtype)
+    partial.zero_()
+    partial[:1] = torch_from(summary)
+    partial[1:, 3], partial[1:, 4] = float("inf"), float("-inf")  # the other programs: empty
+    return signal.nbytes + mask.nbytes + (adv.nbytes if has_adv else 0)
+
+
+def torch_from(array: Any) -> Any:
+    import torch
+
+    return torch.from_numpy(array)
 
 
 def by_section(count) -> dict[str, dict[str, int]]:
@@ -128,6 +243,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=20, help="functions listed by launches")
     parser.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH, help="bytes/s")
     parser.add_argument("--launch-us", type=float, default=LAUNCH_SECONDS * 1e6)
+    parser.add_argument(
+        "--no-kernels", dest="kernels", action="store_false",
+        help="the tensor code where a GPU with Triton runs its kernels",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     _on_path()
     from make_synthetic import benchmark_dump
@@ -135,10 +254,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     path = args.dump or benchmark_dump(DEFAULT_DIR, args.batch, args.tokens)
     tensor_bytes, valid = per_token_bytes(path)
     start = time.perf_counter()
-    count, _, chunk = count_operations(path, args.chunk_elements)
+    count, _, chunk = count_operations(path, args.chunk_elements, args.kernels)
+    kernels = "the Triton kernels" if args.kernels else "no Triton kernels (--no-kernels)"
     print(
         f"{path.name}: {valid:,} valid tokens, per-token tensors {tensor_bytes / 1e6:.0f} MB, "
-        f"chunks of {chunk:,} elements; counted in {time.perf_counter() - start:.1f} s; "
+        f"chunks of {chunk:,} elements, {kernels}; counted in {time.perf_counter() - start:.1f} s; "
         f"peak device memory {count.peak_bytes / 1e6:,.0f} MB, "
         f"{count.peak_bytes / chunk:.0f} bytes a chunk element"
     )

@@ -199,7 +199,12 @@ class OperationCount:
                 return where
         elif on_device and name in READS:
             self.reads[_caller()] += 1
-        elif on_device and (name in VIEWS or (name == "__getitem__" and not _advanced(args[1]))):
+        elif (on_device or _is_device(target)) and (
+            name in VIEWS  # torch.empty(..., device="cuda") among them: no kernel
+            or (name == "__getitem__" and not _advanced(args[1]))
+            # a contiguous tensor's .contiguous() is the tensor itself: no kernel
+            or (name == "contiguous" and first is not None and first.is_contiguous())
+        ):
             self.views[_caller()] += 1
         elif on_device or _is_device(target):
             where = _caller()
@@ -231,6 +236,13 @@ class OperationCount:
         if not self._holders[key]:
             del self._holders[key]
             self._live_bytes -= self._sizes.pop(key)
+
+    def launch(self, moved: int) -> None:
+        """One launch of a fused kernel (a stand-in for a Triton kernel, which the
+        emulated device cannot compile) moving ``moved`` bytes, by its caller."""
+        where = _caller()
+        self.launches[where] += 1
+        self.moved[where] += moved
 
     def add_moved(self, where: tuple[str, str], tensors: list[Tensor], out: Any) -> None:
         """The bytes of a launch's device arguments ``tensors`` and its results ``out``."""

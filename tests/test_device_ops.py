@@ -57,3 +57,37 @@ def test_a_chunk_on_a_device_holds_no_more_than_the_bytes_its_size_is_chosen_by(
     assert (
         0.5 * defaults.DEVICE_BYTES_PER_ELEMENT < per_element <= defaults.DEVICE_BYTES_PER_ELEMENT
     )
+
+
+def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
+    # on a GPU the Kalman filter and the ratio rows are Triton kernels: the stand-ins
+    # count one launch a kernel where the scan and the histogram's tensor code were many
+    path = write_synthetic(make_synthetic(64, 1024, extras=("all",)), tmp_path / "d.safetensors")
+    fused, fused_report, _ = device_ops.count_operations(path, kernels=True)
+    eager, _, _ = device_ops.count_operations(path, kernels=False)
+
+    def launches(count, function: str) -> int:
+        return sum(n for (_, name), n in count.launches.items() if name.endswith(function))
+
+    assert launches(fused, "_triton_kernels:kalman") == 1  # one chunk, rows enough
+    assert launches(fused, "kalman:_chunked_recurrence") == 0
+    assert launches(eager, "kalman:_chunked_recurrence") > 10
+    # a fill of the counts and the kernel, for the token and the Kalman variants
+    assert launches(fused, "_triton_kernels:ratio_rows") == 4
+    assert launches(eager, "_triton_kernels:") == 0
+    assert sum(fused.launches.values()) < sum(eager.launches.values())
+    assert sum(fused.moved.values()) < sum(eager.moved.values())
+    # the stand-ins compute with the CPU's loops (over all rows at once, where the CPU
+    # merges parts of rows): the ratio rows are the CPU's, to the last bits
+    from gpu_check import compare_documents
+
+    import ratioscope
+
+    cpu = ratioscope.analyze(path).to_dict()["ratios"]
+    fused_ratios = fused_report.to_dict()["ratios"]
+    for variant in ("token", "kalman"):
+        for key in ("distribution", "clip_fraction", "surrogate"):
+            count, differing = compare_documents(
+                fused_ratios[variant][key], cpu[variant][key], 1e-12, 1e-15, 0.0
+            )
+            assert count > 0 and not differing, (variant, key, differing)

@@ -31,6 +31,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from ratioscope.functional import histogram as bins
+
 #: set to a non-empty value other than "0" to keep the torch path on a GPU
 DISABLE_ENV = "RATIOSCOPE_DISABLE_TRITON"
 #: Triton's own switch to its host interpreter
@@ -196,7 +198,7 @@ def float64_constants(values: tuple[float, ...], device: str) -> Tensor:
 
 def ratio_rows(
     signal: Tensor, advantages: Tensor | None, mask: Tensor, bounds: tuple[float, float]
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """A log-ratio signal's histogram, moments and PPO row sums in one pass (what
     ``_ratio_kernels.histogram_ppo_rows`` does on the CPU).
 
@@ -205,23 +207,24 @@ def ratio_rows(
             [B, T] bool; bounds: (1 - eps_low, 1 + eps_high).
 
     Returns:
-        ``(counts [NUM_BINS] int32, partials [P, 5] float64, row_sums [B, 2] float64,
-        clipped [B] int64)`` on the device: each program's (count, mean, sum of squared
-        deviations, min, max) to merge in order; the last two None without advantages.
+        ``(summary, row_sums [B, 2] float64, clipped [B] int64)`` on the device, the last
+        two None without advantages; ``summary`` is one int32 buffer, so that one copy
+        brings it to the host: :func:`split_summary` reads it as the [NUM_BINS] counts
+        and each program's (count, mean, sum of squared deviations, min, max) [P, 5]
+        float64, to merge in order.
     """
-    from ratioscope.functional import histogram as bins
-
     kernels = _kernels()
     rows, length = signal.shape
     device = signal.device
     programs = -(-rows // BLOCK_ROWS)
-    counts = torch.zeros(bins.NUM_BINS, dtype=torch.int32, device=device)
-    partials = torch.empty((programs, 5), dtype=torch.float64, device=device)
+    summary = torch.empty(_PARTIALS_AT + 10 * programs, dtype=torch.int32, device=device)
+    counts, partials = summary[: bins.NUM_BINS], _partials(summary)
+    counts.zero_()
     has_adv = advantages is not None
     row_sums = torch.empty((rows, 2), dtype=torch.float64, device=device) if has_adv else None
     clipped = torch.empty(rows, dtype=torch.int64, device=device) if has_adv else None
     if rows == 0:
-        return counts, partials, row_sums, clipped
+        return summary, row_sums, clipped
     signal = signal.contiguous()
     kernels.ratio_rows[(programs,)](
         signal, signal if advantages is None else advantages.contiguous(),
@@ -232,4 +235,20 @@ def ratio_rows(
         MAGNITUDE_BINS=bins.MAGNITUDE_BINS, CENTER=bins.CENTER, BLOCK_ROWS=BLOCK_ROWS,
         BLOCK_T=BLOCK_T,
     )  # fmt: skip
-    return counts, partials, row_sums, clipped
+    return summary, row_sums, clipped
+
+
+#: where the partial moments start in :func:`ratio_rows`' buffer, in int32 words: after
+#: the counts, at an even word so that the float64 values are aligned
+_PARTIALS_AT = bins.NUM_BINS + bins.NUM_BINS % 2
+
+
+def _partials(summary: Tensor) -> Tensor:
+    """[P, 5] float64 view of the partial moments in :func:`ratio_rows`' buffer."""
+    return summary[_PARTIALS_AT:].view(torch.float64).view(-1, 5)
+
+
+def split_summary(summary: Tensor) -> tuple[Tensor, Tensor]:
+    """(counts [NUM_BINS] int64, partial moments [P, 5] float64) of :func:`ratio_rows`'
+    buffer (brought to the host first, in one copy)."""
+    return summary[: bins.NUM_BINS].long(), _partials(summary)

@@ -73,7 +73,7 @@ def ratio_rows(
             bool; clip: (eps_low, eps_high).
         triton: the Triton kernel (True), the numba loop (False), or the Triton kernel
             where :func:`on_gpu` (None). The kernel's counts and moments come back to the
-            host (two reads); its PPO sums stay on the device.
+            host in one read; its PPO sums stay on the device.
     """
     from ratioscope.functional import _ratio_kernels
 
@@ -116,17 +116,18 @@ def _ratio_rows_triton(
     signal: Tensor, advantages: Tensor | None, mask: Tensor, clip: tuple[float, float]
 ) -> RatioRows:
     """:func:`ratio_rows` by the Triton kernel: counts and each program's moments read
-    back and merged in program order, the PPO sums left on the device."""
+    back together and merged in program order, the PPO sums left on the device."""
     from ratioscope.functional import _triton_kernels
 
     eps_low, eps_high = clip
-    counts, partials, row_sums, clipped = _triton_kernels.ratio_rows(
+    summary, row_sums, clipped = _triton_kernels.ratio_rows(
         signal, advantages, mask, (1 - eps_low, 1 + eps_high)
     )
+    counts, partials = _triton_kernels.split_summary(summary.cpu())  # one read
     moments = EMPTY
-    for n, mean, spread, low, high in partials.cpu().tolist():
+    for n, mean, spread, low, high in partials.tolist():
         moments = combine_moments(moments, MomentSums(int(n), mean, spread, low, high))
     ppo = None
     if row_sums is not None and clipped is not None:
         ppo = (clipped, row_sums[:, 0], row_sums[:, 1])
-    return RatioRows(counts.cpu().long(), moments, ppo)
+    return RatioRows(counts, moments, ppo)
