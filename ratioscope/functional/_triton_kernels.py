@@ -1,11 +1,12 @@
-"""Fused GPU kernels (Triton) for the parts of the analysis that are a recurrence.
+"""Fused GPU kernels (Triton): the Kalman filter and the ratios section's histogram pass.
 
-On a GPU the tensor code of a recurrence is many launches and many passes over [B, T]
-(the Kalman filter's chunked scan: about 55 launches and 14 passes where the floor is one
-read of z and the mask and one write of rho). A Triton kernel reads each element once,
-keeps the state in registers and writes each result once; it is the GPU's counterpart
-of the numba loops in :mod:`ratioscope.functional._kernels`, and the torch code stays the
-reference the tests compare it with.
+On a GPU their tensor code is many launches and many passes over [B, T] (the Kalman
+filter's chunked scan: about 55 launches and 14 passes where the floor is one read of z
+and the mask and one write of rho). A Triton kernel reads each element once, keeps its
+state and sums in registers and writes each result once; these are the GPU's
+counterparts of the numba loops in :mod:`ratioscope.functional._kernels` and
+:mod:`ratioscope.functional._ratio_kernels`, and the torch code stays the reference the
+tests compare them with.
 
 Triton comes with torch's CUDA wheels, so no install is asked of a GPU machine. It is
 used where :func:`can_take` says so: Triton importable, ``RATIOSCOPE_DISABLE_TRITON``
@@ -15,15 +16,15 @@ the host with numpy (about 80 us an element in a scan), which is how the tests c
 these kernels on a machine without a GPU (the same kernel source, not its GPU code
 generation nor its speed).
 
-Kernels are defined on first use: ``triton.jit`` decides between compiling and
-interpreting when it decorates a function, so the choice follows the environment of the
-first call, not of the import.
+The kernels (:mod:`ratioscope.functional._triton_source`) are imported on first use.
+Whether Triton compiles or interprets is fixed when Triton itself is first imported in a
+process (``triton.jit`` decides as it decorates, its own helpers included), so
+``TRITON_INTERPRET`` must be set before that: the tests set it first thing.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.util
 import os
 from types import ModuleType
@@ -78,22 +79,18 @@ def can_take(*tensors: Tensor) -> bool:
 
 
 def _kernels() -> ModuleType:
-    """The kernels' module, defined for the mode the environment asks for now (Triton
-    reads ``TRITON_INTERPRET`` when it decorates, that is, on import)."""
+    """The kernels' module, once the mode Triton was imported in is the one the
+    environment asks for now (a process cannot switch modes)."""
     import triton.language as tl
 
     from ratioscope.functional import _triton_source
 
-    # triton.language's own helpers are decorated once, for the mode Triton was
-    # imported in: a process cannot switch modes after
     helpers_interpreted = type(tl.zeros).__name__ == "InterpretedFunction"
     if helpers_interpreted != interpreting():
         raise RuntimeError(
             f"Triton was imported with {INTERPRET_ENV}={int(helpers_interpreted)} and is now "
             f"asked for {INTERPRET_ENV}={int(interpreting())}: set it before Triton is imported"
         )
-    if interpreting() != _triton_source.INTERPRETED:
-        _triton_source = importlib.reload(_triton_source)
     return _triton_source
 
 

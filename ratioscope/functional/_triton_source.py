@@ -2,14 +2,11 @@
 (Triton resolves a kernel's names in its module, not in an enclosing function).
 
 Imported on first use only, where Triton is installed: ``triton.jit`` decides between
-compiling and interpreting (``TRITON_INTERPRET=1``) when this module is imported.
+compiling and interpreting (``TRITON_INTERPRET=1``) as it decorates.
 """
 
 import triton
 import triton.language as tl
-
-#: whether the kernels below were defined for Triton's interpreter
-INTERPRETED = triton.knobs.runtime.interpret
 
 
 @triton.jit
