@@ -12,8 +12,9 @@ per-token tensors at a stated bandwidth against the bytes moved, and against tho
 the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check.py``
 measures the real thing).
 
-On a GPU the Kalman filter and the ratios section's histogram pass are Triton kernels
-(``functional/_triton_kernels.py``), which the emulated device cannot compile; here they
+On a GPU the Kalman filter, the ratios section's histogram pass and the summaries'
+histograms are Triton kernels (``functional/_triton_kernels.py``), which the emulated
+device cannot compile; here they
 are stand-ins that count the launches those kernels make (the multiprocessors of an
 H100, 132, decide the Kalman filter's chunks) and the bytes they read and write once,
 and compute their results with the CPU's loops. ``--no-kernels`` counts the tensor code
@@ -105,6 +106,7 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         kalman_scan=_Launcher(count, _kalman_scan),
         chunk_starts=_Launcher(count, _chunk_starts),
         ratio_rows=_Launcher(count, _ratio_rows),
+        histogram_moments=_Launcher(count, _histogram_moments),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -181,6 +183,24 @@ def _ratio_rows(
     partial[:1] = torch_from(summary)
     partial[1:, 3], partial[1:, 4] = float("inf"), float("-inf")  # the other programs: empty
     return signal.nbytes + mask.nbytes + (adv.nbytes if has_adv else 0)
+
+
+def _histogram_moments(values, counts, partial, sums, n, span, **flags) -> int:
+    """A histogram's pass: the bins, sums and moments by the tensor code on the CPU; its
+    bytes: the values read once."""
+    import torch
+
+    from ratioscope.functional import histogram as bins
+    from ratioscope.functional.moments import moment_sums
+
+    found, found_sums = bins.histogram_sums(values[:n])
+    counts += found.to(counts.dtype)
+    if flags["HAS_SUMS"]:
+        sums += found_sums
+    partial.zero_()
+    partial[0] = torch.tensor([float(v) for v in moment_sums(values[:n])], dtype=torch.float64)
+    partial[1:, 3], partial[1:, 4] = float("inf"), float("-inf")  # the other programs: empty
+    return values.nbytes
 
 
 def torch_from(array: Any) -> Any:

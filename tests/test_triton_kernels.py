@@ -276,11 +276,58 @@ def test_ratio_rows_of_no_rows() -> None:
     assert got.ppo is not None and got.ppo[0].shape == (0,)
 
 
-def test_the_ratios_section_by_the_kernel_gives_the_cpu_report(
+@pytest.mark.parametrize("n", [0, 5, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histogram_moments_match_the_tensor_code(n, dtype, monkeypatch) -> None:
+    from ratioscope.functional import histogram as bins
+    from ratioscope.functional.moments import EMPTY
+
+    monkeypatch.setattr(_triton_kernels, "HISTOGRAM_BLOCK", TILE)  # 32 programs of 2 tiles
+    gen = torch.Generator().manual_seed(n)
+    values = (torch.randn(n, generator=gen) * torch.rand(n, generator=gen) ** 8).to(dtype)
+    values[: min(n, 3)] = torch.tensor([0.0, 1e-12, -1e6], dtype=dtype)[: min(n, 3)]
+    counted = bins.counted_by_kernel(values, with_sums=True, triton=True)
+    assert counted is not None
+    counts, moments, sums = counted
+    expected_counts, expected_sums = bins.histogram_sums(values)
+    assert torch.equal(counts, expected_counts) and counts.dtype == torch.int64
+    assert sums is not None and torch.allclose(sums, expected_sums, rtol=1e-12, atol=1e-300)
+    if n == 0:
+        assert moments == EMPTY
+        return
+    expected = moments_of(values)
+    assert moments.n == expected[0] and (moments.minimum, moments.maximum) == expected[3:]
+    assert moments.mean == pytest.approx(expected[1], rel=1e-12, abs=1e-15)
+    assert moments.m2 == pytest.approx(expected[2], rel=1e-12)
+    without = bins.counted_by_kernel(values, triton=True)
+    assert without is not None and torch.equal(without[0], counts) and without[2] is None
+
+
+def test_histogram_add_by_the_kernel_equals_the_tensor_code(monkeypatch) -> None:
+    from ratioscope.functional import histogram as bins
+    from ratioscope.sections.summaries import Histogram
+
+    values = torch.randn(3000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    by_tensors, by_kernel = Histogram.with_sums(), Histogram.with_sums()
+    by_tensors.add(values)
+    by_tensors.add(values[:100])
+    counted = bins.counted_by_kernel
+    monkeypatch.setattr(bins, "counted_by_kernel", lambda v, s: counted(v, s, triton=True))
+    by_kernel.add(values)
+    by_kernel.add(values[:100])
+    assert torch.equal(by_kernel.counts, by_tensors.counts)
+    assert by_kernel.sums is not None and by_tensors.sums is not None
+    assert torch.allclose(by_kernel.sums, by_tensors.sums, rtol=1e-12, atol=0.0)
+    assert by_kernel.moments.count == by_tensors.moments.count == 3100
+    assert by_kernel.moments.mean == pytest.approx(by_tensors.moments.mean, rel=1e-12)
+    assert by_kernel.moments.std == pytest.approx(by_tensors.moments.std, rel=1e-12)
+
+
+def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the section as a GPU runs it (its ratio rows by the Triton kernel), on one bundled
-    # step: the report's numbers those of the numba loop's, within float rounding
+    # the sections as a GPU runs them (the ratio rows and the histograms by the Triton
+    # kernels), on one bundled step: the report's numbers the CPU's, within rounding
     import sys
     from pathlib import Path
 
@@ -293,7 +340,7 @@ def test_the_ratios_section_by_the_kernel_gives_the_cpu_report(
     from gpu_check import compare_documents
 
     path = root / "sample_data" / "verl" / "step_0008.pt"
-    expected = ratioscope.analyze(path, sections=["ratios"]).to_dict()
+    expected = ratioscope.analyze(path).to_dict()
     calls = []
     numba_loop = ratios.ratio_rows
 
@@ -302,8 +349,17 @@ def test_the_ratios_section_by_the_kernel_gives_the_cpu_report(
         return numba_loop(*args, **kwargs, triton=True)
 
     monkeypatch.setattr(ratios, "ratio_rows", by_the_kernel)
-    got = ratioscope.analyze(path, sections=["ratios"]).to_dict()
+    counted = bins.counted_by_kernel
+    histograms = []
+
+    def histograms_by_the_kernel(values, with_sums):
+        histograms.append(with_sums)
+        return counted(values, with_sums, triton=True)
+
+    monkeypatch.setattr(bins, "counted_by_kernel", histograms_by_the_kernel)
+    got = ratioscope.analyze(path).to_dict()
     assert calls  # the token and Kalman variants
+    assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
 

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.functional import histogram as bins
+from ratioscope.functional.moments import EMPTY, MomentSums, combine_moments
 
 #: set to a non-empty value other than "0" to keep the torch path on a GPU
 DISABLE_ENV = "RATIOSCOPE_DISABLE_TRITON"
@@ -206,17 +207,14 @@ def ratio_rows(
     Returns:
         ``(summary, row_sums [B, 2] float64, clipped [B] int64)`` on the device, the last
         two None without advantages; ``summary`` is one int32 buffer, so that one copy
-        brings it to the host: :func:`split_summary` reads it as the [NUM_BINS] counts
-        and each program's (count, mean, sum of squared deviations, min, max) [P, 5]
-        float64, to merge in order.
+        brings it to the host, where :func:`split_summary` reads it.
     """
     kernels = _kernels()
     rows, length = signal.shape
     device = signal.device
     programs = -(-rows // BLOCK_ROWS)
-    summary = torch.empty(_PARTIALS_AT + 10 * programs, dtype=torch.int32, device=device)
-    counts, partials = summary[: bins.NUM_BINS], _partials(summary)
-    counts.zero_()
+    summary = _summary_buffer(programs, False, device)
+    counts, partials, _ = _summary_views(summary, programs, False)
     has_adv = advantages is not None
     row_sums = torch.empty((rows, 2), dtype=torch.float64, device=device) if has_adv else None
     clipped = torch.empty(rows, dtype=torch.int64, device=device) if has_adv else None
@@ -228,24 +226,72 @@ def ratio_rows(
         mask.contiguous().view(torch.uint8), float64_constants(bounds, str(device)), counts,
         partials, partials if row_sums is None else row_sums,
         partials if clipped is None else clipped, rows, length, HAS_ADV=has_adv,
-        MIN_EXP=bins.MIN_EXP, PER_DECADE=bins.PER_DECADE,
-        MAGNITUDE_BINS=bins.MAGNITUDE_BINS, CENTER=bins.CENTER, BLOCK_ROWS=BLOCK_ROWS,
-        BLOCK_T=BLOCK_T,
+        BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T, **_BIN_CONSTANTS,
     )  # fmt: skip
     return summary, row_sums, clipped
 
 
-#: where the partial moments start in :func:`ratio_rows`' buffer, in int32 words: after
-#: the counts, at an even word so that the float64 values are aligned
-_PARTIALS_AT = bins.NUM_BINS + bins.NUM_BINS % 2
+def histogram_moments(values: Tensor, with_sums: bool = False) -> Tensor:
+    """Counts (and with ``with_sums`` the per-bin sums) and moments of ``values`` [n]
+    (finite, float32 or float64) in one pass: programs of ``HISTOGRAM_BLOCK``-value
+    tiles, a contiguous span each. Returns the int32 summary buffer on the device
+    (:func:`split_summary` reads it once it is on the host)."""
+    kernels = _kernels()
+    n = values.numel()
+    wanted = PROGRAMS_PER_SM * _multiprocessors(values.device)
+    span = -(-max(1, -(-n // wanted)) // HISTOGRAM_BLOCK) * HISTOGRAM_BLOCK
+    programs = -(-n // span)
+    summary = _summary_buffer(programs, with_sums, values.device)
+    counts, partials, sums = _summary_views(summary, programs, with_sums)
+    if n:
+        kernels.histogram_moments[(programs,)](
+            values.contiguous(), counts, partials, partials if sums is None else sums, n, span,
+            HAS_SUMS=with_sums, BLOCK=HISTOGRAM_BLOCK, **_BIN_CONSTANTS,
+        )  # fmt: skip
+    return summary
 
 
-def _partials(summary: Tensor) -> Tensor:
-    """[P, 5] float64 view of the partial moments in :func:`ratio_rows`' buffer."""
-    return summary[_PARTIALS_AT:].view(torch.float64).view(-1, 5)
+#: values a program of :func:`histogram_moments` reads at once (a power of two)
+HISTOGRAM_BLOCK = 2048
+#: the fixed bins, as the kernels take them
+_BIN_CONSTANTS = {
+    "MIN_EXP": bins.MIN_EXP, "PER_DECADE": bins.PER_DECADE,
+    "MAGNITUDE_BINS": bins.MAGNITUDE_BINS, "CENTER": bins.CENTER,
+}  # fmt: skip
+#: int32 words of the counts in a summary buffer, even so that the float64 parts after
+#: them are aligned
+_COUNT_WORDS = bins.NUM_BINS + bins.NUM_BINS % 2
 
 
-def split_summary(summary: Tensor) -> tuple[Tensor, Tensor]:
-    """(counts [NUM_BINS] int64, partial moments [P, 5] float64) of :func:`ratio_rows`'
-    buffer (brought to the host first, in one copy)."""
-    return summary[: bins.NUM_BINS].long(), _partials(summary)
+def _summary_buffer(programs: int, with_sums: bool, device: torch.device) -> Tensor:
+    """A zeroed int32 buffer of [NUM_BINS] counts, [programs, 5] float64 moments and,
+    with ``with_sums``, [NUM_BINS] float64 sums: one fill, and one copy back."""
+    words = _COUNT_WORDS + 10 * programs + (2 * _COUNT_WORDS if with_sums else 0)
+    return torch.zeros(words, dtype=torch.int32, device=device)
+
+
+def _summary_views(
+    summary: Tensor, programs: int, with_sums: bool
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(counts [NUM_BINS] int32, moments [programs, 5] float64, sums [NUM_BINS] float64
+    or None): views of a summary buffer."""
+    moments_end = _COUNT_WORDS + 10 * programs
+    partials = summary[_COUNT_WORDS:moments_end].view(torch.float64).view(programs, 5)
+    sums = None
+    if with_sums:
+        sums = summary[moments_end:].view(torch.float64)[: bins.NUM_BINS]
+    return summary[: bins.NUM_BINS], partials, sums
+
+
+def split_summary(
+    summary: Tensor, with_sums: bool = False
+) -> tuple[Tensor, MomentSums, Tensor | None]:
+    """(counts [NUM_BINS] int64, the moments of all programs merged in order, sums
+    [NUM_BINS] float64 or None) of a summary buffer brought to the host."""
+    extra = 2 * _COUNT_WORDS if with_sums else 0
+    programs = (summary.numel() - _COUNT_WORDS - extra) // 10
+    counts, partials, sums = _summary_views(summary, programs, with_sums)
+    moments = EMPTY
+    for n, mean, spread, low, high in partials.tolist():
+        moments = combine_moments(moments, MomentSums(int(n), mean, spread, low, high))
+    return counts.long(), moments, sums

@@ -121,11 +121,7 @@ def ratio_rows(
     row_base = row.to(tl.int64) * length
     low = tl.load(bounds_ptr)
     high = tl.load(bounds_ptr + 1)
-    count = tl.full([], 0.0, dtype=tl.float64)
-    mean = tl.full([], 0.0, dtype=tl.float64)
-    spread = tl.full([], 0.0, dtype=tl.float64)
-    smallest = tl.full([], float("inf"), dtype=tl.float64)
-    largest = tl.full([], float("-inf"), dtype=tl.float64)
+    count, mean, spread, smallest, largest = _no_moments()
     clipped_sum = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     plain_sum = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     zeroed = tl.zeros([BLOCK_ROWS], dtype=tl.int32)
@@ -135,26 +131,11 @@ def ratio_rows(
         at = row_base[:, None] + column[None, :]
         valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
         x = tl.load(signal_ptr + at, mask=valid, other=0.0).to(tl.float64)
-        # the bin of histogram.bin_index: floor((log10|x| - MIN_EXP) PER_DECADE) within
-        # [-1, MAGNITUDE_BINS], + 2, on x's side of CENTER (log10 by the natural log:
-        # a value within an ulp or two of a bin edge may take the next bin)
-        magnitude = tl.maximum(tl.abs(x), 1e-300)
-        k = tl.floor((tl.log(magnitude) * 0.4342944819032518 - MIN_EXP) * PER_DECADE)
-        k = tl.minimum(tl.maximum(k, -1.0), MAGNITUDE_BINS * 1.0)
-        sign = tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, 0.0))
-        index = ((k + 2.0) * sign + CENTER).to(tl.int32)
+        index = _bin_index(x, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
         tl.atomic_add(counts_ptr + index, tl.full(index.shape, 1, dtype=tl.int32), mask=valid)
-        tile_count = tl.sum(valid.to(tl.float64))
-        tile_mean = tl.sum(tl.where(valid, x, 0.0)) / tl.maximum(tile_count, 1.0)
-        deviation = tl.where(valid, x - tile_mean, 0.0)
-        total = count + tile_count
-        delta = tile_mean - mean
-        share = tile_count / tl.maximum(total, 1.0)
-        spread += tl.sum(deviation * deviation) + delta * delta * count * share
-        mean += delta * share
-        count = total
-        smallest = tl.minimum(smallest, tl.min(tl.where(valid, x, float("inf"))))
-        largest = tl.maximum(largest, tl.max(tl.where(valid, x, float("-inf"))))
+        count, mean, spread, smallest, largest = _add_moments(
+            count, mean, spread, smallest, largest, x, valid
+        )
         if HAS_ADV:
             a = tl.load(adv_ptr + at, mask=valid, other=0.0).to(tl.float64)
             ratio = tl.exp(x)
@@ -164,13 +145,82 @@ def ratio_rows(
             plain_sum += tl.sum(tl.where(valid, plain, 0.0), 1)
             zero = ((a > 0.0) & (ratio > high)) | ((a < 0.0) & (ratio < low))
             zeroed += tl.sum((zero & valid).to(tl.int32), 1)
-    partial = partial_ptr + program * 5
-    tl.store(partial, count)
-    tl.store(partial + 1, mean)
-    tl.store(partial + 2, spread)
-    tl.store(partial + 3, smallest)
-    tl.store(partial + 4, largest)
+    _store_moments(partial_ptr + program * 5, count, mean, spread, smallest, largest)
     if HAS_ADV:
         tl.store(row_sums_ptr + row * 2, clipped_sum, mask=row_ok)
         tl.store(row_sums_ptr + row * 2 + 1, plain_sum, mask=row_ok)
         tl.store(clipped_ptr + row, zeroed.to(tl.int64), mask=row_ok)
+
+
+@triton.jit
+def _bin_index(x, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER):
+    """The bin of each x (float64) as histogram.bin_index: floor((log10|x| - MIN_EXP)
+    PER_DECADE) within [-1, MAGNITUDE_BINS], + 2, on x's side of CENTER, int32. log10 by
+    the natural log: a value within an ulp or two of a bin edge may take the next bin."""
+    magnitude = tl.maximum(tl.abs(x), 1e-300)
+    k = tl.floor((tl.log(magnitude) * 0.4342944819032518 - MIN_EXP) * PER_DECADE)
+    k = tl.minimum(tl.maximum(k, -1.0), MAGNITUDE_BINS * 1.0)
+    sign = tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, 0.0))
+    return ((k + 2.0) * sign + CENTER).to(tl.int32)
+
+
+@triton.jit
+def _no_moments():
+    """(count, mean, sum of squared deviations, min, max) of no values, float64."""
+    zero = tl.full([], 0.0, dtype=tl.float64)
+    return (
+        zero, zero, zero, tl.full([], float("inf"), dtype=tl.float64),
+        tl.full([], float("-inf"), dtype=tl.float64),
+    )  # fmt: skip
+
+
+@triton.jit
+def _add_moments(count, mean, spread, smallest, largest, x, valid):
+    """The moments with a tile's valid values of x added: the tile's own count, mean and
+    squared deviations about that mean, merged by Chan's update."""
+    tile_count = tl.sum(valid.to(tl.float64))
+    tile_mean = tl.sum(tl.where(valid, x, 0.0)) / tl.maximum(tile_count, 1.0)
+    deviation = tl.where(valid, x - tile_mean, 0.0)
+    total = count + tile_count
+    delta = tile_mean - mean
+    share = tile_count / tl.maximum(total, 1.0)
+    spread += tl.sum(deviation * deviation) + delta * delta * count * share
+    mean += delta * share
+    smallest = tl.minimum(smallest, tl.min(tl.where(valid, x, float("inf"))))
+    largest = tl.maximum(largest, tl.max(tl.where(valid, x, float("-inf"))))
+    return total, mean, spread, smallest, largest
+
+
+@triton.jit
+def _store_moments(at, count, mean, spread, smallest, largest):
+    tl.store(at, count)
+    tl.store(at + 1, mean)
+    tl.store(at + 2, spread)
+    tl.store(at + 3, smallest)
+    tl.store(at + 4, largest)
+
+
+@triton.jit
+def histogram_moments(
+    values_ptr, counts_ptr, partial_ptr, sums_ptr, n, span,
+    HAS_SUMS: tl.constexpr, MIN_EXP: tl.constexpr, PER_DECADE: tl.constexpr,
+    MAGNITUDE_BINS: tl.constexpr, CENTER: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Values [n] (finite), ``span`` of them a program, tile by tile: each into the fixed
+    bins (atomic adds to ``counts_ptr``, and with HAS_SUMS its value to ``sums_ptr``,
+    float64), and the program's moments into ``partial_ptr`` [programs, 5]."""
+    program = tl.program_id(0)
+    begin = program.to(tl.int64) * span
+    count, mean, spread, smallest, largest = _no_moments()
+    for step in range(0, span, BLOCK):
+        at = begin + step + tl.arange(0, BLOCK)
+        valid = at < n
+        x = tl.load(values_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        index = _bin_index(x, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+        tl.atomic_add(counts_ptr + index, tl.full(index.shape, 1, dtype=tl.int32), mask=valid)
+        if HAS_SUMS:
+            tl.atomic_add(sums_ptr + index, x, mask=valid)
+        count, mean, spread, smallest, largest = _add_moments(
+            count, mean, spread, smallest, largest, x, valid
+        )
+    _store_moments(partial_ptr + program * 5, count, mean, spread, smallest, largest)

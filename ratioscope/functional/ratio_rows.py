@@ -123,10 +123,7 @@ def _ratio_rows_triton(
     summary, row_sums, clipped = _triton_kernels.ratio_rows(
         signal, advantages, mask, (1 - eps_low, 1 + eps_high)
     )
-    counts, partials = _triton_kernels.split_summary(summary.cpu())  # one read
-    moments = EMPTY
-    for n, mean, spread, low, high in partials.tolist():
-        moments = combine_moments(moments, MomentSums(int(n), mean, spread, low, high))
+    counts, moments, _ = _triton_kernels.split_summary(summary.cpu())  # one read
     ppo = None
     if row_sums is not None and clipped is not None:
         ppo = (clipped, row_sums[:, 0], row_sums[:, 1])

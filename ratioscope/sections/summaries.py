@@ -190,8 +190,17 @@ class Histogram:
         return cls(sums=torch.zeros(bins.NUM_BINS, dtype=torch.float64))
 
     def add(self, values: Tensor) -> None:
-        """Add a 1-D tensor of finite values (any device)."""
+        """Add a 1-D tensor of finite values (any device; on a GPU, one Triton kernel and
+        one read back where Triton can compile for it)."""
         if values.numel() == 0:
+            return
+        counted = bins.counted_by_kernel(values, self.sums is not None)
+        if counted is not None:
+            counts, moments, sums = counted
+            self.counts += counts
+            if self.sums is not None and sums is not None:
+                self.sums += sums
+            self.moments.add_sums(moments)
             return
         if self.sums is not None:
             counts, sums = bins.histogram_sums(values)
