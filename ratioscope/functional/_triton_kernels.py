@@ -52,6 +52,10 @@ PROGRAMS_PER_SM = 4
 MIN_PROGRAMS_PER_SM = 2
 #: the multiprocessor count assumed where the device does not say (the interpreter)
 DEFAULT_SMS = 8
+#: warps a program of the Kalman, ratio and histogram kernels runs on: at 8 (16 values
+#: of a 2,048-value tile a thread) none spills registers on an A100 or an H100, where 4
+#: did (`python benchmarks/triton_compile.py`)
+NUM_WARPS = 8
 
 
 def interpreting() -> bool:
@@ -158,7 +162,7 @@ def kalman(
         unused = out  # a pointer the kernel is given but does not follow
         kernels.kalman_scan[grid](
             z, mask_bytes, keep, gains, initial, unused, unused, out, unused, unused, *sizes,
-            HAS_START=False, WRITE_OUT=True, WRITE_ENDS=False, **flags,
+            HAS_START=False, WRITE_OUT=True, WRITE_ENDS=False, num_warps=NUM_WARPS, **flags,
         )  # fmt: skip
         return
     offsets = _chunk_offsets(mask_bytes, n_chunks, chunk_len) if skip else out
@@ -166,7 +170,7 @@ def kalman(
     end_keep, end_state, starts = ends[0], ends[1], ends[2]
     kernels.kalman_scan[grid](
         z, mask_bytes, keep, gains, initial, starts, offsets, out, end_keep, end_state, *sizes,
-        HAS_START=False, WRITE_OUT=False, WRITE_ENDS=True, **flags,
+        HAS_START=False, WRITE_OUT=False, WRITE_ENDS=True, num_warps=NUM_WARPS, **flags,
     )  # fmt: skip
     block = 128
     kernels.chunk_starts[(-(-rows // block),)](
@@ -174,7 +178,7 @@ def kalman(
     )
     kernels.kalman_scan[grid](
         z, mask_bytes, keep, gains, initial, starts, offsets, out, end_keep, end_state, *sizes,
-        HAS_START=True, WRITE_OUT=True, WRITE_ENDS=False, **flags,
+        HAS_START=True, WRITE_OUT=True, WRITE_ENDS=False, num_warps=NUM_WARPS, **flags,
     )  # fmt: skip
 
 
@@ -226,7 +230,7 @@ def ratio_rows(
         mask.contiguous().view(torch.uint8), float64_constants(bounds, str(device)), counts,
         partials, partials if row_sums is None else row_sums,
         partials if clipped is None else clipped, rows, length, HAS_ADV=has_adv,
-        BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T, **_BIN_CONSTANTS,
+        BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T, num_warps=NUM_WARPS, **_BIN_CONSTANTS,
     )  # fmt: skip
     return summary, row_sums, clipped
 
@@ -246,7 +250,7 @@ def histogram_moments(values: Tensor, with_sums: bool = False) -> Tensor:
     if n:
         kernels.histogram_moments[(programs,)](
             values.contiguous(), counts, partials, partials if sums is None else sums, n, span,
-            HAS_SUMS=with_sums, BLOCK=HISTOGRAM_BLOCK, **_BIN_CONSTANTS,
+            HAS_SUMS=with_sums, BLOCK=HISTOGRAM_BLOCK, num_warps=NUM_WARPS, **_BIN_CONSTANTS,
         )  # fmt: skip
     return summary
 

@@ -1,0 +1,173 @@
+"""The Triton kernels compiled for GPUs, on a machine without one.
+
+Triton compiles ahead of time for a stated target: source, Triton IR, LLVM IR, PTX and
+the machine code (``ptxas``, which the Triton wheel carries), with no device involved.
+This script compiles each kernel of ``ratioscope/functional/_triton_source.py`` in every
+variant the package launches (its compile-time flags, float32 and float64 inputs) for an
+A100 (sm_80) and an H100 (sm_90), and prints for each the registers a thread uses, the
+bytes it spills to local memory and the shared memory a program takes (from ``ptxas
+-v``). It exits 1 when a variant does not compile or spills: a kernel that spills reads
+and writes local memory beside its data, which would cost it its share of the bandwidth.
+What it cannot say: how fast the machine code runs (``benchmarks/gpu_check.sh`` times
+it on a GPU).
+
+Run it without ``TRITON_INTERPRET`` (the interpreter replaces the compiler):
+
+    python benchmarks/triton_compile.py
+    python benchmarks/triton_compile.py --targets 90 --kernels kalman_scan
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the GPUs compiled for: compute capability -> a name
+TARGETS = {80: "A100 (sm_80)", 90: "H100 (sm_90)"}
+#: the pointer arguments' element types, by name (a name missing here fails loudly, so a
+#: kernel's new argument is typed here before it is checked)
+POINTERS = {
+    "mask_ptr": "*u8", "keep_ptr": "*fp64", "gain_ptr": "*fp64", "initial_ptr": "*fp64",
+    "start_ptr": "*fp64", "offset_ptr": "*i32", "end_keep_ptr": "*fp64",
+    "end_state_ptr": "*fp64", "bounds_ptr": "*fp64", "counts_ptr": "*i32",
+    "partial_ptr": "*fp64", "row_sums_ptr": "*fp64", "clipped_ptr": "*i64",
+    "sums_ptr": "*fp64",
+}  # fmt: skip
+#: the pointers of the input's dtype (and the Kalman filter's output)
+FLOAT_POINTERS = ("z_ptr", "out_ptr", "signal_ptr", "adv_ptr", "values_ptr")
+
+
+def variants() -> list[tuple[str, str, dict[str, Any], int]]:
+    """(kernel, input float type, compile-time flags, warps) of every launch the package
+    makes (``_triton_kernels``'s wrappers), with their block sizes and warps."""
+    from ratioscope.functional import _triton_kernels as tk
+
+    bins = tk._BIN_CONSTANTS
+    out: list[tuple[str, str, dict[str, Any], int]] = []
+    passes = {  # one chunk a row; the first pass of rows in chunks; their second pass
+        "one": {"HAS_START": False, "WRITE_OUT": True, "WRITE_ENDS": False},
+        "ends": {"HAS_START": False, "WRITE_OUT": False, "WRITE_ENDS": True},
+        "apply": {"HAS_START": True, "WRITE_OUT": True, "WRITE_ENDS": False},
+    }
+    for skip in (False, True):
+        for name, flags in passes.items():
+            for dtype in ("fp32", "fp64") if name == "one" else ("fp32",):
+                out.append((
+                    "kalman_scan", dtype,
+                    {
+                        "SKIP": skip, "ZERO_MASKED": True, "HAS_OFFSETS": skip and name != "one",
+                        **flags, "BLOCK_ROWS": tk.BLOCK_ROWS, "BLOCK_T": tk.BLOCK_T,
+                    },
+                    tk.NUM_WARPS,
+                ))  # fmt: skip
+    out.append(("chunk_starts", "fp32", {"BLOCK": 128}, 4))
+    for has_adv, dtype in ((True, "fp32"), (True, "fp64"), (False, "fp32")):
+        flags = {"HAS_ADV": has_adv, "BLOCK_ROWS": tk.BLOCK_ROWS, "BLOCK_T": tk.BLOCK_T, **bins}
+        out.append(("ratio_rows", dtype, flags, tk.NUM_WARPS))
+    for has_sums, dtype in ((False, "fp32"), (True, "fp32"), (False, "fp64")):
+        flags = {"HAS_SUMS": has_sums, "BLOCK": tk.HISTOGRAM_BLOCK, **bins}
+        out.append(("histogram_moments", dtype, flags, tk.NUM_WARPS))
+    return out
+
+
+def signature(kernel: Any, dtype: str, flags: dict[str, Any]) -> dict[str, str]:
+    """Each argument's Triton type: pointers by :data:`POINTERS` (the input's float type
+    for :data:`FLOAT_POINTERS`), ``constexpr`` for the flags, 32-bit integers else."""
+    types = {}
+    for name in kernel.arg_names:
+        if name in flags:
+            types[name] = "constexpr"
+        elif name in FLOAT_POINTERS:
+            types[name] = f"*{dtype}"
+        elif name.endswith("_ptr"):
+            types[name] = POINTERS[name]
+        else:
+            types[name] = "i32"
+    return types
+
+
+def resources(ptx: str, capability: int) -> tuple[int, int]:
+    """(registers a thread, bytes spilled) of PTX by ``ptxas -v`` for the capability."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "kernel.ptx"
+        source.write_text(ptx)
+        done = subprocess.run(
+            [get_ptxas(capability).path, f"-arch={arch}", "-v", str(source), "-o",
+             str(Path(folder) / "kernel.cubin")],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    registers = re.search(r"Used (\d+) registers", done.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", done.stderr)
+    if registers is None or spills is None:
+        raise RuntimeError(f"ptxas -v said: {done.stderr.strip()[-300:]}")
+    return int(registers.group(1)), int(spills.group(1))
+
+
+def compile_one(kernel: Any, dtype: str, flags: dict[str, Any], warps: int, capability: int):
+    """The compiled kernel (Triton's ``CompiledKernel``) for one target."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source = ASTSource(fn=kernel, signature=signature(kernel, dtype, flags), constexprs=flags)
+    return triton.compile(
+        source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps}
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="80,90", help="compute capabilities, e.g. 80,90")
+    parser.add_argument("--kernels", default="", help="only these kernels (comma-separated)")
+    args = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
+        print("triton_compile: TRITON_INTERPRET is set; run it without (nothing to compile)")
+        return 2
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said
+    from ratioscope.functional import _triton_source
+
+    wanted = {name for name in args.kernels.split(",") if name}
+    failed = 0
+    print(
+        f"{'kernel':<18} {'input':<5} {'target':<13} {'regs':>5} {'spills':>7} {'shared':>7}  flags"
+    )
+    for name, dtype, flags, warps in variants():
+        if wanted and name not in wanted:
+            continue
+        kernel = getattr(_triton_source, name)
+        shown = " ".join(f"{k}={v}" for k, v in flags.items() if k.isupper() and k not in (
+            "MIN_EXP", "PER_DECADE", "MAGNITUDE_BINS", "CENTER"))  # fmt: skip
+        for capability in (int(c) for c in args.targets.split(",")):
+            target = TARGETS.get(capability, f"sm_{capability}")
+            try:
+                compiled = compile_one(kernel, dtype, flags, warps, capability)
+                registers, spills = resources(compiled.asm["ptx"], capability)
+            except Exception as error:  # any failure of any stage is this row's verdict
+                failed += 1
+                print(f"{name:<18} {dtype:<5} {target:<13} FAILED: {type(error).__name__}: "
+                      f"{str(error).strip().splitlines()[-1][:200]}  {shown}")  # fmt: skip
+                continue
+            failed += spills > 0
+            print(
+                f"{name:<18} {dtype:<5} {target:<13} {registers:>5} {spills:>7} "
+                f"{compiled.metadata.shared:>7}  {shown}{'  SPILLS' if spills else ''}"
+            )
+    print("all compiled without spills" if not failed else f"{failed} failed or spilled")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
