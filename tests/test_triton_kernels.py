@@ -1,9 +1,11 @@
-"""The Triton Kalman kernel (the GPU's loop), run here by Triton's interpreter.
+"""The Triton kernels (the GPU's loops), run here by Triton's interpreter.
 
-``TRITON_INTERPRET=1`` runs the kernel source on the host with numpy: its arithmetic, its
-masks, its chunks and their carries are checked against a float64 loop; its GPU code
-generation and its speed are checked by ``benchmarks/gpu_check.sh`` on a GPU (the
-``cuda`` test below, and the Kalman rows).
+``TRITON_INTERPRET=1`` runs the kernels' source on the host with numpy: the Kalman
+filter's arithmetic, masks, chunks and carries against a float64 loop, and the ratio and
+histogram kernels' bins, moments and sums against the tensor code. Their GPU code
+generation is checked by compiling every variant for an A100 and an H100
+(``benchmarks/triton_compile.py``, the last test), and their results and speed on a GPU
+by the ``cuda`` tests and ``benchmarks/gpu_check.sh``.
 """
 
 from __future__ import annotations
