@@ -12,9 +12,9 @@ per-token tensors at a stated bandwidth against the bytes moved, and against tho
 the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check.py``
 measures the real thing).
 
-On a GPU the Kalman filter, the ratios section's histogram pass and the summaries'
-histograms are Triton kernels (``functional/_triton_kernels.py``), which the emulated
-device cannot compile; here they
+On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
+histograms and the vitals pass are Triton kernels (``functional/_triton_kernels.py``),
+which the emulated device cannot compile; here they
 are stand-ins that count the launches those kernels make (the multiprocessors of an
 H100, 132, decide the Kalman filter's chunks) and the bytes they read and write once,
 and compute their results with the CPU's loops. ``--no-kernels`` counts the tensor code
@@ -107,6 +107,7 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         chunk_starts=_Launcher(count, _chunk_starts),
         ratio_rows=_Launcher(count, _ratio_rows),
         histogram_moments=_Launcher(count, _histogram_moments),
+        vitals_rows=_Launcher(count, _vitals_rows),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -201,6 +202,34 @@ def _histogram_moments(values, counts, partial, sums, n, span, **flags) -> int:
     partial[0] = torch.tensor([float(v) for v in moment_sums(values[:n])], dtype=torch.float64)
     partial[1:, 3], partial[1:, 4] = float("inf"), float("-inf")  # the other programs: empty
     return values.nbytes
+
+
+def _vitals_rows(
+    entropy, old, adv, logp, mask, correct, counts, slots, row_abs, row_tokens, rows, length,
+    **flags,
+) -> int:  # fmt: skip
+    """The vitals' pass by the numba loop, its one part's slots in the first program's;
+    its bytes: each present input and the mask read once."""
+    import numpy as np
+
+    from ratioscope.functional import _vitals_kernels
+
+    sums = np.zeros(_vitals_kernels.SLOTS)
+    histogram = np.zeros(counts.shape[0], dtype=np.int64)
+    valid = mask.numpy().view(bool)
+    present = [flags[f] for f in ("HAS_ENTROPY", "HAS_OLD", "HAS_ADV", "HAS_PAIRS")]
+    arrays = [t.numpy() for t in (entropy, old, adv, logp)]
+    right = correct.numpy().view(bool) if flags["HAS_CORRECT"] else np.zeros(rows, dtype=bool)
+    _vitals_kernels.vitals_rows(
+        *arrays, valid, right, *present, flags["HAS_CORRECT"], histogram, sums,
+        row_abs.numpy(), row_tokens.numpy(), np.empty(valid.size),
+    )  # fmt: skip
+    counts += torch_from(histogram).to(counts.dtype)
+    slots.zero_()
+    slots[0] = torch_from(sums)
+    slots[1:, 3], slots[1:, 4] = float("inf"), float("-inf")  # the other programs: empty
+    read = [t for t, on in zip((entropy, old, adv, logp), present, strict=True) if on]
+    return mask.nbytes + sum(t.nbytes for t in read)
 
 
 def torch_from(array: Any) -> Any:

@@ -39,10 +39,14 @@ POINTERS = {
     "start_ptr": "*fp64", "offset_ptr": "*i32", "end_keep_ptr": "*fp64",
     "end_state_ptr": "*fp64", "bounds_ptr": "*fp64", "counts_ptr": "*i32",
     "partial_ptr": "*fp64", "row_sums_ptr": "*fp64", "clipped_ptr": "*i64",
-    "sums_ptr": "*fp64",
+    "sums_ptr": "*fp64", "correct_ptr": "*u8", "slots_ptr": "*fp64",
+    "row_abs_ptr": "*fp64", "row_tokens_ptr": "*i64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
-FLOAT_POINTERS = ("z_ptr", "out_ptr", "signal_ptr", "adv_ptr", "values_ptr")
+FLOAT_POINTERS = (
+    "z_ptr", "out_ptr", "signal_ptr", "adv_ptr", "values_ptr", "entropy_ptr", "old_ptr",
+    "logp_ptr",
+)  # fmt: skip
 
 
 def variants() -> list[tuple[str, str, dict[str, Any], int]]:
@@ -75,6 +79,14 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
     for has_sums, dtype in ((False, "fp32"), (True, "fp32"), (False, "fp64")):
         flags = {"HAS_SUMS": has_sums, "BLOCK": tk.HISTOGRAM_BLOCK, **bins}
         out.append(("histogram_moments", dtype, flags, tk.NUM_WARPS))
+    everything = ("HAS_ENTROPY", "HAS_OLD", "HAS_ADV", "HAS_PAIRS", "HAS_CORRECT")
+    for present, dtype in (
+        (everything, "fp32"), (everything, "fp64"), (("HAS_ENTROPY",), "fp32"),
+        (("HAS_ADV", "HAS_PAIRS"), "fp32"),
+    ):  # fmt: skip
+        flags = {name: name in present for name in everything}
+        flags.update(BLOCK_ROWS=tk.BLOCK_ROWS, BLOCK_T=tk.BLOCK_T, **bins)
+        out.append(("vitals_rows", dtype, flags, tk.NUM_WARPS))
     return out
 
 

@@ -325,11 +325,78 @@ def test_histogram_add_by_the_kernel_equals_the_tensor_code(monkeypatch) -> None
     assert by_kernel.moments.std == pytest.approx(by_tensors.moments.std, rel=1e-12)
 
 
+def vitals_inputs(rows: int, length: int, seed: int):
+    """Entropy (with zeros and a value past the bins' top), old entropy, advantages with
+    zeros, log-probs, a ragged mask with an empty row, and each row's correctness."""
+    gen = torch.Generator().manual_seed(seed)
+    entropy = torch.rand(rows, length, generator=gen) * 3
+    entropy[0, :2] = torch.tensor([0.0, 2e4])
+    old = entropy + 0.1 * torch.randn(rows, length, generator=gen)
+    advantages = torch.randn(rows, length, generator=gen).double()
+    advantages[:, ::5] = 0.0
+    log_probs = -torch.rand(rows, length, generator=gen) * 4
+    mask = torch.rand(rows, length, generator=gen) >= 0.2
+    mask[min(1, rows - 1)] = False
+    mask[0, :2] = True
+    correct = torch.rand(rows, generator=gen) >= 0.5
+    return entropy, old, advantages, log_probs, mask, correct
+
+
+def assert_close_vitals(got, expected) -> None:
+    """Two VitalsRows: integers equal, floats to 1e-12."""
+    approx = {"rel": 1e-12, "abs": 1e-12}
+    for name in ("counts", "row_tokens"):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert (a is None) == (b is None) and (a is None or torch.equal(a.long(), b.long())), name
+    if expected.row_abs is not None:
+        assert torch.allclose(got.row_abs, expected.row_abs, rtol=1e-12, atol=1e-12)
+    assert got.zero == expected.zero
+    if expected.moments is not None:
+        assert got.moments.n == expected.moments.n
+        assert got.moments[1:] == pytest.approx(expected.moments[1:], **approx)
+    for name in ("right", "wrong", "old", "change"):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert (a is None) == (b is None), name
+        if b is not None:
+            assert a.count == b.count and a.total == pytest.approx(b.total, **approx), name
+    for name in ("pairs_a", "pairs_pa"):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert (a is None) == (b is None), name
+        if b is not None:
+            assert a.count == b.count, name
+            assert [a.mean_x, a.mean_y, a.comoment] == pytest.approx(
+                [b.mean_x, b.mean_y, b.comoment], **approx
+            ), name
+
+
+@pytest.mark.parametrize(("rows", "length"), [(3, 10), (5, 50), (9, 37)])
+@pytest.mark.parametrize(
+    "present",
+    ["all", "no-correct", "entropy-only", "advantages-only", "no-log-probs"],
+)
+def test_vitals_rows_match_the_compiled_loop(rows, length, present) -> None:
+    from ratioscope.functional.vitals_rows import vitals_rows
+
+    entropy, old, advantages, log_probs, mask, correct = vitals_inputs(rows, length, rows)
+    inputs = {
+        "all": (entropy, old, advantages, log_probs, correct),
+        "no-correct": (entropy, old, advantages, log_probs, None),
+        "entropy-only": (entropy, None, None, None, correct),
+        "advantages-only": (None, None, advantages, log_probs, None),
+        "no-log-probs": (entropy, old, advantages, None, correct),
+    }[present]
+    *values, right = inputs
+    got = vitals_rows(*values, mask, right, triton=True)
+    expected = vitals_rows(*values, mask, right, triton=False)
+    assert_close_vitals(got, expected)
+
+
 def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the sections as a GPU runs them (the ratio rows and the histograms by the Triton
-    # kernels), on one bundled step: the report's numbers the CPU's, within rounding
+    # the sections as a GPU runs them (the ratio rows, the histograms and the vitals by
+    # the Triton kernels), on one bundled step: the report's numbers the CPU's, within
+    # rounding
     import sys
     from pathlib import Path
 
@@ -359,8 +426,17 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
         return counted(values, with_sums, triton=True)
 
     monkeypatch.setattr(bins, "counted_by_kernel", histograms_by_the_kernel)
+    from ratioscope.sections import vitals
+
+    vitals_loop = vitals.vitals_rows
+
+    def vitals_by_the_kernel(*args, **kwargs):
+        calls.append(2)
+        return vitals_loop(*args, **kwargs, triton=True)
+
+    monkeypatch.setattr(vitals, "vitals_rows", vitals_by_the_kernel)
     got = ratioscope.analyze(path).to_dict()
-    assert calls  # the token and Kalman variants
+    assert calls.count(1) == 2 and calls.count(2) == 1  # two ratio variants, the vitals
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -403,7 +479,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines()[1:-1]]
     assert {row[0] for row in rows} == {
-        "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments"
+        "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows"
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")

@@ -255,6 +255,78 @@ def histogram_moments(values: Tensor, with_sums: bool = False) -> Tensor:
     return summary
 
 
+#: float64 slots a program of :func:`vitals_rows` leaves (``_vitals_kernels``' order)
+VITALS_SLOTS = 20
+
+
+def vitals_rows(
+    inputs: tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None],
+    mask: Tensor,
+    correct: Tensor | None,
+) -> Tensor:
+    """The vitals of the valid tokens in one pass (what ``_vitals_kernels.vitals_rows``
+    does on the CPU).
+
+    Args:
+        inputs: (entropy, old entropy, advantages, log-probs of the mechanics), each
+            [B, T] float or None (the log-probs are read only with advantages).
+        mask: [B, T] bool; correct: [B] bool or None.
+
+    Returns:
+        One int32 buffer on the device, so that one copy brings it to the host:
+        :func:`split_vitals` reads it as the entropy's [NUM_BINS] counts, each program's
+        [VITALS_SLOTS] float64 slots, and each row's sum of |A| and valid tokens.
+    """
+    kernels = _kernels()
+    rows, length = mask.shape
+    programs = -(-rows // BLOCK_ROWS)
+    words = _COUNT_WORDS + 2 * VITALS_SLOTS * programs + 4 * rows
+    summary = torch.zeros(words, dtype=torch.int32, device=mask.device)
+    counts, slots, row_abs, row_tokens = _vitals_views(summary, programs, rows)
+    if rows == 0:
+        return summary
+    entropy, old, advantages, log_probs = inputs
+    given = next(t for t in (entropy, old, advantages, log_probs, mask) if t is not None)
+    flags = {
+        "HAS_ENTROPY": entropy is not None, "HAS_OLD": old is not None,
+        "HAS_ADV": advantages is not None,
+        "HAS_PAIRS": advantages is not None and log_probs is not None,
+        "HAS_CORRECT": correct is not None,
+    }  # fmt: skip
+
+    def pointer(values: Tensor | None) -> Tensor:
+        return given if values is None else values.contiguous()  # absent: never read
+
+    right = mask if correct is None else correct.to(torch.bool).contiguous().view(torch.uint8)
+    kernels.vitals_rows[(programs,)](
+        pointer(entropy), pointer(old), pointer(advantages), pointer(log_probs),
+        mask.contiguous().view(torch.uint8), right, counts, slots, row_abs, row_tokens, rows,
+        length, BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T, num_warps=NUM_WARPS, **flags,
+        **_BIN_CONSTANTS,
+    )  # fmt: skip
+    return summary
+
+
+def _vitals_views(summary: Tensor, programs: int, rows: int) -> tuple[Tensor, ...]:
+    """(counts [NUM_BINS] int32, slots [programs, VITALS_SLOTS] float64, row |A| sums [rows]
+    float64, row tokens [rows] int64): views of a vitals buffer."""
+    slots_end = _COUNT_WORDS + 2 * VITALS_SLOTS * programs
+    wide = summary[_COUNT_WORDS:].view(torch.float64)
+    slots = wide[: VITALS_SLOTS * programs].view(programs, VITALS_SLOTS)
+    after = summary[slots_end:]
+    row_abs = after[: 2 * rows].view(torch.float64)
+    row_tokens = after[2 * rows :].view(torch.int64)
+    return summary[: bins.NUM_BINS], slots, row_abs, row_tokens
+
+
+def split_vitals(summary: Tensor, rows: int) -> tuple[Tensor, list[list[float]], Tensor, Tensor]:
+    """(counts [NUM_BINS] int64, each program's slots, row |A| sums [rows] float64, row
+    tokens [rows] int64) of a vitals buffer brought to the host."""
+    programs = (summary.numel() - _COUNT_WORDS - 4 * rows) // (2 * VITALS_SLOTS)
+    counts, slots, row_abs, row_tokens = _vitals_views(summary, programs, rows)
+    return counts.long(), slots.tolist(), row_abs, row_tokens
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

@@ -224,3 +224,129 @@ def histogram_moments(
             count, mean, spread, smallest, largest, x, valid
         )
     _store_moments(partial_ptr + program * 5, count, mean, spread, smallest, largest)
+
+
+@triton.jit
+def _add_pairs(pairs, mean_x, mean_a, mean_pa, comoment_a, comoment_pa, x, a, pa, valid):
+    """The co-moments of (x, a) and (x, pa) with a tile's valid pairs added: the tile's
+    own count, means and centred co-moments, merged by Chan's pairwise update."""
+    tile = tl.sum(valid.to(tl.float64))
+    safe = tl.maximum(tile, 1.0)
+    tile_x = tl.sum(tl.where(valid, x, 0.0)) / safe
+    tile_a = tl.sum(tl.where(valid, a, 0.0)) / safe
+    tile_pa = tl.sum(tl.where(valid, pa, 0.0)) / safe
+    dx = tl.where(valid, x - tile_x, 0.0)
+    total = pairs + tile
+    weight = pairs * tile / tl.maximum(total, 1.0)
+    share = tile / tl.maximum(total, 1.0)
+    delta_x = tile_x - mean_x
+    delta_a = tile_a - mean_a
+    delta_pa = tile_pa - mean_pa
+    comoment_a += tl.sum(dx * (a - tile_a)) + delta_x * delta_a * weight
+    comoment_pa += tl.sum(dx * (pa - tile_pa)) + delta_x * delta_pa * weight
+    return (
+        total, mean_x + delta_x * share, mean_a + delta_a * share, mean_pa + delta_pa * share,
+        comoment_a, comoment_pa,
+    )  # fmt: skip
+
+
+@triton.jit
+def vitals_rows(
+    entropy_ptr, old_ptr, adv_ptr, logp_ptr, mask_ptr, correct_ptr, counts_ptr, slots_ptr,
+    row_abs_ptr, row_tokens_ptr, rows, length,
+    HAS_ENTROPY: tl.constexpr, HAS_OLD: tl.constexpr, HAS_ADV: tl.constexpr,
+    HAS_PAIRS: tl.constexpr, HAS_CORRECT: tl.constexpr, MIN_EXP: tl.constexpr,
+    PER_DECADE: tl.constexpr, MAGNITUDE_BINS: tl.constexpr, CENTER: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """BLOCK_ROWS rows of the vitals' inputs, tile by tile (an input a flag says is
+    absent is never read): the entropy into the fixed bins (atomic adds) and its
+    moments; its sums over correct and incorrect rows (``correct_ptr`` [rows] bytes);
+    the old entropy's sum and the change's; the tokens with A == 0; the co-moments of
+    (log pi, A) and (log pi, pi A). The program's 20 slots go to ``slots_ptr``
+    [programs, 20] in the order of ``_vitals_kernels``' slots; with HAS_ADV each row's
+    sum of |A| and valid tokens to ``row_abs_ptr`` and ``row_tokens_ptr`` [rows]."""
+    program = tl.program_id(0)
+    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    count, mean, spread, smallest, largest = _no_moments()
+    zero64 = tl.full([], 0.0, dtype=tl.float64)
+    right_total = zero64
+    right_n = zero64
+    wrong_total = zero64
+    wrong_n = zero64
+    old_total = zero64
+    old_n = zero64
+    change_total = zero64
+    zeros = zero64
+    pairs = zero64
+    mean_x = zero64
+    mean_a = zero64
+    mean_pa = zero64
+    comoment_a = zero64
+    comoment_pa = zero64
+    row_abs = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    row_tokens = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    is_right = tl.zeros([BLOCK_ROWS], dtype=tl.int1)
+    if HAS_CORRECT:
+        is_right = tl.load(correct_ptr + row, mask=row_ok, other=0) != 0
+    for start in range(0, length, BLOCK_T):
+        column = start + tl.arange(0, BLOCK_T)
+        inside = row_ok[:, None] & (column < length)[None, :]
+        at = row_base[:, None] + column[None, :]
+        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        if HAS_ENTROPY:
+            e = tl.load(entropy_ptr + at, mask=valid, other=0.0).to(tl.float64)
+            index = _bin_index(e, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+            tl.atomic_add(counts_ptr + index, tl.full(index.shape, 1, dtype=tl.int32), mask=valid)
+            count, mean, spread, smallest, largest = _add_moments(
+                count, mean, spread, smallest, largest, e, valid
+            )
+            if HAS_CORRECT:
+                right = valid & is_right[:, None]
+                wrong = valid & (is_right == 0)[:, None]
+                right_total += tl.sum(tl.where(right, e, 0.0))
+                right_n += tl.sum(right.to(tl.float64))
+                wrong_total += tl.sum(tl.where(wrong, e, 0.0))
+                wrong_n += tl.sum(wrong.to(tl.float64))
+        if HAS_OLD:
+            old = tl.load(old_ptr + at, mask=valid, other=0.0).to(tl.float64)
+            old_total += tl.sum(tl.where(valid, old, 0.0))
+            old_n += tl.sum(valid.to(tl.float64))
+            if HAS_ENTROPY:
+                change_total += tl.sum(tl.where(valid, e - old, 0.0))
+        if HAS_ADV:
+            a = tl.load(adv_ptr + at, mask=valid, other=0.0).to(tl.float64)
+            row_abs += tl.sum(tl.where(valid, tl.abs(a), 0.0), 1)
+            row_tokens += tl.sum(valid.to(tl.int64), 1)
+            zeros += tl.sum((valid & (a == 0.0)).to(tl.float64))
+            if HAS_PAIRS:
+                x = tl.load(logp_ptr + at, mask=valid, other=0.0).to(tl.float64)
+                pa = tl.exp(x) * a
+                pairs, mean_x, mean_a, mean_pa, comoment_a, comoment_pa = _add_pairs(
+                    pairs, mean_x, mean_a, mean_pa, comoment_a, comoment_pa, x, a, pa, valid
+                )
+    slots = slots_ptr + program * 20
+    _store_moments(slots, count, mean, spread, smallest, largest)
+    tl.store(slots + 5, right_total)
+    tl.store(slots + 6, right_n)
+    tl.store(slots + 7, wrong_total)
+    tl.store(slots + 8, wrong_n)
+    tl.store(slots + 9, old_total)
+    tl.store(slots + 10, old_n)
+    tl.store(slots + 11, change_total)
+    change_n = zero64
+    if HAS_OLD:
+        change_n = count
+    tl.store(slots + 12, change_n)
+    tl.store(slots + 13, zeros)
+    tl.store(slots + 14, pairs)
+    tl.store(slots + 15, mean_x)
+    tl.store(slots + 16, mean_a)
+    tl.store(slots + 17, mean_pa)
+    tl.store(slots + 18, comoment_a)
+    tl.store(slots + 19, comoment_pa)
+    if HAS_ADV:
+        tl.store(row_abs_ptr + row, row_abs, mask=row_ok)
+        tl.store(row_tokens_ptr + row, row_tokens, mask=row_ok)

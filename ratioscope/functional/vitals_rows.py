@@ -54,9 +54,25 @@ class VitalsRows:
 
 def usable(*values: Tensor | None, mask: Tensor) -> bool:
     """Whether :func:`vitals_rows` can take these: numba available, CPU float32/float64
-    values of the mask's shape, at least one of them present."""
+    values of the mask's shape, at least one of them present; or Triton, on a GPU
+    (:func:`on_gpu`)."""
     present = [v for v in values if v is not None]
-    return bool(present) and _kernels.can_take(*present, mask=mask)
+    return bool(present) and (_kernels.can_take(*present, mask=mask) or on_gpu(*values, mask=mask))
+
+
+def on_gpu(*values: Tensor | None, mask: Tensor) -> bool:
+    """Whether :func:`vitals_rows` runs the Triton kernel: float32/float64 values of the
+    mask's shape off the CPU, where :func:`ratioscope.functional._triton_kernels.can_take`
+    them."""
+    from ratioscope.functional import _triton_kernels
+
+    present = [v for v in values if v is not None]
+    return (
+        bool(present)
+        and mask.device.type != "cpu"
+        and all(v.dtype in _kernels.FLOAT_DTYPES and v.shape == mask.shape for v in present)
+        and _triton_kernels.can_take(*present, mask)
+    )
 
 
 def vitals_rows(
@@ -66,6 +82,8 @@ def vitals_rows(
     log_probs: Tensor | None,
     mask: Tensor,
     correct: Tensor | None,
+    *,
+    triton: bool | None = None,
 ) -> VitalsRows:
     """The vitals of the valid tokens (see :class:`VitalsRows`).
 
@@ -74,9 +92,25 @@ def vitals_rows(
         log_probs: [B, T] float, the log-probs of the entropy mechanics (read only with
             ``advantages``), or None.
         mask: [B, T] bool; correct: [B] bool or None.
+        triton: the Triton kernel (True), the numba loop (False), or the Triton kernel
+            where :func:`on_gpu` (None). The kernel's results come back to the host in
+            one read.
     """
     from ratioscope.functional import _vitals_kernels as k
 
+    inputs = (entropy, old_entropy, advantages, log_probs)
+    flags = (
+        entropy is not None, old_entropy is not None, advantages is not None,
+        advantages is not None and log_probs is not None, correct is not None,
+    )  # fmt: skip
+    if on_gpu(*inputs, mask=mask) if triton is None else triton:
+        from ratioscope.functional import _triton_kernels
+
+        summary = _triton_kernels.vitals_rows(inputs, mask, correct)
+        counts, slots, kernel_abs, kernel_tokens = _triton_kernels.split_vitals(
+            summary.cpu(), mask.shape[0]
+        )  # one read
+        return _merged(flags, counts, slots, kernel_abs, kernel_tokens)
     rows = mask.shape[0]
     valid = mask.numpy()
     given = [v for v in (entropy, old_entropy, advantages, log_probs) if v is not None]
@@ -92,11 +126,7 @@ def vitals_rows(
     )  # fmt: skip
     row_abs = np.zeros(rows, dtype=np.float64)
     row_tokens = np.zeros(rows, dtype=np.int64)
-    inputs = (array(entropy), array(old_entropy), array(advantages), array(log_probs))
-    flags = (
-        entropy is not None, old_entropy is not None, advantages is not None,
-        advantages is not None and log_probs is not None, correct is not None,
-    )  # fmt: skip
+    arrays = (array(entropy), array(old_entropy), array(advantages), array(log_probs))
 
     def part(start: int, stop: int) -> tuple[np.ndarray, list[float]]:
         counts = np.zeros(bins.NUM_BINS, dtype=np.int64)
@@ -104,17 +134,35 @@ def vitals_rows(
         # pi A of each valid token, from the first loop to the second
         products = np.empty(valid[start:stop].size if flags[3] else 1, dtype=np.float64)
         k.vitals_rows(
-            *(values[start:stop] for values in inputs), valid[start:stop], right[start:stop],
+            *(values[start:stop] for values in arrays), valid[start:stop], right[start:stop],
             *flags, counts, sums, row_abs[start:stop], row_tokens[start:stop], products,
         )  # fmt: skip
         return counts, sums.tolist()
 
     parts = _kernels.map_row_parts(part, rows)
+    counts = torch.from_numpy(np.sum([c for c, _ in parts], axis=0))
+    return _merged(
+        flags, counts, [s for _, s in parts], torch.from_numpy(row_abs),
+        torch.from_numpy(row_tokens),
+    )  # fmt: skip
+
+
+def _merged(
+    flags: tuple[bool, bool, bool, bool, bool],
+    counts: Tensor,
+    parts: list[list[float]],
+    row_abs: Tensor,
+    row_tokens: Tensor,
+) -> VitalsRows:
+    """:class:`VitalsRows` of the parts' slots (``_vitals_kernels``' order), merged in
+    order: the numbers do not depend on how the rows were cut."""
+    from ratioscope.functional import _vitals_kernels as k
+
     moments = EMPTY
     right_sums, wrong_sums, old_sums, change_sums = (TokenSums() for _ in range(4))
     pairs_a, pairs_pa = CoMoments(), CoMoments()
     zero = 0
-    for _, s in parts:  # merged in order: the numbers do not depend on the threads
+    for s in parts:
         moments = combine_moments(
             moments,
             MomentSums(int(s[k.ENTROPY_N]), s[k.ENTROPY_MEAN], s[k.ENTROPY_M2],
@@ -130,14 +178,14 @@ def vitals_rows(
         pairs_pa.merge(CoMoments(count, s[k.MEAN_X], s[k.MEAN_PA], s[k.COMOMENT_PA]))
     has_entropy, has_old, has_adv, has_pairs, has_correct = flags
     return VitalsRows(
-        counts=torch.from_numpy(np.sum([c for c, _ in parts], axis=0)) if has_entropy else None,
+        counts=counts if has_entropy else None,
         moments=moments if has_entropy else None,
         right=right_sums if has_entropy and has_correct else None,
         wrong=wrong_sums if has_entropy and has_correct else None,
         old=old_sums if has_old else None,
         change=change_sums if has_entropy and has_old else None,
-        row_abs=torch.from_numpy(row_abs) if has_adv else None,
-        row_tokens=torch.from_numpy(row_tokens) if has_adv else None,
+        row_abs=row_abs if has_adv else None,
+        row_tokens=row_tokens if has_adv else None,
         zero=zero,
         pairs_a=pairs_a if has_pairs else None,
         pairs_pa=pairs_pa if has_pairs else None,
