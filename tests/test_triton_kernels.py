@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ratioscope.errors import ParameterError
-from ratioscope.functional import _triton_kernels
+from ratioscope.functional import _triton_kernels, device_histogram
 from ratioscope.functional.kalman import _path, kalman_filter, kalman_filter_loop
 
 # not importorskip: Triton must be first imported with the interpreter on (the fixture)
@@ -288,7 +288,7 @@ def test_histogram_moments_match_the_tensor_code(n, dtype, monkeypatch) -> None:
     gen = torch.Generator().manual_seed(n)
     values = (torch.randn(n, generator=gen) * torch.rand(n, generator=gen) ** 8).to(dtype)
     values[: min(n, 3)] = torch.tensor([0.0, 1e-12, -1e6], dtype=dtype)[: min(n, 3)]
-    counted = bins.counted_by_kernel(values, with_sums=True, triton=True)
+    counted = device_histogram.counted_by_kernel(values, with_sums=True, triton=True)
     assert counted is not None
     counts, moments, sums = counted
     expected_counts, expected_sums = bins.histogram_sums(values)
@@ -301,20 +301,21 @@ def test_histogram_moments_match_the_tensor_code(n, dtype, monkeypatch) -> None:
     assert moments.n == expected[0] and (moments.minimum, moments.maximum) == expected[3:]
     assert moments.mean == pytest.approx(expected[1], rel=1e-12, abs=1e-15)
     assert moments.m2 == pytest.approx(expected[2], rel=1e-12)
-    without = bins.counted_by_kernel(values, triton=True)
+    without = device_histogram.counted_by_kernel(values, triton=True)
     assert without is not None and torch.equal(without[0], counts) and without[2] is None
 
 
 def test_histogram_add_by_the_kernel_equals_the_tensor_code(monkeypatch) -> None:
-    from ratioscope.functional import histogram as bins
     from ratioscope.sections.summaries import Histogram
 
     values = torch.randn(3000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     by_tensors, by_kernel = Histogram.with_sums(), Histogram.with_sums()
     by_tensors.add(values)
     by_tensors.add(values[:100])
-    counted = bins.counted_by_kernel
-    monkeypatch.setattr(bins, "counted_by_kernel", lambda v, s: counted(v, s, triton=True))
+    counted = device_histogram.counted_by_kernel
+    monkeypatch.setattr(
+        device_histogram, "counted_by_kernel", lambda v, s: counted(v, s, triton=True)
+    )
     by_kernel.add(values)
     by_kernel.add(values[:100])
     assert torch.equal(by_kernel.counts, by_tensors.counts)
@@ -418,14 +419,14 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
         return numba_loop(*args, **kwargs, triton=True)
 
     monkeypatch.setattr(ratios, "ratio_rows", by_the_kernel)
-    counted = bins.counted_by_kernel
+    counted = device_histogram.counted_by_kernel
     histograms = []
 
     def histograms_by_the_kernel(values, with_sums):
         histograms.append(with_sums)
         return counted(values, with_sums, triton=True)
 
-    monkeypatch.setattr(bins, "counted_by_kernel", histograms_by_the_kernel)
+    monkeypatch.setattr(device_histogram, "counted_by_kernel", histograms_by_the_kernel)
     from ratioscope.sections import vitals
 
     vitals_loop = vitals.vitals_rows

@@ -23,8 +23,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ratioscope.functional.moments import MomentSums
-
 PER_DECADE = 200
 MIN_EXP = -9
 MAX_EXP = 4
@@ -94,38 +92,6 @@ def histogram_sums(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tenso
     sums = torch.zeros(NUM_BINS, dtype=torch.float64, device=values.device)
     sums.index_add_(0, index, values.double())
     return counts, sums
-
-
-def counted_by_kernel(
-    values: Tensor, with_sums: bool = False, *, triton: bool | None = None
-) -> tuple[Tensor, MomentSums, Tensor | None] | None:
-    """Counts, moments and (with ``with_sums``) per-bin sums of ``values`` [n] (finite)
-    by one Triton kernel on a GPU and one read back, where the tensor code takes a
-    dozen launches and a read for the bins and as many for the moments.
-
-    Args:
-        values: [n] float32 or float64.
-        with_sums: the per-bin sums too (added in any order: within float rounding of
-            :func:`histogram_sums`).
-        triton: run the kernel (True; on CPU tensors only Triton's interpreter can),
-            or only where the values are on a GPU that Triton can compile for (None).
-
-    Returns:
-        ``(counts [NUM_BINS] int64, moments, sums [NUM_BINS] float64 or None)`` on the
-        CPU, or None where the kernel does not run (the caller's tensor code then).
-    """
-    from ratioscope.functional import _triton_kernels
-
-    if triton is None:
-        triton = (
-            values.device.type != "cpu"
-            and values.dtype in (torch.float32, torch.float64)
-            and _triton_kernels.can_take(values)
-        )
-    if not triton:
-        return None
-    summary = _triton_kernels.histogram_moments(values.reshape(-1), with_sums)
-    return _triton_kernels.split_summary(summary.cpu(), with_sums)  # one read
 
 
 def class_counts(index: Tensor, keep: Tensor) -> Tensor:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ratioscope.functional import device_histogram
 from ratioscope.functional import histogram as bins
 from ratioscope.functional.moments import (
     MomentSums,
@@ -194,7 +195,7 @@ class Histogram:
         one read back where Triton can compile for it)."""
         if values.numel() == 0:
             return
-        counted = bins.counted_by_kernel(values, self.sums is not None)
+        counted = device_histogram.counted_by_kernel(values, self.sums is not None)
         if counted is not None:
             counts, moments, sums = counted
             self.counts += counts
