@@ -14,11 +14,11 @@ measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
 histograms and the vitals pass are Triton kernels (``functional/_triton_kernels.py``),
-which the emulated device cannot compile; here they
-are stand-ins that count the launches those kernels make (the multiprocessors of an
-H100, 132, decide the Kalman filter's chunks) and the bytes they read and write once,
-and compute their results with the CPU's loops. ``--no-kernels`` counts the tensor code
-those kernels replace, the path a GPU takes without Triton.
+which the emulated device cannot compile; here they are stand-ins that count the
+launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
+filter's chunks) and the bytes they read and write once, and compute their results with
+the CPU's loops. ``--no-kernels`` counts the tensor code those kernels replace, the path
+a GPU takes without Triton.
 
     python benchmarks/device_ops.py                  # bench_analyze.py's 1,024 x 4,096 dump
     python benchmarks/device_ops.py DUMP --chunk-elements 16777216 --top 30
