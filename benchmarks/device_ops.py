@@ -13,7 +13,8 @@ the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check
 measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
-histograms and the vitals pass are Triton kernels (``functional/_triton_kernels.py``),
+histograms, the vitals pass and the mismatch sums are Triton kernels
+(``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
 filter's chunks) and the bytes they read and write once, and compute their results with
@@ -108,6 +109,8 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         ratio_rows=_Launcher(count, _ratio_rows),
         histogram_moments=_Launcher(count, _histogram_moments),
         vitals_rows=_Launcher(count, _vitals_rows),
+        mismatch_rows=_Launcher(count, _mismatch_rows),
+        mismatch_terms=_Launcher(count, _mismatch_terms),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -230,6 +233,32 @@ def _vitals_rows(
     slots[1:, 3], slots[1:, 4] = float("inf"), float("-inf")  # the other programs: empty
     read = [t for t, on in zip((entropy, old, adv, logp), present, strict=True) if on]
     return mask.nbytes + sum(t.nbytes for t in read)
+
+
+def _mismatch_rows(z, mask, row_sums, tops, rows, length, **flags) -> int:
+    """The mismatch sums' first pass by the numba loop, its largest z the first
+    program's; its bytes: z and the mask read once."""
+    from ratioscope.functional import _ratio_kernels
+
+    tops.fill_(float("-inf"))
+    tops[0] = _ratio_kernels.mismatch_rows(z.numpy(), mask.numpy().view(bool), row_sums.numpy())
+    return z.nbytes + mask.nbytes
+
+
+def _mismatch_terms(z, mask, tops, bounds, terms, rows, length, programs, **flags) -> int:
+    """The second pass by the numba loop, its sums the first program's; its bytes: z and
+    the mask read again."""
+    import numpy as np
+
+    from ratioscope.functional import _ratio_kernels
+
+    part = np.zeros(10)
+    _ratio_kernels.mismatch_terms(
+        z.numpy(), mask.numpy().view(bool), float(bounds[0]), float(tops.max()), part
+    )
+    terms.zero_()
+    terms[0] = torch_from(part)
+    return z.nbytes + mask.nbytes
 
 
 def torch_from(array: Any) -> Any:

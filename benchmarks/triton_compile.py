@@ -40,7 +40,8 @@ POINTERS = {
     "end_state_ptr": "*fp64", "bounds_ptr": "*fp64", "counts_ptr": "*i32",
     "partial_ptr": "*fp64", "row_sums_ptr": "*fp64", "clipped_ptr": "*i64",
     "sums_ptr": "*fp64", "correct_ptr": "*u8", "slots_ptr": "*fp64",
-    "row_abs_ptr": "*fp64", "row_tokens_ptr": "*i64",
+    "row_abs_ptr": "*fp64", "row_tokens_ptr": "*i64", "rows_ptr": "*fp64",
+    "tops_ptr": "*fp64", "terms_ptr": "*fp64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
@@ -87,6 +88,11 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         flags = {name: name in present for name in everything}
         flags.update(BLOCK_ROWS=tk.BLOCK_ROWS, BLOCK_T=tk.BLOCK_T, **bins)
         out.append(("vitals_rows", dtype, flags, tk.NUM_WARPS))
+    for dtype in ("fp32", "fp64"):
+        blocks = {"BLOCK_ROWS": tk.BLOCK_ROWS, "BLOCK_T": tk.BLOCK_T}
+        out.append(("mismatch_rows", dtype, blocks, tk.NUM_WARPS))
+        blocks = {"BLOCK_ROWS": tk.BLOCK_ROWS, "BLOCK_T": tk.MISMATCH_BLOCK_T, "BLOCK_TOPS": 1024}
+        out.append(("mismatch_terms", dtype, blocks, tk.NUM_WARPS))
     return out
 
 

@@ -59,6 +59,7 @@ def interpreted(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(_triton_kernels.INTERPRET_ENV, "1")
     monkeypatch.delenv(_triton_kernels.DISABLE_ENV, raising=False)
     monkeypatch.setattr(_triton_kernels, "BLOCK_T", TILE)
+    monkeypatch.setattr(_triton_kernels, "MISMATCH_BLOCK_T", TILE)
 
 
 def ragged(rows: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -392,12 +393,45 @@ def test_vitals_rows_match_the_compiled_loop(rows, length, present) -> None:
     assert_close_vitals(got, expected)
 
 
+@pytest.mark.parametrize(("rows", "length"), [(3, 10), (5, 50), (9, 37)])
+@pytest.mark.parametrize("scale", [1e-6, 0.3, 3.0])
+def test_mismatch_partials_match_the_compiled_passes(rows, length, scale) -> None:
+    import dataclasses
+
+    from ratioscope.functional.mismatch import mismatch_partials
+
+    gen = torch.Generator().manual_seed(rows * length)
+    z = scale * torch.randn(rows, length, generator=gen, dtype=torch.float64)
+    mask = torch.rand(rows, length, generator=gen) >= 0.2
+    mask[min(1, rows - 1)] = False  # a row with no valid token
+    z[~mask] = float("nan")
+    got = dataclasses.asdict(mismatch_partials(z, mask, 1.5, backend="triton"))
+    expected = dataclasses.asdict(mismatch_partials(z, mask, 1.5, backend="compiled"))
+    reference = dataclasses.asdict(mismatch_partials(z, mask, 1.5, backend="torch"))
+    for name, value in expected.items():
+        if isinstance(value, int):
+            assert got[name] == value == reference[name], name
+        else:  # k3 = sum expm1(z) - z cancels for tiny z: held to its terms' rounding
+            tolerance = 1e-9 if name == "sum_k3" else 1e-12
+            assert got[name] == pytest.approx(value, rel=tolerance, abs=1e-300), name
+            assert got[name] == pytest.approx(reference[name], rel=tolerance, abs=1e-300), name
+
+
+def test_mismatch_of_no_valid_token() -> None:
+    from ratioscope.functional.mismatch import MismatchPartials, mismatch_partials
+
+    mask = torch.zeros(4, 20, dtype=torch.bool)
+    got = mismatch_partials(torch.zeros(4, 20), mask, backend="triton")
+    assert got == MismatchPartials()
+    assert mismatch_partials(torch.zeros(0, 20), mask[:0], backend="triton") == MismatchPartials()
+
+
 def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the sections as a GPU runs them (the ratio rows, the histograms and the vitals by
-    # the Triton kernels), on one bundled step: the report's numbers the CPU's, within
-    # rounding
+    # the sections as a GPU runs them (the ratio rows, the histograms, the vitals and
+    # the mismatch sums by the Triton kernels), on one bundled step: the report's numbers
+    # the CPU's, within rounding
     import sys
     from pathlib import Path
 
@@ -436,8 +470,12 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
         return vitals_loop(*args, **kwargs, triton=True)
 
     monkeypatch.setattr(vitals, "vitals_rows", vitals_by_the_kernel)
+    from ratioscope.functional import mismatch
+
+    monkeypatch.setattr(mismatch, "_on_gpu", lambda z, mask: calls.append(3) or True)
     got = ratioscope.analyze(path).to_dict()
-    assert calls.count(1) == 2 and calls.count(2) == 1  # two ratio variants, the vitals
+    # two ratio variants, the vitals, the policy's and the rollout's mismatch
+    assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -480,7 +518,33 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines()[1:-1]]
     assert {row[0] for row in rows} == {
-        "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows"
+        "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
+        "mismatch_rows", "mismatch_terms",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_vitals_and_mismatch_match_the_cpu() -> None:
+    import dataclasses
+
+    from ratioscope.functional.mismatch import mismatch_partials
+    from ratioscope.functional.vitals_rows import vitals_rows
+
+    skip_unless_triton_compiles_here()
+    entropy, old, advantages, log_probs, mask, correct = vitals_inputs(1024, 4100, 5)
+    on_gpu = [t.cuda() for t in (entropy, old, advantages, log_probs, mask, correct)]
+    got = vitals_rows(*on_gpu[:4], on_gpu[4], on_gpu[5])
+    expected = vitals_rows(entropy, old, advantages, log_probs, mask, correct, triton=False)
+    # float64 sums added in another order, a bin edge within an ulp aside
+    assert got.counts is not None and expected.counts is not None
+    assert int((got.counts - expected.counts).abs().sum()) <= 4
+    assert got.moments is not None and expected.moments is not None
+    assert got.moments[1:3] == pytest.approx(expected.moments[1:3], rel=1e-9)
+    z = 0.3 * torch.randn(1024, 4100, generator=torch.Generator().manual_seed(6))
+    gpu = dataclasses.asdict(mismatch_partials(z.cuda(), mask.cuda()))
+    cpu = dataclasses.asdict(mismatch_partials(z, mask, backend="compiled"))
+    for name, value in cpu.items():
+        assert gpu[name] == pytest.approx(value, rel=1e-9), name

@@ -255,6 +255,9 @@ def histogram_moments(values: Tensor, with_sums: bool = False) -> Tensor:
     return summary
 
 
+#: the tile width of the mismatch sums' second pass, which keeps ten float64 sums beside
+#: an exp, an expm1 and a log a value: at 1,024 it spilled on an A100
+MISMATCH_BLOCK_T = 512
 #: float64 slots a program of :func:`vitals_rows` leaves (``_vitals_kernels``' order)
 VITALS_SLOTS = 20
 
@@ -325,6 +328,61 @@ def split_vitals(summary: Tensor, rows: int) -> tuple[Tensor, list[list[float]],
     programs = (summary.numel() - _COUNT_WORDS - 4 * rows) // (2 * VITALS_SLOTS)
     counts, slots, row_abs, row_tokens = _vitals_views(summary, programs, rows)
     return counts.long(), slots.tolist(), row_abs, row_tokens
+
+
+def mismatch(z: Tensor, mask: Tensor, log_c: float) -> Tensor:
+    """The mismatch sums in two passes (what ``_ratio_kernels.mismatch_rows`` and
+    ``mismatch_terms`` do on the CPU): each row's valid tokens, sum z and sum |z|, each
+    program's largest z, then each program's ten token sums about the largest of those.
+
+    Args:
+        z: [B, T] float32 or float64; mask: [B, T] bool; log_c: log of the threshold.
+
+    Returns:
+        One float64 buffer on the device, read by :func:`split_mismatch` once it is on
+        the host: [B, 3] row sums, [P] largest z, [P, 10] token sums.
+    """
+    kernels = _kernels()
+    rows, length = mask.shape
+    programs = -(-rows // BLOCK_ROWS)
+    summary = torch.zeros(3 * rows + 11 * programs, dtype=torch.float64, device=mask.device)
+    row_sums, tops, terms = _mismatch_views(summary, rows, programs)
+    if rows == 0:
+        return summary
+    values, valid = z.contiguous(), mask.contiguous().view(torch.uint8)
+    blocks = {"BLOCK_ROWS": BLOCK_ROWS, "num_warps": NUM_WARPS}
+    kernels.mismatch_rows[(programs,)](
+        values, valid, row_sums, tops, rows, length, BLOCK_T=BLOCK_T, **blocks
+    )
+    kernels.mismatch_terms[(programs,)](
+        values, valid, tops, float64_constants((log_c,), str(mask.device)), terms, rows,
+        length, programs, BLOCK_T=MISMATCH_BLOCK_T, BLOCK_TOPS=1024, **blocks,
+    )  # fmt: skip
+    return summary
+
+
+def _mismatch_views(summary: Tensor, rows: int, programs: int) -> tuple[Tensor, Tensor, Tensor]:
+    """([rows, 3] row sums, [programs] largest z, [programs, 10] token sums): views of a
+    mismatch buffer."""
+    tops_at = 3 * rows
+    return (
+        summary[:tops_at].view(rows, 3),
+        summary[tops_at : tops_at + programs],
+        summary[tops_at + programs :].view(programs, 10),
+    )
+
+
+def split_mismatch(summary: Tensor, rows: int) -> tuple[Tensor, float, list[float]]:
+    """([rows, 3] row sums, the largest valid z, the ten token sums: the first nine added
+    in program order, the last the largest) of a mismatch buffer on the host."""
+    programs = (summary.numel() - 3 * rows) // 11
+    row_sums, tops, terms = _mismatch_views(summary, rows, programs)
+    sums = [0.0] * 10
+    for part in terms.tolist():
+        sums[:9] = [a + b for a, b in zip(sums[:9], part[:9], strict=True)]
+        sums[9] = max(sums[9], part[9])
+    top = max(tops.tolist(), default=float("-inf"))
+    return row_sums, top, sums
 
 
 #: values a program of :func:`histogram_moments` reads at once (a power of two)

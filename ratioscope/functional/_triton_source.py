@@ -350,3 +350,107 @@ def vitals_rows(
     if HAS_ADV:
         tl.store(row_abs_ptr + row, row_abs, mask=row_ok)
         tl.store(row_tokens_ptr + row, row_tokens, mask=row_ok)
+
+
+@triton.jit
+def mismatch_rows(
+    z_ptr, mask_ptr, rows_ptr, tops_ptr, rows, length,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """The mismatch sums' first pass: each row's valid tokens, sum z and sum |z| into
+    ``rows_ptr`` [rows, 3] float64, and the program's largest valid z into ``tops_ptr``
+    [programs] (-inf if none)."""
+    program = tl.program_id(0)
+    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    count = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    total = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    magnitude = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    top = tl.full([], float("-inf"), dtype=tl.float64)
+    for start in range(0, length, BLOCK_T):
+        column = start + tl.arange(0, BLOCK_T)
+        inside = row_ok[:, None] & (column < length)[None, :]
+        at = row_base[:, None] + column[None, :]
+        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        x = tl.load(z_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        count += tl.sum(valid.to(tl.float64), 1)
+        total += tl.sum(tl.where(valid, x, 0.0), 1)
+        magnitude += tl.sum(tl.where(valid, tl.abs(x), 0.0), 1)
+        top = tl.maximum(top, tl.max(tl.where(valid, x, float("-inf"))))
+    tl.store(rows_ptr + row * 3, count, mask=row_ok)
+    tl.store(rows_ptr + row * 3 + 1, total, mask=row_ok)
+    tl.store(rows_ptr + row * 3 + 2, magnitude, mask=row_ok)
+    tl.store(tops_ptr + program, top)
+
+
+@triton.jit
+def _expm1(x):
+    """exp(x) - 1 without cancellation for small x (Kahan: (u - 1) x / log u with
+    u = exp x, exact where u rounds to 1), inf past exp's range."""
+    u = tl.exp(x)
+    minus_one = u - 1.0
+    ratio = minus_one * x / tl.log(tl.where(minus_one == 0.0, 2.0, u))
+    small = tl.where(minus_one == 0.0, x, tl.where(minus_one == -1.0, -1.0, ratio))
+    return tl.where(x > 709.0, float("inf"), small)
+
+
+@triton.jit
+def mismatch_terms(
+    z_ptr, mask_ptr, tops_ptr, bounds_ptr, terms_ptr, rows, length, programs,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_TOPS: tl.constexpr,
+):  # fmt: skip
+    """The second pass: the program's [10] token sums into ``terms_ptr`` [programs, 10]:
+    sum -z, sum z^2 / 2, sum expm1(z) - z, tokens with |z| > log c (``bounds_ptr``: log c,
+    float64), sum expm1(z), sum expm1(2z) = e (e + 2), sum exp(z - top), its square's
+    sum, sum |z|, max |z|; top is the largest of the first pass's ``tops_ptr``."""
+    program = tl.program_id(0)
+    top = tl.full([], float("-inf"), dtype=tl.float64)
+    for first in range(0, programs, BLOCK_TOPS):
+        index = first + tl.arange(0, BLOCK_TOPS)
+        found = tl.load(tops_ptr + index, mask=index < programs, other=float("-inf"))
+        top = tl.maximum(top, tl.max(found))
+    log_c = tl.load(bounds_ptr)
+    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    zero = tl.full([], 0.0, dtype=tl.float64)
+    k1 = zero
+    k2 = zero
+    k3 = zero
+    outside = zero
+    first_sum = zero
+    second_sum = zero
+    lse = zero
+    lse2 = zero
+    size = zero
+    largest = zero
+    for start in range(0, length, BLOCK_T):
+        column = start + tl.arange(0, BLOCK_T)
+        inside = row_ok[:, None] & (column < length)[None, :]
+        at = row_base[:, None] + column[None, :]
+        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        x = tl.load(z_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        e = _expm1(x)
+        q = tl.exp(x - top)
+        k1 -= tl.sum(tl.where(valid, x, 0.0))
+        k2 += tl.sum(tl.where(valid, 0.5 * x * x, 0.0))
+        k3 += tl.sum(tl.where(valid, e - x, 0.0))
+        outside += tl.sum((valid & (tl.abs(x) > log_c)).to(tl.float64))
+        first_sum += tl.sum(tl.where(valid, e, 0.0))
+        second_sum += tl.sum(tl.where(valid, e * (e + 2.0), 0.0))
+        lse += tl.sum(tl.where(valid, q, 0.0))
+        lse2 += tl.sum(tl.where(valid, q * q, 0.0))
+        size += tl.sum(tl.where(valid, tl.abs(x), 0.0))
+        largest = tl.maximum(largest, tl.max(tl.where(valid, tl.abs(x), 0.0)))
+    terms = terms_ptr + program * 10
+    tl.store(terms, k1)
+    tl.store(terms + 1, k2)
+    tl.store(terms + 2, k3)
+    tl.store(terms + 3, outside)
+    tl.store(terms + 4, first_sum)
+    tl.store(terms + 5, second_sum)
+    tl.store(terms + 6, lse)
+    tl.store(terms + 7, lse2)
+    tl.store(terms + 8, size)
+    tl.store(terms + 9, largest)

@@ -132,23 +132,51 @@ def mismatch_partials(
         mask: [B, T] bool, valid tokens.
         is_threshold: c > 1; tokens with r outside [1/c, c] are counted.
         backend: ``"compiled"`` two passes of a numba loop over the valid tokens (CPU
-            float32/float64), ``"torch"`` tensor operations (any device; the
-            reference), ``"auto"`` (default) the first where it can run. The two agree
-            to rounding (sums taken in another order).
+            float32/float64), ``"triton"`` the same two passes as Triton kernels (a GPU,
+            or Triton's interpreter), ``"torch"`` tensor operations (any device; the
+            reference), ``"auto"`` (default) the Triton kernels on a GPU that Triton
+            compiles for, else the first of the others that can run. They agree to
+            rounding (sums taken in another order).
 
     Returns:
         :class:`MismatchPartials`; pass merged partials to :func:`mismatch_statistics`.
     """
     if is_threshold <= 1:
         raise ParameterError("is_threshold", f"must be > 1, got {is_threshold}")
-    if backend not in ("auto", "compiled", "torch"):
-        raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
+    if backend not in ("auto", "compiled", "triton", "torch"):
+        raise ParameterError(
+            "backend", f"must be 'auto', 'compiled', 'triton' or 'torch', got '{backend}'"
+        )
     compiled = _kernels.can_take(z, mask=mask)
     if backend == "compiled" and not compiled:
         raise ParameterError("backend", "'compiled' needs numba and a CPU float tensor")
+    if backend == "triton" or (backend == "auto" and _on_gpu(z, mask)):
+        return _partials_triton(z, mask, math.log(is_threshold))
     if compiled and backend != "torch":
         return _partials_compiled(z, mask, math.log(is_threshold))
     return _partials_torch(z, mask, math.log(is_threshold))
+
+
+def _on_gpu(z: Tensor, mask: Tensor) -> bool:
+    """Whether ``auto`` runs the Triton kernels: float32/float64 off the CPU, where
+    :func:`ratioscope.functional._triton_kernels.can_take` them."""
+    from ratioscope.functional import _triton_kernels
+
+    return (
+        z.device.type != "cpu"
+        and z.dtype in _kernels.FLOAT_DTYPES
+        and _triton_kernels.can_take(z, mask)
+    )
+
+
+def _partials_triton(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:
+    """:func:`_partials_torch` from the two passes of the Triton kernels, read back in one
+    copy; the same sums as :func:`_partials_compiled`'s, added in another order."""
+    from ratioscope.functional import _triton_kernels
+
+    summary = _triton_kernels.mismatch(z, mask, log_c)
+    rows, top, sums = _triton_kernels.split_mismatch(summary.cpu(), mask.shape[0])
+    return _from_sums(rows, top, sums)
 
 
 def _partials_torch(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:
@@ -205,9 +233,15 @@ def _partials_compiled(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartial
     for part in _kernels.map_row_parts(terms, mask.shape[0]):  # added in order
         sums[:9] += part[:9]
         sums[9] = max(sums[9], part[9])
-    k1, k2, k3, outside, first, second, lse, lse2, size, largest = sums.tolist()
-    n = float(rows[:, 0].sum())
-    per_row = torch.from_numpy(rows)
+    return _from_sums(torch.from_numpy(rows), top, sums.tolist())
+
+
+def _from_sums(per_row: Tensor, top: float, sums: list[float]) -> MismatchPartials:
+    """:class:`MismatchPartials` from the two passes' results: ``per_row`` [B, 3] each
+    row's valid tokens, sum z and sum |z| (float64, on the CPU), ``top`` the largest
+    valid z, ``sums`` the ten token sums (``_ratio_kernels.mismatch_terms``' order)."""
+    k1, k2, k3, outside, first, second, lse, lse2, size, largest = sums
+    n = float(per_row[:, 0].sum())
     present = per_row[:, 0] > 0
     lengths = per_row[present, 0]
     return MismatchPartials(
