@@ -16,6 +16,18 @@ def _affine(a_first, b_first, a_second, b_second):
 
 
 @triton.jit
+def _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T: tl.constexpr):
+    """(column [BLOCK_T], inside, at, valid [rows, BLOCK_T]) of the tile of a program's
+    rows from token ``start``: the columns, which positions exist, their offsets and
+    which are valid tokens (the mask's bytes, read once)."""
+    column = start + tl.arange(0, BLOCK_T)
+    inside = row_ok[:, None] & (column < length)[None, :]
+    at = row_base[:, None] + column[None, :]
+    valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+    return column, inside, at, valid
+
+
+@triton.jit
 def kalman_scan(
     z_ptr, mask_ptr, keep_ptr, gain_ptr, initial_ptr, start_ptr, offset_ptr, out_ptr,
     end_keep_ptr, end_state_ptr, rows, length, chunk_len, n_chunks,
@@ -46,10 +58,7 @@ def kalman_scan(
     product = tl.full([BLOCK_ROWS], 1.0, dtype=tl.float64)
     begin = chunk * chunk_len
     for step in range(0, chunk_len, BLOCK_T):
-        column = begin + step + tl.arange(0, BLOCK_T)
-        inside = row_ok[:, None] & (column < length)[None, :]
-        at = row_base[:, None] + column[None, :]
-        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        column, inside, at, valid = _tile(mask_ptr, row_ok, row_base, begin + step, length, BLOCK_T)
         z = tl.load(z_ptr + at, mask=inside, other=0.0).to(tl.float64)
         # masked (or past the end): no observation, whatever z holds (NaN included)
         observed = tl.where(valid, z, 0.0)
@@ -126,16 +135,12 @@ def ratio_rows(
     plain_sum = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     zeroed = tl.zeros([BLOCK_ROWS], dtype=tl.int32)
     for start in range(0, length, BLOCK_T):
-        column = start + tl.arange(0, BLOCK_T)
-        inside = row_ok[:, None] & (column < length)[None, :]
-        at = row_base[:, None] + column[None, :]
-        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
         x = tl.load(signal_ptr + at, mask=valid, other=0.0).to(tl.float64)
-        index = _bin_index(x, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
-        tl.atomic_add(counts_ptr + index, tl.full(index.shape, 1, dtype=tl.int32), mask=valid)
-        count, mean, spread, smallest, largest = _add_moments(
-            count, mean, spread, smallest, largest, x, valid
-        )
+        count, mean, spread, smallest, largest = _count_and_add_moments(
+            counts_ptr, x, valid, count, mean, spread, smallest, largest,
+            MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER,
+        )  # fmt: skip
         if HAS_ADV:
             a = tl.load(adv_ptr + at, mask=valid, other=0.0).to(tl.float64)
             ratio = tl.exp(x)
@@ -189,6 +194,18 @@ def _add_moments(count, mean, spread, smallest, largest, x, valid):
     smallest = tl.minimum(smallest, tl.min(tl.where(valid, x, float("inf"))))
     largest = tl.maximum(largest, tl.max(tl.where(valid, x, float("-inf"))))
     return total, mean, spread, smallest, largest
+
+
+@triton.jit
+def _count_and_add_moments(
+    counts_ptr, x, valid, count, mean, spread, smallest, largest,
+    MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER,
+):  # fmt: skip
+    """Each valid x counted in its bin (atomic adds to ``counts_ptr``) and added to the
+    moments (:func:`_add_moments`)."""
+    index = _bin_index(x, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+    tl.atomic_add(counts_ptr + index, tl.full(index.shape, 1, dtype=tl.int32), mask=valid)
+    return _add_moments(count, mean, spread, smallest, largest, x, valid)
 
 
 @triton.jit
@@ -292,17 +309,13 @@ def vitals_rows(
     if HAS_CORRECT:
         is_right = tl.load(correct_ptr + row, mask=row_ok, other=0) != 0
     for start in range(0, length, BLOCK_T):
-        column = start + tl.arange(0, BLOCK_T)
-        inside = row_ok[:, None] & (column < length)[None, :]
-        at = row_base[:, None] + column[None, :]
-        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
         if HAS_ENTROPY:
             e = tl.load(entropy_ptr + at, mask=valid, other=0.0).to(tl.float64)
-            index = _bin_index(e, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
-            tl.atomic_add(counts_ptr + index, tl.full(index.shape, 1, dtype=tl.int32), mask=valid)
-            count, mean, spread, smallest, largest = _add_moments(
-                count, mean, spread, smallest, largest, e, valid
-            )
+            count, mean, spread, smallest, largest = _count_and_add_moments(
+                counts_ptr, e, valid, count, mean, spread, smallest, largest,
+                MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER,
+            )  # fmt: skip
             if HAS_CORRECT:
                 right = valid & is_right[:, None]
                 wrong = valid & (is_right == 0)[:, None]
@@ -369,10 +382,7 @@ def mismatch_rows(
     magnitude = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     top = tl.full([], float("-inf"), dtype=tl.float64)
     for start in range(0, length, BLOCK_T):
-        column = start + tl.arange(0, BLOCK_T)
-        inside = row_ok[:, None] & (column < length)[None, :]
-        at = row_base[:, None] + column[None, :]
-        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
         x = tl.load(z_ptr + at, mask=valid, other=0.0).to(tl.float64)
         count += tl.sum(valid.to(tl.float64), 1)
         total += tl.sum(tl.where(valid, x, 0.0), 1)
@@ -426,10 +436,7 @@ def mismatch_terms(
     size = zero
     largest = zero
     for start in range(0, length, BLOCK_T):
-        column = start + tl.arange(0, BLOCK_T)
-        inside = row_ok[:, None] & (column < length)[None, :]
-        at = row_base[:, None] + column[None, :]
-        valid = tl.load(mask_ptr + at, mask=inside, other=0) != 0
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
         x = tl.load(z_ptr + at, mask=valid, other=0.0).to(tl.float64)
         e = _expm1(x)
         q = tl.exp(x - top)
