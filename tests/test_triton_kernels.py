@@ -470,9 +470,17 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
         return vitals_loop(*args, **kwargs, triton=True)
 
     monkeypatch.setattr(vitals, "vitals_rows", vitals_by_the_kernel)
-    from ratioscope.functional import mismatch
+    on_gpu = _triton_kernels.on_gpu
 
-    monkeypatch.setattr(mismatch, "_on_gpu", lambda z, mask: calls.append(3) or True)
+    def mismatch_on_the_kernel(*values, mask=None):
+        # asked with a mask on the CPU: only by the mismatch sums (the vitals' question
+        # comes after numba's loop has said yes)
+        if mask is None:
+            return on_gpu(*values)
+        calls.append(3)
+        return True
+
+    monkeypatch.setattr(_triton_kernels, "on_gpu", mismatch_on_the_kernel)
     got = ratioscope.analyze(path).to_dict()
     # two ratio variants, the vitals, the policy's and the rollout's mismatch
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1

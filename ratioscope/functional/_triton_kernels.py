@@ -27,12 +27,14 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Collection
 from types import ModuleType
 
 import torch
 from torch import Tensor
 
 from ratioscope.functional import histogram as bins
+from ratioscope.functional._kernels import FLOAT_DTYPES
 from ratioscope.functional.moments import EMPTY, MomentSums, combine_moments
 
 #: set to a non-empty value other than "0" to keep the torch path on a GPU
@@ -81,6 +83,26 @@ def can_take(*tensors: Tensor) -> bool:
         return all(t.device.type == "cpu" for t in tensors)
     built_for_gpu = torch.version.cuda is not None or torch.version.hip is not None
     return built_for_gpu and all(t.device.type == "cuda" for t in tensors)
+
+
+def on_gpu(
+    *values: Tensor,
+    mask: Tensor | None = None,
+    dtypes: Collection[torch.dtype] = FLOAT_DTYPES,
+) -> bool:
+    """Whether ``auto`` takes a kernel here for these, as ``_kernels.can_take`` says for
+    numba's loops: ``values`` of ``dtypes`` and ``mask`` (when given) bool of their
+    shape, all off the CPU (there numba's loops run), where :func:`can_take` them."""
+    tensors = [*values] if mask is None else [*values, mask]
+    if not values or any(t.device.type == "cpu" for t in tensors):
+        return False
+    if any(v.dtype not in dtypes for v in values):
+        return False
+    if mask is not None and (
+        mask.dtype != torch.bool or any(v.shape != mask.shape for v in values)
+    ):
+        return False
+    return can_take(*tensors)
 
 
 def _kernels() -> ModuleType:

@@ -9,7 +9,6 @@ for the moments. Elsewhere it answers None and the tensor code runs.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from ratioscope.functional.moments import MomentSums
@@ -35,13 +34,7 @@ def counted_by_kernel(
     """
     from ratioscope.functional import _triton_kernels
 
-    if triton is None:
-        triton = (
-            values.device.type != "cpu"
-            and values.dtype in (torch.float32, torch.float64)
-            and _triton_kernels.can_take(values)
-        )
-    if not triton:
+    if not (_triton_kernels.on_gpu(values) if triton is None else triton):
         return None
     summary = _triton_kernels.histogram_moments(values.reshape(-1), with_sums)
     return _triton_kernels.split_summary(summary.cpu(), with_sums)  # one read

@@ -150,23 +150,13 @@ def mismatch_partials(
     compiled = _kernels.can_take(z, mask=mask)
     if backend == "compiled" and not compiled:
         raise ParameterError("backend", "'compiled' needs numba and a CPU float tensor")
-    if backend == "triton" or (backend == "auto" and _on_gpu(z, mask)):
+    from ratioscope.functional import _triton_kernels
+
+    if backend == "triton" or (backend == "auto" and _triton_kernels.on_gpu(z, mask=mask)):
         return _partials_triton(z, mask, math.log(is_threshold))
     if compiled and backend != "torch":
         return _partials_compiled(z, mask, math.log(is_threshold))
     return _partials_torch(z, mask, math.log(is_threshold))
-
-
-def _on_gpu(z: Tensor, mask: Tensor) -> bool:
-    """Whether ``auto`` runs the Triton kernels: float32/float64 off the CPU, where
-    :func:`ratioscope.functional._triton_kernels.can_take` them."""
-    from ratioscope.functional import _triton_kernels
-
-    return (
-        z.device.type != "cpu"
-        and z.dtype in _kernels.FLOAT_DTYPES
-        and _triton_kernels.can_take(z, mask)
-    )
 
 
 def _partials_triton(z: Tensor, mask: Tensor, log_c: float) -> MismatchPartials:

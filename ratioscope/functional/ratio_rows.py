@@ -53,9 +53,7 @@ def on_gpu(signal: Tensor, advantages: Tensor | None) -> bool:
     where :func:`ratioscope.functional._triton_kernels.can_take` them."""
     from ratioscope.functional import _triton_kernels
 
-    tensors = [signal] if advantages is None else [signal, advantages]
-    floats = all(t.dtype in _kernels.FLOAT_DTYPES for t in tensors)
-    return floats and signal.device.type != "cpu" and _triton_kernels.can_take(*tensors)
+    return _triton_kernels.on_gpu(signal, *([] if advantages is None else [advantages]))
 
 
 def ratio_rows(

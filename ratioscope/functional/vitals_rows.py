@@ -66,13 +66,7 @@ def on_gpu(*values: Tensor | None, mask: Tensor) -> bool:
     them."""
     from ratioscope.functional import _triton_kernels
 
-    present = [v for v in values if v is not None]
-    return (
-        bool(present)
-        and mask.device.type != "cpu"
-        and all(v.dtype in _kernels.FLOAT_DTYPES and v.shape == mask.shape for v in present)
-        and _triton_kernels.can_take(*present, mask)
-    )
+    return _triton_kernels.on_gpu(*(v for v in values if v is not None), mask=mask)
 
 
 def vitals_rows(
