@@ -445,14 +445,22 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
 
     path = root / "sample_data" / "verl" / "step_0008.pt"
     expected = ratioscope.analyze(path).to_dict()
+    from ratioscope.sections import vitals
+
     calls = []
-    numba_loop = ratios.ratio_rows
 
-    def by_the_kernel(*args, **kwargs):
-        calls.append(1)
-        return numba_loop(*args, **kwargs, triton=True)
+    def by_the_kernel(module, name: str, mark: int) -> None:
+        """``module.name`` called with ``triton=True``, each call marked in ``calls``."""
+        numba_loop = getattr(module, name)
 
-    monkeypatch.setattr(ratios, "ratio_rows", by_the_kernel)
+        def kernel(*args, **kwargs):
+            calls.append(mark)
+            return numba_loop(*args, **kwargs, triton=True)
+
+        monkeypatch.setattr(module, name, kernel)
+
+    by_the_kernel(ratios, "ratio_rows", 1)
+    by_the_kernel(vitals, "vitals_rows", 2)
     counted = device_histogram.counted_by_kernel
     histograms = []
 
@@ -461,15 +469,6 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
         return counted(values, with_sums, triton=True)
 
     monkeypatch.setattr(device_histogram, "counted_by_kernel", histograms_by_the_kernel)
-    from ratioscope.sections import vitals
-
-    vitals_loop = vitals.vitals_rows
-
-    def vitals_by_the_kernel(*args, **kwargs):
-        calls.append(2)
-        return vitals_loop(*args, **kwargs, triton=True)
-
-    monkeypatch.setattr(vitals, "vitals_rows", vitals_by_the_kernel)
     on_gpu = _triton_kernels.on_gpu
 
     def mismatch_on_the_kernel(*values, mask=None):
