@@ -13,7 +13,8 @@ the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check
 measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
-histograms, the vitals pass and the mismatch sums are Triton kernels
+histograms, the vitals pass, the mismatch sums and the covariance passes are Triton
+kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -111,6 +112,8 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         vitals_rows=_Launcher(count, _vitals_rows),
         mismatch_rows=_Launcher(count, _mismatch_rows),
         mismatch_terms=_Launcher(count, _mismatch_terms),
+        covariance_rows=_Launcher(count, _covariance_rows),
+        covariance_statistics=_Launcher(count, _covariance_statistics),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -259,6 +262,107 @@ def _mismatch_terms(z, mask, tops, bounds, terms, rows, length, programs, **flag
     terms.zero_()
     terms[0] = torch_from(part)
     return z.nbytes + mask.nbytes
+
+
+def _per_row(table, scope) -> Any:
+    """The numba passes' per-scope arguments with a scope a row: each row's entry of
+    the kernels' table [S, 6] (means [B, 3], 2 sigma^2 [B], flat [B], N / sum w [B])."""
+    import numpy as np
+
+    entry = table.numpy()[scope.numpy()] if table.numel() > 1 else np.zeros((scope.numel(), 6))
+    return (
+        np.ascontiguousarray(entry[:, :3]), np.ascontiguousarray(entry[:, 3]),
+        entry[:, 4] != 0.0, np.ascontiguousarray(entry[:, 5]),
+    )  # fmt: skip
+
+
+def _covariance_rows(
+    logp, adv, mask, z, scope, table, constants, row_sums, rows, length, **flags
+) -> int:  # fmt: skip
+    """A covariance pass (0-3) by the numba loops, with a scope a row (Clip-Cov's
+    eligible tokens all in the first row's sums: only their total is read); its bytes:
+    log pi, A and the mask read once (pass 1 the log-ratio too), the row sums written."""
+    import numpy as np
+
+    from ratioscope.functional import _covariance_kernels as numba_passes
+
+    lp, a, valid = logp.numpy(), adv.numpy(), mask.numpy().view(bool)
+    each = np.arange(rows, dtype=np.int64)
+    owner = np.zeros(rows, dtype=np.int64)
+    out = row_sums.numpy()
+    out[:] = 0.0
+    means, kernel, flat, _ = _per_row(table, scope)
+    index = flags["PASS"]
+    if index == 0:
+        numba_passes.sums(lp, a, valid, each, out, np.zeros(3))
+    elif index == 1:
+        sums = np.zeros((rows, 2))
+        eligible = numba_passes.covariance_sums(
+            lp, a, valid, z.numpy(), each, owner, 0, means, constants.numpy()[:2], sums,
+            flags["NARROW"], np.ascontiguousarray(constants.numpy()[2:6]),
+        )  # fmt: skip
+        out[:, :2] = sums
+        out[0, 2] = eligible
+    elif index == 2:
+        spread = np.zeros(rows)
+        numba_passes.spread(lp, a, valid, each, owner, 0, means, spread)
+        out[:, 0] = spread
+    else:
+        w_sums = np.zeros(rows)
+        numba_passes.weight_sums(lp, a, valid, each, owner, 0, means, kernel, flat, w_sums)
+        out[:, 0] = w_sums
+    return (
+        logp.nbytes + adv.nbytes + mask.nbytes + row_sums.nbytes + (z.nbytes if index == 1 else 0)
+    )
+
+
+def _covariance_statistics(
+    logp, adv, mask, scope, table, constants, counts, sums, slots, row_sums, rows, length,
+    **flags,
+) -> int:  # fmt: skip
+    """The covariance statistics by the numba loop, with a scope a row, the moments and
+    sums in the first program's slots; its bytes: log pi, A and the mask read once, the
+    row sums written."""
+    import numpy as np
+
+    from ratioscope.functional import _covariance_kernels as numba_passes
+    from ratioscope.functional import histogram as bins
+
+    lp, a, valid = logp.numpy(), adv.numpy(), mask.numpy().view(bool)
+    means, kernel, flat, factor = _per_row(table, scope)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_factor = np.log(factor)
+    n, weight_bins = bins.NUM_BINS, flags["WEIGHT_BINS"]
+    found = [np.zeros(n, dtype=np.int64) for _ in range(3)] + [np.zeros(weight_bins, np.int64)]
+    extremes = np.array([[np.inf, -np.inf]] * 3)
+    shifts = np.array([0.0, 1.0, 1.0])  # about where c, w and w~ lie
+    token_bins = np.empty(valid.size, dtype=np.int32)
+    token_c = np.empty(valid.size)
+    row_stats = np.empty((rows, numba_passes.ROW_FIELDS))
+    tokens = numba_passes.statistics(
+        lp, a, valid, np.arange(rows, dtype=np.int64), means, kernel, flat, factor,
+        log_factor, flags["NARROW"], np.ascontiguousarray(constants.numpy()[6:8]), shifts,
+        *found, extremes, token_bins, token_c, row_stats,
+    )  # fmt: skip
+    c_sums, moments = np.zeros(n), np.zeros((3, 3))
+    mass, below = np.zeros(3), np.zeros(2, dtype=np.int64)
+    numba_passes.fold_statistics(
+        token_bins, token_c, tokens, row_stats, c_sums, moments, mass, below
+    )
+    counts += torch_from(np.concatenate(found)).to(counts.dtype)
+    sums += torch_from(c_sums)
+    slots.zero_()
+    for q in range(3):
+        total, square = moments[q, 1], moments[q, 2]
+        mean = total / tokens if tokens else 0.0
+        slots[0, 5 * q : 5 * q + 5] = torch_from(
+            np.array([tokens, shifts[q] + mean, square - total * mean, *extremes[q]])
+        )
+        slots[1:, 5 * q + 3], slots[1:, 5 * q + 4] = float("inf"), float("-inf")
+    slots[0, 15:18] = torch_from(mass)
+    slots[0, 18:20] = torch_from(below.astype(np.float64))
+    row_sums.copy_(torch_from(row_stats[:, :3].copy()))
+    return logp.nbytes + adv.nbytes + mask.nbytes + row_sums.nbytes
 
 
 def torch_from(array: Any) -> Any:

@@ -41,7 +41,8 @@ POINTERS = {
     "partial_ptr": "*fp64", "row_sums_ptr": "*fp64", "clipped_ptr": "*i64",
     "sums_ptr": "*fp64", "correct_ptr": "*u8", "slots_ptr": "*fp64",
     "row_abs_ptr": "*fp64", "row_tokens_ptr": "*i64", "rows_ptr": "*fp64",
-    "tops_ptr": "*fp64", "terms_ptr": "*fp64",
+    "tops_ptr": "*fp64", "terms_ptr": "*fp64", "scope_ptr": "*i64", "table_ptr": "*fp64",
+    "constants_ptr": "*fp64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
@@ -54,6 +55,7 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
     """(kernel, input float type, compile-time flags, warps) of every launch the package
     makes (``_triton_kernels``'s wrappers), with their block sizes and warps."""
     from ratioscope.functional import _triton_kernels as tk
+    from ratioscope.functional import histogram as bins_module
 
     bins = tk._BIN_CONSTANTS
     out: list[tuple[str, str, dict[str, Any], int]] = []
@@ -93,6 +95,15 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         out.append(("mismatch_rows", dtype, blocks, tk.NUM_WARPS))
         blocks = {"BLOCK_ROWS": tk.BLOCK_ROWS, "BLOCK_T": tk.MISMATCH_BLOCK_T, "BLOCK_TOPS": 1024}
         out.append(("mismatch_terms", dtype, blocks, tk.NUM_WARPS))
+    for dtype in ("fp32", "fp64"):
+        narrow = dtype == "fp32"
+        for index in range(4):
+            flags = {"PASS": index, "NARROW": narrow, "NARROW_Z": narrow}
+            flags.update(BLOCK_ROWS=tk.BLOCK_ROWS, BLOCK_T=tk.BLOCK_T)
+            out.append(("covariance_rows", dtype, flags, tk.NUM_WARPS))
+        flags = {"WEIGHT_BINS": 50, "NARROW": narrow, "NUM_BINS": bins_module.NUM_BINS}
+        flags.update(BLOCK_ROWS=tk.BLOCK_ROWS, BLOCK_T=tk.COVARIANCE_BLOCK_T, **bins)
+        out.append(("covariance_statistics", dtype, flags, tk.NUM_WARPS))
     return out
 
 

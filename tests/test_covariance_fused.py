@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from covariance_batches import CLIP, covariance_arrays, write_arrays
 from documents import assert_documents_close
 
 import ratioscope
@@ -23,39 +24,6 @@ from ratioscope.functional import _kernels
 from ratioscope.functional.covariance_fused import FusedKernelPasses
 
 pytestmark = pytest.mark.skipif(not _kernels.available(), reason="numba is not available")
-
-CLIP = (0.2, 0.28)
-
-
-def _arrays(seed: int, rows: int = 40, width: int = 33, dtype=np.float32) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, width + 1, size=rows)
-    lengths[3] = 0  # an empty row
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    mask[5, 0] = False  # a masked token inside a row
-    group = rng.permutation(np.arange(rows) % 7)  # groups spread over every chunk
-    adv = rng.normal(size=rows)
-    adv[group == 2] = 0.5  # equal advantages: sigma counts as 0, flat weights
-    old = -rng.gamma(1.0, 0.8, size=(rows, width))
-    # log-ratios on both sides of the clip bounds, some exactly at their float32 value
-    z = rng.normal(0.0, 0.25, size=(rows, width))
-    edges = np.log(np.array([1 + CLIP[1], 1 - CLIP[0]], dtype=np.float32).astype(np.float64))
-    z[::4, ::3] = rng.choice(edges, size=z[::4, ::3].shape)
-    new = old + z
-    new[0, :4] -= 5.0  # covariances inside Clip-Cov's band (1, 5)
-    return {
-        "mask": mask,
-        "old_log_probs": old.astype(dtype),
-        "log_probs": new.astype(dtype),
-        "advantages": (np.repeat(adv[:, None], width, axis=1) * mask).astype(dtype),
-        "group": group,
-    }
-
-
-def _write(arrays: dict[str, np.ndarray], path) -> None:
-    from safetensors.torch import save_file
-
-    save_file({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}, str(path))
 
 
 def _covariance(path, chunk_elements: int, compiled: bool, monkeypatch, **options) -> dict:
@@ -87,7 +55,7 @@ def _assert_close(fused, reference) -> None:
 @pytest.mark.parametrize("chunk_elements", [33 * 3, 33 * 40])
 def test_compiled_section_equals_the_torch_path(tmp_path, monkeypatch, dtype, chunk_elements):
     path = tmp_path / "dump.safetensors"
-    _write(_arrays(0, dtype=dtype), path)
+    write_arrays(covariance_arrays(0, dtype=dtype), path)
     fused = _covariance(path, chunk_elements, True, monkeypatch)
     reference = _covariance(path, chunk_elements, False, monkeypatch)
     assert fused["clip_cov"]["eligible"] > 0  # the band is populated
@@ -97,7 +65,7 @@ def test_compiled_section_equals_the_torch_path(tmp_path, monkeypatch, dtype, ch
 @pytest.mark.parametrize("scope", ["batch", "group"])
 def test_compiled_section_equals_the_torch_path_in_each_scope(tmp_path, monkeypatch, scope):
     path = tmp_path / "dump.safetensors"
-    _write(_arrays(1, rows=64, width=20), path)
+    write_arrays(covariance_arrays(1, rows=64, width=20), path)
     fused = _covariance(path, 20 * 5, True, monkeypatch, cov_scope=scope)
     reference = _covariance(path, 20 * 5, False, monkeypatch, cov_scope=scope)
     assert fused["scope"] == scope
@@ -106,7 +74,7 @@ def test_compiled_section_equals_the_torch_path_in_each_scope(tmp_path, monkeypa
 
 def test_compiled_report_does_not_depend_on_the_chunking(tmp_path, monkeypatch):
     path = tmp_path / "dump.safetensors"
-    _write(_arrays(2), path)
+    write_arrays(covariance_arrays(2), path)
     reports = [_covariance(path, n, True, monkeypatch) for n in (33, 33 * 7, 33 * 40)]
     assert reports[0] == reports[1] == reports[2]  # bit for bit
 
@@ -143,7 +111,7 @@ def test_scope_parts_give_the_bits_of_one_loop(monkeypatch, chunk_rows):
     number of parts gives the bits of one loop."""
     import ratioscope.functional.covariance_fused as fused_module
 
-    arrays = _arrays(4, rows=40, width=33)
+    arrays = covariance_arrays(4, rows=40, width=33)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)  # parts run on the pool
     results = {}
     for parts in (1, 2, 3, 8):

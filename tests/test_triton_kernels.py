@@ -426,12 +426,140 @@ def test_mismatch_of_no_valid_token() -> None:
     assert mismatch_partials(torch.zeros(0, 20), mask[:0], backend="triton") == MismatchPartials()
 
 
+def covariance_passes(kind, arrays, chunk_rows: int, device: str = "cpu", **options):
+    """Every pass of ``kind`` (FusedKernelPasses or DeviceKernelPasses) over the rows in
+    chunks of ``chunk_rows`` on ``device``, as the section feeds them: (the passes, the
+    last pass's [B, 3] row sums)."""
+    import numpy as np
+    from covariance_batches import CLIP
+
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in arrays.items()}
+    mask = tensors["mask"]
+    log_ratio = torch.where(mask, tensors["log_probs"] - tensors["old_log_probs"], 0.0)
+    passes = kind(CLIP, (0.05, 5.0), (0.5, 0.1), 50, **options)
+    row_sums = []
+    for index in range(5):
+        for start in range(0, mask.shape[0], chunk_rows):
+            rows = slice(start, start + chunk_rows)
+            got = passes.add(
+                index, tensors["log_probs"][rows], tensors["advantages"][rows], mask[rows],
+                tensors["group"][rows], log_ratio[rows],
+            )  # fmt: skip
+            if got is not None:
+                row_sums.append(got)
+    return passes, torch.cat(row_sums)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("chunk_rows", "keep"), [(7, True), (7, False), (40, False)])
+def test_covariance_passes_match_the_compiled_passes(dtype, chunk_rows, keep) -> None:
+    import numpy as np
+    from covariance_batches import covariance_arrays
+
+    from ratioscope.functional import _kernels
+    from ratioscope.functional.covariance_device import DeviceKernelPasses
+    from ratioscope.functional.covariance_fused import FusedKernelPasses
+
+    if not _kernels.available():
+        pytest.skip("numba is not available")
+    arrays = covariance_arrays(4, dtype=getattr(np, dtype))
+    expected, expected_rows = covariance_passes(FusedKernelPasses, arrays, chunk_rows)
+    got, got_rows = covariance_passes(DeviceKernelPasses, arrays, chunk_rows, keep=keep)
+    # the data reach every count: Clip-Cov's band, w under each threshold, flat scopes
+    assert expected.eligible > 0 and expected.totals.below.min() > 0 and expected.flat.any()
+    assert (got.tokens, got.eligible) == (expected.tokens, expected.eligible)
+    assert len(got.scopes) == len(expected.scopes) == 7
+    # the empty row's means are 0 / 0 on both
+    assert torch.allclose(got_rows, expected_rows, rtol=1e-12, atol=1e-13, equal_nan=True)
+    totals, reference = got.totals, expected.totals
+    for name in ("c_counts", "w_counts", "normalised_counts", "weight_counts", "below"):
+        assert np.array_equal(getattr(totals, name), getattr(reference, name)), name
+    np.testing.assert_allclose(totals.extremes, reference.extremes, rtol=1e-14)
+    np.testing.assert_allclose(totals.c_sums, reference.c_sums, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(totals.mass, reference.mass, rtol=1e-12)
+    for q in range(3):
+        mine, theirs = totals.moment(q, got.tokens), reference.moment(q, expected.tokens)
+        assert mine[0] == theirs[0] and mine[3:] == pytest.approx(theirs[3:], rel=1e-14)
+        assert mine[1:3] == pytest.approx(theirs[1:3], rel=1e-12, abs=1e-15), q
+
+
+def test_covariance_passes_read_the_totals_once() -> None:
+    from covariance_batches import covariance_arrays
+
+    from ratioscope.functional.covariance_device import DeviceKernelPasses
+
+    passes, _ = covariance_passes(DeviceKernelPasses, covariance_arrays(5), 9, keep=True)
+    first = passes.totals
+    assert passes.totals is first and passes.tokens == int(first.c_counts.sum())
+    with pytest.raises(ValueError, match="pass 2 after pass 0"):
+        fresh = DeviceKernelPasses((0.2, 0.2), (1.0, 5.0), (0.5, 0.1), 50)
+        values, mask = torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool)
+        fresh.add(0, values, values, mask, None, values)
+        fresh.add(2, values, values, mask, None, values)
+    with pytest.raises(ValueError, match="after the last pass"):
+        _ = fresh.totals
+
+
+def test_clip_cov_band_reads_c_as_stored() -> None:
+    """Clip-Cov compares c as torch stores it (float32 for float32 log pi): one row with
+    batch means (3.75 + 1e-7) / 3 and 0, where the first token's c = (4 a - 2 b) / 3 is
+    5 - 7e-8 in float64 but 5.0 in float32, outside the band (1, 5); the others' c,
+    about 1.25, inside."""
+    from ratioscope.functional.covariance import clip_cov_touched, token_covariance
+    from ratioscope.functional.covariance_device import DeviceKernelPasses
+
+    log_probs = torch.tensor([[3.75, 1e-7, 0.0]])
+    advantages = torch.tensor([[2.0, -1.0, -1.0]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    log_ratio = torch.zeros(1, 3)
+    passes = DeviceKernelPasses((0.2, 0.2), (1.0, 5.0), (0.5, 0.1), 50)
+    for index in range(5):
+        passes.add(index, log_probs, advantages, mask, None, log_ratio)
+    c = token_covariance(log_probs, advantages, mask)
+    exact = token_covariance(log_probs.double(), advantages.double(), mask)
+    assert float(c[0, 0]) == 5.0 and float(exact[0, 0]) < 5.0
+    reference = clip_cov_touched(c, mask, bounds=(1.0, 5.0), exclude=torch.zeros_like(mask))
+    assert passes.eligible == reference.eligible == 2
+
+
+@pytest.mark.parametrize("scope", ["batch", "group"])
+@pytest.mark.parametrize("chunk_elements", [33 * 5, 33 * 40])
+def test_covariance_section_by_the_kernels_equals_the_torch_path(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, scope, chunk_elements
+) -> None:
+    from covariance_batches import CLIP, covariance_arrays, write_arrays
+    from documents import assert_documents_close
+
+    import ratioscope
+    import ratioscope.sections.covariance as covariance_section
+    from ratioscope.functional import covariance_device
+
+    path = tmp_path / "dump.safetensors"
+    write_arrays(covariance_arrays(1, rows=48), path)
+    options = {"sections": ["covariance"], "chunk_elements": chunk_elements, "clip": CLIP}
+    monkeypatch.setattr(covariance_section, "usable", lambda *tensors: False)  # not numba's
+    reference = ratioscope.analyze(path, cov_scope=scope, **options).to_dict()["covariance"]
+    calls = []
+    added = covariance_device.DeviceKernelPasses.add
+
+    def counted(self, index, *args):
+        calls.append(index)
+        return added(self, index, *args)
+
+    monkeypatch.setattr(covariance_device.DeviceKernelPasses, "add", counted)
+    monkeypatch.setattr(covariance_device, "usable", lambda *values, mask: True)
+    got = ratioscope.analyze(path, cov_scope=scope, **options).to_dict()["covariance"]
+    assert sorted(set(calls)) == [0, 1, 2, 3, 4]  # the kernels' path is the one that ran
+    assert got["scope"] == scope and got["clip_cov"]["eligible"] > 0
+    assert_documents_close(got, reference, rel=1e-12, abs_tol=1e-15, where="covariance")
+
+
 def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the sections as a GPU runs them (the ratio rows, the histograms, the vitals and
-    # the mismatch sums by the Triton kernels), on one bundled step: the report's numbers
-    # the CPU's, within rounding
+    # the sections as a GPU runs them (the ratio rows, the histograms, the vitals, the
+    # mismatch sums and the covariance passes by the Triton kernels), on one bundled
+    # step: the report's numbers the CPU's, within rounding
     import sys
     from pathlib import Path
 
@@ -480,9 +608,20 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
         return True
 
     monkeypatch.setattr(_triton_kernels, "on_gpu", mismatch_on_the_kernel)
+    import ratioscope.sections.covariance as covariance_section
+    from ratioscope.functional import covariance_device
+
+    def covariance_on_the_kernel(*values, mask):
+        calls.append(4)
+        return True
+
+    monkeypatch.setattr(covariance_section, "usable", lambda *tensors: False)  # numba's
+    monkeypatch.setattr(covariance_device, "usable", covariance_on_the_kernel)
     got = ratioscope.analyze(path).to_dict()
-    # two ratio variants, the vitals, the policy's and the rollout's mismatch
+    # two ratio variants, the vitals, the policy's and the rollout's mismatch, the
+    # covariance passes of the step's file
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
+    assert calls.count(4) == 1
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -526,7 +665,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
     rows = [line.split() for line in done.stdout.splitlines()[1:-1]]
     assert {row[0] for row in rows} == {
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
-        "mismatch_rows", "mismatch_terms",
+        "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")
@@ -555,3 +694,25 @@ def test_cuda_vitals_and_mismatch_match_the_cpu() -> None:
     cpu = dataclasses.asdict(mismatch_partials(z, mask, backend="compiled"))
     for name, value in cpu.items():
         assert gpu[name] == pytest.approx(value, rel=1e-9), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_covariance_passes_match_the_cpu() -> None:
+    import numpy as np
+    from covariance_batches import covariance_arrays
+
+    from ratioscope.functional.covariance_device import DeviceKernelPasses
+    from ratioscope.functional.covariance_fused import FusedKernelPasses
+
+    skip_unless_triton_compiles_here()
+    arrays = covariance_arrays(6, rows=1024, width=4100)
+    expected, expected_rows = covariance_passes(FusedKernelPasses, arrays, 256)
+    got, got_rows = covariance_passes(DeviceKernelPasses, arrays, 256, "cuda", keep=True)
+    assert (got.tokens, got.eligible) == (expected.tokens, expected.eligible)
+    assert torch.allclose(got_rows.cpu(), expected_rows, rtol=1e-9, atol=1e-9, equal_nan=True)
+    totals, reference = got.totals, expected.totals
+    # the GPU's log may put a value within an ulp of a bin edge in the next bin
+    for name in ("c_counts", "w_counts", "normalised_counts", "weight_counts"):
+        assert int(np.abs(getattr(totals, name) - getattr(reference, name)).sum()) <= 8, name
+    np.testing.assert_allclose(totals.mass, reference.mass, rtol=1e-9)

@@ -407,6 +407,121 @@ def split_mismatch(summary: Tensor, rows: int) -> tuple[Tensor, float, list[floa
     return row_sums, top, sums
 
 
+#: float64 slots a program of :func:`covariance_statistics` leaves: the moments of c,
+#: w and w~ (5 each), sum |A|, sum w |A|, sum w~ |A|, and the tokens under each threshold
+COVARIANCE_SLOTS = 20
+#: columns of the covariance kernels' per-scope float64 table: mean log pi, mean A,
+#: mean c, 2 sigma^2, flat (1.0), N / sum w
+SCOPE_COLUMNS = 6
+#: the covariance kernels' constants: the batch's mean log pi and mean A, Clip-Cov's c
+#: band, the PPO ratio bounds 1 + eps_high and 1 - eps_low, the two weight thresholds
+COVARIANCE_CONSTANTS = 8
+
+
+def covariance_rows(
+    index: int,
+    inputs: tuple[Tensor, Tensor, Tensor, Tensor],
+    scope: Tensor,
+    table: Tensor,
+    constants: Tensor,
+) -> Tensor:
+    """Pass ``index`` (0-3) of CW-GRPO's kernel over a chunk: [B, 3] float64 row sums
+    (``_triton_source.covariance_rows`` says which).
+
+    Args:
+        inputs: (log pi, A, mask, log-ratio), [B, T] each: float32 or float64, the mask
+            bool; the log-ratio is read by pass 1 only.
+        scope: [B] int64 each row's scope; table: [S, SCOPE_COLUMNS] float64 (the
+            columns a pass reads filled); constants: [COVARIANCE_CONSTANTS] float64.
+    """
+    kernels = _kernels()
+    logp, adv, mask, log_ratio = inputs
+    rows, length = mask.shape
+    out = torch.empty((rows, 3), dtype=torch.float64, device=mask.device)
+    if rows == 0:
+        return out
+    kernels.covariance_rows[(-(-rows // BLOCK_ROWS),)](
+        logp.contiguous(), adv.contiguous(), mask.contiguous().view(torch.uint8),
+        log_ratio.contiguous(), scope.contiguous(), table, constants, out, rows, length,
+        PASS=index, NARROW=logp.dtype != torch.float64,
+        NARROW_Z=log_ratio.dtype != torch.float64, BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T,
+        num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return out
+
+
+def covariance_statistics(
+    inputs: tuple[Tensor, Tensor, Tensor],
+    scope: Tensor,
+    table: Tensor,
+    constants: Tensor,
+    weight_bins: int,
+) -> tuple[Tensor, Tensor]:
+    """The last pass of CW-GRPO's kernel over a chunk, into the ``covariance`` section's
+    statistics (``_triton_source.covariance_statistics``).
+
+    Args:
+        inputs: (log pi, A, mask), [B, T] each; scope, table, constants: as
+            :func:`covariance_rows`; weight_bins: equal bins of w on [0, 1].
+
+    Returns:
+        (one int32 buffer on the device, read by :func:`split_covariance` once on the
+        host; [B, 3] float64 each row's sums of c, w and w~).
+    """
+    kernels = _kernels()
+    logp, adv, mask = inputs
+    rows, length = mask.shape
+    programs = -(-rows // BLOCK_ROWS)
+    summary = torch.zeros(
+        _covariance_count_words(weight_bins) + 2 * (bins.NUM_BINS + COVARIANCE_SLOTS * programs),
+        dtype=torch.int32, device=mask.device,
+    )  # fmt: skip
+    counts, sums, slots = _covariance_views(summary, weight_bins, programs)
+    row_sums = torch.empty((rows, 3), dtype=torch.float64, device=mask.device)
+    if rows == 0:
+        return summary, row_sums
+    kernels.covariance_statistics[(programs,)](
+        logp.contiguous(), adv.contiguous(), mask.contiguous().view(torch.uint8),
+        scope.contiguous(), table, constants, counts, sums, slots, row_sums, rows, length,
+        WEIGHT_BINS=weight_bins, NARROW=logp.dtype != torch.float64,
+        NUM_BINS=bins.NUM_BINS, BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=COVARIANCE_BLOCK_T,
+        num_warps=NUM_WARPS, **_BIN_CONSTANTS,
+    )  # fmt: skip
+    return summary, row_sums
+
+
+#: the tile width of the covariance statistics, which keep three moments, three masses
+#: and five atomic adds a value
+COVARIANCE_BLOCK_T = 512
+
+
+def _covariance_count_words(weight_bins: int) -> int:
+    """int32 words of a covariance buffer's counts, even so that the float64 parts after
+    them are aligned."""
+    words = 3 * bins.NUM_BINS + weight_bins
+    return words + words % 2
+
+
+def _covariance_views(
+    summary: Tensor, weight_bins: int, programs: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(counts [3 NUM_BINS + weight_bins] int32, c sums [NUM_BINS] float64, slots
+    [programs, COVARIANCE_SLOTS] float64): views of a covariance buffer."""
+    words = _covariance_count_words(weight_bins)
+    wide = summary[words:].view(torch.float64)
+    slots = wide[bins.NUM_BINS :].view(programs, COVARIANCE_SLOTS)
+    return summary[: 3 * bins.NUM_BINS + weight_bins], wide[: bins.NUM_BINS], slots
+
+
+def split_covariance(summary: Tensor, weight_bins: int) -> tuple[Tensor, Tensor, list[list[float]]]:
+    """(counts [3 NUM_BINS + weight_bins] int64, c sums [NUM_BINS] float64, each
+    program's [COVARIANCE_SLOTS] slots) of a covariance buffer brought to the host."""
+    words = _covariance_count_words(weight_bins)
+    programs = (summary.numel() - words - 2 * bins.NUM_BINS) // (2 * COVARIANCE_SLOTS)
+    counts, sums, slots = _covariance_views(summary, weight_bins, programs)
+    return counts.long(), sums, slots.tolist()
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

@@ -461,3 +461,188 @@ def mismatch_terms(
     tl.store(terms + 7, lse2)
     tl.store(terms + 8, size)
     tl.store(terms + 9, largest)
+
+
+@triton.jit
+def _scope_values(scope_ptr, table_ptr, row, row_ok):
+    """Each row's scope entry of the covariance kernels' table (``table_ptr`` [S, 6]
+    float64: mean log pi, mean A, mean c, 2 sigma^2, flat (1.0), N / sum w), [BLOCK_ROWS]
+    each; a flat scope's 2 sigma^2 reads 1 (its weights are 1 whatever it holds)."""
+    entry = table_ptr + tl.load(scope_ptr + row, mask=row_ok, other=0) * 6
+    mean_lp = tl.load(entry, mask=row_ok, other=0.0)
+    mean_a = tl.load(entry + 1, mask=row_ok, other=0.0)
+    mean_c = tl.load(entry + 2, mask=row_ok, other=0.0)
+    flat = tl.load(entry + 4, mask=row_ok, other=1.0) != 0.0
+    two_variance = tl.where(flat, 1.0, tl.load(entry + 3, mask=row_ok, other=1.0))
+    factor = tl.load(entry + 5, mask=row_ok, other=0.0)
+    return mean_lp, mean_a, mean_c, flat, two_variance, factor
+
+
+@triton.jit
+def _kernel_weight(c, flat, two_variance):
+    """w = exp(-c^2 / 2 sigma^2) of a tile's c [rows, BLOCK_T], 1 on flat scopes."""
+    return tl.where(flat[:, None], 1.0, tl.exp(-(c * c) / two_variance[:, None]))
+
+
+@triton.jit
+def covariance_rows(
+    logp_ptr, adv_ptr, mask_ptr, z_ptr, scope_ptr, table_ptr, constants_ptr, row_sums_ptr,
+    rows, length,
+    PASS: tl.constexpr, NARROW: tl.constexpr, NARROW_Z: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """Passes 0-3 of CW-GRPO's kernel over BLOCK_ROWS rows: three float64 sums a row into
+    ``row_sums_ptr`` [rows, 3], c = (log pi - mean log pi) (A - mean A) with the row's
+    scope's means (``scope_ptr`` [rows] int64 into ``table_ptr``, :func:`_scope_values`):
+
+    0. valid tokens, sum log pi, sum A;
+    1. sum c, sum c^2, and Clip-Cov's eligible tokens: c over the batch (the means
+       ``constants_ptr`` [0:2]), stored in the input's precision (NARROW: float32),
+       inside (constants[2], constants[3]), and not zeroed by PPO clipping: not A > 0
+       with exp(z) > constants[4], nor A < 0 with exp(z) < constants[5], exp(z) rounded
+       to z's precision (NARROW_Z) as torch computes it;
+    2. sum (c - mean c)^2;
+    3. sum w, w = exp(-c^2 / 2 sigma^2), 1 on flat scopes.
+    """
+    program = tl.program_id(0)
+    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    # pass 0 has no scope's means yet: nothing read
+    looked_up = row < 0 if PASS == 0 else row_ok
+    # (not `_`: the loop's tiles reuse that name with another type)
+    mean_lp, mean_a, mean_c, flat, two_variance, _factor = _scope_values(
+        scope_ptr, table_ptr, row, looked_up
+    )
+    first = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    second = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    third = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    for start in range(0, length, BLOCK_T):
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
+        x = tl.load(logp_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        a = tl.load(adv_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        if PASS == 0:
+            first += tl.sum(valid.to(tl.float64), 1)
+            second += tl.sum(tl.where(valid, x, 0.0), 1)
+            third += tl.sum(tl.where(valid, a, 0.0), 1)
+        else:
+            c = (x - mean_lp[:, None]) * (a - mean_a[:, None])
+            if PASS == 1:
+                first += tl.sum(tl.where(valid, c, 0.0), 1)
+                second += tl.sum(tl.where(valid, c * c, 0.0), 1)
+                c_batch = (x - tl.load(constants_ptr)) * (a - tl.load(constants_ptr + 1))
+                if NARROW:
+                    c_batch = c_batch.to(tl.float32).to(tl.float64)
+                ratio = tl.exp(tl.load(z_ptr + at, mask=valid, other=0.0).to(tl.float64))
+                if NARROW_Z:
+                    ratio = ratio.to(tl.float32).to(tl.float64)
+                band = (c_batch > tl.load(constants_ptr + 2)) & (
+                    c_batch < tl.load(constants_ptr + 3)
+                )
+                clipped = ((a > 0.0) & (ratio > tl.load(constants_ptr + 4))) | (
+                    (a < 0.0) & (ratio < tl.load(constants_ptr + 5))
+                )
+                third += tl.sum((valid & band & (clipped == 0)).to(tl.float64), 1)
+            elif PASS == 2:
+                deviation = c - mean_c[:, None]
+                first += tl.sum(tl.where(valid, deviation * deviation, 0.0), 1)
+            else:
+                w = _kernel_weight(c, flat, two_variance)
+                first += tl.sum(tl.where(valid, w, 0.0), 1)
+    tl.store(row_sums_ptr + row * 3, first, mask=row_ok)
+    tl.store(row_sums_ptr + row * 3 + 1, second, mask=row_ok)
+    tl.store(row_sums_ptr + row * 3 + 2, third, mask=row_ok)
+
+
+@triton.jit
+def covariance_statistics(
+    logp_ptr, adv_ptr, mask_ptr, scope_ptr, table_ptr, constants_ptr, counts_ptr, sums_ptr,
+    slots_ptr, row_sums_ptr, rows, length,
+    WEIGHT_BINS: tl.constexpr, NARROW: tl.constexpr, NUM_BINS: tl.constexpr,
+    MIN_EXP: tl.constexpr, PER_DECADE: tl.constexpr, MAGNITUDE_BINS: tl.constexpr,
+    CENTER: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """Pass 4 over BLOCK_ROWS rows: c, w and w~ = w N / sum w of each valid token, stored
+    in the input's precision (NARROW: float32), into what the ``covariance`` section
+    reports. Atomic adds to ``counts_ptr`` (int32): [NUM_BINS] the bins of c, then of
+    log w, then of log w~, then [WEIGHT_BINS] w in equal bins of [0, 1]; to ``sums_ptr``
+    [NUM_BINS] float64 the c of each bin. The program's [20] float64 slots into
+    ``slots_ptr``: the moments (count, mean, squared deviations, min, max) of c, w and
+    w~, sum |A|, sum w |A|, sum w~ |A|, and the tokens with w under the thresholds
+    ``constants_ptr`` [6:8]. Each row's sums of c, w and w~ into ``row_sums_ptr``
+    [rows, 3]."""
+    program = tl.program_id(0)
+    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    mean_lp, mean_a, _mean_c, flat, two_variance, factor = _scope_values(
+        scope_ptr, table_ptr, row, row_ok
+    )
+    low_w = tl.load(constants_ptr + 6)
+    lower_w = tl.load(constants_ptr + 7)
+    count_c, mean_c, spread_c, min_c, max_c = _no_moments()
+    count_w, mean_w, spread_w, min_w, max_w = _no_moments()
+    count_n, mean_n, spread_n, min_n, max_n = _no_moments()
+    zero = tl.full([], 0.0, dtype=tl.float64)
+    mass_a = zero
+    mass_w = zero
+    mass_n = zero
+    below = zero
+    below_lower = zero
+    row_c = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    row_w = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    row_n = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    ones = tl.full([BLOCK_ROWS, BLOCK_T], 1, dtype=tl.int32)
+    for start in range(0, length, BLOCK_T):
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
+        x = tl.load(logp_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        a = tl.load(adv_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        c = (x - mean_lp[:, None]) * (a - mean_a[:, None])
+        w = _kernel_weight(c, flat, two_variance)
+        n = w * factor[:, None]
+        if NARROW:
+            c = c.to(tl.float32).to(tl.float64)
+            w = w.to(tl.float32).to(tl.float64)
+            n = n.to(tl.float32).to(tl.float64)
+        # masked positions: values that log and bin without NaN, and are not counted
+        w = tl.where(valid, w, 1.0)
+        n = tl.where(valid, n, 1.0)
+        index = _bin_index(c, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+        tl.atomic_add(counts_ptr + index, ones, mask=valid)
+        tl.atomic_add(sums_ptr + index, c, mask=valid)
+        index = _bin_index(tl.log(w), MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+        tl.atomic_add(counts_ptr + NUM_BINS + index, ones, mask=valid)
+        index = _bin_index(tl.log(n), MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+        tl.atomic_add(counts_ptr + 2 * NUM_BINS + index, ones, mask=valid)
+        slot = tl.minimum((w * WEIGHT_BINS).to(tl.int32), WEIGHT_BINS - 1)
+        tl.atomic_add(counts_ptr + 3 * NUM_BINS + slot, ones, mask=valid)
+        count_c, mean_c, spread_c, min_c, max_c = _add_moments(
+            count_c, mean_c, spread_c, min_c, max_c, c, valid
+        )
+        count_w, mean_w, spread_w, min_w, max_w = _add_moments(
+            count_w, mean_w, spread_w, min_w, max_w, w, valid
+        )
+        count_n, mean_n, spread_n, min_n, max_n = _add_moments(
+            count_n, mean_n, spread_n, min_n, max_n, n, valid
+        )
+        magnitude = tl.where(valid, tl.abs(a), 0.0)
+        mass_a += tl.sum(magnitude)
+        mass_w += tl.sum(w * magnitude)
+        mass_n += tl.sum(n * magnitude)
+        below += tl.sum((valid & (w < low_w)).to(tl.float64))
+        below_lower += tl.sum((valid & (w < lower_w)).to(tl.float64))
+        row_c += tl.sum(tl.where(valid, c, 0.0), 1)
+        row_w += tl.sum(tl.where(valid, w, 0.0), 1)
+        row_n += tl.sum(tl.where(valid, n, 0.0), 1)
+    slots = slots_ptr + program * 20
+    _store_moments(slots, count_c, mean_c, spread_c, min_c, max_c)
+    _store_moments(slots + 5, count_w, mean_w, spread_w, min_w, max_w)
+    _store_moments(slots + 10, count_n, mean_n, spread_n, min_n, max_n)
+    tl.store(slots + 15, mass_a)
+    tl.store(slots + 16, mass_w)
+    tl.store(slots + 17, mass_n)
+    tl.store(slots + 18, below)
+    tl.store(slots + 19, below_lower)
+    tl.store(row_sums_ptr + row * 3, row_c, mask=row_ok)
+    tl.store(row_sums_ptr + row * 3 + 1, row_w, mask=row_ok)
+    tl.store(row_sums_ptr + row * 3 + 2, row_n, mask=row_ok)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.data.batch import TokenBatch
+from ratioscope.functional import covariance_device
 from ratioscope.functional import histogram as bins
 from ratioscope.functional.covariance import (
     CLIP_COV_BOUNDS,
@@ -46,6 +47,7 @@ from ratioscope.functional.covariance import (
     cumulative_covariance_share_from_bins,
     kl_cov_count,
 )
+from ratioscope.functional.covariance_device import DeviceKernelPasses
 from ratioscope.functional.covariance_fused import FusedKernelPasses, usable
 from ratioscope.functional.surrogate import ppo_clip_mask, sequence_means
 from ratioscope.sections.base import Accumulator, required
@@ -163,15 +165,16 @@ class CovarianceSection:
 class _FileKernel:
     """One file's passes: the kernel over its scopes, c over the whole batch for
     Clip-Cov (the kernel itself when its scope is the batch), and Clip-Cov's counts;
-    or, where the compiled passes can run (``fused``), all of it in those."""
+    or, where the compiled passes (numba on the CPU, Triton on a GPU) can run
+    (``fused``), all of it in those."""
 
     scope: str
     kernel: KernelPasses = field(default_factory=KernelPasses)
     batch: KernelPasses | None = None
     eligible: int = 0
     tokens: int = 0
-    fused: FusedKernelPasses | None = None
-    #: whether the first chunk decided the path (the compiled one needs CPU floats)
+    fused: FusedKernelPasses | DeviceKernelPasses | None = None
+    #: whether the first chunk decided the path (the compiled ones need float values)
     decided: bool = False
 
 
@@ -274,10 +277,11 @@ class CovarianceAccumulator(Accumulator):
         group = required(batch, "group") if file.scope == "group" else None
         if not file.decided:
             file.decided = True
+            settings = (self.params.clip, CLIP_COV_BOUNDS, WEIGHT_THRESHOLDS, WEIGHT_BINS)
             if usable(log_probs, advantages, ctx.z):
-                file.fused = FusedKernelPasses(
-                    self.params.clip, CLIP_COV_BOUNDS, WEIGHT_THRESHOLDS, WEIGHT_BINS
-                )
+                file.fused = FusedKernelPasses(*settings)
+            elif covariance_device.usable(log_probs, advantages, ctx.z, mask=mask):
+                file.fused = DeviceKernelPasses(*settings, keep=file.kernel.keep)
         if file.fused is not None:
             return self._fused_pass(file.fused, index, ctx, log_probs, advantages, group)
         inputs = (log_probs, advantages, mask)
@@ -318,7 +322,7 @@ class CovarianceAccumulator(Accumulator):
 
     def _fused_pass(
         self,
-        fused: FusedKernelPasses,
+        fused: FusedKernelPasses | DeviceKernelPasses,
         index: int,
         ctx: Context,
         log_probs: Tensor,
@@ -336,7 +340,7 @@ class CovarianceAccumulator(Accumulator):
             "cov_weight_norm_mean": means[:, 2],
         }
 
-    def _fold(self, fused: FusedKernelPasses) -> None:
+    def _fold(self, fused: FusedKernelPasses | DeviceKernelPasses) -> None:
         """A file's compiled totals into the section's mergeable state."""
         totals, tokens = fused.totals, fused.tokens
         self.c.counts += torch.from_numpy(totals.c_counts)
