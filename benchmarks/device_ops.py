@@ -13,8 +13,8 @@ the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check
 measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
-histograms, the vitals pass, the mismatch sums and the covariance passes are Triton
-kernels
+histograms, the vitals pass, the mismatch sums, the covariance passes and the LFR's
+band are Triton kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -114,6 +114,7 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         mismatch_terms=_Launcher(count, _mismatch_terms),
         covariance_rows=_Launcher(count, _covariance_rows),
         covariance_statistics=_Launcher(count, _covariance_statistics),
+        lfr_band=_Launcher(count, _lfr_band),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -363,6 +364,29 @@ def _covariance_statistics(
     slots[0, 18:20] = torch_from(below.astype(np.float64))
     row_sums.copy_(torch_from(row_stats[:, :3].copy()))
     return logp.nbytes + adv.nbytes + mask.nbytes + row_sums.nbytes
+
+
+def _lfr_band(auto, lengths, widths, band, energy, stride, **flags) -> int:
+    """The LFR's band by the numba loop; its bytes: each row's L lags read once."""
+    import numpy as np
+
+    from ratioscope.functional import _ratio_kernels
+
+    sizes, rows = lengths.numpy(), lengths.numel()
+    lags = np.lib.stride_tricks.as_strided(
+        auto.numpy(), shape=(rows, max(int(sizes.max(initial=0)), 1)), strides=(8 * stride, 8)
+    )
+    table = np.empty(max(int(sizes.max(initial=1)), 1))
+    _ratio_kernels.lfr_band(
+        lags,
+        np.arange(rows),
+        sizes,
+        widths.numpy().astype(np.int64),
+        table,
+        band.numpy(),
+        energy.numpy(),
+    )
+    return 8 * int(sizes.sum()) + lengths.nbytes + widths.nbytes + band.nbytes + energy.nbytes
 
 
 def torch_from(array: Any) -> Any:

@@ -42,7 +42,8 @@ POINTERS = {
     "sums_ptr": "*fp64", "correct_ptr": "*u8", "slots_ptr": "*fp64",
     "row_abs_ptr": "*fp64", "row_tokens_ptr": "*i64", "rows_ptr": "*fp64",
     "tops_ptr": "*fp64", "terms_ptr": "*fp64", "scope_ptr": "*i64", "table_ptr": "*fp64",
-    "constants_ptr": "*fp64",
+    "constants_ptr": "*fp64", "auto_ptr": "*fp64", "lengths_ptr": "*i64", "widths_ptr": "*fp64",
+    "band_ptr": "*fp64", "energy_ptr": "*fp64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
@@ -104,6 +105,7 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         flags = {"WEIGHT_BINS": 50, "NARROW": narrow, "NUM_BINS": bins_module.NUM_BINS}
         flags.update(BLOCK_ROWS=tk.BLOCK_ROWS, BLOCK_T=tk.COVARIANCE_BLOCK_T, **bins)
         out.append(("covariance_statistics", dtype, flags, tk.NUM_WARPS))
+    out.append(("lfr_band", "fp64", {"BLOCK_T": tk.LFR_BLOCK_T}, tk.NUM_WARPS))
     return out
 
 

@@ -147,6 +147,16 @@ def _is_cpu(value: Any) -> bool:
     return value == "cpu"
 
 
+def _same_dtype(tensor: Tensor, args: tuple, kwargs: dict) -> bool:
+    """Whether ``tensor.to(*args[1:], **kwargs)`` asks only for the dtype it has (torch
+    returns the tensor itself: no kernel)."""
+    dtypes = [a for a in args[1:] if isinstance(a, torch.dtype)]
+    if "dtype" in kwargs:
+        dtypes.append(kwargs["dtype"])
+    others = [a for a in args[1:] if not isinstance(a, torch.dtype)]
+    return dtypes == [tensor.dtype] and not others and not kwargs.get("copy", False)
+
+
 def _advanced(index: Any) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return any(isinstance(item, (Tensor, list)) or hasattr(item, "__array__") for item in items)
@@ -204,6 +214,8 @@ class OperationCount:
             or (name == "__getitem__" and not _advanced(args[1]))
             # a contiguous tensor's .contiguous() is the tensor itself: no kernel
             or (name == "contiguous" and first is not None and first.is_contiguous())
+            # and so is .to() of the dtype it has
+            or (name == "to" and first is not None and _same_dtype(first, args, kwargs))
         ):
             self.views[_caller()] += 1
         elif on_device or _is_device(target):

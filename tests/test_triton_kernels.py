@@ -60,6 +60,8 @@ def interpreted(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv(_triton_kernels.DISABLE_ENV, raising=False)
     monkeypatch.setattr(_triton_kernels, "BLOCK_T", TILE)
     monkeypatch.setattr(_triton_kernels, "MISMATCH_BLOCK_T", TILE)
+    monkeypatch.setattr(_triton_kernels, "COVARIANCE_BLOCK_T", TILE)
+    monkeypatch.setattr(_triton_kernels, "LFR_BLOCK_T", TILE)
 
 
 def ragged(rows: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -554,6 +556,79 @@ def test_covariance_section_by_the_kernels_equals_the_torch_path(
     assert_documents_close(got, reference, rel=1e-12, abs_tol=1e-15, where="covariance")
 
 
+def autocorrelations(rows: int, length: int, seed: int):
+    """([rows, 2 length] float64 autocorrelations of random rows of lengths 0 to
+    ``length``, their lengths [rows]): each row's a(m) at lags m < L, noise past L (which
+    the band must not read)."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
+    lengths[:4] = torch.tensor([0, 1, 2, length])[: min(rows, 4)]
+    auto = torch.randn(rows, 2 * length, generator=gen, dtype=torch.float64)
+    for row, size in enumerate(lengths.tolist()):
+        x = torch.randn(size, generator=gen, dtype=torch.float64)
+        x -= x.mean() if size else 0.0
+        auto[row, :size] = torch.tensor([float((x[: size - m] * x[m:]).sum()) for m in range(size)])
+    return auto, lengths
+
+
+@pytest.mark.parametrize(("rows", "length"), [(6, 5), (9, 40), (5, 100)])
+@pytest.mark.parametrize("cutoff", [0.1, 0.5, 1.0])
+def test_lfr_band_matches_the_tensor_code_and_the_compiled_loop(rows, length, cutoff) -> None:
+    from ratioscope.functional import _kernels, token_stats
+
+    auto, lengths = autocorrelations(rows, length, seed=rows * length)
+    width = token_stats._band_widths(lengths, cutoff)
+    band, energy = _triton_kernels.lfr_band(auto, lengths, width)
+    # the tensor code sums every lag of the first T, zero at and past L
+    lags = torch.arange(length)[None, :] < lengths[:, None]
+    masked = torch.where(lags, auto[:, :length], 0.0)
+    size = lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
+    expected = token_stats._band_torch(masked, size, width.unsqueeze(1))
+    scale = (lengths.to(torch.float64) * auto[:, 0].abs()).clamp(min=1.0)
+    assert torch.all((band - expected).abs() <= 1e-12 * scale), (band, expected)
+    assert torch.equal(energy, masked[:, 0])
+    if _kernels.available():  # numba's loop, which reduces its angles in integers too
+        compiled = token_stats._band_compiled(masked, lengths, width)
+        assert torch.all((band - compiled).abs() <= 1e-13 * scale), (band, compiled)
+
+
+def test_lfr_band_by_a_strided_view() -> None:
+    auto, lengths = autocorrelations(5, 30, seed=3)
+    wide = torch.zeros(5, 100, dtype=torch.float64)
+    wide[:, 7 : 7 + 60] = auto
+    width = torch.full((5,), 3.0, dtype=torch.float64)
+    assert torch.equal(
+        torch.stack(_triton_kernels.lfr_band(wide[:, 7:], lengths, width)),
+        torch.stack(_triton_kernels.lfr_band(auto, lengths, width)),
+    )
+
+
+@pytest.mark.parametrize("space", ["log", "ratio"])
+def test_signal_statistics_with_the_kernel_band(monkeypatch: pytest.MonkeyPatch, space) -> None:
+    from ratioscope.functional import token_stats
+
+    gen = torch.Generator().manual_seed(8)
+    signal = 0.05 * torch.randn(12, 70, generator=gen)
+    mask = torch.rand(12, 70, generator=gen) > 0.2
+    mask[2] = False  # no valid token
+    mask[3, 1:] = False  # one
+    signal[4] = 0.25  # constant: no energy
+    expected = token_stats.signal_statistics(signal, mask, space=space, backend="torch")
+    calls = []
+
+    def by_kernel(values):
+        calls.append(values.shape)
+        return True
+
+    monkeypatch.setattr(token_stats, "_band_by_kernel", by_kernel)
+    got = token_stats.signal_statistics(signal, mask, space=space, backend="torch")
+    assert calls  # the kernel's band is the one that ran
+    assert torch.allclose(
+        got.low_frequency_ratio, expected.low_frequency_ratio, rtol=0, atol=1e-12, equal_nan=True
+    )
+    assert torch.isnan(got.low_frequency_ratio[[2, 3, 4]]).all()
+
+
 def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -617,11 +692,20 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
 
     monkeypatch.setattr(covariance_section, "usable", lambda *tensors: False)  # numba's
     monkeypatch.setattr(covariance_device, "usable", covariance_on_the_kernel)
+    from ratioscope.functional import token_stats
+
+    def band_by_the_kernel(values):
+        calls.append(5)
+        return True
+
+    # the spectra by the tensor path (a GPU's), their LFR band by the kernel
+    monkeypatch.setattr(token_stats, "_spectral_compilable", lambda signal: False)
+    monkeypatch.setattr(token_stats, "_band_by_kernel", band_by_the_kernel)
     got = ratioscope.analyze(path).to_dict()
     # two ratio variants, the vitals, the policy's and the rollout's mismatch, the
     # covariance passes of the step's file
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
-    assert calls.count(4) == 1
+    assert calls.count(4) == 1 and calls.count(5) >= 2
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -666,6 +750,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
     assert {row[0] for row in rows} == {
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
         "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
+        "lfr_band",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")
@@ -716,3 +801,21 @@ def test_cuda_covariance_passes_match_the_cpu() -> None:
     for name in ("c_counts", "w_counts", "normalised_counts", "weight_counts"):
         assert int(np.abs(getattr(totals, name) - getattr(reference, name)).sum()) <= 8, name
     np.testing.assert_allclose(totals.mass, reference.mass, rtol=1e-9)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_lfr_band_matches_the_tensor_code() -> None:
+    from ratioscope.functional import token_stats
+
+    skip_unless_triton_compiles_here()
+    auto, lengths = autocorrelations(64, 3000, seed=9)
+    width = token_stats._band_widths(lengths, 0.1)
+    band, energy = _triton_kernels.lfr_band(auto.cuda(), lengths.cuda(), width.cuda())
+    lags = torch.arange(3000)[None, :] < lengths[:, None]
+    masked = torch.where(lags, auto[:, :3000], 0.0)
+    size = lengths.clamp(min=1).to(torch.float64).unsqueeze(1)
+    expected = token_stats._band_torch(masked, size, width.unsqueeze(1))
+    scale = (lengths.to(torch.float64) * auto[:, 0].abs()).clamp(min=1.0)
+    assert torch.all((band.cpu() - expected).abs() <= 1e-11 * scale)
+    assert torch.equal(energy.cpu(), masked[:, 0])

@@ -555,6 +555,14 @@ def covariance_rows(
 
 
 @triton.jit
+def _log_or_minus_inf(x):
+    """log x of x >= 0, -inf at 0 (a weight that underflowed: the negative over-flow
+    bin), without asking log of 0."""
+    positive = x > 0.0
+    return tl.where(positive, tl.log(tl.where(positive, x, 1.0)), float("-inf"))
+
+
+@triton.jit
 def covariance_statistics(
     logp_ptr, adv_ptr, mask_ptr, scope_ptr, table_ptr, constants_ptr, counts_ptr, sums_ptr,
     slots_ptr, row_sums_ptr, rows, length,
@@ -610,9 +618,9 @@ def covariance_statistics(
         index = _bin_index(c, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
         tl.atomic_add(counts_ptr + index, ones, mask=valid)
         tl.atomic_add(sums_ptr + index, c, mask=valid)
-        index = _bin_index(tl.log(w), MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+        index = _bin_index(_log_or_minus_inf(w), MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
         tl.atomic_add(counts_ptr + NUM_BINS + index, ones, mask=valid)
-        index = _bin_index(tl.log(n), MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+        index = _bin_index(_log_or_minus_inf(n), MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
         tl.atomic_add(counts_ptr + 2 * NUM_BINS + index, ones, mask=valid)
         slot = tl.minimum((w * WEIGHT_BINS).to(tl.int32), WEIGHT_BINS - 1)
         tl.atomic_add(counts_ptr + 3 * NUM_BINS + slot, ones, mask=valid)
@@ -646,3 +654,43 @@ def covariance_statistics(
     tl.store(row_sums_ptr + row * 3, row_c, mask=row_ok)
     tl.store(row_sums_ptr + row * 3 + 1, row_w, mask=row_ok)
     tl.store(row_sums_ptr + row * 3 + 2, row_n, mask=row_ok)
+
+
+@triton.jit
+def _sin_pi_fraction(j, size):
+    """sin(pi j / size) of integers 0 <= j < 2 size (int64): the angle reduced to
+    [0, pi / 2] in integers (sin(pi + x) = -sin x, sin(pi - x) = sin x), so that the
+    sines near pi keep their digits."""
+    upper = j >= size
+    k = tl.where(upper, j - size, j)
+    k = tl.minimum(k, size - k)
+    value = tl.sin(k.to(tl.float64) * 3.141592653589793 / size.to(tl.float64))
+    return tl.where(upper, -value, value)
+
+
+@triton.jit
+def lfr_band(
+    auto_ptr, lengths_ptr, widths_ptr, band_ptr, energy_ptr, stride, BLOCK_T: tl.constexpr
+):
+    """The LFR's band energy of one row a program, from its linear autocorrelation
+    ``auto_ptr`` [rows, >= L] float64 (row stride ``stride``; lags at or past L never
+    read): band = w a(0) + sum_{m=1}^{L-1} a(m) 2 sin(pi m w / L) / sin(pi m / L), with
+    w = ``widths_ptr`` [rows] float64 (odd integers, 2 k_c + 1) and L = ``lengths_ptr``
+    [rows] int64, m w reduced modulo 2 L in integers; into ``band_ptr`` [rows], and a(0)
+    into ``energy_ptr`` [rows]."""
+    row = tl.program_id(0)
+    base = auto_ptr + row.to(tl.int64) * stride
+    size = tl.load(lengths_ptr + row)
+    width = tl.load(widths_ptr + row).to(tl.int64)
+    safe = tl.maximum(size, 1)
+    energy = tl.load(base, mask=size > 0, other=0.0)  # a row without tokens: 0
+    total = tl.zeros([BLOCK_T], dtype=tl.float64)
+    for start in range(0, size.to(tl.int32), BLOCK_T):
+        m = start + tl.arange(0, BLOCK_T).to(tl.int64)
+        inside = (m >= 1) & (m < size)
+        a = tl.load(base + m, mask=inside, other=0.0)
+        numerator = _sin_pi_fraction((m * width) % (2 * safe), safe)
+        denominator = tl.where(inside, _sin_pi_fraction(m, safe), 1.0)
+        total += tl.where(inside, a * (2.0 * numerator / denominator), 0.0)
+    tl.store(band_ptr + row, tl.sum(total) + energy * width.to(tl.float64))
+    tl.store(energy_ptr + row, energy)

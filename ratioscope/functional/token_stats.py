@@ -695,6 +695,43 @@ def _low_frequency_ratio(
     return _band_share(band, auto[:, 0], signal.lengths, width.squeeze(1), signal.energetic)
 
 
+def _band_by_kernel(values: Tensor) -> bool:
+    """Whether the LFR's band comes from the Triton kernel: rows on a GPU where Triton
+    compiles (:func:`ratioscope.functional._triton_kernels.on_gpu`)."""
+    from ratioscope.functional import _triton_kernels
+
+    return _triton_kernels.on_gpu(values)
+
+
+def _low_frequency_ratio_by_kernel(signal: _Centred, spectrum: _Spectrum, cutoff: float) -> Tensor:
+    """:func:`_low_frequency_ratio` with the band by the Triton kernel
+    (``_triton_kernels.lfr_band``), bucket by bucket straight from each bucket's inverse
+    FFT: the kernel reads a row's L lags once, so the lags past L, which the tensor path
+    zeroes, are never touched, and no [B, T] autocorrelation is gathered."""
+    import torch
+
+    from ratioscope.functional import _triton_kernels
+
+    width = _band_widths(signal.lengths, cutoff)
+    rows, length = signal.values.shape
+    if length == 0:
+        return torch.full((rows,), math.nan, dtype=torch.float64, device=signal.values.device)
+    buckets = spectrum.buckets
+    if len(buckets) == 1 and isinstance(buckets[0][0], slice):  # every row: a GPU's
+        _, n_fft, power = buckets[0]
+        band, energy = _triton_kernels.lfr_band(
+            torch.fft.irfft(power, n=n_fft, dim=1), signal.lengths, width
+        )
+    else:
+        band, energy = torch.zeros((2, rows), dtype=torch.float64, device=width.device)
+        for chosen, n_fft, power in buckets:
+            auto = torch.fft.irfft(power, n=n_fft, dim=1)
+            band[chosen], energy[chosen] = _triton_kernels.lfr_band(
+                auto, signal.lengths[chosen], width[chosen]
+            )
+    return _band_share(band, energy, signal.lengths, width, signal.energetic)
+
+
 def _band_widths(lengths: Tensor, cutoff: float) -> Tensor:
     """[B] float64 2 k_c + 1, the LFR band's bins, of rows of ``lengths`` [B] tokens."""
     import torch
@@ -1087,10 +1124,12 @@ def _spectral_torch(
     the variances by tensor code (the LFR's band by the compiled loop if ``compiled``)."""
     centred = _centre(packed, space)
     spectrum = _spectrum(centred, unit=4 * grid.shape[0])
+    if _band_by_kernel(centred.values):
+        lfr = _low_frequency_ratio_by_kernel(centred, spectrum, cutoff)
+    else:
+        lfr = _low_frequency_ratio(centred, _autocorrelation(centred, spectrum), cutoff, compiled)
     return _Spectral(
-        low_frequency_ratio=_low_frequency_ratio(
-            centred, _autocorrelation(centred, spectrum), cutoff, compiled
-        ),
+        low_frequency_ratio=lfr,
         periodogram=_periodogram(centred, spectrum, grid.to(packed.values.device)),
         global_variance=_global_variance(centred),
         local_variance=_local_variance(centred, window),
