@@ -13,8 +13,8 @@ the launches at a stated cost each (assumptions, printed; ``benchmarks/gpu_check
 measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
-histograms, the vitals pass, the mismatch sums, the covariance passes and the LFR's
-band are Triton kernels
+histograms, the vitals pass, the mismatch sums, the covariance passes, the spectra's
+centring and variances and the LFR's band are Triton kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -115,6 +115,7 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         covariance_rows=_Launcher(count, _covariance_rows),
         covariance_statistics=_Launcher(count, _covariance_statistics),
         lfr_band=_Launcher(count, _lfr_band),
+        centre_rows=_Launcher(count, _centre_rows),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -387,6 +388,27 @@ def _lfr_band(auto, lengths, widths, band, energy, stride, **flags) -> int:
         energy.numpy(),
     )
     return 8 * int(sizes.sum()) + lengths.nbytes + widths.nbytes + band.nbytes + energy.nbytes
+
+
+def _centre_rows(values, lengths, out, stats, length, window, **flags) -> int:
+    """The packed rows centred and measured by the numba loop; its bytes: each row's
+    valid tokens read three times (mean, centred values, windows), the rows written."""
+    import numpy as np
+
+    from ratioscope.functional import _ratio_kernels
+
+    sizes, rows = lengths.numpy(), lengths.numel()
+    prefix = np.arange(length)[None, :] < sizes[:, None]
+    energetic = np.zeros(rows, dtype=bool)
+    variances = np.empty((rows, 2))
+    _ratio_kernels.centre_rows(
+        values.numpy(), prefix, np.arange(rows), flags["RATIO"], window, out.numpy(),
+        energetic, variances,
+    )  # fmt: skip
+    stats[:, :2] = torch_from(variances)
+    stats[:, 2] = torch_from(energetic.astype(np.float64))
+    read = 3 * int(sizes.sum()) * values.element_size()
+    return read + lengths.nbytes + out.nbytes + stats.nbytes
 
 
 def torch_from(array: Any) -> Any:

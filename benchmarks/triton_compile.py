@@ -43,7 +43,7 @@ POINTERS = {
     "row_abs_ptr": "*fp64", "row_tokens_ptr": "*i64", "rows_ptr": "*fp64",
     "tops_ptr": "*fp64", "terms_ptr": "*fp64", "scope_ptr": "*i64", "table_ptr": "*fp64",
     "constants_ptr": "*fp64", "auto_ptr": "*fp64", "lengths_ptr": "*i64", "widths_ptr": "*fp64",
-    "band_ptr": "*fp64", "energy_ptr": "*fp64",
+    "band_ptr": "*fp64", "energy_ptr": "*fp64", "stats_ptr": "*fp64", "centred_ptr": "*fp64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
@@ -106,6 +106,15 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         flags.update(BLOCK_ROWS=tk.BLOCK_ROWS, BLOCK_T=tk.COVARIANCE_BLOCK_T, **bins)
         out.append(("covariance_statistics", dtype, flags, tk.NUM_WARPS))
     out.append(("lfr_band", "fp64", {"BLOCK_T": tk.LFR_BLOCK_T}, tk.NUM_WARPS))
+    for dtype, ratio, window_block in (
+        ("fp32", False, 64),
+        ("fp32", True, 64),
+        ("fp64", False, 64),
+        ("fp32", False, tk.MAX_WINDOW),
+    ):
+        flags = {"RATIO": ratio, "BLOCK_T": tk.CENTRE_BLOCK_T, "WINDOW_BLOCK": window_block}
+        flags["WINDOWS"] = max(1, tk.CENTRE_WINDOW_LANES // window_block)
+        out.append(("centre_rows", dtype, flags, tk.NUM_WARPS))
     return out
 
 

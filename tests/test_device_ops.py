@@ -83,6 +83,9 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
     # the LFR's band of the token and the Kalman variants, one launch each
     assert launches(fused, "_triton_kernels:lfr_band") == 2
     assert launches(fused, "token_stats:_band_torch") == 0 < launches(eager, "_band_torch")
+    # and their centring and variances
+    assert launches(fused, "_triton_kernels:centre_rows") == 2
+    assert launches(fused, "token_stats:_local_variance") == 0 < launches(eager, "_local_variance")
     assert launches(eager, "_triton_kernels:") == 0
     assert sum(fused.launches.values()) < sum(eager.launches.values())
     assert sum(fused.moved.values()) < sum(eager.moved.values())
@@ -95,7 +98,7 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
     cpu_report = ratioscope.analyze(path).to_dict()
     cpu, fused_ratios = cpu_report["ratios"], fused_report.to_dict()["ratios"]
     for variant in ("token", "kalman"):
-        for key in ("distribution", "clip_fraction", "surrogate", "lfr"):
+        for key in ("distribution", "clip_fraction", "surrogate", "lfr", "variance", "spectrum"):
             count, differing = compare_documents(
                 fused_ratios[variant][key], cpu[variant][key], 1e-12, 1e-15, 0.0
             )

@@ -62,6 +62,8 @@ def interpreted(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(_triton_kernels, "MISMATCH_BLOCK_T", TILE)
     monkeypatch.setattr(_triton_kernels, "COVARIANCE_BLOCK_T", TILE)
     monkeypatch.setattr(_triton_kernels, "LFR_BLOCK_T", TILE)
+    monkeypatch.setattr(_triton_kernels, "CENTRE_BLOCK_T", TILE)
+    monkeypatch.setattr(_triton_kernels, "CENTRE_WINDOW_LANES", TILE)
 
 
 def ragged(rows: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -603,6 +605,52 @@ def test_lfr_band_by_a_strided_view() -> None:
     )
 
 
+def packed_rows(rows: int, length: int, seed: int, dtype=torch.float32):
+    """Packed rows (valid tokens first) of lengths 0, 1, 2, T and random, one constant
+    row, and garbage past each row's L (which the kernel must not read)."""
+    from ratioscope.functional import token_stats
+
+    gen = torch.Generator().manual_seed(seed)
+    values = (0.3 * torch.randn(rows, length, generator=gen)).to(dtype)
+    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
+    lengths[:4] = torch.tensor([0, 1, 2, length])
+    values[4, : int(lengths[4])] = 0.125  # constant: no energy
+    prefix = torch.arange(length)[None, :] < lengths[:, None]
+    packed = token_stats._Packed(torch.where(prefix, values, 0.0), lengths, prefix)
+    garbage = torch.where(prefix, values, torch.tensor(float("nan"), dtype=dtype))
+    return packed, garbage
+
+
+@pytest.mark.parametrize(("length", "window"), [(7, 1), (40, 3), (130, 50), (64, 64), (20, 50)])
+@pytest.mark.parametrize("space", ["log", "ratio"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_centre_rows_match_the_tensor_code(length, window, space, dtype) -> None:
+    from ratioscope.functional import token_stats
+
+    packed, garbage = packed_rows(9, length, seed=length + window, dtype=dtype)
+    centred, stats = _triton_kernels.centre_rows(garbage, packed.lengths, window, space == "ratio")
+    expected = token_stats._centre(packed, space)
+    assert torch.allclose(centred, expected.values, rtol=0, atol=1e-14)
+    assert torch.equal(stats[:, 2] != 0, expected.energetic)
+    assert not bool(expected.energetic[[0, 1, 4]].any())  # no token, one, constant
+    for got, reference in (
+        (stats[:, 0], token_stats._global_variance(expected)),
+        (stats[:, 1], token_stats._local_variance(expected, window)),
+    ):
+        assert torch.allclose(got, reference, rtol=1e-12, atol=1e-15, equal_nan=True)
+    assert torch.isnan(stats[0, :2]).all() and stats[1, 1] == 0.0  # no token; one
+
+
+def test_centre_rows_take_windows_up_to_their_lanes() -> None:
+    packed, _ = packed_rows(5, 10, seed=1)
+    with pytest.raises(ValueError, match="windows of 1 to"):
+        _triton_kernels.centre_rows(packed.values, packed.lengths, 0, False)
+    with pytest.raises(ValueError, match="windows of 1 to"):
+        _triton_kernels.centre_rows(
+            packed.values, packed.lengths, _triton_kernels.MAX_WINDOW + 1, False
+        )
+
+
 @pytest.mark.parametrize("space", ["log", "ratio"])
 def test_signal_statistics_with_the_kernel_band(monkeypatch: pytest.MonkeyPatch, space) -> None:
     from ratioscope.functional import token_stats
@@ -621,12 +669,16 @@ def test_signal_statistics_with_the_kernel_band(monkeypatch: pytest.MonkeyPatch,
         return True
 
     monkeypatch.setattr(token_stats, "_band_by_kernel", by_kernel)
+    monkeypatch.setattr(token_stats, "_centre_by_kernel", lambda values, window: by_kernel(values))
     got = token_stats.signal_statistics(signal, mask, space=space, backend="torch")
-    assert calls  # the kernel's band is the one that ran
+    assert len(calls) == 2  # the kernels are the ones that ran
     assert torch.allclose(
         got.low_frequency_ratio, expected.low_frequency_ratio, rtol=0, atol=1e-12, equal_nan=True
     )
     assert torch.isnan(got.low_frequency_ratio[[2, 3, 4]]).all()
+    for name in ("periodogram", "global_variance", "local_variance"):
+        mine, theirs = getattr(got, name), getattr(expected, name)
+        assert torch.allclose(mine, theirs, rtol=1e-12, atol=1e-15, equal_nan=True), name
 
 
 def test_the_sections_by_the_kernels_give_the_cpu_report(
@@ -701,11 +753,14 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     # the spectra by the tensor path (a GPU's), their LFR band by the kernel
     monkeypatch.setattr(token_stats, "_spectral_compilable", lambda signal: False)
     monkeypatch.setattr(token_stats, "_band_by_kernel", band_by_the_kernel)
+    monkeypatch.setattr(
+        token_stats, "_centre_by_kernel", lambda values, window: band_by_the_kernel(values)
+    )
     got = ratioscope.analyze(path).to_dict()
     # two ratio variants, the vitals, the policy's and the rollout's mismatch, the
     # covariance passes of the step's file
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
-    assert calls.count(4) == 1 and calls.count(5) >= 2
+    assert calls.count(4) == 1 and calls.count(5) >= 4  # the band and the centring
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -750,7 +805,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
     assert {row[0] for row in rows} == {
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
         "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
-        "lfr_band",
+        "lfr_band", "centre_rows",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")
@@ -819,3 +874,20 @@ def test_cuda_lfr_band_matches_the_tensor_code() -> None:
     scale = (lengths.to(torch.float64) * auto[:, 0].abs()).clamp(min=1.0)
     assert torch.all((band.cpu() - expected).abs() <= 1e-11 * scale)
     assert torch.equal(energy.cpu(), masked[:, 0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_centre_rows_match_the_tensor_code() -> None:
+    from ratioscope.functional import token_stats
+
+    skip_unless_triton_compiles_here()
+    packed, garbage = packed_rows(256, 4100, seed=4)
+    centred, stats = _triton_kernels.centre_rows(
+        garbage.cuda(), packed.lengths.cuda(), 50, ratio=False
+    )
+    expected = token_stats._centre(packed, "log")
+    assert torch.allclose(centred.cpu(), expected.values, rtol=0, atol=1e-13)
+    assert torch.equal(stats[:, 2].cpu() != 0, expected.energetic)
+    local = token_stats._local_variance(expected, 50)
+    assert torch.allclose(stats[:, 1].cpu(), local, rtol=1e-11, equal_nan=True)

@@ -554,6 +554,45 @@ def lfr_band(auto: Tensor, lengths: Tensor, widths: Tensor) -> tuple[Tensor, Ten
     return out[0], out[1]
 
 
+#: tokens a program of :func:`centre_rows` reads at once (a power of two) ...
+CENTRE_BLOCK_T = 1024
+#: ... and lanes of its windows' tile (windows of 50 tokens: 8 windows of 64 lanes; at
+#: 1,024 lanes it spilled on an A100 and an H100)
+CENTRE_WINDOW_LANES = 512
+#: the widest window :func:`centre_rows` takes (its lanes: the next power of two)
+MAX_WINDOW = 1024
+
+
+def centre_rows(values: Tensor, lengths: Tensor, window: int, ratio: bool) -> tuple[Tensor, Tensor]:
+    """Packed rows centred on their means, with their variances, in one program a row
+    (what ``_ratio_kernels.centre_rows`` does on the CPU, on rows already packed).
+
+    Args:
+        values: [B, T] float32 or float64, each row's L valid tokens first;
+        lengths: [B] int64, L; window: tokens a window of the local variance (at most
+            :data:`MAX_WINDOW`); ratio: centre exp(values) rather than the values.
+
+    Returns:
+        (centred [B, T] float64, 0 past L; stats [B, 3] float64: the variance, the mean
+        of the windows' variances, and 1.0 where the row has energy), on the device.
+    """
+    if not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"the kernel takes windows of 1 to {MAX_WINDOW} tokens, got {window}")
+    kernels = _kernels()
+    rows, length = values.shape
+    out = torch.empty((rows, length), dtype=torch.float64, device=values.device)
+    stats = torch.empty((rows, 3), dtype=torch.float64, device=values.device)
+    if rows == 0:
+        return out, stats
+    window_block = 1 << (window - 1).bit_length()
+    kernels.centre_rows[(rows,)](
+        values.contiguous(), lengths.to(torch.int64).contiguous(), out, stats, length, window,
+        RATIO=ratio, BLOCK_T=CENTRE_BLOCK_T, WINDOW_BLOCK=window_block,
+        WINDOWS=max(1, CENTRE_WINDOW_LANES // window_block), num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return out, stats
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

@@ -694,3 +694,77 @@ def lfr_band(
         total += tl.where(inside, a * (2.0 * numerator / denominator), 0.0)
     tl.store(band_ptr + row, tl.sum(total) + energy * width.to(tl.float64))
     tl.store(energy_ptr + row, energy)
+
+
+@triton.jit
+def _signal_values(values_ptr, at, inside, RATIO: tl.constexpr):
+    """(the stored values, the signal x in float64: the values, or with RATIO their exp)
+    at ``at`` where ``inside`` (0 elsewhere)."""
+    stored = tl.load(values_ptr + at, mask=inside, other=0.0)
+    x = stored.to(tl.float64)
+    if RATIO:
+        x = tl.exp(x)
+    return stored, tl.where(inside, x, 0.0)
+
+
+@triton.jit
+def centre_rows(
+    values_ptr, lengths_ptr, centred_ptr, stats_ptr, length, window,
+    RATIO: tl.constexpr, BLOCK_T: tl.constexpr, WINDOW_BLOCK: tl.constexpr,
+    WINDOWS: tl.constexpr,
+):  # fmt: skip
+    """One packed row a program (its L = ``lengths_ptr`` [rows] int64 valid tokens
+    first, of ``values_ptr`` [rows, length]): the signal x (the values, or with RATIO
+    their exp, float64) minus its mean, written to ``centred_ptr`` [rows, length] float64
+    (0 past L); into ``stats_ptr`` [rows, 3] float64 its variance (the centred values'
+    sum of squares over L; NaN for L = 0), the mean of its windows' variances (windows
+    of ``window`` tokens, each about its own mean, over at most WINDOW_BLOCK lanes, a
+    trailing single-token window left out unless it is the whole row; NaN where no
+    window is used) and whether it has energy (1.0: L >= 2, not every value equal to
+    the first)."""
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * length
+    size = tl.load(lengths_ptr + row)
+    first = tl.load(values_ptr + base, mask=size > 0, other=0.0)
+    total = tl.zeros([BLOCK_T], dtype=tl.float64)
+    differs = tl.zeros([BLOCK_T], dtype=tl.int32)
+    for start in range(0, size.to(tl.int32), BLOCK_T):
+        t = start + tl.arange(0, BLOCK_T)
+        inside = t < size
+        stored, x = _signal_values(values_ptr, base + t, inside, RATIO)
+        total += x
+        differs |= (inside & (stored != first)).to(tl.int32)
+    safe = tl.maximum(size, 1).to(tl.float64)
+    mean = tl.sum(total) / safe
+    squares = tl.zeros([BLOCK_T], dtype=tl.float64)
+    for start in range(0, length, BLOCK_T):
+        t = start + tl.arange(0, BLOCK_T)
+        inside = t < size
+        _, x = _signal_values(values_ptr, base + t, inside, RATIO)
+        centred = tl.where(inside, x - mean, 0.0)
+        tl.store(centred_ptr + base + t, centred, mask=t < length)
+        squares += centred * centred
+    # the windows, WINDOWS at a time, each on a row of lanes of its own
+    lane = tl.arange(0, WINDOW_BLOCK)
+    variances = tl.zeros([WINDOWS], dtype=tl.float64)
+    used = tl.zeros([WINDOWS], dtype=tl.float64)
+    n_windows = (size + window - 1) // window
+    for first_window in range(0, n_windows.to(tl.int32), WINDOWS):
+        index = first_window + tl.arange(0, WINDOWS)
+        t = index[:, None] * window + lane[None, :]
+        inside = (lane[None, :] < window) & (t < size)
+        _, x = _signal_values(values_ptr, base + t, inside, RATIO)
+        centred = tl.where(inside, x - mean, 0.0)
+        count = tl.sum(inside.to(tl.float64), 1)
+        own_mean = tl.sum(centred, 1) / tl.maximum(count, 1.0)
+        deviation = tl.where(inside, centred - own_mean[:, None], 0.0)
+        variance = tl.sum(deviation * deviation, 1) / tl.maximum(count, 1.0)
+        counted = (count >= 2.0) | ((size == 1) & (count == 1.0))
+        variances += tl.where(counted, variance, 0.0)
+        used += counted.to(tl.float64)
+    n_used = tl.sum(used)
+    nan = float("nan")
+    stats = stats_ptr + row * 3
+    tl.store(stats, tl.where(size > 0, tl.sum(squares) / safe, nan))
+    tl.store(stats + 1, tl.where(n_used > 0, tl.sum(variances) / tl.maximum(n_used, 1.0), nan))
+    tl.store(stats + 2, ((size >= 2) & (tl.max(differs) > 0)).to(tl.float64))

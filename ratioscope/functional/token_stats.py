@@ -546,9 +546,10 @@ def host_window_moments(values: np.ndarray) -> WindowMoments:
 class _Centred:
     """Packed float64 signal minus each row's mean (0 behind the prefix).
 
-    weights: [B, T] float64 prefix indicator; energetic: [B] bool, >= 2 valid tokens
-    that are not all equal (exactly constant rows would otherwise keep the rounding
-    noise of their mean as "energy").
+    weights: [B, T] the prefix indicator, float64 (or the bool prefix itself where the
+    GPU's kernel centred the rows: it multiplies the same); energetic: [B] bool, >= 2
+    valid tokens that are not all equal (exactly constant rows would otherwise keep the
+    rounding noise of their mean as "energy").
     """
 
     values: Tensor
@@ -1122,7 +1123,12 @@ def _spectral_torch(
 ) -> _Spectral:
     """Centre the packed rows, one FFT per bucket for the LFR and the periodogram, and
     the variances by tensor code (the LFR's band by the compiled loop if ``compiled``)."""
-    centred = _centre(packed, space)
+    if _centre_by_kernel(packed.values, window):
+        centred, global_variance, local_variance = _centre_by_kernel_rows(packed, space, window)
+    else:
+        centred = _centre(packed, space)
+        global_variance = _global_variance(centred)
+        local_variance = _local_variance(centred, window)
     spectrum = _spectrum(centred, unit=4 * grid.shape[0])
     if _band_by_kernel(centred.values):
         lfr = _low_frequency_ratio_by_kernel(centred, spectrum, cutoff)
@@ -1131,9 +1137,34 @@ def _spectral_torch(
     return _Spectral(
         low_frequency_ratio=lfr,
         periodogram=_periodogram(centred, spectrum, grid.to(packed.values.device)),
-        global_variance=_global_variance(centred),
-        local_variance=_local_variance(centred, window),
+        global_variance=global_variance,
+        local_variance=local_variance,
     )
+
+
+def _centre_by_kernel(values: Tensor, window: int) -> bool:
+    """Whether the Triton kernel centres the packed rows and gives their variances: rows
+    on a GPU where Triton compiles, windows it takes."""
+    from ratioscope.functional import _triton_kernels
+
+    return window <= _triton_kernels.MAX_WINDOW and _triton_kernels.on_gpu(values)
+
+
+def _centre_by_kernel_rows(
+    packed: _Packed, space: Space, window: int
+) -> tuple[_Centred, Tensor, Tensor]:
+    """:func:`_centre`, :func:`_global_variance` and :func:`_local_variance` by the Triton
+    kernel (``_triton_kernels.centre_rows``): each packed row read three times (its
+    mean, its centred values, its windows) in one program, where the tensor code makes
+    some forty passes. Returns (the centred rows, [B] variances, [B] local variances)."""
+    from ratioscope.functional import _triton_kernels
+
+    _check_space(space)
+    values, stats = _triton_kernels.centre_rows(
+        packed.values, packed.lengths, window, ratio=space == "ratio"
+    )
+    centred = _Centred(values, packed.lengths, packed.prefix, stats[:, 2] != 0.0)
+    return centred, stats[:, 0], stats[:, 1]
 
 
 #: points of one FFT block of :func:`_spectral_compiled` (rows of one size, at least
