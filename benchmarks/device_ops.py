@@ -14,7 +14,8 @@ measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
 histograms, the vitals pass, the mismatch sums, the covariance passes, the spectra's
-centring and variances and the LFR's band are Triton kernels
+centring and variances, the LFR's band, the advantage sums and FPA's row sums are Triton
+kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -116,6 +117,8 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         covariance_statistics=_Launcher(count, _covariance_statistics),
         lfr_band=_Launcher(count, _lfr_band),
         centre_rows=_Launcher(count, _centre_rows),
+        advantage_rows=_Launcher(count, _advantage_rows),
+        difference_rows=_Launcher(count, _difference_rows),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -409,6 +412,33 @@ def _centre_rows(values, lengths, out, stats, length, window, **flags) -> int:
     stats[:, 2] = torch_from(energetic.astype(np.float64))
     read = 3 * int(sizes.sum()) * values.element_size()
     return read + lengths.nbytes + out.nbytes + stats.nbytes
+
+
+def _advantage_rows(adv, mask, sums, sign_counts, rows, length, **flags) -> int:
+    """The advantage sums by the numba loop; its bytes: the advantages and the mask
+    read once."""
+    import numpy as np
+
+    from ratioscope.functional import _kernels
+
+    found = _kernels.advantage_row_sums(adv.numpy(), mask.numpy().view(bool))
+    sums.copy_(torch_from(np.stack(found[:2])))
+    sign_counts.copy_(torch_from(np.stack(found[2:])))
+    return adv.nbytes + mask.nbytes + sums.nbytes + sign_counts.nbytes
+
+
+def _difference_rows(logp, ref, mask, sums, rows, length, **flags) -> int:
+    """FPA's row sums by the numba loop; its bytes: both log-probs and the mask read
+    once."""
+    import numpy as np
+
+    from ratioscope.functional import _kernels
+
+    current, difference, counts = _kernels.row_sums_and_differences(
+        logp.numpy(), ref.numpy(), mask.numpy().view(bool)
+    )
+    sums.copy_(torch_from(np.stack([counts.astype(np.float64), current, difference])))
+    return logp.nbytes + ref.nbytes + mask.nbytes + sums.nbytes
 
 
 def torch_from(array: Any) -> Any:

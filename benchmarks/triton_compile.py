@@ -44,11 +44,12 @@ POINTERS = {
     "tops_ptr": "*fp64", "terms_ptr": "*fp64", "scope_ptr": "*i64", "table_ptr": "*fp64",
     "constants_ptr": "*fp64", "auto_ptr": "*fp64", "lengths_ptr": "*i64", "widths_ptr": "*fp64",
     "band_ptr": "*fp64", "energy_ptr": "*fp64", "stats_ptr": "*fp64", "centred_ptr": "*fp64",
+    "sign_counts_ptr": "*i64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
     "z_ptr", "out_ptr", "signal_ptr", "adv_ptr", "values_ptr", "entropy_ptr", "old_ptr",
-    "logp_ptr",
+    "logp_ptr", "ref_ptr",
 )  # fmt: skip
 
 
@@ -106,6 +107,10 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         flags.update(BLOCK_ROWS=tk.BLOCK_ROWS, BLOCK_T=tk.COVARIANCE_BLOCK_T, **bins)
         out.append(("covariance_statistics", dtype, flags, tk.NUM_WARPS))
     out.append(("lfr_band", "fp64", {"BLOCK_T": tk.LFR_BLOCK_T}, tk.NUM_WARPS))
+    for dtype in ("fp32", "fp64"):
+        blocks = {"BLOCK_ROWS": tk.BLOCK_ROWS, "BLOCK_T": tk.BLOCK_T}
+        out.append(("advantage_rows", dtype, blocks, tk.NUM_WARPS))
+        out.append(("difference_rows", dtype, blocks, tk.NUM_WARPS))
     for dtype, ratio, window_block in (
         ("fp32", False, 64),
         ("fp32", True, 64),

@@ -86,6 +86,9 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
     # and their centring and variances
     assert launches(fused, "_triton_kernels:centre_rows") == 2
     assert launches(fused, "token_stats:_local_variance") == 0 < launches(eager, "_local_variance")
+    # the advantage sums (context) and FPA's row sums, one launch each
+    assert launches(fused, "_triton_kernels:advantage_rows") == 1
+    assert launches(fused, "_triton_kernels:difference_rows") == 1
     assert launches(eager, "_triton_kernels:") == 0
     assert sum(fused.launches.values()) < sum(eager.launches.values())
     assert sum(fused.moved.values()) < sum(eager.moved.values())

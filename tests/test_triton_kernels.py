@@ -558,6 +558,65 @@ def test_covariance_section_by_the_kernels_equals_the_torch_path(
     assert_documents_close(got, reference, rel=1e-12, abs_tol=1e-15, where="covariance")
 
 
+@pytest.mark.parametrize(("rows", "length"), [(3, 10), (5, 50), (9, 37)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_advantage_and_difference_rows_match_the_tensor_code(rows, length, dtype) -> None:
+    import numpy as np
+
+    from ratioscope.functional import _kernels
+    from ratioscope.functional.surrogate import advantage_sums_torch
+
+    gen = torch.Generator().manual_seed(rows + length)
+    advantages = torch.randn(rows, length, generator=gen).to(dtype)
+    advantages[0] = 0.0  # neither sign
+    mask = torch.rand(rows, length, generator=gen) > 0.3
+    mask[1] = False  # no valid token
+    advantages[~mask] = float("nan")  # never read
+    sums, counts = _triton_kernels.advantage_rows(advantages, mask)
+    expected = advantage_sums_torch(advantages, mask)
+    assert torch.equal(counts[0], expected.n_positive) and torch.equal(
+        counts[1], expected.n_negative
+    )
+    assert torch.allclose(sums[0], expected.positive, rtol=1e-13, atol=1e-13)
+    assert torch.allclose(sums[1], expected.negative, rtol=1e-13, atol=1e-13)
+    if _kernels.available():
+        loop = _kernels.advantage_row_sums(advantages.numpy(), mask.numpy())
+        assert torch.allclose(sums, torch.from_numpy(np.stack(loop[:2])), rtol=1e-13, atol=1e-13)
+    log_probs = -torch.rand(rows, length, generator=gen).to(dtype)
+    reference = -torch.rand(rows, length, generator=gen).to(dtype)
+    log_probs[~mask] = float("nan")
+    found = _triton_kernels.difference_rows(log_probs, reference, mask)
+    assert torch.equal(found[0], mask.sum(1).double())
+    x, y = log_probs.double(), reference.double()
+    assert torch.allclose(found[1], torch.where(mask, x, 0.0).sum(1), rtol=1e-13, atol=1e-13)
+    assert torch.allclose(found[2], torch.where(mask, x - y, 0.0).sum(1), rtol=1e-13, atol=1e-13)
+
+
+def test_advantage_sums_and_fpa_terms_by_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from ratioscope.functional import _kernels, fpa, surrogate
+
+    gen = torch.Generator().manual_seed(2)
+    advantages, log_probs, reference = torch.randn(3, 6, 30, generator=gen)
+    mask = torch.rand(6, 30, generator=gen) > 0.3
+    mask[1] = False  # no valid token: NaN means
+    monkeypatch.setattr(_kernels, "can_take", lambda *tensors, **options: False)
+    expected_sums = surrogate.advantage_sums(advantages, mask)
+    expected_terms = fpa.approximate_sequence_terms(log_probs, reference, mask, [0.5, 2.0])
+    monkeypatch.setattr(_triton_kernels, "on_gpu", lambda *values, mask=None: True)
+    got_sums = surrogate.advantage_sums(advantages, mask)
+    got_terms = fpa.approximate_sequence_terms(log_probs, reference, mask, [0.5, 2.0])
+    for got, expected in (
+        (dataclasses.asdict(got_sums), dataclasses.asdict(expected_sums)),
+        (dataclasses.asdict(got_terms), dataclasses.asdict(expected_terms)),
+    ):
+        for name, value in expected.items():
+            assert got[name].dtype == value.dtype, name
+            assert torch.allclose(got[name], value, rtol=1e-13, atol=1e-13, equal_nan=True), name
+    assert torch.isnan(got_terms.log_ratio_per_token[1])
+
+
 def autocorrelations(rows: int, length: int, seed: int):
     """([rows, 2 length] float64 autocorrelations of random rows of lengths 0 to
     ``length``, their lengths [rows]): each row's a(m) at lags m < L, noise past L (which
@@ -685,8 +744,9 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the sections as a GPU runs them (the ratio rows, the histograms, the vitals, the
-    # mismatch sums and the covariance passes by the Triton kernels), on one bundled
-    # step: the report's numbers the CPU's, within rounding
+    # mismatch sums, the covariance passes, the spectra's centring and band, the
+    # advantage sums and FPA's row sums by the Triton kernels), on one bundled step: the
+    # report's numbers the CPU's, within rounding
     import sys
     from pathlib import Path
 
@@ -726,15 +786,25 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch.setattr(device_histogram, "counted_by_kernel", histograms_by_the_kernel)
     on_gpu = _triton_kernels.on_gpu
 
-    def mismatch_on_the_kernel(*values, mask=None):
-        # asked with a mask on the CPU: only by the mismatch sums (the vitals' question
-        # comes after numba's loop has said yes)
+    def rows_on_the_kernel(*values, mask=None):
+        # asked with a mask on the CPU: by the mismatch sums, the advantage sums and
+        # FPA's row sums, which ask before numba's loops (the vitals' question comes
+        # after numba's loop has said yes)
         if mask is None:
             return on_gpu(*values)
         calls.append(3)
         return True
 
-    monkeypatch.setattr(_triton_kernels, "on_gpu", mismatch_on_the_kernel)
+    monkeypatch.setattr(_triton_kernels, "on_gpu", rows_on_the_kernel)
+    ran = []
+    for name in ("advantage_rows", "difference_rows"):
+        by_kernel = getattr(_triton_kernels, name)
+
+        def marked(*args, by_kernel=by_kernel, name=name):
+            ran.append(name)
+            return by_kernel(*args)
+
+        monkeypatch.setattr(_triton_kernels, name, marked)
     import ratioscope.sections.covariance as covariance_section
     from ratioscope.functional import covariance_device
 
@@ -761,6 +831,7 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     # covariance passes of the step's file
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
     assert calls.count(4) == 1 and calls.count(5) >= 4  # the band and the centring
+    assert set(ran) == {"advantage_rows", "difference_rows"}
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -805,7 +876,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
     assert {row[0] for row in rows} == {
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
         "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
-        "lfr_band", "centre_rows",
+        "lfr_band", "centre_rows", "advantage_rows", "difference_rows",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")
@@ -891,3 +962,22 @@ def test_cuda_centre_rows_match_the_tensor_code() -> None:
     assert torch.equal(stats[:, 2].cpu() != 0, expected.energetic)
     local = token_stats._local_variance(expected, 50)
     assert torch.allclose(stats[:, 1].cpu(), local, rtol=1e-11, equal_nan=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_advantage_and_difference_rows_match_the_cpu() -> None:
+    from ratioscope.functional.surrogate import advantage_sums_torch
+
+    skip_unless_triton_compiles_here()
+    gen = torch.Generator().manual_seed(12)
+    advantages, log_probs, reference = torch.randn(3, 1024, 4100, generator=gen)
+    mask = torch.rand(1024, 4100, generator=gen) > 0.3
+    sums, counts = _triton_kernels.advantage_rows(advantages.cuda(), mask.cuda())
+    expected = advantage_sums_torch(advantages, mask)
+    assert torch.equal(counts[0].cpu(), expected.n_positive)
+    assert torch.allclose(sums[0].cpu(), expected.positive, rtol=1e-12)
+    found = _triton_kernels.difference_rows(log_probs.cuda(), reference.cuda(), mask.cuda())
+    assert torch.equal(found[0].cpu(), mask.sum(1).double())
+    difference = torch.where(mask, log_probs.double() - reference.double(), 0.0).sum(1)
+    assert torch.allclose(found[2].cpu(), difference, rtol=1e-11, atol=1e-11)

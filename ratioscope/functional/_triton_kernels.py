@@ -593,6 +593,49 @@ def centre_rows(values: Tensor, lengths: Tensor, window: int, ratio: bool) -> tu
     return out, stats
 
 
+def advantage_rows(advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row's sums of its positive and negative valid advantages, and their counts,
+    in one pass (what ``_kernels.advantage_row_sums`` does on the CPU).
+
+    Args:
+        advantages: [B, T] float32 or float64; mask: [B, T] bool.
+
+    Returns:
+        (sums [2, B] float64: positive, negative; counts [2, B] int64), on the device.
+    """
+    kernels = _kernels()
+    rows, length = mask.shape
+    sums = torch.empty((2, rows), dtype=torch.float64, device=mask.device)
+    counts = torch.empty((2, rows), dtype=torch.int64, device=mask.device)
+    if rows:
+        kernels.advantage_rows[(-(-rows // BLOCK_ROWS),)](
+            advantages.contiguous(), mask.contiguous().view(torch.uint8), sums, counts, rows,
+            length, BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T, num_warps=NUM_WARPS,
+        )  # fmt: skip
+    return sums, counts
+
+
+def difference_rows(log_probs: Tensor, reference: Tensor, mask: Tensor) -> Tensor:
+    """Each row's valid tokens, sum log pi and sum (log pi - log pi_ref) in one pass
+    (what ``_kernels.row_sums_and_differences`` does on the CPU).
+
+    Args:
+        log_probs, reference: [B, T] float32 or float64; mask: [B, T] bool.
+
+    Returns:
+        [3, B] float64 on the device: the counts, the sums, the differences' sums.
+    """
+    kernels = _kernels()
+    rows, length = mask.shape
+    sums = torch.empty((3, rows), dtype=torch.float64, device=mask.device)
+    if rows:
+        kernels.difference_rows[(-(-rows // BLOCK_ROWS),)](
+            log_probs.contiguous(), reference.contiguous(), mask.contiguous().view(torch.uint8),
+            sums, rows, length, BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T, num_warps=NUM_WARPS,
+        )  # fmt: skip
+    return sums
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

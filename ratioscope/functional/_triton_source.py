@@ -768,3 +768,58 @@ def centre_rows(
     tl.store(stats, tl.where(size > 0, tl.sum(squares) / safe, nan))
     tl.store(stats + 1, tl.where(n_used > 0, tl.sum(variances) / tl.maximum(n_used, 1.0), nan))
     tl.store(stats + 2, ((size >= 2) & (tl.max(differs) > 0)).to(tl.float64))
+
+
+@triton.jit
+def advantage_rows(
+    adv_ptr, mask_ptr, sums_ptr, sign_counts_ptr, rows, length,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """Each row's sums of its positive and of its negative valid advantages (float64)
+    into ``sums_ptr`` [2, rows], and how many there are into ``sign_counts_ptr`` [2, rows]
+    int64."""
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    positive = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    negative = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    n_positive = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    n_negative = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    for start in range(0, length, BLOCK_T):
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
+        a = tl.load(adv_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        above = valid & (a > 0.0)
+        below = valid & (a < 0.0)
+        positive += tl.sum(tl.where(above, a, 0.0), 1)
+        negative += tl.sum(tl.where(below, a, 0.0), 1)
+        n_positive += tl.sum(above.to(tl.int64), 1)
+        n_negative += tl.sum(below.to(tl.int64), 1)
+    tl.store(sums_ptr + row, positive, mask=row_ok)
+    tl.store(sums_ptr + rows + row, negative, mask=row_ok)
+    tl.store(sign_counts_ptr + row, n_positive, mask=row_ok)
+    tl.store(sign_counts_ptr + rows + row, n_negative, mask=row_ok)
+
+
+@triton.jit
+def difference_rows(
+    logp_ptr, ref_ptr, mask_ptr, sums_ptr, rows, length,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """Each row's valid tokens, sum log pi and sum (log pi - log pi_ref), float64, into
+    ``sums_ptr`` [3, rows]."""
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    count = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    current = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    difference = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
+    for start in range(0, length, BLOCK_T):
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
+        x = tl.load(logp_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        reference = tl.load(ref_ptr + at, mask=valid, other=0.0).to(tl.float64)
+        count += tl.sum(valid.to(tl.float64), 1)
+        current += tl.sum(x, 1)
+        difference += tl.sum(x - reference, 1)  # both 0 where not valid
+    tl.store(sums_ptr + row, count, mask=row_ok)
+    tl.store(sums_ptr + rows + row, current, mask=row_ok)
+    tl.store(sums_ptr + 2 * rows + row, difference, mask=row_ok)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import ParameterError, ShapeMismatchError
-from ratioscope.functional import _kernels
+from ratioscope.functional import _kernels, _triton_kernels
 from ratioscope.functional._paging import MappedPages
 from ratioscope.functional.surrogate import sequence_means
 
@@ -433,7 +433,12 @@ def approximate_sequence_terms(
             None, "ref_log_probs", ref_log_probs.shape, "log_probs", log_probs.shape
         )
     valid = mask.to(device=log_probs.device, dtype=torch.bool)
-    if _kernels.can_take(log_probs, ref_log_probs, mask=valid):
+    if _triton_kernels.on_gpu(log_probs, ref_log_probs, mask=valid):
+        # the two row sums in one Triton kernel on a GPU
+        lengths, current_sum, difference = _triton_kernels.difference_rows(
+            log_probs, ref_log_probs, valid
+        )
+    elif _kernels.can_take(log_probs, ref_log_probs, mask=valid):
         # the two row sums in one compiled loop (five [B, T] float64 passes in torch)
         sums, differences, counts = _kernels.row_sums_and_differences(
             log_probs.detach().numpy(), ref_log_probs.detach().numpy(), valid.numpy()

@@ -206,11 +206,14 @@ class AdvantageSums:
 def advantage_sums(advantages: Tensor, mask: Tensor) -> AdvantageSums:
     """:class:`AdvantageSums` of [B, T] advantages over the valid tokens of ``mask``:
     one compiled pass per row where :func:`ratioscope.functional._kernels.can_take` the
-    tensors (CPU, float32/float64; each row summed in order), else
-    :func:`advantage_sums_torch`. The counts are identical, the sums equal up to the
-    order of their float64 additions."""
-    from ratioscope.functional import _kernels
+    tensors (CPU, float32/float64; each row summed in order), one Triton kernel on a GPU
+    (``_triton_kernels.advantage_rows``), else :func:`advantage_sums_torch`. The counts
+    are identical, the sums equal up to the order of their float64 additions."""
+    from ratioscope.functional import _kernels, _triton_kernels
 
+    if _triton_kernels.on_gpu(advantages, mask=mask):
+        sums, counts = _triton_kernels.advantage_rows(advantages, mask)
+        return AdvantageSums(sums[0], sums[1], counts[0], counts[1])
     if not _kernels.can_take(advantages, mask=mask):
         return advantage_sums_torch(advantages, mask)
     positive, negative, n_positive, n_negative = _kernels.advantage_row_sums(
