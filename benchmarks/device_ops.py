@@ -14,8 +14,8 @@ measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
 histograms, the vitals pass, the mismatch sums, the covariance passes, the spectra's
-centring and variances, the LFR's band, the advantage sums and FPA's row sums are Triton
-kernels
+centring and variances, the LFR's band, the states' counts, the advantage sums and FPA's
+row sums are Triton kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -119,6 +119,7 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         centre_rows=_Launcher(count, _centre_rows),
         advantage_rows=_Launcher(count, _advantage_rows),
         difference_rows=_Launcher(count, _difference_rows),
+        state_runs=_Launcher(count, _state_runs),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -439,6 +440,26 @@ def _difference_rows(logp, ref, mask, sums, rows, length, **flags) -> int:
     )
     sums.copy_(torch_from(np.stack([counts.astype(np.float64), current, difference])))
     return logp.nbytes + ref.nbytes + mask.nbytes + sums.nbytes
+
+
+def _state_runs(
+    values, mask, bounds, state_counts, histogram, changes, off, length, window, n_changes,
+    n_off, **flags,
+) -> int:  # fmt: skip
+    """The states' counts by the numba loop; its bytes: the signal and the mask read
+    once, the counts written."""
+    from ratioscope.functional import _kernels
+
+    lower, upper = bounds.tolist()
+    _, tokens, runs, found, found_changes, found_off = _kernels.state_runs(
+        values.numpy(), mask.numpy().view(bool), lower, upper, window
+    )
+    state_counts[:, :3], state_counts[:, 3:] = torch_from(tokens), torch_from(runs)
+    histogram += torch_from(found)
+    changes += torch_from(found_changes).reshape(-1)
+    off += torch_from(found_off).reshape(-1)
+    written = state_counts.nbytes + histogram.nbytes + changes.nbytes + off.nbytes
+    return values.nbytes + mask.nbytes + written
 
 
 def torch_from(array: Any) -> Any:

@@ -89,6 +89,10 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
     # the advantage sums (context) and FPA's row sums, one launch each
     assert launches(fused, "_triton_kernels:advantage_rows") == 1
     assert launches(fused, "_triton_kernels:difference_rows") == 1
+    # the states' counts of the token and the Kalman variants
+    # each: the fill of its tallies, the kernel, the lengths summed from its counts
+    assert launches(fused, "_triton_kernels:state_runs") == 2 * 3
+    assert launches(fused, "token_stats:_run_lengths") == 0 < launches(eager, "_run_lengths")
     assert launches(eager, "_triton_kernels:") == 0
     assert sum(fused.launches.values()) < sum(eager.launches.values())
     assert sum(fused.moved.values()) < sum(eager.moved.values())
@@ -101,7 +105,19 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
     cpu_report = ratioscope.analyze(path).to_dict()
     cpu, fused_ratios = cpu_report["ratios"], fused_report.to_dict()["ratios"]
     for variant in ("token", "kalman"):
-        for key in ("distribution", "clip_fraction", "surrogate", "lfr", "variance", "spectrum"):
+        for key in (
+            "distribution",
+            "clip_fraction",
+            "surrogate",
+            "lfr",
+            "variance",
+            "spectrum",
+            "run_length_mean",
+            "run_length_histogram",
+            "switch_frequency",
+            "window_frequency",
+            "proportion",
+        ):
             count, differing = compare_documents(
                 fused_ratios[variant][key], cpu[variant][key], 1e-12, 1e-15, 0.0
             )

@@ -64,6 +64,7 @@ def interpreted(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(_triton_kernels, "LFR_BLOCK_T", TILE)
     monkeypatch.setattr(_triton_kernels, "CENTRE_BLOCK_T", TILE)
     monkeypatch.setattr(_triton_kernels, "CENTRE_WINDOW_LANES", TILE)
+    monkeypatch.setattr(_triton_kernels, "STATES_BLOCK_T", TILE)
 
 
 def ragged(rows: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -617,6 +618,52 @@ def test_advantage_sums_and_fpa_terms_by_the_kernels(monkeypatch: pytest.MonkeyP
     assert torch.isnan(got_terms.log_ratio_per_token[1])
 
 
+def state_signal(rows: int, length: int, seed: int, dtype=torch.float32):
+    """Log-ratios in the three states with runs of every length (some across tiles),
+    holes in the mask inside runs, rows of 0, 1 and 2 valid tokens, and values exactly
+    at the thresholds (on the band: neither up nor down)."""
+    from ratioscope.functional import token_stats
+
+    gen = torch.Generator().manual_seed(seed)
+    lower, upper = token_stats._band_thresholds(token_stats.DEFAULT_ON_BAND, dtype)
+    choices = torch.tensor([-0.1, 0.0, 0.1, lower, upper], dtype=torch.float64).to(dtype)
+    # runs: each row's picks repeated over a stretch of its own (1 to a quarter row)
+    stretch = torch.randint(1, max(2, length // 4), (rows, 1), generator=gen)
+    picks = torch.randint(0, 5, (rows, length), generator=gen)
+    values = choices[picks.gather(1, torch.arange(length)[None, :] // stretch)]
+    mask = torch.rand(rows, length, generator=gen) > 0.15
+    mask[0], mask[1], mask[2] = False, False, False
+    mask[1, 3] = True
+    mask[2, [0, length - 1]] = True
+    return values, mask
+
+
+@pytest.mark.parametrize(("rows", "length", "window"), [(6, 5, 2), (9, 70, 5), (7, 100, 50)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_state_runs_match_the_compiled_loop_and_the_tensor_code(rows, length, window, dtype):
+    from ratioscope.functional import _kernels, token_stats
+
+    values, mask = state_signal(rows, length, seed=rows * length, dtype=dtype)
+    lower, upper = token_stats._band_thresholds(token_stats.DEFAULT_ON_BAND, dtype)
+    got = _triton_kernels.state_runs(values, mask, lower, upper, window)
+    packed = token_stats._pack(values, mask)
+    reference = token_stats._state_statistics_torch(packed, token_stats.DEFAULT_ON_BAND, window)
+    mine = token_stats._state_statistics_of(*got, window=window)
+    assert torch.equal(got[0], mask.sum(1))
+    assert torch.equal(mine.runs.token_count, reference.runs.token_count)
+    assert torch.equal(mine.runs.run_count, reference.runs.run_count)
+    assert torch.equal(mine.runs.histogram, reference.runs.histogram)
+    assert int(mine.runs.run_count.sum()) > rows  # states change within rows
+    for name in ("switch_frequency", "window_frequency"):
+        assert torch.allclose(
+            getattr(mine, name), getattr(reference, name), rtol=1e-15, equal_nan=True
+        ), name
+    if _kernels.available():  # numba's loop: the same integer counts
+        loop = _kernels.state_runs(values.numpy(), mask.numpy(), lower, upper, window)
+        for found, expected in zip(got[:5], loop[:5], strict=True):
+            assert torch.equal(found, torch.from_numpy(expected))
+
+
 def autocorrelations(rows: int, length: int, seed: int):
     """([rows, 2 length] float64 autocorrelations of random rows of lengths 0 to
     ``length``, their lengths [rows]): each row's a(m) at lags m < L, noise past L (which
@@ -797,7 +844,7 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
 
     monkeypatch.setattr(_triton_kernels, "on_gpu", rows_on_the_kernel)
     ran = []
-    for name in ("advantage_rows", "difference_rows"):
+    for name in ("advantage_rows", "difference_rows", "state_runs"):
         by_kernel = getattr(_triton_kernels, name)
 
         def marked(*args, by_kernel=by_kernel, name=name):
@@ -820,7 +867,8 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
         calls.append(5)
         return True
 
-    # the spectra by the tensor path (a GPU's), their LFR band by the kernel
+    # the states and spectra by the tensor path (a GPU's), with its kernels
+    monkeypatch.setattr(token_stats, "_compiled", lambda signal, backend: False)
     monkeypatch.setattr(token_stats, "_spectral_compilable", lambda signal: False)
     monkeypatch.setattr(token_stats, "_band_by_kernel", band_by_the_kernel)
     monkeypatch.setattr(
@@ -831,7 +879,7 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     # covariance passes of the step's file
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
     assert calls.count(4) == 1 and calls.count(5) >= 4  # the band and the centring
-    assert set(ran) == {"advantage_rows", "difference_rows"}
+    assert set(ran) == {"advantage_rows", "difference_rows", "state_runs"}
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -876,7 +924,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
     assert {row[0] for row in rows} == {
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
         "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
-        "lfr_band", "centre_rows", "advantage_rows", "difference_rows",
+        "lfr_band", "centre_rows", "advantage_rows", "difference_rows", "state_runs",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")
@@ -981,3 +1029,19 @@ def test_cuda_advantage_and_difference_rows_match_the_cpu() -> None:
     assert torch.equal(found[0].cpu(), mask.sum(1).double())
     difference = torch.where(mask, log_probs.double() - reference.double(), 0.0).sum(1)
     assert torch.allclose(found[2].cpu(), difference, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_state_runs_match_the_compiled_loop() -> None:
+    from ratioscope.functional import _kernels, token_stats
+
+    skip_unless_triton_compiles_here()
+    if not _kernels.available():
+        pytest.skip("numba is not available")
+    values, mask = state_signal(512, 4100, seed=13)
+    lower, upper = token_stats._band_thresholds(token_stats.DEFAULT_ON_BAND, values.dtype)
+    got = _triton_kernels.state_runs(values.cuda(), mask.cuda(), lower, upper, 50)
+    loop = _kernels.state_runs(values.numpy(), mask.numpy(), lower, upper, 50)
+    for found, expected in zip(got[:5], loop[:5], strict=True):
+        assert torch.equal(found.cpu(), torch.from_numpy(expected))

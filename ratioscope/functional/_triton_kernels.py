@@ -636,6 +636,51 @@ def difference_rows(log_probs: Tensor, reference: Tensor, mask: Tensor) -> Tenso
     return sums
 
 
+#: tokens a program of :func:`state_runs` reads at once (a power of two)
+STATES_BLOCK_T = 1024
+
+
+def state_runs(
+    values: Tensor, mask: Tensor, lower: float, upper: float, window: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The states' counts of each row in one program a row (what ``_kernels.state_runs``
+    does on the CPU), from the unpacked signal.
+
+    Args:
+        values: [B, T] float32 or float64 log-ratios; mask: [B, T] bool;
+        lower, upper: a token is down below ``lower``, up above ``upper`` (values of
+            ``values``' dtype); window: tokens a window.
+
+    Returns:
+        (lengths [B], state_counts [B, 3], run_counts [B, 3], histogram [3, T + 1],
+        changes [B, ceil(T / window)], off [B, T // window]), int64 on the device; off
+        counts partial windows too (``token_stats._window_rates`` reads full ones only).
+    """
+    kernels = _kernels()
+    rows, length = mask.shape
+    n_changes, n_off = -(-length // window), length // window
+    device = mask.device
+    counts = torch.empty((rows, 6), dtype=torch.int64, device=device)
+    # one fill for the three tallies the kernel adds to
+    tallies = torch.zeros(
+        3 * (length + 1) + rows * (n_changes + n_off), dtype=torch.int64, device=device
+    )
+    histogram = tallies[: 3 * (length + 1)].view(3, length + 1)
+    changes = tallies[3 * (length + 1) : 3 * (length + 1) + rows * n_changes]
+    off = tallies[3 * (length + 1) + rows * n_changes :]
+    if rows:
+        kernels.state_runs[(rows,)](
+            values.contiguous(), mask.contiguous().view(torch.uint8),
+            float64_constants((lower, upper), str(device)), counts, histogram, changes, off,
+            length, window, n_changes, n_off, BLOCK_T=STATES_BLOCK_T, num_warps=NUM_WARPS,
+        )  # fmt: skip
+    state_counts, run_counts = counts[:, :3], counts[:, 3:]
+    return (
+        state_counts.sum(1), state_counts, run_counts, histogram,
+        changes.view(rows, n_changes), off.view(rows, n_off),
+    )  # fmt: skip
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

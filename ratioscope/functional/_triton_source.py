@@ -823,3 +823,100 @@ def difference_rows(
     tl.store(sums_ptr + row, count, mask=row_ok)
     tl.store(sums_ptr + rows + row, current, mask=row_ok)
     tl.store(sums_ptr + 2 * rows + row, difference, mask=row_ok)
+
+
+@triton.jit
+def _last_two(last_a, before_a, last_b, before_b):
+    """The last two keys (>= 0; -1: none) of a stretch of tokens, from those of its first
+    part (a) and its second (b): b's, completed by a's."""
+    last = tl.where(last_b >= 0, last_b, last_a)
+    before = tl.where(last_b >= 0, tl.where(before_b >= 0, before_b, last_a), before_a)
+    return last, before
+
+
+@triton.jit
+def _final(values, BLOCK_T: tl.constexpr):
+    """The last column of a [BLOCK_T] int64 tile."""
+    return tl.sum(tl.where(tl.arange(0, BLOCK_T) == BLOCK_T - 1, values, 0))
+
+
+@triton.jit
+def state_runs(
+    values_ptr, mask_ptr, bounds_ptr, state_counts_ptr, histogram_ptr, changes_ptr,
+    off_ptr, length, window, n_changes, n_off, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """One row a program, its valid tokens in order (holes compacted away, a token's
+    packed position p): each token's state, 1 above ``bounds_ptr`` [1], -1 below
+    ``bounds_ptr`` [0], else 0; into ``state_counts_ptr`` [rows, 6] int64 its tokens and
+    its runs (maximal blocks of one state) of each state (down, on, up); into
+    ``histogram_ptr`` [3, length + 1] int64 (atomic adds) its runs by state and length;
+    into ``changes_ptr`` [rows, n_changes] int64 the adjacent changes of state inside
+    each window of ``window`` packed tokens (a pair across two windows in neither); into
+    ``off_ptr`` [rows, n_off] int64 the off-band tokens of each window. A token's key,
+    4 p + state + 1, carries its position and state through the scans that find, for
+    each token, the previous valid token and the start of the previous run."""
+    row = tl.program_id(0)
+    base = row.to(tl.int64) * length
+    lower = tl.load(bounds_ptr)
+    upper = tl.load(bounds_ptr + 1)
+    none = tl.full([BLOCK_T], -1, dtype=tl.int64)
+    count = tl.full([], 0, dtype=tl.int64)
+    # the last valid token's key and the last run's start key of the earlier tiles (what
+    # came before them is never asked: a token of this tile is the last of the two)
+    valid_last = tl.full([], -1, dtype=tl.int64)
+    start_last = tl.full([], -1, dtype=tl.int64)
+    tokens = tl.zeros([BLOCK_T], dtype=tl.int64)
+    down_tokens = tl.zeros([BLOCK_T], dtype=tl.int64)
+    up_tokens = tl.zeros([BLOCK_T], dtype=tl.int64)
+    runs = tl.zeros([BLOCK_T], dtype=tl.int64)
+    down_runs = tl.zeros([BLOCK_T], dtype=tl.int64)
+    up_runs = tl.zeros([BLOCK_T], dtype=tl.int64)
+    for start in range(0, length, BLOCK_T):
+        t = start + tl.arange(0, BLOCK_T)
+        inside = t < length
+        valid = tl.load(mask_ptr + base + t, mask=inside, other=0) != 0
+        z = tl.load(values_ptr + base + t, mask=valid, other=0.0).to(tl.float64)
+        state = tl.where(z > upper, 1, tl.where(z < lower, -1, 0)).to(tl.int64)
+        p = count + tl.cumsum(valid.to(tl.int64), 0) - 1
+        key = tl.where(valid, 4 * p + state + 1, -1)
+        last, before = tl.associative_scan((key, none), 0, _last_two)
+        # after the earlier tiles: a valid token's ``before`` is the previous valid one
+        last, before = _last_two(valid_last, -1, last, before)
+        previous = (before & 3) - 1
+        is_start = valid & ((before < 0) | (previous != state))
+        is_change = valid & (before >= 0) & (previous != state)
+        start_key = tl.where(is_start, key, -1)
+        run_last, run_before = tl.associative_scan((start_key, none), 0, _last_two)
+        run_last, run_before = _last_two(start_last, -1, run_last, run_before)
+        # a run's start closes the run before it: its state and length
+        closes = is_start & (run_before >= 0)
+        closed = (run_before & 3) * (length + 1) + p - (run_before >> 2)
+        ones = tl.full([BLOCK_T], 1, dtype=tl.int64)
+        tl.atomic_add(histogram_ptr + tl.where(closes, closed, 0), ones, mask=closes)
+        inner = is_change & (p % window != 0)
+        at_window = row.to(tl.int64) * n_changes + p // window
+        tl.atomic_add(changes_ptr + tl.where(inner, at_window, 0), ones, mask=inner)
+        off = valid & (state != 0) & (p // window < n_off)
+        at_off = row.to(tl.int64) * n_off + p // window
+        tl.atomic_add(off_ptr + tl.where(off, at_off, 0), ones, mask=off)
+        tokens += valid.to(tl.int64)
+        down_tokens += (valid & (state < 0)).to(tl.int64)
+        up_tokens += (valid & (state > 0)).to(tl.int64)
+        runs += is_start.to(tl.int64)
+        down_runs += (is_start & (state < 0)).to(tl.int64)
+        up_runs += (is_start & (state > 0)).to(tl.int64)
+        count += tl.sum(valid.to(tl.int64))
+        valid_last = _final(last, BLOCK_T)
+        start_last = _final(run_last, BLOCK_T)
+    if start_last >= 0:  # the row's last run ends with its last token
+        last_run = (start_last & 3) * (length + 1) + count - (start_last >> 2)
+        tl.atomic_add(histogram_ptr + last_run, 1)
+    counts = state_counts_ptr + row * 6
+    n_down, n_up = tl.sum(down_tokens), tl.sum(up_tokens)
+    r_down, r_up = tl.sum(down_runs), tl.sum(up_runs)
+    tl.store(counts, n_down)
+    tl.store(counts + 1, tl.sum(tokens) - n_down - n_up)
+    tl.store(counts + 2, n_up)
+    tl.store(counts + 3, r_down)
+    tl.store(counts + 4, tl.sum(runs) - r_down - r_up)
+    tl.store(counts + 5, r_up)

@@ -1037,7 +1037,43 @@ def _state_statistics_compiled(
     # float16 -> float32 is exact and the thresholds are float16 values: the same states
     values = (z.float() if z.dtype == torch.float16 else z).detach().contiguous().numpy()
     counted = _kernels.state_runs(values, valid.contiguous().numpy(), lower, upper, window)
-    lengths, counts, run_count, histogram, changes, off = (torch.from_numpy(a) for a in counted)
+    lengths, counts, runs, histogram, changes, off = (torch.from_numpy(a) for a in counted)
+    return _state_statistics_of(lengths, counts, runs, histogram, changes, off, window)
+
+
+def _states_by_kernel(signal: Tensor, valid: Tensor) -> bool:
+    """Whether the Triton kernel counts the states (a GPU's float32 or float64 rows)."""
+    from ratioscope.functional import _triton_kernels
+
+    return _triton_kernels.on_gpu(signal, mask=valid)
+
+
+def _state_statistics_by_kernel(
+    signal: Tensor, valid: Tensor, on_band: tuple[float, float] | float, window: int
+) -> _StateStatistics:
+    """:func:`_state_statistics_compiled` by the Triton kernel on a GPU
+    (``_triton_kernels.state_runs``: one program a row, over the unpacked signal)."""
+    from ratioscope.functional import _triton_kernels
+
+    lower, upper = _band_thresholds(on_band, signal.dtype)
+    lengths, counts, runs, histogram, changes, off = _triton_kernels.state_runs(
+        signal, valid, lower, upper, window
+    )
+    return _state_statistics_of(lengths, counts, runs, histogram, changes, off, window)
+
+
+def _state_statistics_of(
+    lengths: Tensor,
+    counts: Tensor,
+    run_count: Tensor,
+    histogram: Tensor,
+    changes: Tensor,
+    off: Tensor,
+    window: int,
+) -> _StateStatistics:
+    """The statistics of the integer counts a compiled pass leaves ([B] lengths, [B, 3]
+    tokens and runs per state, [3, T + 1] runs by length, [B, W] changes and off-band
+    tokens per window), by the tensor code that turns them into rates."""
     mean = (counts.double() / run_count.double()).masked_fill(run_count == 0, math.nan)
     return _StateStatistics(
         runs=RunLengths(run_count, counts, mean, histogram),
@@ -1090,7 +1126,9 @@ def signal_statistics(
     else:
         packed = _pack(signal, valid)
         lengths = packed.lengths
-        if not compiled:
+        if not compiled and _states_by_kernel(signal, valid):
+            states = _state_statistics_by_kernel(signal, valid, on_band, window)
+        elif not compiled:
             states = _state_statistics_torch(packed, on_band, window)
         spectral = _spectral_torch(packed, space, window, cutoff, grid, compiled)
     return SignalStatistics(
