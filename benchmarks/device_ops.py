@@ -14,8 +14,8 @@ measures the real thing).
 
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
 histograms, the vitals pass, the mismatch sums, the covariance passes, the spectra's
-centring and variances, the LFR's band, the states' counts, the advantage sums and FPA's
-row sums are Triton kernels
+centring and variances, the LFR's band, the states' counts, the advantage sums, FPA's row
+sums and TEPO's entropy quadrants are Triton kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -120,6 +120,7 @@ def kernel_stand_ins(count: Any) -> Iterator[None]:
         advantage_rows=_Launcher(count, _advantage_rows),
         difference_rows=_Launcher(count, _difference_rows),
         state_runs=_Launcher(count, _state_runs),
+        entropy_quadrants=_Launcher(count, _entropy_quadrants),
     )
     _triton_kernels.can_take = lambda *tensors: True  # type: ignore[assignment]
     _triton_kernels._kernels = lambda: fakes  # type: ignore[assignment]
@@ -460,6 +461,24 @@ def _state_runs(
     off += torch_from(found_off).reshape(-1)
     written = state_counts.nbytes + histogram.nbytes + changes.nbytes + off.nbytes
     return values.nbytes + mask.nbytes + written
+
+
+def _entropy_quadrants(
+    adv, entropy, old, mask, quadrants, kl_rows, rows, length, **flags
+) -> int:  # fmt: skip
+    """TEPO's quadrants by the numba loop; its bytes: the three inputs and the mask read
+    once."""
+    import numpy as np
+
+    from ratioscope.functional import _ratio_kernels
+
+    counts = np.zeros(6, dtype=np.int64)
+    _ratio_kernels.entropy_quadrants(
+        adv.numpy(), entropy.numpy(), old.numpy(), mask.numpy().view(bool), counts,
+        kl_rows.numpy(),
+    )  # fmt: skip
+    quadrants[:6] += torch_from(counts)  # the buffer's first six (its rows follow)
+    return adv.nbytes + entropy.nbytes + old.nbytes + mask.nbytes + kl_rows.nbytes
 
 
 def torch_from(array: Any) -> Any:

@@ -45,7 +45,7 @@ POINTERS = {
     "constants_ptr": "*fp64", "auto_ptr": "*fp64", "lengths_ptr": "*i64", "widths_ptr": "*fp64",
     "band_ptr": "*fp64", "energy_ptr": "*fp64", "stats_ptr": "*fp64", "centred_ptr": "*fp64",
     "sign_counts_ptr": "*i64", "state_counts_ptr": "*i64", "histogram_ptr": "*i64",
-    "changes_ptr": "*i64", "off_ptr": "*i64",
+    "changes_ptr": "*i64", "off_ptr": "*i64", "quadrants_ptr": "*i64", "kl_rows_ptr": "*i64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
@@ -114,6 +114,8 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         out.append(("difference_rows", dtype, blocks, tk.NUM_WARPS))
     for dtype in ("fp32", "fp64"):
         out.append(("state_runs", dtype, {"BLOCK_T": tk.STATES_BLOCK_T}, tk.NUM_WARPS))
+        blocks = {"BLOCK_ROWS": tk.BLOCK_ROWS, "BLOCK_T": tk.BLOCK_T}
+        out.append(("entropy_quadrants", dtype, blocks, tk.NUM_WARPS))
     for dtype, ratio, window_block in (
         ("fp32", False, 64),
         ("fp32", True, 64),

@@ -93,6 +93,8 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
     # each: the fill of its tallies, the kernel, the lengths summed from its counts
     assert launches(fused, "_triton_kernels:state_runs") == 2 * 3
     assert launches(fused, "token_stats:_run_lengths") == 0 < launches(eager, "_run_lengths")
+    # TEPO's quadrants: a fill of their counts and the kernel
+    assert launches(fused, "_triton_kernels:entropy_quadrants") == 2
     assert launches(eager, "_triton_kernels:") == 0
     assert sum(fused.launches.values()) < sum(eager.launches.values())
     assert sum(fused.moved.values()) < sum(eager.moved.values())

@@ -664,6 +664,36 @@ def test_state_runs_match_the_compiled_loop_and_the_tensor_code(rows, length, wi
             assert torch.equal(found, torch.from_numpy(expected))
 
 
+@pytest.mark.parametrize(("rows", "length"), [(3, 10), (5, 50), (9, 37)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_entropy_quadrants_match_the_tensor_code(monkeypatch, rows, length, dtype) -> None:
+    import dataclasses
+
+    from ratioscope.functional import _kernels, tepo
+
+    gen = torch.Generator().manual_seed(rows * length)
+    advantages = torch.randint(-1, 2, (rows, length), generator=gen).to(dtype)  # and 0
+    entropy = torch.rand(rows, length, generator=gen).to(dtype)
+    old = torch.where(
+        torch.rand(rows, length, generator=gen) > 0.8,
+        entropy,
+        torch.rand(rows, length, generator=gen),
+    ).to(dtype)
+    mask = torch.rand(rows, length, generator=gen) > 0.2
+    mask[0] = False  # no valid token
+    counts, in_mask = _triton_kernels.entropy_quadrants(advantages, entropy, old, mask)
+    expected = tepo.kl_mask_quadrants(advantages, entropy, old, mask)
+    assert counts.tolist() == [*dataclasses.astuple(expected)]
+    assert torch.equal(in_mask, tepo.kl_mask(advantages, entropy, old, mask).sum(1))
+    if rows * length > 100:
+        assert min(counts.tolist()) > 0  # every quadrant reached, dH == 0 among them
+    # and as kl_mask_quadrants_by_row takes it where the tensors are a GPU's
+    monkeypatch.setattr(_triton_kernels, "on_gpu", lambda *values, mask=None: True)
+    monkeypatch.setattr(_kernels, "can_take", lambda *tensors, **options: False)
+    quadrants, rows_in_mask = tepo.kl_mask_quadrants_by_row(advantages, entropy, old, mask)
+    assert quadrants == expected and torch.equal(rows_in_mask, in_mask)
+
+
 def autocorrelations(rows: int, length: int, seed: int):
     """([rows, 2 length] float64 autocorrelations of random rows of lengths 0 to
     ``length``, their lengths [rows]): each row's a(m) at lags m < L, noise past L (which
@@ -834,9 +864,9 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     on_gpu = _triton_kernels.on_gpu
 
     def rows_on_the_kernel(*values, mask=None):
-        # asked with a mask on the CPU: by the mismatch sums, the advantage sums and
-        # FPA's row sums, which ask before numba's loops (the vitals' question comes
-        # after numba's loop has said yes)
+        # asked with a mask on the CPU: by the mismatch sums, the advantage sums, FPA's
+        # row sums, the states' counts and TEPO's quadrants, which ask before numba's
+        # loops (the vitals' question comes after numba's loop has said yes)
         if mask is None:
             return on_gpu(*values)
         calls.append(3)
@@ -844,7 +874,7 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
 
     monkeypatch.setattr(_triton_kernels, "on_gpu", rows_on_the_kernel)
     ran = []
-    for name in ("advantage_rows", "difference_rows", "state_runs"):
+    for name in ("advantage_rows", "difference_rows", "state_runs", "entropy_quadrants"):
         by_kernel = getattr(_triton_kernels, name)
 
         def marked(*args, by_kernel=by_kernel, name=name):
@@ -879,7 +909,7 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     # covariance passes of the step's file
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
     assert calls.count(4) == 1 and calls.count(5) >= 4  # the band and the centring
-    assert set(ran) == {"advantage_rows", "difference_rows", "state_runs"}
+    assert set(ran) == {"advantage_rows", "difference_rows", "state_runs", "entropy_quadrants"}
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -925,6 +955,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
         "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
         "lfr_band", "centre_rows", "advantage_rows", "difference_rows", "state_runs",
+        "entropy_quadrants",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")
@@ -1045,3 +1076,22 @@ def test_cuda_state_runs_match_the_compiled_loop() -> None:
     loop = _kernels.state_runs(values.numpy(), mask.numpy(), lower, upper, 50)
     for found, expected in zip(got[:5], loop[:5], strict=True):
         assert torch.equal(found.cpu(), torch.from_numpy(expected))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+def test_cuda_entropy_quadrants_match_the_tensor_code() -> None:
+    import dataclasses
+
+    from ratioscope.functional import tepo
+
+    skip_unless_triton_compiles_here()
+    gen = torch.Generator().manual_seed(14)
+    advantages = torch.randint(-1, 2, (1024, 4100), generator=gen).float()
+    entropy, old = torch.rand(2, 1024, 4100, generator=gen)
+    mask = torch.rand(1024, 4100, generator=gen) > 0.2
+    on_gpu = [t.cuda() for t in (advantages, entropy, old, mask)]
+    counts, in_mask = _triton_kernels.entropy_quadrants(*on_gpu)
+    expected = tepo.kl_mask_quadrants(advantages, entropy, old, mask)
+    assert counts.tolist() == [*dataclasses.astuple(expected)]
+    assert torch.equal(in_mask.cpu(), tepo.kl_mask(advantages, entropy, old, mask).sum(1))

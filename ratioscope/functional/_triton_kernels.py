@@ -681,6 +681,31 @@ def state_runs(
     )  # fmt: skip
 
 
+def entropy_quadrants(
+    advantages: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """TEPO's entropy quadrants of the valid tokens in one pass (what
+    ``_ratio_kernels.entropy_quadrants`` does on the CPU).
+
+    Args:
+        advantages, entropy, old_entropy: [B, T] float32 or float64; mask: [B, T] bool.
+
+    Returns:
+        (counts [6] int64: A > 0 with dH < 0, A > 0 otherwise, A < 0 with dH > 0, A < 0
+        otherwise, A == 0, all; each row's KL-mask tokens [B] int64), on the device.
+    """
+    kernels = _kernels()
+    rows, length = mask.shape
+    counts = torch.zeros(6 + rows, dtype=torch.int64, device=mask.device)
+    if rows:
+        kernels.entropy_quadrants[(-(-rows // BLOCK_ROWS),)](
+            advantages.contiguous(), entropy.contiguous(), old_entropy.contiguous(),
+            mask.contiguous().view(torch.uint8), counts, counts[6:], rows, length,
+            BLOCK_ROWS=BLOCK_ROWS, BLOCK_T=BLOCK_T, num_warps=NUM_WARPS,
+        )  # fmt: skip
+    return counts[:6], counts[6:]
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

@@ -920,3 +920,45 @@ def state_runs(
     tl.store(counts + 3, r_down)
     tl.store(counts + 4, tl.sum(runs) - r_down - r_up)
     tl.store(counts + 5, r_up)
+
+
+@triton.jit
+def entropy_quadrants(
+    adv_ptr, entropy_ptr, old_ptr, mask_ptr, quadrants_ptr, kl_rows_ptr, rows, length,
+    BLOCK_ROWS: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """TEPO's (sign A, sign dH) quadrants of BLOCK_ROWS rows' valid tokens, dH = entropy -
+    old entropy in the inputs' precision: atomic adds to ``quadrants_ptr`` [6] int64 (A
+    > 0 with dH < 0, the KL mask; A > 0 otherwise; A < 0 with dH > 0; A < 0 otherwise;
+    A == 0; all), and each row's KL-mask tokens into ``kl_rows_ptr`` [rows] int64."""
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = row < rows
+    row_base = row.to(tl.int64) * length
+    in_mask = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    positive = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    increasing = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    negative = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    zero = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    total = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
+    for start in range(0, length, BLOCK_T):
+        _, _, at, valid = _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T)
+        a = tl.load(adv_ptr + at, mask=valid, other=0.0)
+        change = tl.load(entropy_ptr + at, mask=valid, other=0.0) - tl.load(
+            old_ptr + at, mask=valid, other=0.0
+        )
+        above = valid & (a > 0)
+        below = valid & (a < 0)
+        in_mask += tl.sum((above & (change < 0)).to(tl.int64), 1)
+        positive += tl.sum(above.to(tl.int64), 1)
+        increasing += tl.sum((below & (change > 0)).to(tl.int64), 1)
+        negative += tl.sum(below.to(tl.int64), 1)
+        zero += tl.sum((valid & (a == 0)).to(tl.int64), 1)
+        total += tl.sum(valid.to(tl.int64), 1)
+    tl.store(kl_rows_ptr + row, in_mask, mask=row_ok)
+    n_mask, n_increasing = tl.sum(in_mask), tl.sum(increasing)
+    tl.atomic_add(quadrants_ptr, n_mask)
+    tl.atomic_add(quadrants_ptr + 1, tl.sum(positive) - n_mask)
+    tl.atomic_add(quadrants_ptr + 2, n_increasing)
+    tl.atomic_add(quadrants_ptr + 3, tl.sum(negative) - n_increasing)
+    tl.atomic_add(quadrants_ptr + 4, tl.sum(zero))
+    tl.atomic_add(quadrants_ptr + 5, tl.sum(total))

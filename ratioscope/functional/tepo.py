@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ratioscope.errors import ParameterError, ShapeMismatchError
-from ratioscope.functional import _kernels
+from ratioscope.functional import _kernels, _triton_kernels
 from ratioscope.functional.fpa import sequence_weights
 from ratioscope.functional.surrogate import (
     AdvantageSums,
@@ -291,10 +291,14 @@ def kl_mask_quadrants_by_row(
 
     ``backend``: ``"compiled"`` one numba loop over the tokens (CPU, [B, T]
     advantages), ``"torch"`` the tensor functions (the reference), ``"auto"`` (default)
-    the first where it can run; the counts are identical.
+    the first where it can run, and on a GPU one Triton kernel
+    (``_triton_kernels.entropy_quadrants``); the counts are identical.
     """
     if backend not in ("auto", "compiled", "torch"):
         raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
+    if backend == "auto" and _triton_kernels.on_gpu(adv, entropy, old_entropy, mask=mask):
+        counts, in_mask = _triton_kernels.entropy_quadrants(adv, entropy, old_entropy, mask)
+        return KLMaskQuadrants(*(int(n) for n in counts.tolist())), in_mask
     compiled = _kernels.can_take(adv, entropy, old_entropy, mask=mask)
     if backend == "compiled" and not compiled:
         raise ParameterError("backend", "'compiled' needs numba and [B, T] CPU tensors")
