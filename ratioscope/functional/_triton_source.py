@@ -16,6 +16,14 @@ def _affine(a_first, b_first, a_second, b_second):
 
 
 @triton.jit
+def _program_rows(rows, length, BLOCK_ROWS: tl.constexpr):
+    """(row [BLOCK_ROWS], which of them exist, each one's first element) of the rows this
+    program takes, BLOCK_ROWS from ``program_id(0) * BLOCK_ROWS``."""
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    return row, row < rows, row.to(tl.int64) * length
+
+
+@triton.jit
 def _tile(mask_ptr, row_ok, row_base, start, length, BLOCK_T: tl.constexpr):
     """(column [BLOCK_T], inside, at, valid [rows, BLOCK_T]) of the tile of a program's
     rows from token ``start``: the columns, which positions exist, their offsets and
@@ -125,9 +133,7 @@ def ratio_rows(
     ``row_sums_ptr`` [rows, 2] (min(r A, clip(r) A), r A) and ``clipped_ptr`` [rows], the
     ratio bounds 1 - eps_low, 1 + eps_high read from ``bounds_ptr`` (float64)."""
     program = tl.program_id(0)
-    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     low = tl.load(bounds_ptr)
     high = tl.load(bounds_ptr + 1)
     count, mean, spread, smallest, largest = _no_moments()
@@ -284,9 +290,7 @@ def vitals_rows(
     [programs, 20] in the order of ``_vitals_kernels``' slots; with HAS_ADV each row's
     sum of |A| and valid tokens to ``row_abs_ptr`` and ``row_tokens_ptr`` [rows]."""
     program = tl.program_id(0)
-    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     count, mean, spread, smallest, largest = _no_moments()
     zero64 = tl.full([], 0.0, dtype=tl.float64)
     right_total = zero64
@@ -374,9 +378,7 @@ def mismatch_rows(
     ``rows_ptr`` [rows, 3] float64, and the program's largest valid z into ``tops_ptr``
     [programs] (-inf if none)."""
     program = tl.program_id(0)
-    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     count = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     total = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     magnitude = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
@@ -421,9 +423,7 @@ def mismatch_terms(
         found = tl.load(tops_ptr + index, mask=index < programs, other=float("-inf"))
         top = tl.maximum(top, tl.max(found))
     log_c = tl.load(bounds_ptr)
-    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    _row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     zero = tl.full([], 0.0, dtype=tl.float64)
     k1 = zero
     k2 = zero
@@ -504,10 +504,7 @@ def covariance_rows(
     2. sum (c - mean c)^2;
     3. sum w, w = exp(-c^2 / 2 sigma^2), 1 on flat scopes.
     """
-    program = tl.program_id(0)
-    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     # pass 0 has no scope's means yet: nothing read
     looked_up = row < 0 if PASS == 0 else row_ok
     # (not `_`: the loop's tiles reuse that name with another type)
@@ -580,9 +577,7 @@ def covariance_statistics(
     ``constants_ptr`` [6:8]. Each row's sums of c, w and w~ into ``row_sums_ptr``
     [rows, 3]."""
     program = tl.program_id(0)
-    row = program * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     mean_lp, mean_a, _mean_c, flat, two_variance, factor = _scope_values(
         scope_ptr, table_ptr, row, row_ok
     )
@@ -778,9 +773,7 @@ def advantage_rows(
     """Each row's sums of its positive and of its negative valid advantages (float64)
     into ``sums_ptr`` [2, rows], and how many there are into ``sign_counts_ptr`` [2, rows]
     int64."""
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     positive = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     negative = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     n_positive = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
@@ -807,9 +800,7 @@ def difference_rows(
 ):  # fmt: skip
     """Each row's valid tokens, sum log pi and sum (log pi - log pi_ref), float64, into
     ``sums_ptr`` [3, rows]."""
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     count = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     current = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
     difference = tl.zeros([BLOCK_ROWS], dtype=tl.float64)
@@ -931,9 +922,7 @@ def entropy_quadrants(
     old entropy in the inputs' precision: atomic adds to ``quadrants_ptr`` [6] int64 (A
     > 0 with dH < 0, the KL mask; A > 0 otherwise; A < 0 with dH > 0; A < 0 otherwise;
     A == 0; all), and each row's KL-mask tokens into ``kl_rows_ptr`` [rows] int64."""
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    row_ok = row < rows
-    row_base = row.to(tl.int64) * length
+    row, row_ok, row_base = _program_rows(rows, length, BLOCK_ROWS)
     in_mask = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
     positive = tl.zeros([BLOCK_ROWS], dtype=tl.int64)
     increasing = tl.zeros([BLOCK_ROWS], dtype=tl.int64)

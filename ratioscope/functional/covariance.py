@@ -110,7 +110,29 @@ def kernel_variance(spread: ArrayT, c_square: ArrayT, safe_count: ArrayT) -> tup
     return variance, flat
 
 
-class KernelPasses:
+class PassSequence:
+    """The order of the passes over a batch's chunks, shared by :class:`KernelPasses` and
+    its compiled counterparts: every chunk through pass 0, then every chunk through pass
+    1, ... up to ``KERNEL_PASSES - 1``; ``position`` counts the chunks of the current
+    pass. Subclasses say in ``_finish`` what a pass makes of its sums."""
+
+    pass_index: int = 0
+    position: int = 0
+
+    def _finish(self, index: int) -> None:
+        raise NotImplementedError
+
+    def _advance(self, index: int) -> None:
+        """Enter pass ``index`` (the current one or the next), finishing the one left."""
+        if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
+            raise ValueError(f"pass {index} after pass {self.pass_index}")
+        while self.pass_index < index:
+            self._finish(self.pass_index)
+            self.pass_index += 1
+            self.position = 0
+
+
+class KernelPasses(PassSequence):
     """The c, w and w~ of :func:`covariance_weights` for a batch fed in chunks of rows,
     pass after pass, with memory for one chunk and a few float64 sums per scope.
 
@@ -192,12 +214,7 @@ class KernelPasses:
     def _enter(
         self, index: int, logp: Tensor, adv: Tensor, mask: Tensor, group: Tensor | None
     ) -> _Tokens:
-        if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
-            raise ValueError(f"pass {index} after pass {self.pass_index}")
-        while self.pass_index < index:
-            self._finish(self.pass_index)
-            self.pass_index += 1
-            self.position = 0
+        self._advance(index)
         return self._tokens(logp, adv, mask, group, new=index == 0)
 
     def _tokens(

@@ -25,7 +25,12 @@ from torch import Tensor
 
 from ratioscope.functional import _triton_kernels
 from ratioscope.functional import histogram as bins
-from ratioscope.functional.covariance import KERNEL_PASSES, ScopeIndex, kernel_variance
+from ratioscope.functional.covariance import (
+    KERNEL_PASSES,
+    PassSequence,
+    ScopeIndex,
+    kernel_variance,
+)
 from ratioscope.functional.covariance_fused import CovarianceTotals
 from ratioscope.functional.moments import EMPTY, MomentSums, combine_moments
 
@@ -36,7 +41,7 @@ def usable(*values: Tensor, mask: Tensor) -> bool:
     return _triton_kernels.on_gpu(*values, mask=mask)
 
 
-class DeviceKernelPasses:
+class DeviceKernelPasses(PassSequence):
     """CW-GRPO kernel statistics of a batch fed in chunks of rows, pass after pass, on a
     GPU (the interface of ``FusedKernelPasses``).
 
@@ -96,7 +101,7 @@ class DeviceKernelPasses:
             in the last pass, [B, 3] float64 each row's sums of c, w and w~ over its
             valid tokens (in the input's precision); else None.
         """
-        self._enter(index)
+        self._advance(index)
         if not self.sums:
             self.sums.append(torch.zeros((0, 3), dtype=torch.float64, device=mask.device))
             self.dtypes = (logp.dtype, log_ratio.dtype)
@@ -141,14 +146,6 @@ class DeviceKernelPasses:
         return self._host()[2]
 
     # ---------------------------------------------------------------- internals
-    def _enter(self, index: int) -> None:
-        if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
-            raise ValueError(f"pass {index} after pass {self.pass_index}")
-        while self.pass_index < index:
-            self._finish(self.pass_index)
-            self.pass_index += 1
-            self.position = 0
-
     def _scope_rows(self, index: int, group: Tensor | None, mask: Tensor) -> Tensor:
         """[B] int64 each row's scope, on the mask's device (kept from pass 0 with
         ``keep``: asking the ids reads them back to the host)."""

@@ -22,6 +22,7 @@ from ratioscope.functional import _kernels
 from ratioscope.functional import histogram as bins
 from ratioscope.functional.covariance import (
     KERNEL_PASSES,
+    PassSequence,
     ScopeIndex,
     kernel_variance,
 )
@@ -102,7 +103,7 @@ class CovarianceTotals(PartCounts):
         return count, shift + mean_offset, max(square - total * mean_offset, 0.0), low, high
 
 
-class FusedKernelPasses:
+class FusedKernelPasses(PassSequence):
     """CW-GRPO kernel statistics of a batch fed in chunks of rows, pass after pass.
 
     Every chunk goes, in order, through :meth:`add` with index 0 to ``KERNEL_PASSES -
@@ -161,7 +162,7 @@ class FusedKernelPasses:
             in the last pass, [B, 3] float64 each row's sums of c, w and w~ over its
             valid tokens (in the input's precision); else None.
         """
-        self._enter(index)
+        self._advance(index)
         lp, a, valid = logp.numpy(), adv.numpy(), mask.numpy()
         scope = self.scopes.rows(group, mask.shape[0], torch.device("cpu"), new=index == 0)
         rows = scope.numpy()
@@ -254,13 +255,6 @@ class FusedKernelPasses:
         scopes = len(self.scopes)
         parts = scope_parts(scopes, elements)
         return np.arange(scopes, dtype=np.int64) % parts, parts
-
-    def _enter(self, index: int) -> None:
-        if not self.pass_index <= index <= self.pass_index + 1 or index >= KERNEL_PASSES:
-            raise ValueError(f"pass {index} after pass {self.pass_index}")
-        while self.pass_index < index:
-            self._finish(self.pass_index)
-            self.pass_index += 1
 
     def _grow(self, scopes: int) -> None:
         have = self.sums.shape[0]
