@@ -804,9 +804,12 @@ def test_signal_statistics_with_the_kernel_band(monkeypatch: pytest.MonkeyPatch,
         calls.append(values.shape)
         return True
 
+    # "auto" as on a GPU: the tensor path, with its kernels; "torch" keeps the tensor code
+    monkeypatch.setattr(token_stats, "_compiled", lambda signal, backend: False)
     monkeypatch.setattr(token_stats, "_band_by_kernel", by_kernel)
     monkeypatch.setattr(token_stats, "_centre_by_kernel", lambda values, window: by_kernel(values))
-    got = token_stats.signal_statistics(signal, mask, space=space, backend="torch")
+    assert token_stats.signal_statistics(signal, mask, space=space, backend="torch") and not calls
+    got = token_stats.signal_statistics(signal, mask, space=space, backend="auto")
     assert len(calls) == 2  # the kernels are the ones that ran
     assert torch.allclose(
         got.low_frequency_ratio, expected.low_frequency_ratio, rtol=0, atol=1e-12, equal_nan=True

@@ -1107,9 +1107,11 @@ def signal_statistics(
             states, each row written straight into its FFT bucket (CPU only);
             ``"torch"`` tensor operations on the packed rows and every lag (any
             device); ``"auto"`` (default) the first where numba is installed and the
-            signal is on the CPU. The counts are identical; the LFR, periodogram and
-            variances agree to about 1e-12 (sums in another order; the compiled band
-            reduces each sine's angle exactly, in integers).
+            signal is on the CPU, and on a GPU the tensor operations with Triton
+            kernels for the states' counts, the centring and variances and the band.
+            The counts are identical; the LFR, periodogram and variances agree to
+            about 1e-12 (sums in another order; the compiled band reduces each sine's
+            angle exactly, in integers).
     """
     _check_window(window)
     _check_cutoff(cutoff)
@@ -1126,11 +1128,13 @@ def signal_statistics(
     else:
         packed = _pack(signal, valid)
         lengths = packed.lengths
-        if not compiled and _states_by_kernel(signal, valid):
+        # on a GPU, "auto" takes the Triton kernels; "torch" keeps the tensor code
+        kernels = backend == "auto"
+        if not compiled and kernels and _states_by_kernel(signal, valid):
             states = _state_statistics_by_kernel(signal, valid, on_band, window)
         elif not compiled:
             states = _state_statistics_torch(packed, on_band, window)
-        spectral = _spectral_torch(packed, space, window, cutoff, grid, compiled)
+        spectral = _spectral_torch(packed, space, window, cutoff, grid, compiled, kernels)
     return SignalStatistics(
         lengths=lengths,
         state_counts=states.runs.token_count,
@@ -1157,18 +1161,26 @@ class _Spectral:
 
 
 def _spectral_torch(
-    packed: _Packed, space: Space, window: int, cutoff: float, grid: Tensor, compiled: bool
+    packed: _Packed,
+    space: Space,
+    window: int,
+    cutoff: float,
+    grid: Tensor,
+    compiled: bool,
+    kernels: bool = False,
 ) -> _Spectral:
     """Centre the packed rows, one FFT per bucket for the LFR and the periodogram, and
-    the variances by tensor code (the LFR's band by the compiled loop if ``compiled``)."""
-    if _centre_by_kernel(packed.values, window):
+    the variances by tensor code (the LFR's band by the compiled loop if ``compiled``);
+    with ``kernels``, on a GPU, the centring with both variances and the LFR's band by
+    Triton kernels."""
+    if kernels and _centre_by_kernel(packed.values, window):
         centred, global_variance, local_variance = _centre_by_kernel_rows(packed, space, window)
     else:
         centred = _centre(packed, space)
         global_variance = _global_variance(centred)
         local_variance = _local_variance(centred, window)
     spectrum = _spectrum(centred, unit=4 * grid.shape[0])
-    if _band_by_kernel(centred.values):
+    if kernels and _band_by_kernel(centred.values):
         lfr = _low_frequency_ratio_by_kernel(centred, spectrum, cutoff)
     else:
         lfr = _low_frequency_ratio(centred, _autocorrelation(centred, spectrum), cutoff, compiled)
