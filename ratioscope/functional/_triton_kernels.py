@@ -1,12 +1,16 @@
-"""Fused GPU kernels (Triton): the Kalman filter and the ratios section's histogram pass.
+"""Fused GPU kernels (Triton): the wrappers that size, launch and read the kernels of
+:mod:`ratioscope.functional._triton_source` (the Kalman filter, the histograms and
+moments, the vitals, the mismatch sums, the covariance passes, the spectra's centring
+and LFR band, the states' counts, and the advantage, FPA and TEPO row sums).
 
 On a GPU their tensor code is many launches and many passes over [B, T] (the Kalman
 filter's chunked scan: about 55 launches and 14 passes where the floor is one read of z
 and the mask and one write of rho). A Triton kernel reads each element once, keeps its
 state and sums in registers and writes each result once; these are the GPU's
-counterparts of the numba loops in :mod:`ratioscope.functional._kernels` and
-:mod:`ratioscope.functional._ratio_kernels`, and the torch code stays the reference the
-tests compare them with.
+counterparts of the numba loops in :mod:`ratioscope.functional._kernels`,
+:mod:`ratioscope.functional._ratio_kernels`, :mod:`ratioscope.functional._vitals_kernels`
+and :mod:`ratioscope.functional._covariance_kernels`, and the torch code stays the
+reference the tests compare them with.
 
 Triton comes with torch's CUDA wheels, so no install is asked of a GPU machine. It is
 used where :func:`can_take` says so: Triton importable, ``RATIOSCOPE_DISABLE_TRITON``
