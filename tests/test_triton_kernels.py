@@ -528,7 +528,7 @@ def test_clip_cov_band_reads_c_as_stored() -> None:
 
 
 @pytest.mark.parametrize("scope", ["batch", "group"])
-@pytest.mark.parametrize("chunk_elements", [33 * 5, 33 * 40])
+@pytest.mark.parametrize("chunk_elements", [33 * 8, 33 * 24])
 def test_covariance_section_by_the_kernels_equals_the_torch_path(
     tmp_path, monkeypatch: pytest.MonkeyPatch, scope, chunk_elements
 ) -> None:
@@ -540,7 +540,7 @@ def test_covariance_section_by_the_kernels_equals_the_torch_path(
     from ratioscope.functional import covariance_device
 
     path = tmp_path / "dump.safetensors"
-    write_arrays(covariance_arrays(1, rows=48), path)
+    write_arrays(covariance_arrays(1, rows=24), path)
     options = {"sections": ["covariance"], "chunk_elements": chunk_elements, "clip": CLIP}
     monkeypatch.setattr(covariance_section, "usable", lambda *tensors: False)  # not numba's
     reference = ratioscope.analyze(path, cov_scope=scope, **options).to_dict()["covariance"]
