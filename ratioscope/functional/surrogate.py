@@ -179,6 +179,38 @@ def row_aggregation_sums(row_sums: Tensor, lengths: Tensor) -> AggregationSums:
     return _aggregation_sums(row_sums.sum(), row_sums, lengths)
 
 
+def ppo_aggregation_sums(
+    clipped: Tensor, clipped_sums: Tensor, plain_sums: Tensor, lengths: Tensor
+) -> tuple[int, int, AggregationSums, AggregationSums]:
+    """What a chunk adds to the clip fraction and both surrogates, from the rows of
+    :func:`ppo_row_sums` (``clipped`` [B] int, ``clipped_sums`` and ``plain_sums`` [B]
+    float64) and ``lengths`` [B]: (clipped tokens, valid tokens, the clipped terms'
+    :class:`AggregationSums`, the plain terms'), in one read back to the host where
+    :func:`row_aggregation_sums` twice and two counts took four (the same operations,
+    so the same values)."""
+    present = lengths > 0
+    kept = lengths[present]
+    (n_clipped, tokens, sequences, clipped_token, clipped_seq, plain_token, plain_seq) = (
+        torch.stack(
+            [
+                clipped.sum().double(),
+                lengths.sum().double(),
+                present.sum().double(),
+                clipped_sums.sum().double(),
+                (clipped_sums[present] / kept).sum().double(),
+                plain_sums.sum().double(),
+                (plain_sums[present] / kept).sum().double(),
+            ]
+        ).tolist()
+    )
+    return (
+        int(n_clipped),
+        int(tokens),
+        AggregationSums(clipped_token, int(tokens), clipped_seq, int(sequences)),
+        AggregationSums(plain_token, int(tokens), plain_seq, int(sequences)),
+    )
+
+
 def token_mean(values: Tensor, mask: Tensor) -> float:
     """Mean over all valid tokens ("token-mean" aggregation, DAPO); NaN without any."""
     return aggregation_sums(values, mask).aggregates().token_mean

@@ -33,8 +33,8 @@ from ratioscope.functional.surrogate import (
     Aggregates,
     AggregationSums,
     constant_ppo_row_sums,
+    ppo_aggregation_sums,
     ppo_row_sums,
-    row_aggregation_sums,
 )
 from ratioscope.functional.token_stats import (
     SignalStatistics,
@@ -345,14 +345,13 @@ class RatiosAccumulator(Accumulator):
                 clipped, clipped_sums, plain_sums = ppo_row_sums(
                     signal, advantages, ctx.mask, self.band(variant)
                 )
-            state.clipped_tokens += int(clipped.sum())
-            state.advantage_tokens += int(ctx.lengths.sum())
-            state.clipped_loss = state.clipped_loss.merge(
-                row_aggregation_sums(clipped_sums, ctx.lengths)
+            n_clipped, tokens, clipped_loss, plain_loss = ppo_aggregation_sums(
+                clipped, clipped_sums, plain_sums, ctx.lengths
             )
-            state.unclipped_loss = state.unclipped_loss.merge(
-                row_aggregation_sums(plain_sums, ctx.lengths)
-            )
+            state.clipped_tokens += n_clipped
+            state.advantage_tokens += tokens
+            state.clipped_loss = state.clipped_loss.merge(clipped_loss)
+            state.unclipped_loss = state.unclipped_loss.merge(plain_loss)
             columns[f"{variant}_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
         columns["sequence_weight"] = torch.exp(ctx.sequence_mean_z.double())
         if self.params.kalman_impl == "reference" and "kalman" in self.variants:
