@@ -130,3 +130,25 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
         fused_report.to_dict()["covariance"], cpu_report["covariance"], 1e-9, 1e-12, 0.0
     )
     assert count > 50 and not differing, differing[:5]
+
+
+def test_every_kernel_has_a_stand_in_and_compiled_variants():
+    # a kernel added to _triton_source without a stand-in would fail the counts only
+    # where the analysis reaches it, and one without variants in triton_compile would
+    # never have its GPU code checked
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs Triton installed")
+    import triton_compile
+
+    from ratioscope.functional import _triton_source
+
+    kernels = {
+        name
+        for name, value in vars(_triton_source).items()
+        if not name.startswith("_") and type(value).__name__.endswith("Function")
+    }
+    assert len(kernels) >= 15
+    assert kernels == set(device_ops.stand_ins())
+    assert kernels == {name for name, *_ in triton_compile.variants()}
