@@ -31,7 +31,7 @@ from ratioscope.functional.covariance import (
     ScopeIndex,
     kernel_variance,
 )
-from ratioscope.functional.covariance_fused import CovarianceTotals
+from ratioscope.functional.covariance_fused import CovarianceTotals, comparison_bounds
 from ratioscope.functional.moments import EMPTY, MomentSums, combine_moments
 
 
@@ -189,12 +189,7 @@ class DeviceKernelPasses(PassSequence):
         the precision torch compares them in (a float32 tensor with a Python float: in
         float32), the batch's means from its sums ``batch`` [3] (on the device)."""
         assert self.dtypes is not None
-        narrow, narrow_z = (dtype != torch.float64 for dtype in self.dtypes)
-        eps_low, eps_high = self.clip
-        low, high = self.clip_cov_bounds
-        bounds = [_rounded(low, narrow), _rounded(high, narrow)]
-        bounds += [_rounded(1 + eps_high, narrow_z), _rounded(1 - eps_low, narrow_z)]
-        bounds += [_rounded(t, narrow) for t in self.thresholds]
+        bounds = comparison_bounds(self.clip, self.clip_cov_bounds, self.thresholds, *self.dtypes)
         constants = torch.tensor([0.0, 0.0, *bounds], dtype=torch.float64, device=batch.device)
         constants[:2] = batch[1:] / batch[0].clamp_min(1.0)
         return constants
@@ -243,7 +238,3 @@ def _add_counts(totals: CovarianceTotals, counts: np.ndarray) -> None:
     totals.w_counts += counts[n : 2 * n]
     totals.normalised_counts += counts[2 * n : 3 * n]
     totals.weight_counts += counts[3 * n :]
-
-
-def _rounded(value: float, narrow: bool) -> float:
-    return float(torch.tensor(value, dtype=torch.float32)) if narrow else float(value)

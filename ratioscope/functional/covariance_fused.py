@@ -297,21 +297,38 @@ class FusedKernelPasses(PassSequence):
         return float(per_scope.sum() / self.batch[0]) if self.batch[0] else 0.0
 
     def _clip_bounds(self, logp: Tensor, log_ratio: Tensor) -> np.ndarray:
-        """Clip-Cov's c bounds in c's stored precision, the PPO ratio bounds in z's:
-        torch compares a float32 tensor with a Python float in float32."""
-        eps_low, eps_high = self.clip
-        low, high = self.clip_cov_bounds
-        return np.array(
-            [
-                _rounded(low, logp.dtype),
-                _rounded(high, logp.dtype),
-                _rounded(1 + eps_high, log_ratio.dtype),
-                _rounded(1 - eps_low, log_ratio.dtype),
-            ]
-        )
+        """Clip-Cov's c bounds and the PPO ratio bounds (:func:`comparison_bounds`)."""
+        return np.array(self._bounds(logp, log_ratio)[:4])
 
     def _thresholds(self, logp: Tensor) -> np.ndarray:
-        return np.array([_rounded(t, logp.dtype) for t in self.totals.thresholds])
+        return np.array(self._bounds(logp, logp)[4:])
+
+    def _bounds(self, logp: Tensor, log_ratio: Tensor) -> list[float]:
+        return comparison_bounds(
+            self.clip, self.clip_cov_bounds, self.totals.thresholds, logp.dtype, log_ratio.dtype
+        )
+
+
+def comparison_bounds(
+    clip: tuple[float, float],
+    clip_cov_bounds: tuple[float, float],
+    thresholds: tuple[float, ...],
+    logp_dtype: torch.dtype,
+    log_ratio_dtype: torch.dtype,
+) -> list[float]:
+    """[c low, c high, 1 + eps_high, 1 - eps_low, *thresholds] as torch compares them:
+    Clip-Cov's c bounds and the weight thresholds in c's stored precision (log pi's
+    dtype), the PPO ratio bounds in the log-ratio's (a float32 tensor is compared with a
+    Python float in float32). Shared by the numba and the Triton passes."""
+    eps_low, eps_high = clip
+    low, high = clip_cov_bounds
+    return [
+        _rounded(low, logp_dtype),
+        _rounded(high, logp_dtype),
+        _rounded(1 + eps_high, log_ratio_dtype),
+        _rounded(1 - eps_low, log_ratio_dtype),
+        *(_rounded(t, logp_dtype) for t in thresholds),
+    ]
 
 
 def scope_parts(scopes: int, elements: int) -> int:
