@@ -166,7 +166,8 @@ class OperationCount:
     """What a run on the emulated device asked of the device, by the innermost function
     of the ``ratioscope`` package on the stack (:func:`_caller`): ``launches`` (an
     operation that runs a kernel on a GPU), ``views`` (one that only reshapes),
-    ``reads`` (a copy of a device tensor to the host, which waits for the GPU),
+    ``reads`` (a copy of a device tensor to the host, which waits for the GPU: ``.cpu()``
+    and its kin, or a host tensor assigned a device one),
     ``uploads`` (a copy of a host tensor to the device), ``waits`` (launches whose
     result's size depends on the values, a boolean mask's index among them: the host
     waits for the GPU there too, without a read of its own) and ``moved`` (bytes), each
@@ -208,6 +209,9 @@ class OperationCount:
                 self.launches[where] += 1  # a dtype conversion on the device
                 return where
         elif on_device and name in READS:
+            self.reads[_caller()] += 1
+        elif on_device and name in ("__setitem__", "copy_") and not isinstance(first, Emulated):
+            # a device tensor written into a host one: a copy back that waits, as .cpu()
             self.reads[_caller()] += 1
         elif (on_device or _is_device(target)) and (
             name in VIEWS  # torch.empty(..., device="cuda") among them: no kernel

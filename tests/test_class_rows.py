@@ -11,8 +11,10 @@ import torch
 
 from ratioscope.functional.histogram import NUM_BINS, bin_index, class_counts
 from ratioscope.functional.moments import EMPTY, masked_moment_sums
+from ratioscope.sections.context import HostReads
 from ratioscope.sections.future_policy import _ClassHistograms, _LogClassHistograms, add_rows
-from ratioscope.sections.summaries import Histogram, LogHistogram
+from ratioscope.sections.summaries import Histogram, LogHistogram, add_cells
+from tests.device_emulation import OperationCount, second_device
 
 
 def _keep(rows: int, classes: int, length: int, seed: int) -> torch.Tensor:
@@ -104,3 +106,46 @@ def test_add_rows_of_mixed_kinds_adds_row_by_row() -> None:
 def test_add_counts_refuses_a_histogram_with_sums() -> None:
     with pytest.raises(ValueError, match="per-bin sums"):
         Histogram.with_sums().add_counts(torch.zeros(NUM_BINS, dtype=torch.long), EMPTY)
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_add_cells_refuses_a_kept_negative_value_for_a_log_histogram(deferred: bool) -> None:
+    # the check is read with the counts: at once, or where the chunk's folds run
+    values = torch.tensor([[0.5, -2.0, 3.0]], dtype=torch.float64)
+    cells = [[LogHistogram(), LogHistogram()]]
+    host = HostReads(deferred=deferred)
+    with second_device(), pytest.raises(ValueError, match="non-negative"):
+        keep = torch.tensor([[[True, False, True], [True, True, False]]]).to("cuda")
+        add_cells(cells, values.to("cuda"), keep, host)
+        assert deferred and host.pending == 1  # only a deferred fold gets this far
+        host.flush()
+    # a negative value no cell keeps is no error
+    fine = [[LogHistogram(), LogHistogram()]]
+    add_cells(fine, values, torch.tensor([[[True, False, True], [True, False, False]]]))
+    assert [cell.count for cell in fine[0]] == [2, 1]
+    assert fine[0][0].moments.maximum == 3.0
+
+
+def test_add_rows_deferred_on_a_device_equals_add_rows_at_once() -> None:
+    gen = torch.Generator().manual_seed(6)
+    values = torch.rand((4, 30), generator=gen, dtype=torch.float64) * 2
+    values[1, 2] = math.nan
+    selections = _selections(30, 7)
+    thresholds = [0.5, None, 1.5, None]
+    now = [_LogClassHistograms() for _ in range(4)]
+    add_rows(now, values, selections, thresholds)
+    later = [_LogClassHistograms() for _ in range(4)]
+    host = HostReads(deferred=True)
+    count = OperationCount()
+    with second_device(count):
+        on_device = {name: kept.to("cuda") for name, kept in selections.items()}
+        add_rows(later, values.to("cuda"), on_device, thresholds, host)
+        assert later[0].totals["all"] == 0 and not count.reads and not count.waits
+        host.flush()
+    assert sum(count.reads.values()) == 1 and not count.waits
+    for mine, theirs in zip(later, now, strict=True):
+        assert mine.below == theirs.below and mine.totals == theirs.totals
+        for name in selections:
+            a, b = mine.histograms[name], theirs.histograms[name]
+            assert torch.equal(a.counts, b.counts) and a.moments.count == b.moments.count
+            assert a.moments.mean == pytest.approx(b.moments.mean, rel=1e-12, abs=1e-15)

@@ -20,7 +20,8 @@ from ratioscope.functional import token_stats
 from ratioscope.functional.concentration import gini
 from ratioscope.functional.corrections import second_moment_mask
 from ratioscope.functional.histogram import RELATIVE_ERROR
-from ratioscope.functional.host import host_arrays
+from ratioscope.functional.host import host_arrays, host_tensors
+from ratioscope.sections.context import HostReads
 from tests.device_emulation import (
     DEVICE,
     DeviceMixError,
@@ -135,6 +136,10 @@ def test_the_count_sorts_launches_views_reads_and_uploads():
         picked = x[x > 2]  # its size is the count of True: the host waits for it
         torch.nonzero(x)
     assert picked.device == DEVICE and count.waits[outside] == 2
+    host = torch.zeros(6)
+    with second_device(count):
+        host[:] = x  # a copy back, as .cpu() is
+    assert count.reads[outside] == 2
     where = ("ratioscope.functional.concentration", "ratioscope.functional.concentration:gini")
     assert count.launches[where] > 0 and set(count.launches) == {outside, where}
 
@@ -174,7 +179,7 @@ def test_the_spectra_take_one_fft_size_on_the_device():
     torch.testing.assert_close(power, cpu_power, rtol=1e-10, atol=1e-12, equal_nan=True)
 
 
-def test_host_arrays_reads_once_per_dtype_and_keeps_shapes():
+def test_host_arrays_reads_once_and_keeps_shapes_and_dtypes():
     gen = torch.Generator().manual_seed(2)
     tensors = [
         torch.randn(4, 3, generator=gen, dtype=torch.float64),
@@ -186,12 +191,63 @@ def test_host_arrays_reads_once_per_dtype_and_keeps_shapes():
     count = OperationCount()
     with second_device(count):
         arrays = host_arrays(*(t.to("cuda") for t in tensors))
-    assert sum(count.reads.values()) == 3  # float64, int64, bool
+    assert sum(count.reads.values()) == 1  # float64, int64 and bool as bytes, one copy
     for array, tensor in zip(arrays, tensors, strict=True):
         assert array.dtype == tensor.numpy().dtype and array.shape == tuple(tensor.shape)
         assert (array == tensor.numpy()).all()
     on_cpu = host_arrays(*tensors)  # the CPU's arrays are the tensors' own memory
     assert all(a.ctypes.data == t.data_ptr() for a, t in zip(on_cpu, tensors[:4], strict=False))
+
+
+def test_host_tensors_align_each_dtype_and_leave_host_tensors_where_they_are():
+    # narrow dtypes first, a strided view, a 0-dim bfloat16 (which numpy lacks) and a host
+    # tensor among device ones: the bytes of each come back where its dtype can read them
+    gen = torch.Generator().manual_seed(3)
+    matrix = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+    tensors = [
+        torch.tensor([True, False, True]),
+        torch.arange(3, dtype=torch.int32),
+        matrix[:, 1],
+        torch.tensor(2.5, dtype=torch.bfloat16),
+        torch.randn(3, generator=gen),
+        torch.arange(4),
+    ]
+    count = OperationCount()
+    with second_device(count):
+        given = [t if i == 4 else t.to("cuda") for i, t in enumerate(tensors)]
+        host = host_tensors(*given)
+    assert sum(count.reads.values()) == 1
+    assert host[4] is not given[4] and host[4].data_ptr() == tensors[4].data_ptr()
+    for back, tensor in zip(host, tensors, strict=True):
+        assert back.device.type == "cpu" and back.dtype == tensor.dtype
+        assert back.shape == tensor.shape and torch.equal(back, tensor)
+        assert back.data_ptr() % tensor.element_size() == 0
+
+
+def test_host_reads_run_their_folds_in_order_after_one_copy():
+    seen: list[tuple[str, list]] = []
+
+    def fold(name):
+        return lambda *host: seen.append((name, [t.tolist() for t in host]))
+
+    count = OperationCount()
+    with second_device(count):
+        reads = HostReads(deferred=True)
+        a = torch.arange(3.0, dtype=torch.float64).to("cuda")
+        reads.later(fold("first"), a * 2, a > 0)
+        reads.later(fold("second"), a.long())
+        reads.later(fold("host"), torch.ones(2))  # host tensors: at once
+        assert [name for name, _ in seen] == ["host"] and reads.pending == 2
+        assert not count.reads
+        reads.flush()
+    assert sum(count.reads.values()) == 1 and reads.pending == 0
+    assert seen[1:] == [
+        ("first", [[0.0, 2.0, 4.0], [False, True, True]]),
+        ("second", [[0, 1, 2]]),
+    ]
+    with second_device(count):
+        HostReads().later(fold("now"), a)  # not deferred: a read at once
+    assert seen[-1] == ("now", [[0.0, 1.0, 2.0]]) and sum(count.reads.values()) == 2
 
 
 # ------------------------------------------------------------ the chunk on a device

@@ -37,9 +37,11 @@ def test_the_table_adds_up_and_the_bounds_are_the_formulas(tmp_path, capsys):
     moved = float(re.search(r"The launches move ([\d,.]+) MB", out).group(1).replace(",", ""))
     floor = tensor_bytes / 2e12
     free = float(re.search(r"at most ([\d.]+)% of the bandwidth were", out).group(1))
-    assert free == pytest.approx(100 * floor / (moved * 1e6 / 2e12), abs=0.006)
+    # the MB printed to 0.1: the share from them is good to that fraction of itself
+    rounding = 0.006 + free * 0.05 / moved
+    assert free == pytest.approx(100 * floor / (moved * 1e6 / 2e12), abs=rounding)
     both = float(re.search(r"besides: at most ([\d.]+)%", out).group(1))
-    assert both == pytest.approx(100 * floor / (moved * 1e6 / 2e12 + total[0] * 4e-6), abs=0.006)
+    assert both == pytest.approx(100 * floor / (moved * 1e6 / 2e12 + total[0] * 4e-6), abs=rounding)
 
 
 def test_a_chunk_on_a_device_holds_no_more_than_the_bytes_its_size_is_chosen_by(tmp_path):
@@ -74,8 +76,9 @@ def test_the_triton_kernels_are_counted_as_one_launch_each(tmp_path):
     assert launches(eager, "kalman:_chunked_recurrence") > 10
     # the kernel for the token and the Kalman variants, each after a fill of its buffer
     assert launches(fused, "_triton_kernels:ratio_rows") == 2
+    # the summaries' histograms filled on the device (none in this dump: TEPO's weights
+    # and the vitals' [B] columns are summarised on the host, after the chunk's read)
     histograms = launches(fused, "_triton_kernels:histogram_moments")
-    assert histograms > 0  # the summaries' histograms that the sections still fill
     assert launches(fused, "_triton_kernels:_summary_buffer") == 2 + histograms
     # the covariance section's five passes over the file's one chunk, a kernel each
     assert launches(fused, "_triton_kernels:covariance_rows") == 4
@@ -152,3 +155,28 @@ def test_every_kernel_has_a_stand_in_and_compiled_variants():
     assert len(kernels) >= 15
     assert kernels == set(device_ops.stand_ins())
     assert kernels == {name for name, *_ in triton_compile.variants()}
+
+
+def test_the_sections_fold_a_chunk_into_their_sums_after_one_read(tmp_path):
+    # the [B]-sized results the sections fold into host sums wait for the chunk's end
+    # (sections.context.HostReads) and come back in one copy, the columns with them
+    path = write_synthetic(make_synthetic(64, 1024, extras=("all",)), tmp_path / "d.safetensors")
+    count, _, _ = device_ops.count_operations(path, kernels=True)  # one chunk, two passes
+
+    def by_function(counter, function: str) -> int:
+        return sum(n for (_, name), n in counter.items() if name.endswith(function))
+
+    flushes = ("ratioscope.sections.context", "ratioscope.functional.host:host_tensors")
+    assert count.reads[flushes] == 2  # the chunk's pass 0 and the covariance's pass 1
+    deferred = (
+        "ratios:_add_constant_rows", "surrogate:ppo_aggregation_terms", "ratios:update",
+        "tepo:update", "vitals:update_pass", "future_policy:add_rows",
+        "summaries:add_cells", "moments:masked_moment_table", "histogram:class_counts",
+        "pipeline:_write",
+    )  # fmt: skip
+    for function in deferred:
+        assert by_function(count.reads, function) == 0, function
+        assert by_function(count.waits, function) == 0, function
+    # what is left reads inside the functions that need a value to go on (a kernel's
+    # partial sums, the packed rows' lengths, a histogram's check): a dozen, not fifty
+    assert sum(count.reads.values()) <= 16

@@ -44,7 +44,7 @@ from ratioscope.io.streaming import StreamedFile, open_stream
 from ratioscope.progress import ProgressCallback, ProgressUpdate, report
 from ratioscope.report.model import SECTION_KEYS, InputInfo, Report, SequenceTable
 from ratioscope.sections.base import Accumulator
-from ratioscope.sections.context import Context
+from ratioscope.sections.context import Context, HostReads
 from ratioscope.sections.registry import section_classes
 
 if TYPE_CHECKING:
@@ -847,10 +847,11 @@ def _analyse_file(
     name = Path(batch.source).name
     for index, chunk in enumerate(batch.iter_chunks(rows)):
         report(progress, ProgressUpdate("chunks", index, chunks, name))
-        ctx = Context(_to_device(chunk, device), params)
+        ctx = Context(_to_device(chunk, device), params, deferred_reads=True)
         for acc in per_chunk:
-            columns.add(acc.update(ctx), chunk.row_offset)
+            columns.add(acc.update(ctx), chunk.row_offset, ctx.host)
         _feed_pass(passing, 0, ctx, columns)
+        ctx.flush()
     report(progress, ProgressUpdate("chunks", chunks, chunks, name))
     # the sections that make passes get the chunks the others got, so that a file read
     # whole and the same file streamed give the same numbers, bit for bit
@@ -859,9 +860,10 @@ def _analyse_file(
         columns,
     )  # fmt: skip
     if per_file:
-        ctx = Context(_to_device(batch, device), params)
+        ctx = Context(_to_device(batch, device), params, deferred_reads=True)
         for acc in per_file:
-            columns.add(acc.update(ctx), batch.row_offset)
+            columns.add(acc.update(ctx), batch.row_offset, ctx.host)
+        ctx.flush()
     return columns.tensors()
 
 
@@ -884,13 +886,25 @@ class _RowColumns:
         self._buffers: dict[str, Tensor] = {}
         self._filled: dict[str, int] = {}
 
-    def add(self, values: Mapping[str, Tensor | None], row_offset: int) -> None:
+    def add(
+        self,
+        values: Mapping[str, Tensor | None],
+        row_offset: int,
+        host: HostReads | None = None,
+    ) -> None:
         """Write ``values`` ([b, ...] each, None skipped) of file rows
-        ``row_offset:row_offset + b`` (a chunk's :attr:`TokenBatch.row_offset`)."""
+        ``row_offset:row_offset + b`` (a chunk's :attr:`TokenBatch.row_offset`); with
+        ``host``, when it runs its folds (a device's columns: in the chunk's one read)."""
+        given = {key: value for key, value in values.items() if value is not None}
+        if host is None:
+            self._write(list(given), list(given.values()), row_offset)
+            return
+        keys = list(given)
+        host.later(lambda *read: self._write(keys, list(read), row_offset), *given.values())
+
+    def _write(self, keys: list[str], values: list[Tensor], row_offset: int) -> None:
         offset = row_offset - self.first_row
-        for key, value in values.items():
-            if value is None:
-                continue
+        for key, value in zip(keys, values, strict=True):
             buffer = self._buffers.get(key)
             if buffer is None:
                 shape = (self.rows, *value.shape[1:])
@@ -925,7 +939,7 @@ def _feed_pass(
     per-sequence columns of a section's last pass are kept."""
     for acc in passing:
         if index < acc.passes:
-            columns.add(acc.update_pass(index, ctx), ctx.batch.row_offset)
+            columns.add(acc.update_pass(index, ctx), ctx.batch.row_offset, ctx.host)
 
 
 def _later_passes(
@@ -947,7 +961,9 @@ def _later_passes(
         current = [acc for acc in passing if index < acc.passes]
         for number, chunk in enumerate(chunks()):
             report(progress, ProgressUpdate("chunks", number, total, label))
-            _feed_pass(current, index, Context(_to_device(chunk, device), params), columns)
+            ctx = Context(_to_device(chunk, device), params, deferred_reads=True)
+            _feed_pass(current, index, ctx, columns)
+            ctx.flush()
         report(progress, ProgressUpdate("chunks", total, total, label))
         for acc in current:
             acc.end_pass(index)
@@ -1022,10 +1038,11 @@ def _analyse_stream(
                     acc.begin_passes(in_memory=False)
                 wanted = _kept_names(per_file)
             report(progress, ProgressUpdate("chunks", index, chunks, name))
-            ctx = Context(_to_device(chunk, device), params)
+            ctx = Context(_to_device(chunk, device), params, deferred_reads=True)
             for acc in per_chunk:
-                columns.add(acc.update(ctx), chunk.row_offset)
+                columns.add(acc.update(ctx), chunk.row_offset, ctx.host)
             _feed_pass(passing, 0, ctx, columns)
+            ctx.flush()
             _keep(chunk, sequences, kept, wanted, bool(per_file))
             del ctx, chunk  # before the next chunk is read
         report(progress, ProgressUpdate("chunks", chunks, chunks, name))
@@ -1041,9 +1058,10 @@ def _analyse_stream(
     if per_file:
         whole = _gathered(first, kept.tensors(), labels)
         del kept
-        ctx = Context(_to_device(whole, device), params)
+        ctx = Context(_to_device(whole, device), params, deferred_reads=True)
         for acc in per_file:
-            columns.add(acc.update(ctx), 0)
+            columns.add(acc.update(ctx), 0, ctx.host)
+        ctx.flush()
     totals = stream.totals
     lengths = sequences.get("lengths")
     assert lengths is not None

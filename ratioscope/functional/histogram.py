@@ -106,8 +106,11 @@ def class_counts(index: Tensor, keep: Tensor) -> Tensor:
     """
     rows, classes, _ = keep.shape
     first = torch.arange(rows * classes, device=index.device).view(rows, classes, 1) * NUM_BINS
-    flat = (first + index.unsqueeze(1))[keep]
-    counts = torch.bincount(flat, minlength=rows * classes * NUM_BINS)
+    flat = (first + index.unsqueeze(1)).reshape(-1)
+    # every value adds its keep (0 or 1): neither a boolean index nor bincount, whose
+    # results' sizes a GPU makes the host wait for; integer sums, exact in any order
+    counts = torch.zeros(rows * classes * NUM_BINS, dtype=torch.int64, device=index.device)
+    counts.index_add_(0, flat, keep.reshape(-1).long())
     return counts.view(rows, classes, NUM_BINS)
 
 

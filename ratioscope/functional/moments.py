@@ -74,10 +74,8 @@ def moment_sums(values: Tensor) -> MomentSums:
 def masked_moment_sums(values: Tensor, keep: Tensor) -> list[list[MomentSums]]:
     """The moments of every row of ``values`` over each of its masks, in one set of
     tensor operations (a small step reads a dozen quantities by three classes of rows:
-    one reduction each cost more than its values).
-
-    Two passes per cell, as a stream's first part is summed: the mean from the sum of the
-    kept values, then the squared deviations from it.
+    one reduction each cost more than its values): :func:`moment_sums_of` the
+    :func:`masked_moment_table`, read back once.
 
     Args:
         values: [K, B] float, finite wherever kept.
@@ -92,6 +90,15 @@ def masked_moment_sums(values: Tensor, keep: Tensor) -> list[list[MomentSums]]:
     [MomentSums(n=2, mean=1.5, m2=0.5, minimum=1.0, maximum=2.0), MomentSums(n=0, mean=0.0, \
 m2=0.0, minimum=inf, maximum=-inf)]
     """
+    return moment_sums_of(masked_moment_table(values, keep).tolist())
+
+
+def masked_moment_table(values: Tensor, keep: Tensor) -> Tensor:
+    """[K, C, 5] float64 on the device of ``values``: each cell's count, mean, sum of
+    squares about the mean, minimum and maximum (:func:`masked_moment_sums`'s arguments).
+
+    Two passes per cell, as a stream's first part is summed: the mean from the sum of the
+    kept values, then the squared deviations from it. Nothing waits for the GPU here."""
     import torch
 
     x = values.double().unsqueeze(1)  # [K, 1, B]
@@ -101,7 +108,12 @@ m2=0.0, minimum=inf, maximum=-inf)]
     m2 = torch.where(keep, x - mean.unsqueeze(-1), zero).square_().sum(-1)
     low = torch.where(keep, x, math.inf).amin(-1)
     high = torch.where(keep, x, -math.inf).amax(-1)
-    table = torch.stack([count.double(), mean, m2, low, high], dim=-1).tolist()
+    return torch.stack([count.double(), mean, m2, low, high], dim=-1)
+
+
+def moment_sums_of(table: list[list[list[float]]]) -> list[list[MomentSums]]:
+    """[K][C] :class:`MomentSums` (:data:`EMPTY` where a cell holds nothing) from a
+    :func:`masked_moment_table` read back (``tolist()``)."""
     return [
         [MomentSums(int(n), mu, s, lo, hi) if n else EMPTY for n, mu, s, lo, hi in row]
         for row in table

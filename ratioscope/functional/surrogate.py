@@ -11,6 +11,7 @@ share one formula.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -137,18 +138,40 @@ class AggregationSums:
 def _aggregation_sums(token_sum: Tensor, row_sums: Tensor, lengths: Tensor) -> AggregationSums:
     """From ``token_sum`` (0-dim), ``row_sums`` and ``lengths`` ([B]), in one read back
     to the host (a GPU waits for each; the counts are exact in float64 below 2^53)."""
-    present = lengths > 0
-    token, tokens, seq_mean, sequences = torch.stack(
+    return aggregation_of(aggregation_terms(token_sum, row_sums, lengths).tolist())
+
+
+def aggregation_terms(token_sum: Tensor, row_sums: Tensor, lengths: Tensor) -> Tensor:
+    """[4] float64 on the rows' device, :func:`aggregation_of`'s numbers: the token sum
+    (``token_sum``, 0-dim), the valid tokens, the sum of the rows' means (``row_sums /
+    lengths``, [B] each, over the rows with tokens) and those rows. Nothing waits for the
+    GPU here: a section reads them with the chunk's other numbers."""
+    return torch.stack(
         [
             token_sum.double(),
             lengths.sum().double(),
-            (row_sums[present] / lengths[present]).sum().double(),
-            present.sum().double(),
+            _sequence_mean_sum(row_sums, lengths),
+            (lengths > 0).sum().double(),
         ]
-    ).tolist()
+    )
+
+
+def aggregation_of(terms: Sequence[float]) -> AggregationSums:
+    """:class:`AggregationSums` from the 4 numbers of :func:`aggregation_terms`."""
+    token, tokens, seq_mean, sequences = terms
     return AggregationSums(
         token_sum=token, tokens=int(tokens), seq_mean_sum=seq_mean, sequences=int(sequences)
     )
+
+
+def _sequence_mean_sum(row_sums: Tensor, lengths: Tensor) -> Tensor:
+    """0-dim float64 sum of ``row_sums / lengths`` ([B] each) over the rows with tokens.
+
+    The empty rows add 0 where a boolean index would leave them out: its result's size
+    is a count, which a GPU makes the host wait for. The same terms, so the same sum up
+    to the order of its additions (identical where no row is empty)."""
+    present = lengths > 0
+    return torch.where(present, row_sums.double() / lengths.clamp_min(1), 0.0).sum()
 
 
 def aggregation_sums(values: Tensor, mask: Tensor) -> AggregationSums:
@@ -187,22 +210,37 @@ def ppo_aggregation_sums(
     float64) and ``lengths`` [B]: (clipped tokens, valid tokens, the clipped terms'
     :class:`AggregationSums`, the plain terms'), in one read back to the host where
     :func:`row_aggregation_sums` twice and two counts took four (the same operations,
-    so the same values)."""
-    present = lengths > 0
-    kept = lengths[present]
-    (n_clipped, tokens, sequences, clipped_token, clipped_seq, plain_token, plain_seq) = (
-        torch.stack(
-            [
-                clipped.sum().double(),
-                lengths.sum().double(),
-                present.sum().double(),
-                clipped_sums.sum().double(),
-                (clipped_sums[present] / kept).sum().double(),
-                plain_sums.sum().double(),
-                (plain_sums[present] / kept).sum().double(),
-            ]
-        ).tolist()
+    so the same values): :func:`ppo_aggregation_of` :func:`ppo_aggregation_terms`."""
+    terms = ppo_aggregation_terms(clipped, clipped_sums, plain_sums, lengths)
+    return ppo_aggregation_of(terms.tolist())
+
+
+def ppo_aggregation_terms(
+    clipped: Tensor, clipped_sums: Tensor, plain_sums: Tensor, lengths: Tensor
+) -> Tensor:
+    """[7] float64 on the rows' device, :func:`ppo_aggregation_of`'s numbers: the clipped
+    tokens, the valid tokens, the rows with tokens, then the token sum and the sum of
+    the rows' means of the clipped terms and of the plain terms. Nothing waits for the
+    GPU here: a section reads them with the chunk's other numbers."""
+    return torch.stack(
+        [
+            clipped.sum().double(),
+            lengths.sum().double(),
+            (lengths > 0).sum().double(),
+            clipped_sums.sum().double(),
+            _sequence_mean_sum(clipped_sums, lengths),
+            plain_sums.sum().double(),
+            _sequence_mean_sum(plain_sums, lengths),
+        ]
     )
+
+
+def ppo_aggregation_of(
+    terms: Sequence[float],
+) -> tuple[int, int, AggregationSums, AggregationSums]:
+    """(clipped tokens, valid tokens, the clipped terms' :class:`AggregationSums`, the
+    plain terms') from the 7 numbers of :func:`ppo_aggregation_terms`, read back."""
+    (n_clipped, tokens, sequences, clipped_token, clipped_seq, plain_token, plain_seq) = terms
     return (
         int(n_clipped),
         int(tokens),

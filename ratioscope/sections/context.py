@@ -1,7 +1,8 @@
 """Per-chunk context: the batch, the parameters and derived signals computed once.
 
 Several sections need the same derived tensors (the Kalman-filtered ratio, sequence
-means); the context computes each on first use and shares it.
+means); the context computes each on first use and shares it. Its :class:`HostReads`
+gathers what the sections read back to the host, so that a GPU waits once a chunk.
 """
 
 from __future__ import annotations
@@ -15,19 +16,78 @@ from torch import Tensor
 from ratioscope.data.batch import TokenBatch
 from ratioscope.data.params import AnalysisParams
 from ratioscope.functional import _kernels
+from ratioscope.functional.host import host_tensors
 from ratioscope.functional.surrogate import AdvantageSums, advantage_sums
 
 VARIANTS = ("token", "sequence", "kalman")
 T = TypeVar("T")
 
 
-class Context:
-    """A chunk (or a whole file) being analysed."""
+class HostReads:
+    """Host work on device tensors that may wait until a chunk's sections are done.
 
-    def __init__(self, batch: TokenBatch, params: AnalysisParams) -> None:
+    On a GPU each read back waits for all the work queued before it: the sections folded
+    a chunk's [B]-sized results into their host sums one read at a time, some thirty
+    waits a chunk, each one draining the GPU's queue. Handed to :meth:`later`, a fold
+    waits in a list; :meth:`flush` reads every tensor of the list in one copy
+    (:func:`~ratioscope.functional.host.host_tensors`) and runs the folds in the order
+    they came, so the sums are those of the folds run one by one.
+
+    Without ``deferred`` (the default), or on CPU tensors, a fold runs at once on the
+    tensors' own memory: what the sections did before, and what a caller that never
+    flushes (a drill-down, a figure) gets.
+    """
+
+    def __init__(self, deferred: bool = False) -> None:
+        self.deferred = deferred
+        self._folds: list[tuple[int, Callable[..., None]]] = []
+        self._tensors: list[Tensor] = []
+
+    def later(self, fold: Callable[..., None], *tensors: Tensor) -> None:
+        """Run ``fold(*host)``, ``host`` the CPU tensors of ``tensors`` (same shapes and
+        dtypes), now or at :meth:`flush`; ``fold`` may touch host state only."""
+        if not self.deferred or all(t.device.type == "cpu" for t in tensors):
+            fold(*host_tensors(*tensors))
+            return
+        self._folds.append((len(tensors), fold))
+        self._tensors.extend(tensors)
+
+    @property
+    def pending(self) -> int:
+        """Folds waiting for :meth:`flush`."""
+        return len(self._folds)
+
+    def flush(self) -> None:
+        """Read the waiting folds' tensors in one copy and run the folds in order."""
+        folds, tensors = self._folds, self._tensors
+        self._folds, self._tensors = [], []
+        if not folds:
+            return
+        host = host_tensors(*tensors)
+        start = 0
+        for count, fold in folds:
+            fold(*host[start : start + count])
+            start += count
+
+
+class Context:
+    """A chunk (or a whole file) being analysed.
+
+    ``deferred_reads``: the sections' host folds wait for :meth:`flush` (the pipeline's
+    chunks); else they run at once.
+    """
+
+    def __init__(
+        self, batch: TokenBatch, params: AnalysisParams, deferred_reads: bool = False
+    ) -> None:
         self.batch = batch
         self.params = params
+        self.host = HostReads(deferred_reads)
         self._cache: dict[str, Any] = {}
+
+    def flush(self) -> None:
+        """Run the host folds the sections left for the chunk's end (:class:`HostReads`)."""
+        self.host.flush()
 
     @property
     def mask(self) -> Tensor:

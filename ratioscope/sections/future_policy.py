@@ -46,7 +46,7 @@ from ratioscope.functional.fpa import (
     sequence_weights,
 )
 from ratioscope.sections.base import Accumulator, listed, required
-from ratioscope.sections.context import Context
+from ratioscope.sections.context import Context, HostReads
 from ratioscope.sections.distribution import Distribution, coordinate_codec, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
 from ratioscope.sections.summaries import Counter, Histogram, LogHistogram, add_cells
@@ -215,23 +215,31 @@ def add_rows(
     values: Tensor,
     selections: dict[str, Tensor],
     thresholds: list[float | None],
+    host: HostReads | None = None,
 ) -> None:
     """:meth:`_ClassHistograms.add` of row k of ``values`` ([K, B]) to ``items[k]`` with
     ``thresholds[k]``, every row and class at once (:func:`add_cells`): the same counts,
-    the moments within rounding."""
+    the moments within rounding. Now, or when ``host`` runs its folds (a device's)."""
     names = list(selections)
     finite = torch.isfinite(values)
     keep = finite.unsqueeze(1) & torch.stack([selections[name] for name in names]).unsqueeze(0)
-    add_cells([[item.histograms[name] for name in names] for item in items], values, keep)
+    add_cells([[item.histograms[name] for name in names] for item in items], values, keep, host)
+    if all(threshold is None for threshold in thresholds):
+        return
     limits = [-math.inf if t is None else t for t in thresholds]
     below = values < torch.tensor(limits, dtype=values.dtype, device=values.device).unsqueeze(1)
-    tallies = torch.stack([(keep & below.unsqueeze(1)).sum(-1), keep.sum(-1)]).tolist()
-    for k, (item, threshold) in enumerate(zip(items, thresholds, strict=True)):
-        if threshold is None:
-            continue
-        for c, name in enumerate(names):
-            item.below[name] += tallies[0][k][c]
-            item.totals[name] += tallies[1][k][c]
+    tallies = torch.stack([(keep & below.unsqueeze(1)).sum(-1), keep.sum(-1)])
+
+    def fold(tallies: Tensor) -> None:
+        counted = tallies.tolist()
+        for k, (item, threshold) in enumerate(zip(items, thresholds, strict=True)):
+            if threshold is None:
+                continue
+            for c, name in enumerate(names):
+                item.below[name] += counted[0][k][c]
+                item.totals[name] += counted[1][k][c]
+
+    (host or HostReads()).later(fold, tallies)
 
 
 def _per_lambda(state: list[dict[str, Any]]) -> list[_ClassHistograms]:
@@ -403,12 +411,14 @@ class FuturePolicyAccumulator(Accumulator):
             torch.cat([terms.weights, terms.ratios]),
             selections,
             [self.params.fpa_threshold] * lams + [None] * lams,
+            ctx.host,
         )
         add_rows(
             [state.log_ratio_sequence, state.log_ratio_token],
             torch.stack([terms.log_ratio, terms.log_ratio_per_token]),
             selections,
             [None, None],
+            ctx.host,
         )
         return {
             "fpa_weight_current": terms.weights[self.lams.index(0.0)],

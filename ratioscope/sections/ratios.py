@@ -25,7 +25,6 @@ from torch import Tensor
 
 from ratioscope.data.batch import TokenBatch
 from ratioscope.data.params import AnalysisParams
-from ratioscope.functional.host import host_arrays
 from ratioscope.functional.kalman import ClosedFormDeviation
 from ratioscope.functional.ratio_rows import ratio_rows
 from ratioscope.functional.ratio_rows import usable as ratio_rows_usable
@@ -33,7 +32,8 @@ from ratioscope.functional.surrogate import (
     Aggregates,
     AggregationSums,
     constant_ppo_row_sums,
-    ppo_aggregation_sums,
+    ppo_aggregation_of,
+    ppo_aggregation_terms,
     ppo_row_sums,
 )
 from ratioscope.functional.token_stats import (
@@ -47,7 +47,7 @@ from ratioscope.functional.token_stats import (
     signal_statistics,
 )
 from ratioscope.sections.base import Accumulator, listed
-from ratioscope.sections.context import VARIANTS, Context
+from ratioscope.sections.context import VARIANTS, Context, HostReads
 from ratioscope.sections.distribution import Distribution, distribution_of
 from ratioscope.sections.state import Codec, Record, mergeable
 from ratioscope.sections.summaries import Counter, Histogram, Moments, Vector
@@ -171,18 +171,30 @@ class _StateSums(Record):
     #: spectrum and the window statistics
     short_excluded = mergeable(int, "sum", optional=True)
 
-    def add(self, stats: SignalStatistics, nonempty: Tensor, long: Tensor | None = None) -> None:
+    def add(
+        self,
+        stats: SignalStatistics,
+        nonempty: Tensor,
+        long: Tensor | None = None,
+        host: HostReads | None = None,
+    ) -> None:
         """Fold the statistics of a chunk's rows in (``nonempty`` ones only; the LFR,
-        spectrum and windows of the ``long`` ones only, the others counted).
+        spectrum and windows of the ``long`` ones only, the others counted), now or when
+        ``host`` runs its folds (a device's: with the chunk's other reads).
 
         In numpy on the host: a dozen reductions over [B]-sized columns, where torch's
         per-call cost (several microseconds each) was most of a small step's share."""
-        host = host_arrays(
+        (host or HostReads()).later(
+            self._fold,
             nonempty, nonempty if long is None else long, stats.state_counts,
             stats.runs.mean_per_sequence, stats.runs.histogram, stats.switch_frequency,
             stats.low_frequency_ratio, stats.global_variance, stats.local_variance,
             stats.window_frequency, stats.periodogram,
         )  # fmt: skip
+
+    def _fold(self, *read: Tensor) -> None:
+        """:meth:`add`'s sums, from its tensors read back to the host."""
+        host = [tensor.numpy() for tensor in read]
         rows, long_rows, counts, means, histogram, switch, lfr = host[:7]
         global_variance, local_variance, window_frequency, periodogram = host[7:]
         long_rows = long_rows & rows
@@ -271,6 +283,14 @@ class _VariantState(Record):
     unclipped_loss = mergeable(AggregationSums, "merge")
     states = mergeable(_StateSums, "merge")
 
+    def add_ppo(self, terms: Tensor) -> None:
+        """Fold a chunk's PPO sums in (:func:`ppo_aggregation_terms`, read back)."""
+        n_clipped, tokens, clipped_loss, plain_loss = ppo_aggregation_of(terms.tolist())
+        self.clipped_tokens += n_clipped
+        self.advantage_tokens += tokens
+        self.clipped_loss = self.clipped_loss.merge(clipped_loss)
+        self.unclipped_loss = self.unclipped_loss.merge(plain_loss)
+
 
 class _Deviation(Record):
     """Where the closed form of kalman_impl='reference' leaves the exact filter, over all
@@ -324,7 +344,7 @@ class RatiosAccumulator(Accumulator):
             signal = None if constant else ctx.signal(variant, self.params)
             rows = None
             if signal is None:
-                _add_constant_rows(state.histogram, ctx.sequence_mean_z, ctx.lengths)
+                _add_constant_rows(state.histogram, ctx.sequence_mean_z, ctx.lengths, ctx.host)
             elif ratio_rows_usable(signal, advantages):
                 # histogram, moments and PPO sums in one compiled pass over the rows
                 rows = ratio_rows(signal, advantages, ctx.mask, self.band(variant))
@@ -345,13 +365,8 @@ class RatiosAccumulator(Accumulator):
                 clipped, clipped_sums, plain_sums = ppo_row_sums(
                     signal, advantages, ctx.mask, self.band(variant)
                 )
-            n_clipped, tokens, clipped_loss, plain_loss = ppo_aggregation_sums(
-                clipped, clipped_sums, plain_sums, ctx.lengths
-            )
-            state.clipped_tokens += n_clipped
-            state.advantage_tokens += tokens
-            state.clipped_loss = state.clipped_loss.merge(clipped_loss)
-            state.unclipped_loss = state.unclipped_loss.merge(plain_loss)
+            terms = ppo_aggregation_terms(clipped, clipped_sums, plain_sums, ctx.lengths)
+            ctx.host.later(state.add_ppo, terms)
             columns[f"{variant}_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
         columns["sequence_weight"] = torch.exp(ctx.sequence_mean_z.double())
         if self.params.kalman_impl == "reference" and "kalman" in self.variants:
@@ -395,7 +410,7 @@ class RatiosAccumulator(Accumulator):
                 space=space,
             )
         long = ctx.lengths >= spectral_min_length(p)
-        state.states.add(stats, ctx.nonempty, long)
+        state.states.add(stats, ctx.nonempty, long, ctx.host)
         nan = torch.full((), math.nan, dtype=stats.low_frequency_ratio.dtype)
         return {
             f"{variant}_switch_frequency": stats.switch_frequency,
@@ -484,27 +499,42 @@ class RatiosAccumulator(Accumulator):
         return messages
 
 
-def _add_constant_rows(histogram: Histogram, values: Tensor, lengths: Tensor) -> None:
+def _add_constant_rows(
+    histogram: Histogram, values: Tensor, lengths: Tensor, host: HostReads | None = None
+) -> None:
     """Add a signal that is ``values[i]`` on each of the ``lengths[i]`` valid tokens of
-    row i: the histogram's counts and moments of those tokens, from [B] values.
+    row i: the histogram's counts and moments of those tokens, from [B] values; now, or
+    when ``host`` runs its folds (a device's: with the chunk's other reads).
 
     Equal to ``histogram.add(values[:, None].expand(B, T)[mask])`` up to the rounding of
     the moments (weighted sums instead of sums over repeated values); counts are exact.
+    The empty rows weigh 0, where a boolean index that left them out made a GPU wait.
     """
     from ratioscope.functional.histogram import NUM_BINS, bin_index
 
-    present = lengths > 0
-    if not bool(present.any()):
+    if values.numel() == 0:  # no rows: nothing to add (and no minimum to take)
         return
-    row_values = values[present].double()
-    weights = lengths[present].double()
-    counts = torch.bincount(bin_index(row_values), weights=weights, minlength=NUM_BINS)
-    histogram.counts += counts.round().long().cpu()
-    tokens = float(weights.sum())
-    mean = float((weights * row_values).sum()) / tokens
-    m2 = float((weights * (row_values - mean).square()).sum())
-    low, high = float(row_values.min()), float(row_values.max())
-    histogram.moments.merge(Moments(int(tokens), mean, m2, low, high))
+    present = lengths > 0
+    row_values = torch.where(present, values.double(), 0.0)
+    weights = lengths.double()  # 0 for the empty rows
+    # integer weights: their float64 sums are exact in any order
+    counts = torch.zeros(NUM_BINS, dtype=torch.float64, device=values.device)
+    counts.index_add_(0, bin_index(row_values), weights)
+    tokens = weights.sum()
+    mean = (weights * row_values).sum() / tokens
+    m2 = (weights * (row_values - mean).square()).sum()
+    low = torch.where(present, row_values, math.inf).min()
+    high = torch.where(present, row_values, -math.inf).max()
+    moments = torch.stack([tokens, mean, m2, low, high])
+
+    def fold(counts: Tensor, moments: Tensor) -> None:
+        tokens, mean, m2, low, high = moments.tolist()
+        if tokens == 0:
+            return
+        histogram.counts += counts.round().long()
+        histogram.moments.merge(Moments(int(tokens), mean, m2, low, high))
+
+    (host or HostReads()).later(fold, counts, moments)
 
 
 def spectral_min_length(params: AnalysisParams) -> int:

@@ -29,9 +29,11 @@ from ratioscope.functional import histogram as bins
 from ratioscope.functional.moments import (
     MomentSums,
     combine_moments,
-    masked_moment_sums,
+    masked_moment_table,
     moment_sums,
+    moment_sums_of,
 )
+from ratioscope.sections.context import HostReads
 
 
 def _none_to(value: Any, default: float) -> float:
@@ -211,8 +213,9 @@ class Histogram:
             self.counts += bins.histogram(values).cpu()
         self.moments.add(values)
 
-    def bins_of(self, values: Tensor) -> Tensor:
-        """The bin of each of ``values`` ([n] finite) as :meth:`add` counts it: [n] int64."""
+    def bins_of(self, values: Tensor, checked: bool = True) -> Tensor:
+        """The bin of each of ``values`` ([n] finite) as :meth:`add` counts it: [n] int64
+        (``checked``: as :meth:`LogHistogram.bins_of`'s; any finite value has a bin)."""
         return bins.bin_index(values)
 
     def add_binned(self, values: Tensor, index: Tensor) -> None:
@@ -327,14 +330,16 @@ class LogHistogram:
         self.counts += bins.histogram(torch.log(values.double())).cpu()
         self.moments.add_sums(sums)
 
-    def bins_of(self, values: Tensor) -> Tensor:
+    def bins_of(self, values: Tensor, checked: bool = True) -> Tensor:
         """The bin of each of ``values`` ([n] finite, non-negative) as :meth:`add` counts
-        it: [n] int64.
+        it: [n] int64. Unless ``checked`` is False (the caller checked, or reads its own
+        check later: a check is a read back, which a GPU waits for), a negative value
+        raises.
 
         Raises:
             ValueError: a value is negative.
         """
-        if bool((values < 0).any()):
+        if checked and bool((values < 0).any()):
             raise ValueError("a log-coordinate histogram holds non-negative values only")
         return bins.bin_index(torch.log(values.double()))
 
@@ -397,15 +402,19 @@ class LogHistogram:
 
 
 def add_cells(
-    cells: Sequence[Sequence[Histogram | LogHistogram]], values: Tensor, keep: Tensor
+    cells: Sequence[Sequence[Histogram | LogHistogram]],
+    values: Tensor,
+    keep: Tensor,
+    host: HostReads | None = None,
 ) -> None:
     """Add ``values[k][keep[k, c]]`` to ``cells[k][c]`` for every k and c, binned, counted
     and summed at once: a small step has a dozen quantities, each by a few classes of rows,
-    and one ``add`` each cost more than its values.
+    and one ``add`` each cost more than its values. Now, or when ``host`` runs its folds
+    (a device's: the counts and moments read with the chunk's other numbers).
 
     The counts are those of the adds one by one; the moments are summed in another order
     (within rounding). Cells not all of one kind, or with per-bin sums (which need the
-    values), are added one by one.
+    values), are added one by one, at once.
 
     Args:
         cells: [K][C] histograms.
@@ -413,7 +422,7 @@ def add_cells(
         keep: [K, C, B] bool.
 
     Raises:
-        ValueError: a kept value is negative for a log histogram.
+        ValueError: a kept value is negative for a log histogram (where the fold runs).
     """
     kinds = {type(cell) for row in cells for cell in row}
     if len(kinds) != 1 or any(getattr(cell, "sums", None) is not None for row in cells
@@ -422,13 +431,28 @@ def add_cells(
             for c, cell in enumerate(row):
                 cell.add(values[k][keep[k, c]])
         return
+    kept = keep.any(1)
+    checks = []
+    if kinds == {LogHistogram}:
+        # the log histograms' check, read with the counts: a negative value is binned
+        # as 1 here (its log would be NaN, no bin) and refused when the fold runs
+        negative = kept & (values < 0)
+        kept = kept & ~negative
+        checks.append(negative.any())
     one = torch.ones((), dtype=values.dtype, device=values.device)
-    index = cells[0][0].bins_of(torch.where(keep.any(1), values, one))
-    counts = bins.class_counts(index, keep).cpu()
-    moments = masked_moment_sums(values, keep)
-    for k, row in enumerate(cells):
-        for c, cell in enumerate(row):
-            cell.add_counts(counts[k, c], moments[k][c])
+    index = cells[0][0].bins_of(torch.where(kept, values, one), checked=False)
+    counts = bins.class_counts(index, keep)
+    table = masked_moment_table(values, keep)
+
+    def fold(counts: Tensor, table: Tensor, *negative: Tensor) -> None:
+        if negative and bool(negative[0]):
+            raise ValueError("a log-coordinate histogram holds non-negative values only")
+        moments = moment_sums_of(table.tolist())
+        for k, row in enumerate(cells):
+            for c, cell in enumerate(row):
+                cell.add_counts(counts[k, c], moments[k][c])
+
+    (host or HostReads()).later(fold, counts, table, *checks)
 
 
 def _bin_counts(state: dict[str, Any]) -> tuple[Tensor, Tensor]:

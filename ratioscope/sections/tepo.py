@@ -24,8 +24,9 @@ from ratioscope.data.batch import TokenBatch
 from ratioscope.functional.surrogate import (
     Aggregates,
     AggregationSums,
+    aggregation_of,
+    aggregation_terms,
     constant_ppo_row_sums,
-    row_aggregation_sums,
 )
 from ratioscope.functional.tepo import (
     kl_mask_quadrants_by_row,
@@ -123,33 +124,50 @@ class TepoAccumulator(Accumulator):
         # summed once for every section that needs them; NaN for a row without tokens
         weights = torch.where(ctx.nonempty, torch.exp(ctx.sequence_mean_z), math.nan)
         finite = torch.isfinite(weights)
-        self.log_weight.add(torch.log(weights[finite].double()))
-        self.weight.add(weights[finite])
         outside = (weights > 1 + band[1]) | (weights < 1 - band[0])
-        self.outside += int((outside & finite).sum())
-        self.tokens += int(ctx.lengths.sum())
+        # the weights, the counts and the surrogate's sums are read with the chunk's
+        # other numbers, and the [B] weights summarised on the host
+        counts = [(outside & finite).sum(), ctx.lengths.sum()]
         columns: dict[str, Tensor] = {}
         advantages = batch.advantages
         if advantages is None:
+            ctx.host.later(self._add_counts, weights, torch.stack(counts))
             return columns
-        self.advantage_tokens += int(ctx.lengths.sum())
         # the sequence weight is constant within each row: the clip counts and the
         # surrogate follow from each row's sums of positive and negative advantages
         log_w = torch.where(ctx.nonempty, torch.log(weights.double()), 0.0)
         clipped, literal = sequence_clip_counts(log_w, ctx.advantage_sums, band)
-        self.clipped += int(clipped.sum())
-        self.clipped_literal += int(literal.sum())
+        counts += [clipped.sum(), literal.sum()]
         columns["tepo_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
         _, terms, _ = constant_ppo_row_sums(log_w, ctx.advantage_sums, band)
-        self.surrogate = self.surrogate.merge(row_aggregation_sums(terms, ctx.lengths))
+        surrogate = aggregation_terms(terms.sum(), terms, ctx.lengths)
+        ctx.host.later(self._add_counts, weights, torch.stack(counts), surrogate)
         entropy, old_entropy = batch.entropy, batch.old_entropy
         if entropy is None or old_entropy is None:
             return columns
         quadrants, in_mask = kl_mask_quadrants_by_row(advantages, entropy, old_entropy, mask)
-        counts = [getattr(quadrants, name) for name in QUADRANTS] + [quadrants.total]
-        self.quadrants += torch.tensor(counts, dtype=torch.long)
+        shares = [getattr(quadrants, name) for name in QUADRANTS] + [quadrants.total]
+        self.quadrants += torch.tensor(shares, dtype=torch.long)
         columns["tepo_kl_mask_fraction"] = in_mask / ctx.lengths.clamp_min(1)
         return columns
+
+    def _add_counts(self, weights: Tensor, counts: Tensor, surrogate: Tensor | None = None) -> None:
+        """Fold a chunk in, read back: the [B] sequence weights (NaN for the rows without
+        tokens), the sequences outside the band and the valid tokens, then with
+        advantages the clipped tokens (both rules) and the surrogate's
+        :func:`aggregation_terms`."""
+        finite = weights[torch.isfinite(weights)]
+        self.log_weight.add(torch.log(finite.double()))
+        self.weight.add(finite)
+        outside, tokens, *clipped = counts.tolist()
+        self.outside += outside
+        self.tokens += tokens
+        if surrogate is None:
+            return
+        self.advantage_tokens += tokens
+        self.clipped += clipped[0]
+        self.clipped_literal += clipped[1]
+        self.surrogate = self.surrogate.merge(aggregation_of(surrogate.tolist()))
 
     def result(self) -> TepoSection | None:
         sequences = self.weight.count

@@ -365,16 +365,21 @@ class VitalsAccumulator(Accumulator):
 
     def update_pass(self, index: int, ctx: Context) -> dict[str, Tensor]:
         batch, mask = ctx.batch, ctx.mask
-        lengths = ctx.lengths
         self.sequences += batch.num_sequences
-        self.tokens += int(lengths.sum())
-        self.lengths.add(lengths.double())
         limit, source = length_limit(self.params, batch)
-        self.at_limit += at_limit(lengths, limit)
         self.limits.add_tensor(torch.tensor([limit]), torch.tensor([batch.num_sequences]))
         if source not in self.limit_sources:
             self.limit_sources.append(source)
-        row: dict[str, Tensor | None] = {"lengths": lengths.cpu()}
+        row: dict[str, Tensor | None] = {}
+        # the [B]-sized columns are summed on the host, read with the chunk's other numbers
+        columns = {"lengths": ctx.lengths, "rewards": batch.rewards, "correct": batch.correct}
+        for name, values in batch.reward_functions.items():
+            columns[REWARD_FUNCTION_PREFIX + name] = values
+        given = {name: values for name, values in columns.items() if values is not None}
+        ctx.host.later(
+            lambda *read: self._add_rows(limit, row, dict(zip(given, read, strict=True))),
+            *given.values(),
+        )
         # the log-probs of the entropy mechanics: the behaviour policy's where present
         mechanics = next((n for n in MECHANICS_LOG_PROBS if batch.has(n)), None)
         log_probs = None if mechanics is None else getattr(batch, mechanics)
@@ -395,19 +400,35 @@ class VitalsAccumulator(Accumulator):
         fed = batch.advantages is not None
         if mechanics is not None and fed and mechanics not in self.mechanics_log_probs:
             self.mechanics_log_probs.append(mechanics)
-        if batch.rewards is not None:
-            finite = torch.isfinite(batch.rewards)
-            self.rewards.add(batch.rewards[finite].double())
-        for name, values in batch.reward_functions.items():
-            # NaN: the function gave this sequence no value (TRL's None), left out as
-            # TRL's own rewards/NAME/mean leaves it out
-            kept = values[torch.isfinite(values)].double()
-            self.reward_functions.setdefault(name, Moments()).add(kept)
         if batch.correct is not None:
-            self.correct += int(batch.correct.sum())
             self.correct_rows += batch.num_sequences
         self._rows.append(row)
         return {}
+
+    def _add_rows(
+        self, limit: int, row: dict[str, Tensor | None], columns: dict[str, Tensor]
+    ) -> None:
+        """Fold a chunk's [B]-sized ``columns`` in, read back: ``lengths``, and where the
+        batch has them ``rewards``, ``correct`` and each reward function's values (by
+        its column name); ``row`` keeps the lengths for the row table."""
+        lengths = columns["lengths"]
+        self.tokens += int(lengths.sum())
+        self.lengths.add(lengths.double())
+        self.at_limit += at_limit(lengths, limit)
+        row["lengths"] = lengths
+        rewards, correct = columns.get("rewards"), columns.get("correct")
+        if rewards is not None:
+            self.rewards.add(rewards[torch.isfinite(rewards)].double())
+        for key, values in columns.items():
+            if not key.startswith(REWARD_FUNCTION_PREFIX):
+                continue
+            # NaN: the function gave this sequence no value (TRL's None), left out as
+            # TRL's own rewards/NAME/mean leaves it out
+            kept = values[torch.isfinite(values)].double()
+            name = key.removeprefix(REWARD_FUNCTION_PREFIX)
+            self.reward_functions.setdefault(name, Moments()).add(kept)
+        if correct is not None:
+            self.correct += int(correct.sum())
 
     def _add_compiled(self, rows: VitalsRows, row: dict) -> None:
         """What :meth:`_add_entropy`, the advantage sums and the mechanics' co-moments
