@@ -29,16 +29,36 @@ class RatioRows:
     """What one pass over a signal gives.
 
     Attributes:
-        counts: [NUM_BINS] int64 counts of the valid values in the fixed bins.
-        moments: (count, mean, sum of squared deviations, min, max) of the valid values.
+        counts: [NUM_BINS] int64 counts of the valid values in the fixed bins; None from
+            the Triton kernel, whose :attr:`summary` holds them (:meth:`histogram`).
+        moments: (count, mean, sum of squared deviations, min, max) of the valid values;
+            None from the Triton kernel, as ``counts``.
         ppo: :func:`~ratioscope.functional.surrogate.ppo_row_sums`'s ``(clipped [B]
             int64, clipped_terms [B] float64, plain_terms [B] float64)``, or None without
             advantages.
+        summary: the Triton kernel's summary buffer, on the device: the counts and each
+            program's moments, left there so that a section reads them with the chunk's
+            other numbers (``sections.context.HostReads``); None from the loop.
     """
 
-    counts: Tensor
-    moments: tuple[int, float, float, float, float]
+    counts: Tensor | None
+    moments: tuple[int, float, float, float, float] | None
     ppo: tuple[Tensor, Tensor, Tensor] | None
+    summary: Tensor | None = None
+
+    def histogram(
+        self, summary: Tensor | None = None
+    ) -> tuple[Tensor, tuple[int, float, float, float, float]]:
+        """(counts, moments): the loop's; or the kernel's, from ``summary`` (:attr:`summary`
+        read back) or, without it, from one read of :attr:`summary` now."""
+        if self.counts is not None and self.moments is not None:
+            return self.counts, self.moments
+        from ratioscope.functional import _triton_kernels
+
+        assert self.summary is not None  # the kernel's rows carry their summary
+        host = self.summary.cpu() if summary is None else summary
+        counts, moments, _ = _triton_kernels.split_summary(host)
+        return counts, moments
 
 
 def usable(signal: Tensor, advantages: Tensor | None) -> bool:
@@ -70,8 +90,8 @@ def ratio_rows(
         signal: [B, T] float log-ratio; advantages: [B, T] float or None; mask: [B, T]
             bool; clip: (eps_low, eps_high).
         triton: the Triton kernel (True), the numba loop (False), or the Triton kernel
-            where :func:`on_gpu` (None). The kernel's counts and moments come back to the
-            host in one read; its PPO sums stay on the device.
+            where :func:`on_gpu` (None). The kernel's counts, moments and PPO sums stay
+            on the device (:meth:`RatioRows.histogram` reads the first two).
     """
     from ratioscope.functional import _ratio_kernels
 
@@ -113,16 +133,15 @@ def ratio_rows(
 def _ratio_rows_triton(
     signal: Tensor, advantages: Tensor | None, mask: Tensor, clip: tuple[float, float]
 ) -> RatioRows:
-    """:func:`ratio_rows` by the Triton kernel: counts and each program's moments read
-    back together and merged in program order, the PPO sums left on the device."""
+    """:func:`ratio_rows` by the Triton kernel: the counts and each program's moments in
+    the summary buffer and the PPO sums, all left on the device."""
     from ratioscope.functional import _triton_kernels
 
     eps_low, eps_high = clip
     summary, row_sums, clipped = _triton_kernels.ratio_rows(
         signal, advantages, mask, (1 - eps_low, 1 + eps_high)
     )
-    counts, moments, _ = _triton_kernels.split_summary(summary.cpu())  # one read
     ppo = None
     if row_sums is not None and clipped is not None:
         ppo = (clipped, row_sums[:, 0], row_sums[:, 1])
-    return RatioRows(counts, moments, ppo)
+    return RatioRows(None, None, ppo, summary)

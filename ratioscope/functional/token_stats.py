@@ -1356,8 +1356,11 @@ def constant_signal_statistics(
     run_count = torch.zeros_like(state_counts)
     run_count.scatter_(1, column.unsqueeze(1), valid.long().unsqueeze(1))
     mean = (state_counts.double() / run_count.double()).masked_fill(run_count == 0, math.nan)
-    flat = (column * (width + 1) + lengths)[valid]
-    histogram = torch.bincount(flat, minlength=3 * (width + 1)).view(3, width + 1)
+    # each row adds its one run (the empty rows 0): no boolean index or bincount, whose
+    # sizes a GPU makes the host wait for
+    histogram = torch.zeros(3 * (width + 1), dtype=torch.long, device=device)
+    histogram.index_add_(0, column * (width + 1) + lengths, valid.long())
+    histogram = histogram.view(3, width + 1)
     n_windows = width // window
     ends = torch.arange(1, n_windows + 1, device=device) * window
     off = (states != 0).double().unsqueeze(1).expand(rows, n_windows)

@@ -15,6 +15,7 @@ the raw token and sequence ratios, the paper's band for the Kalman-filtered one.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, cast
@@ -26,7 +27,7 @@ from torch import Tensor
 from ratioscope.data.batch import TokenBatch
 from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.kalman import ClosedFormDeviation
-from ratioscope.functional.ratio_rows import ratio_rows
+from ratioscope.functional.ratio_rows import RatioRows, ratio_rows
 from ratioscope.functional.ratio_rows import usable as ratio_rows_usable
 from ratioscope.functional.surrogate import (
     Aggregates,
@@ -348,8 +349,8 @@ class RatiosAccumulator(Accumulator):
             elif ratio_rows_usable(signal, advantages):
                 # histogram, moments and PPO sums in one compiled pass over the rows
                 rows = ratio_rows(signal, advantages, ctx.mask, self.band(variant))
-                state.histogram.counts += rows.counts
-                state.histogram.moments.merge(Moments(*rows.moments))
+                kernel = [] if rows.summary is None else [rows.summary]
+                ctx.host.later(functools.partial(_add_rows, state.histogram, rows), *kernel)
             else:
                 state.histogram.add(signal[ctx.mask])
             columns.update(self._token_states(ctx, variant, signal, state))
@@ -497,6 +498,14 @@ class RatiosAccumulator(Accumulator):
                 "kalman_impl='scan', is exact"
             )
         return messages
+
+
+def _add_rows(histogram: Histogram, rows: RatioRows, *summary: Tensor) -> None:
+    """Add :func:`ratio_rows`'s counts and moments (from its kernel's ``summary`` read
+    back, where it ran the Triton kernel)."""
+    counts, moments = rows.histogram(*summary)
+    histogram.counts += counts
+    histogram.moments.merge(Moments(*moments))
 
 
 def _add_constant_rows(
