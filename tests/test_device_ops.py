@@ -30,7 +30,7 @@ def test_the_table_adds_up_and_the_bounds_are_the_formulas(tmp_path, capsys):
     counts = [sum(row[i] for row in rows.values()) for i in range(5)]
     assert total[:5] == counts  # launches, views, reads, waits, uploads: exact
     assert abs(total[5] - sum(row[5] for row in rows.values())) <= len(rows)  # MB, rounded
-    assert total[0] > 100 and total[2] > 0 and total[3] > 0 and total[5] > 0
+    assert total[0] > 100 and total[2] > 0 and total[5] > 0  # waits: none left
     assert len(re.findall(r"^\s+[\d,]+  \S+ / \S+$", out, flags=re.M)) == 5
     # the two bounds, written out from the bytes and the launches the script printed
     tensor_bytes, _ = device_ops.per_token_bytes(path)
@@ -172,11 +172,12 @@ def test_the_sections_fold_a_chunk_into_their_sums_after_one_read(tmp_path):
         "ratios:_add_constant_rows", "surrogate:ppo_aggregation_terms", "ratios:update",
         "tepo:update", "vitals:update_pass", "future_policy:add_rows",
         "summaries:add_cells", "moments:masked_moment_table", "histogram:class_counts",
-        "pipeline:_write",
+        "pipeline:_write", "ratio_rows:_ratio_rows_triton",
     )  # fmt: skip
     for function in deferred:
         assert by_function(count.reads, function) == 0, function
-        assert by_function(count.waits, function) == 0, function
-    # what is left reads inside the functions that need a value to go on (a kernel's
-    # partial sums, the packed rows' lengths, a histogram's check): a dozen, not fifty
-    assert sum(count.reads.values()) <= 16
+    # no result's size waits for a count (a boolean index, bincount, nonzero)
+    assert not count.waits
+    # what is left reads inside functions that need a value to go on (the packed rows'
+    # lengths, a covariance pass's totals) or return host numbers: ten, where 75 were
+    assert sum(count.reads.values()) <= 10
