@@ -15,7 +15,7 @@ measures the real thing).
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
 histograms, the vitals pass, the mismatch sums, the covariance passes, the spectra's
 centring and variances, the LFR's band, the states' counts, the advantage sums, FPA's row
-sums and TEPO's entropy quadrants are Triton kernels
+sums, TEPO's entropy quadrants and the PPO totals are Triton kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -126,7 +126,7 @@ def stand_ins() -> dict[str, Any]:
         "covariance_rows": _covariance_rows, "covariance_statistics": _covariance_statistics,
         "lfr_band": _lfr_band, "centre_rows": _centre_rows, "advantage_rows": _advantage_rows,
         "difference_rows": _difference_rows, "state_runs": _state_runs,
-        "entropy_quadrants": _entropy_quadrants,
+        "entropy_quadrants": _entropy_quadrants, "aggregation_rows": _aggregation_rows,
     }  # fmt: skip
 
 
@@ -425,6 +425,24 @@ def _advantage_rows(adv, mask, sums, sign_counts, rows, length, **flags) -> int:
     sums.copy_(torch_from(np.stack(found[:2])))
     sign_counts.copy_(torch_from(np.stack(found[2:])))
     return adv.nbytes + mask.nbytes + sums.nbytes + sign_counts.nbytes
+
+
+def _aggregation_rows(
+    clipped, first, second, lengths, totals, rows, first_stride, second_stride, **flags
+) -> int:
+    """The PPO totals by numpy, as the kernel sums them (its order aside); its bytes: the
+    four [B] columns read once."""
+    import numpy as np
+
+    n, a, b = lengths.numpy(), first.numpy(), second.numpy()  # the columns' own strides
+    has = n > 0
+    divisor = np.maximum(n, 1)
+    found = [
+        clipped.numpy().sum(), n.sum(), has.sum(), a.sum(),
+        np.where(has, a / divisor, 0.0).sum(), b.sum(), np.where(has, b / divisor, 0.0).sum(),
+    ]  # fmt: skip
+    totals.copy_(torch_from(np.array(found, dtype=np.float64)))
+    return clipped.nbytes + lengths.nbytes + 8 * rows * 2 + totals.nbytes
 
 
 def _difference_rows(logp, ref, mask, sums, rows, length, **flags) -> int:

@@ -46,6 +46,7 @@ POINTERS = {
     "band_ptr": "*fp64", "energy_ptr": "*fp64", "stats_ptr": "*fp64", "centred_ptr": "*fp64",
     "sign_counts_ptr": "*i64", "state_counts_ptr": "*i64", "histogram_ptr": "*i64",
     "changes_ptr": "*i64", "off_ptr": "*i64", "quadrants_ptr": "*i64", "kl_rows_ptr": "*i64",
+    "first_ptr": "*fp64", "second_ptr": "*fp64", "totals_ptr": "*fp64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
@@ -125,6 +126,8 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         flags = {"RATIO": ratio, "BLOCK_T": tk.CENTRE_BLOCK_T, "WINDOW_BLOCK": window_block}
         flags["WINDOWS"] = max(1, tk.CENTRE_WINDOW_LANES // window_block)
         out.append(("centre_rows", dtype, flags, tk.NUM_WARPS))
+    # float64 row sums whatever the input's dtype
+    out.append(("aggregation_rows", "fp64", {"BLOCK": tk.AGGREGATION_BLOCK}, tk.AGGREGATION_WARPS))
     return out
 
 

@@ -598,6 +598,30 @@ def test_advantage_and_difference_rows_match_the_tensor_code(rows, length, dtype
     assert torch.allclose(found[2], torch.where(mask, x - y, 0.0).sum(1), rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("rows", [0, 1, 7, 2500])
+def test_aggregation_rows_match_the_tensor_code(rows, monkeypatch) -> None:
+    from ratioscope.functional.surrogate import ppo_aggregation_terms
+
+    # a small block: several blocks of rows and a part one in the interpreter
+    monkeypatch.setattr(_triton_kernels, "AGGREGATION_BLOCK", 64)
+    gen = torch.Generator().manual_seed(rows)
+    lengths = torch.randint(0, 40, (rows,), generator=gen)
+    lengths[: min(rows, 3)] = 0  # rows without tokens: out of the sums of means
+    clipped = torch.minimum(torch.randint(0, 9, (rows,), generator=gen), lengths)
+    row_sums = torch.randn(rows, 2, generator=gen, dtype=torch.float64) * lengths[:, None]
+    row_sums[:1] = float("nan")  # an empty row's sums are never divided in
+    first, second = row_sums[:, 0], row_sums[:, 1]  # strided columns, as ratio_rows gives
+    got = _triton_kernels.aggregation_rows(clipped, first, second, lengths)
+    expected = ppo_aggregation_terms(clipped, first, second, lengths)  # the tensor code
+    assert got.dtype == torch.float64 and got.shape == (7,)
+    assert torch.equal(got[:3], expected[:3])  # the counts, exactly
+    # the sums: every row's sum is NaN once an empty row's NaN is summed, as torch does
+    torch.testing.assert_close(got[3:], expected[3:], rtol=1e-13, atol=1e-13, equal_nan=True)
+    if rows > 3:
+        assert torch.isnan(got[3]) and torch.isfinite(got[4])
+        assert got[2] == float(int((lengths > 0).sum()))
+
+
 def test_advantage_sums_and_fpa_terms_by_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
@@ -871,10 +895,14 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     monkeypatch.setattr(device_histogram, "counted_by_kernel", histograms_by_the_kernel)
     on_gpu = _triton_kernels.on_gpu
 
-    def rows_on_the_kernel(*values, mask=None):
+    def rows_on_the_kernel(*values, mask=None, dtypes=None):
         # asked with a mask on the CPU: by the mismatch sums, the advantage sums, FPA's
         # row sums, the states' counts and TEPO's quadrants, which ask before numba's
-        # loops (the vitals' question comes after numba's loop has said yes)
+        # loops (the vitals' question comes after numba's loop has said yes); for
+        # float64 row sums without one, by the PPO totals
+        if mask is None and dtypes == (torch.float64,):
+            calls.append(6)
+            return True
         if mask is None:
             return on_gpu(*values)
         calls.append(3)
@@ -882,7 +910,10 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
 
     monkeypatch.setattr(_triton_kernels, "on_gpu", rows_on_the_kernel)
     ran = []
-    for name in ("advantage_rows", "difference_rows", "state_runs", "entropy_quadrants"):
+    kernels = (
+        "advantage_rows", "difference_rows", "state_runs", "entropy_quadrants", "aggregation_rows"
+    )  # fmt: skip
+    for name in kernels:
         by_kernel = getattr(_triton_kernels, name)
 
         def marked(*args, by_kernel=by_kernel, name=name):
@@ -917,7 +948,7 @@ def test_the_sections_by_the_kernels_give_the_cpu_report(
     # covariance passes of the step's file
     assert calls.count(1) == 2 and calls.count(2) == 1 and calls.count(3) >= 1
     assert calls.count(4) == 1 and calls.count(5) >= 4  # the band and the centring
-    assert set(ran) == {"advantage_rows", "difference_rows", "state_runs", "entropy_quadrants"}
+    assert set(ran) == set(kernels) and calls.count(6) == 3  # the three variants
     assert histograms  # the sections that still bin on the CPU by tensor code
     count, differing = compare_documents(expected, got, 1e-9, 1e-12, bins.RELATIVE_ERROR)
     assert count > 100 and not differing, differing[:5]
@@ -964,7 +995,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
         "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
         "lfr_band", "centre_rows", "advantage_rows", "difference_rows", "state_runs",
-        "entropy_quadrants",
+        "entropy_quadrants", "aggregation_rows",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")

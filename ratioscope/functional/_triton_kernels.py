@@ -710,6 +710,36 @@ def entropy_quadrants(
     return counts[:6], counts[6:]
 
 
+#: rows the one program of :func:`aggregation_rows` reads at once (a power of two)
+AGGREGATION_BLOCK = 1024
+#: its warps: a few [B]-sized columns, no tile worth eight
+AGGREGATION_WARPS = 4
+
+
+def aggregation_rows(clipped: Tensor, first: Tensor, second: Tensor, lengths: Tensor) -> Tensor:
+    """A chunk's PPO totals in one program (``surrogate.ppo_aggregation_terms``'s
+    numbers, where its tensor code took some twenty-four launches).
+
+    Args:
+        clipped: [B] int64; first, second: [B] float64 row sums (strided columns taken as
+            they are); lengths: [B] int64.
+
+    Returns:
+        [7] float64 on the device: the clipped tokens, the valid tokens, the rows with
+        tokens, the sum of ``first`` and of its rows' means over the rows with tokens,
+        the same of ``second``.
+    """
+    kernels = _kernels()
+    rows = lengths.shape[0]
+    totals = torch.empty(7, dtype=torch.float64, device=lengths.device)
+    kernels.aggregation_rows[(1,)](
+        clipped.contiguous(), first, second, lengths.contiguous(), totals, rows,
+        first.stride(0), second.stride(0), BLOCK=AGGREGATION_BLOCK,
+        num_warps=AGGREGATION_WARPS,
+    )  # fmt: skip
+    return totals
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

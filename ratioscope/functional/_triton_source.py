@@ -951,3 +951,44 @@ def entropy_quadrants(
     tl.atomic_add(quadrants_ptr + 3, tl.sum(negative) - n_increasing)
     tl.atomic_add(quadrants_ptr + 4, tl.sum(zero))
     tl.atomic_add(quadrants_ptr + 5, tl.sum(total))
+
+
+@triton.jit
+def aggregation_rows(
+    clipped_ptr, first_ptr, second_ptr, lengths_ptr, totals_ptr, rows, first_stride,
+    second_stride, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """One program over a chunk's [rows]: into ``totals_ptr`` [7] float64 the clipped
+    tokens (``clipped_ptr``, int64), the valid tokens (``lengths_ptr``, int64), the rows
+    with tokens, then for ``first_ptr`` and ``second_ptr`` (float64 row sums, a stride
+    apart) their sum and the sum of each row's mean over the rows with tokens."""
+    offsets = tl.arange(0, BLOCK)
+    clipped = tl.zeros([BLOCK], dtype=tl.int64)
+    tokens = tl.zeros([BLOCK], dtype=tl.int64)
+    present = tl.zeros([BLOCK], dtype=tl.int64)
+    first = tl.zeros([BLOCK], dtype=tl.float64)
+    first_means = tl.zeros([BLOCK], dtype=tl.float64)
+    second = tl.zeros([BLOCK], dtype=tl.float64)
+    second_means = tl.zeros([BLOCK], dtype=tl.float64)
+    for start in range(0, rows, BLOCK):
+        at = start + offsets
+        inside = at < rows
+        n = tl.load(lengths_ptr + at, mask=inside, other=0)
+        has = n > 0
+        divisor = tl.maximum(n, 1).to(tl.float64)
+        a = tl.load(first_ptr + at.to(tl.int64) * first_stride, mask=inside, other=0.0)
+        b = tl.load(second_ptr + at.to(tl.int64) * second_stride, mask=inside, other=0.0)
+        clipped += tl.load(clipped_ptr + at, mask=inside, other=0)
+        tokens += n
+        present += has.to(tl.int64)
+        first += a
+        second += b
+        first_means += tl.where(has, a / divisor, 0.0)
+        second_means += tl.where(has, b / divisor, 0.0)
+    tl.store(totals_ptr, tl.sum(clipped, 0).to(tl.float64))
+    tl.store(totals_ptr + 1, tl.sum(tokens, 0).to(tl.float64))
+    tl.store(totals_ptr + 2, tl.sum(present, 0).to(tl.float64))
+    tl.store(totals_ptr + 3, tl.sum(first, 0))
+    tl.store(totals_ptr + 4, tl.sum(first_means, 0))
+    tl.store(totals_ptr + 5, tl.sum(second, 0))
+    tl.store(totals_ptr + 6, tl.sum(second_means, 0))

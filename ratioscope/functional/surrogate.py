@@ -221,7 +221,12 @@ def ppo_aggregation_terms(
     """[7] float64 on the rows' device, :func:`ppo_aggregation_of`'s numbers: the clipped
     tokens, the valid tokens, the rows with tokens, then the token sum and the sum of
     the rows' means of the clipped terms and of the plain terms. Nothing waits for the
-    GPU here: a section reads them with the chunk's other numbers."""
+    GPU here: a section reads them with the chunk's other numbers. On a GPU one Triton
+    program (``_triton_kernels.aggregation_rows``) sums them, in another order."""
+    from ratioscope.functional import _triton_kernels
+
+    if _aggregation_kernel(clipped, clipped_sums, plain_sums, lengths):
+        return _triton_kernels.aggregation_rows(clipped, clipped_sums, plain_sums, lengths)
     return torch.stack(
         [
             clipped.sum().double(),
@@ -232,6 +237,19 @@ def ppo_aggregation_terms(
             plain_sums.sum().double(),
             _sequence_mean_sum(plain_sums, lengths),
         ]
+    )
+
+
+def _aggregation_kernel(clipped: Tensor, first: Tensor, second: Tensor, lengths: Tensor) -> bool:
+    """Whether :func:`ppo_aggregation_terms` takes the Triton program: on a GPU, float64
+    row sums and int64 counts of one length."""
+    from ratioscope.functional import _triton_kernels
+
+    return (
+        _triton_kernels.on_gpu(first, second, dtypes=(torch.float64,))
+        and clipped.dtype == lengths.dtype == torch.int64
+        and clipped.shape == first.shape == second.shape == lengths.shape
+        and _triton_kernels.can_take(clipped, lengths)
     )
 
 
