@@ -15,7 +15,7 @@ measures the real thing).
 On a GPU the Kalman filter, the ratios section's histogram pass, the summaries'
 histograms, the vitals pass, the mismatch sums, the covariance passes, the spectra's
 centring and variances, the LFR's band, the states' counts, the advantage sums, FPA's row
-sums, TEPO's entropy quadrants and the PPO totals are Triton kernels
+sums, TEPO's entropy quadrants, the PPO totals and FPA's class cells are Triton kernels
 (``functional/_triton_kernels.py``),
 which the emulated device cannot compile; here they are stand-ins that count the
 launches those kernels make (the multiprocessors of an H100, 132, decide the Kalman
@@ -127,6 +127,7 @@ def stand_ins() -> dict[str, Any]:
         "lfr_band": _lfr_band, "centre_rows": _centre_rows, "advantage_rows": _advantage_rows,
         "difference_rows": _difference_rows, "state_runs": _state_runs,
         "entropy_quadrants": _entropy_quadrants, "aggregation_rows": _aggregation_rows,
+        "class_cells": _class_cells,
     }  # fmt: skip
 
 
@@ -443,6 +444,20 @@ def _aggregation_rows(
     ]  # fmt: skip
     totals.copy_(torch_from(np.array(found, dtype=np.float64)))
     return clipped.nbytes + lengths.nbytes + 8 * rows * 2 + totals.nbytes
+
+
+def _class_cells(values, kept, counts, table, classes, length, **flags) -> int:
+    """The cells' counts and moments by the tensor code on the CPU; its bytes: a cell's
+    row and mask read twice (the mean, then the deviations), its moments written."""
+    import torch
+
+    from ratioscope.functional import histogram
+
+    keep = kept.view(torch.bool).view(values.shape[0], classes, length)
+    found_counts, found_table = histogram.class_cells(values, keep, flags["LOG"])
+    counts.copy_(found_counts)
+    table.copy_(found_table)
+    return 2 * (values.nbytes * classes + kept.nbytes) + table.nbytes
 
 
 def _difference_rows(logp, ref, mask, sums, rows, length, **flags) -> int:

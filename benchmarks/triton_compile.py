@@ -46,7 +46,8 @@ POINTERS = {
     "band_ptr": "*fp64", "energy_ptr": "*fp64", "stats_ptr": "*fp64", "centred_ptr": "*fp64",
     "sign_counts_ptr": "*i64", "state_counts_ptr": "*i64", "histogram_ptr": "*i64",
     "changes_ptr": "*i64", "off_ptr": "*i64", "quadrants_ptr": "*i64", "kl_rows_ptr": "*i64",
-    "first_ptr": "*fp64", "second_ptr": "*fp64", "totals_ptr": "*fp64",
+    "first_ptr": "*fp64", "second_ptr": "*fp64", "totals_ptr": "*fp64", "kept_ptr": "*u8",
+    "cell_counts_ptr": "*i64",
 }  # fmt: skip
 #: the pointers of the input's dtype (and the Kalman filter's output)
 FLOAT_POINTERS = (
@@ -128,6 +129,9 @@ def variants() -> list[tuple[str, str, dict[str, Any], int]]:
         out.append(("centre_rows", dtype, flags, tk.NUM_WARPS))
     # float64 row sums whatever the input's dtype
     out.append(("aggregation_rows", "fp64", {"BLOCK": tk.AGGREGATION_BLOCK}, tk.AGGREGATION_WARPS))
+    for log, dtype in ((True, "fp64"), (False, "fp64"), (True, "fp32")):
+        flags = {"LOG": log, "NUM_BINS": bins_module.NUM_BINS, "BLOCK": tk.CELLS_BLOCK, **bins}
+        out.append(("class_cells", dtype, flags, tk.NUM_WARPS))
     return out
 
 

@@ -622,6 +622,39 @@ def test_aggregation_rows_match_the_tensor_code(rows, monkeypatch) -> None:
         assert got[2] == float(int((lengths > 0).sum()))
 
 
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the interpreter's log 0
+def test_class_cells_match_the_tensor_code(log, dtype, monkeypatch) -> None:
+    from ratioscope.functional import histogram as bins
+
+    monkeypatch.setattr(_triton_kernels, "CELLS_BLOCK", 16)  # several tiles a row
+    gen = torch.Generator().manual_seed(int(log))
+    rows, classes, length = 4, 3, 37
+    values = (torch.randn(rows, length, generator=gen, dtype=torch.float64) * 4).exp()
+    if not log:
+        values = values * torch.sign(torch.randn(rows, length, generator=gen))
+    values[0, :4] = 0.0  # the centre bin (log: the lowest)
+    values[1, 5] = float("nan")  # never kept
+    keep = torch.rand(rows, classes, length, generator=gen) < 0.6
+    keep[1, :, 5] = False
+    keep[2, 1] = False  # a cell that holds nothing
+    values = values.to(dtype)
+    counts, table = _triton_kernels.class_cells(values, keep, log)
+    expected_counts, expected_table = bins.class_cells(values, keep, log)  # the tensor code
+    assert counts.dtype == torch.int64 and counts.shape == (rows, classes, bins.NUM_BINS)
+    assert torch.equal(counts, expected_counts)
+    assert torch.equal(table[..., 0], expected_table[..., 0])  # the counts
+    assert torch.equal(table[..., 3:], expected_table[..., 3:])  # min and max, exactly
+    torch.testing.assert_close(table, expected_table, rtol=1e-12, atol=1e-13)
+    assert table[2, 1].tolist() == [0.0, 0.0, 0.0, float("inf"), float("-inf")]
+    if log:  # a kept negative value: not counted, and the cell's minimum says so
+        values[3, 0], keep[3, :, 0] = -1.0, True
+        counts, table = _triton_kernels.class_cells(values, keep, log)
+        assert (table[3, :, 3] == -1.0).all()
+        assert torch.equal(counts[3].sum(1), (table[3, :, 0] - 1).long())
+
+
 def test_advantage_sums_and_fpa_terms_by_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
@@ -995,7 +1028,7 @@ def test_every_kernel_compiles_for_an_a100_and_an_h100_without_spilling() -> Non
         "kalman_scan", "chunk_starts", "ratio_rows", "histogram_moments", "vitals_rows",
         "mismatch_rows", "mismatch_terms", "covariance_rows", "covariance_statistics",
         "lfr_band", "centre_rows", "advantage_rows", "difference_rows", "state_runs",
-        "entropy_quadrants", "aggregation_rows",
+        "entropy_quadrants", "aggregation_rows", "class_cells",
     }  # fmt: skip
     assert all(row[5] == "0" for row in rows)  # no spills: the column after registers
     assert done.stdout.rstrip().endswith("all compiled without spills")

@@ -740,6 +740,33 @@ def aggregation_rows(clipped: Tensor, first: Tensor, second: Tensor, lengths: Te
     return totals
 
 
+#: values a program of :func:`class_cells` reads at once (a power of two)
+CELLS_BLOCK = 1024
+
+
+def class_cells(values: Tensor, keep: Tensor, log: bool) -> tuple[Tensor, Tensor]:
+    """``histogram.class_cells`` in one program a cell: the counts and moments of the
+    values each cell of [K, C] keeps.
+
+    Args:
+        values: [K, B] float32 or float64; keep: [K, C, B] bool; log: bins of log x.
+
+    Returns:
+        (counts [K, C, NUM_BINS] int64, moments [K, C, 5] float64), on the device.
+    """
+    kernels = _kernels()
+    rows, classes, length = keep.shape
+    counts = torch.zeros((rows, classes, bins.NUM_BINS), dtype=torch.int64, device=keep.device)
+    table = torch.empty((rows, classes, 5), dtype=torch.float64, device=keep.device)
+    if rows * classes:
+        kernels.class_cells[(rows * classes,)](
+            values.contiguous(), keep.contiguous().view(torch.uint8), counts, table, classes,
+            length, LOG=log, NUM_BINS=bins.NUM_BINS, BLOCK=CELLS_BLOCK, num_warps=NUM_WARPS,
+            **_BIN_CONSTANTS,
+        )  # fmt: skip
+    return counts, table
+
+
 #: values a program of :func:`histogram_moments` reads at once (a power of two)
 HISTOGRAM_BLOCK = 2048
 #: the fixed bins, as the kernels take them

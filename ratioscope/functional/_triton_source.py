@@ -992,3 +992,56 @@ def aggregation_rows(
     tl.store(totals_ptr + 4, tl.sum(first_means, 0))
     tl.store(totals_ptr + 5, tl.sum(second, 0))
     tl.store(totals_ptr + 6, tl.sum(second_means, 0))
+
+
+@triton.jit
+def class_cells(
+    values_ptr, kept_ptr, cell_counts_ptr, table_ptr, classes, length,
+    LOG: tl.constexpr, NUM_BINS: tl.constexpr, MIN_EXP: tl.constexpr,
+    PER_DECADE: tl.constexpr, MAGNITUDE_BINS: tl.constexpr, CENTER: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """One program a cell (k, c): the values of row k ([K, length] float) that its mask
+    (``kept_ptr`` [K, C, length] bytes) keeps, counted in the fixed bins of x (of log x
+    with LOG; a negative x there is left uncounted, its cell's minimum tells) into
+    ``cell_counts_ptr`` [K * C, NUM_BINS] int64, and (count, mean, sum of squared deviations
+    about the mean, min, max) into ``table_ptr`` [K * C, 5] float64: the mean first, the
+    deviations in a second pass, as ``moments.masked_moment_table``."""
+    cell = tl.program_id(0)
+    row_at = (cell // classes).to(tl.int64) * length
+    keep_at = cell.to(tl.int64) * length
+    offsets = tl.arange(0, BLOCK)
+    count = tl.zeros([BLOCK], dtype=tl.int64)
+    total = tl.zeros([BLOCK], dtype=tl.float64)
+    smallest = tl.full([BLOCK], float("inf"), dtype=tl.float64)
+    largest = tl.full([BLOCK], float("-inf"), dtype=tl.float64)
+    for start in range(0, length, BLOCK):
+        at = start + offsets
+        kept = tl.load(kept_ptr + keep_at + at, mask=at < length, other=0) != 0
+        x = tl.load(values_ptr + row_at + at, mask=kept, other=1.0).to(tl.float64)
+        count += kept.to(tl.int64)
+        total += tl.where(kept, x, 0.0)
+        smallest = tl.minimum(smallest, tl.where(kept, x, float("inf")))
+        largest = tl.maximum(largest, tl.where(kept, x, float("-inf")))
+        if LOG:
+            counted = kept & (x >= 0.0)
+            coordinate = tl.log(tl.where(counted, x, 1.0))
+        else:
+            counted = kept
+            coordinate = x
+        index = _bin_index(coordinate, MIN_EXP, PER_DECADE, MAGNITUDE_BINS, CENTER)
+        ones = tl.full(index.shape, 1, dtype=tl.int64)
+        tl.atomic_add(cell_counts_ptr + cell.to(tl.int64) * NUM_BINS + index, ones, mask=counted)
+    n = tl.sum(count, 0)
+    mean = tl.sum(total, 0) / tl.maximum(n, 1).to(tl.float64)
+    spread = tl.zeros([BLOCK], dtype=tl.float64)
+    for start in range(0, length, BLOCK):
+        at = start + offsets
+        kept = tl.load(kept_ptr + keep_at + at, mask=at < length, other=0) != 0
+        x = tl.load(values_ptr + row_at + at, mask=kept, other=0.0).to(tl.float64)
+        deviation = tl.where(kept, x - mean, 0.0)
+        spread += deviation * deviation
+    _store_moments(
+        table_ptr + cell * 5, n.to(tl.float64), mean, tl.sum(spread, 0), tl.min(smallest, 0),
+        tl.max(largest, 0),
+    )  # fmt: skip

@@ -29,7 +29,6 @@ from ratioscope.functional import histogram as bins
 from ratioscope.functional.moments import (
     MomentSums,
     combine_moments,
-    masked_moment_table,
     moment_sums,
     moment_sums_of,
 )
@@ -213,9 +212,8 @@ class Histogram:
             self.counts += bins.histogram(values).cpu()
         self.moments.add(values)
 
-    def bins_of(self, values: Tensor, checked: bool = True) -> Tensor:
-        """The bin of each of ``values`` ([n] finite) as :meth:`add` counts it: [n] int64
-        (``checked``: as :meth:`LogHistogram.bins_of`'s; any finite value has a bin)."""
+    def bins_of(self, values: Tensor) -> Tensor:
+        """The bin of each of ``values`` ([n] finite) as :meth:`add` counts it: [n] int64."""
         return bins.bin_index(values)
 
     def add_binned(self, values: Tensor, index: Tensor) -> None:
@@ -330,16 +328,14 @@ class LogHistogram:
         self.counts += bins.histogram(torch.log(values.double())).cpu()
         self.moments.add_sums(sums)
 
-    def bins_of(self, values: Tensor, checked: bool = True) -> Tensor:
+    def bins_of(self, values: Tensor) -> Tensor:
         """The bin of each of ``values`` ([n] finite, non-negative) as :meth:`add` counts
-        it: [n] int64. Unless ``checked`` is False (the caller checked, or reads its own
-        check later: a check is a read back, which a GPU waits for), a negative value
-        raises.
+        it: [n] int64.
 
         Raises:
             ValueError: a value is negative.
         """
-        if checked and bool((values < 0).any()):
+        if bool((values < 0).any()):
             raise ValueError("a log-coordinate histogram holds non-negative values only")
         return bins.bin_index(torch.log(values.double()))
 
@@ -431,28 +427,19 @@ def add_cells(
             for c, cell in enumerate(row):
                 cell.add(values[k][keep[k, c]])
         return
-    kept = keep.any(1)
-    checks = []
-    if kinds == {LogHistogram}:
-        # the log histograms' check, read with the counts: a negative value is binned
-        # as 1 here (its log would be NaN, no bin) and refused when the fold runs
-        negative = kept & (values < 0)
-        kept = kept & ~negative
-        checks.append(negative.any())
-    one = torch.ones((), dtype=values.dtype, device=values.device)
-    index = cells[0][0].bins_of(torch.where(kept, values, one), checked=False)
-    counts = bins.class_counts(index, keep)
-    table = masked_moment_table(values, keep)
+    log = kinds == {LogHistogram}
+    counts, table = bins.class_cells(values, keep, log)
 
-    def fold(counts: Tensor, table: Tensor, *negative: Tensor) -> None:
-        if negative and bool(negative[0]):
-            raise ValueError("a log-coordinate histogram holds non-negative values only")
+    def fold(counts: Tensor, table: Tensor) -> None:
         moments = moment_sums_of(table.tolist())
+        # a log histogram's check, read with the counts: a kept value below 0
+        if log and any(cell.minimum < 0 for row in moments for cell in row):
+            raise ValueError("a log-coordinate histogram holds non-negative values only")
         for k, row in enumerate(cells):
             for c, cell in enumerate(row):
                 cell.add_counts(counts[k, c], moments[k][c])
 
-    (host or HostReads()).later(fold, counts, table, *checks)
+    (host or HostReads()).later(fold, counts, table)
 
 
 def _bin_counts(state: dict[str, Any]) -> tuple[Tensor, Tensor]:
