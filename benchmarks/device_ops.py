@@ -451,10 +451,10 @@ def _class_cells(values, kept, counts, table, classes, length, **flags) -> int:
     row and mask read twice (the mean, then the deviations), its moments written."""
     import torch
 
-    from ratioscope.functional import histogram
+    from ratioscope.functional import device_histogram
 
     keep = kept.view(torch.bool).view(values.shape[0], classes, length)
-    found_counts, found_table = histogram.class_cells(values, keep, flags["LOG"])
+    found_counts, found_table = device_histogram.class_cells(values, keep, flags["LOG"])
     counts.copy_(found_counts)
     table.copy_(found_table)
     return 2 * (values.nbytes * classes + kept.nbytes) + table.nbytes

@@ -114,38 +114,6 @@ def class_counts(index: Tensor, keep: Tensor) -> Tensor:
     return counts.view(rows, classes, NUM_BINS)
 
 
-def class_cells(values: Tensor, keep: Tensor, log: bool = False) -> tuple[Tensor, Tensor]:
-    """The values each cell keeps, counted in the fixed bins (of log x with ``log``) and
-    summed into moments: the cells of several histograms at once.
-
-    On a GPU one Triton program a cell (``_triton_kernels.class_cells``), whose log may
-    put a value within an ulp of a bin edge in the next bin; else :func:`bin_index`,
-    :func:`class_counts` and ``moments.masked_moment_table``.
-
-    Args:
-        values: [K, B] float, finite where kept (and non-negative with ``log``).
-        keep: [K, C, B] bool, the values of row k that cell (k, c) holds.
-        log: bin log x (a log-coordinate histogram's bins).
-
-    Returns:
-        (counts [K, C, NUM_BINS] int64, moments [K, C, 5] float64: count, mean, sum of
-        squared deviations, min, max), on the device of ``values``. With ``log`` a
-        negative value kept is not counted where it would have no bin; its cell's
-        minimum below 0 is how a caller knows.
-    """
-    from ratioscope.functional import _triton_kernels
-    from ratioscope.functional.moments import masked_moment_table
-
-    if _triton_kernels.on_gpu(values) and _triton_kernels.can_take(keep):
-        return _triton_kernels.class_cells(values, keep, log)
-    kept = keep.any(1)
-    if log:
-        kept = kept & (values >= 0)  # a negative value's log has no bin: 1's here
-    coordinate = torch.where(kept, values, torch.ones((), dtype=values.dtype, device=values.device))
-    index = bin_index(torch.log(coordinate.double()) if log else coordinate)
-    return class_counts(index, keep), masked_moment_table(values, keep)
-
-
 def quantile_from_counts(
     counts: Tensor, q: float, lower: float | None = None, upper: float | None = None
 ) -> float:

@@ -428,7 +428,7 @@ def add_cells(
                 cell.add(values[k][keep[k, c]])
         return
     log = kinds == {LogHistogram}
-    counts, table = bins.class_cells(values, keep, log)
+    counts, table = device_histogram.class_cells(values, keep, log)
 
     def fold(counts: Tensor, table: Tensor) -> None:
         moments = moment_sums_of(table.tolist())
