@@ -20,7 +20,7 @@ from ratioscope.functional import token_stats
 from ratioscope.functional.concentration import gini
 from ratioscope.functional.corrections import second_moment_mask
 from ratioscope.functional.histogram import RELATIVE_ERROR
-from ratioscope.functional.host import host_arrays, host_tensors
+from ratioscope.functional.host import host_tensors
 from ratioscope.sections.context import HostReads
 from tests.device_emulation import (
     DEVICE,
@@ -179,7 +179,7 @@ def test_the_spectra_take_one_fft_size_on_the_device():
     torch.testing.assert_close(power, cpu_power, rtol=1e-10, atol=1e-12, equal_nan=True)
 
 
-def test_host_arrays_reads_once_and_keeps_shapes_and_dtypes():
+def test_host_tensors_read_once_and_keep_shapes_and_dtypes():
     gen = torch.Generator().manual_seed(2)
     tensors = [
         torch.randn(4, 3, generator=gen, dtype=torch.float64),
@@ -190,13 +190,13 @@ def test_host_arrays_reads_once_and_keeps_shapes_and_dtypes():
     ]
     count = OperationCount()
     with second_device(count):
-        arrays = host_arrays(*(t.to("cuda") for t in tensors))
+        host = host_tensors(*(t.to("cuda") for t in tensors))
     assert sum(count.reads.values()) == 1  # float64, int64 and bool as bytes, one copy
-    for array, tensor in zip(arrays, tensors, strict=True):
-        assert array.dtype == tensor.numpy().dtype and array.shape == tuple(tensor.shape)
-        assert (array == tensor.numpy()).all()
-    on_cpu = host_arrays(*tensors)  # the CPU's arrays are the tensors' own memory
-    assert all(a.ctypes.data == t.data_ptr() for a, t in zip(on_cpu, tensors[:4], strict=False))
+    for back, tensor in zip(host, tensors, strict=True):
+        assert back.dtype == tensor.dtype and back.shape == tensor.shape
+        assert torch.equal(back, tensor)
+    on_cpu = host_tensors(*tensors)  # the CPU's are the tensors' own memory
+    assert all(a.data_ptr() == t.data_ptr() for a, t in zip(on_cpu, tensors[:4], strict=False))
 
 
 def test_host_tensors_align_each_dtype_and_leave_host_tensors_where_they_are():

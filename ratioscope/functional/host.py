@@ -3,8 +3,8 @@
 On a GPU every read back (``.cpu()``, ``float()``, ``.tolist()``) waits for the work
 queued before it; a section that folds a chunk's columns into its sums on the host read
 them one by one, a wait each. :func:`host_tensors` reads any number of them, of any
-dtypes, in one copy; :func:`host_arrays` gives them as numpy arrays. On the CPU both are
-the tensors' own memory: no copy, the same values as before.
+dtypes, in one copy (``sections.context.HostReads`` gathers a chunk's). On the CPU they
+are the tensors' own memory: no copy, the same values as before.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import numpy as np
     from torch import Tensor
 
 
@@ -46,15 +45,3 @@ def host_tensors(*tensors: Tensor) -> list[Tensor]:
         found[i] = flat[start : start + size].view(tensor.dtype).view(tensor.shape)
         start += size
     return found  # type: ignore[return-value]
-
-
-def host_arrays(*tensors: Tensor) -> list[np.ndarray]:
-    """Each of ``tensors`` (any shapes, dtypes numpy knows, CPU or one device) as a numpy
-    array of its shape and dtype: :func:`host_tensors`, one copy off the CPU.
-
-    >>> import torch
-    >>> a, b = host_arrays(torch.tensor([1.0, 2.0]), torch.tensor([[True], [False]]))
-    >>> a.tolist(), b.tolist()
-    ([1.0, 2.0], [[True], [False]])
-    """
-    return [t.numpy() for t in host_tensors(*tensors)]
