@@ -4,6 +4,7 @@ reports. CI has no GPU; these run everywhere."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -106,6 +107,28 @@ def test_the_bundled_run_and_a_synthetic_dump_with_every_extra(emulated_resoluti
     path = tmp_path / "synthetic.safetensors"
     write_synthetic(make_synthetic(64, 512, extras=("all",)), path)
     _same_reports(path)
+
+
+def test_chunk_after_chunk_the_host_folds_give_the_cpus_report(emulated_resolution, tmp_path):
+    # on the device each chunk's host folds wait for its end (sections.context.HostReads):
+    # six chunks of every section, the covariance section's second pass over them, and
+    # the per-sequence table, against the CPU's folds run at once on the same chunks
+    path = write_synthetic(make_synthetic(48, 256, extras=("all",)), tmp_path / "d.safetensors")
+    _same_reports(path, chunk_elements=8 * 256)
+    table = {}
+    for device in ("cpu", "cuda"):
+        with second_device() if device == "cuda" else contextlib.nullcontext():
+            run = ratioscope.analyze(path, device=device, chunk_elements=8 * 256, per_sequence=True)
+        assert run.sequences is not None
+        table[device] = run.sequences.frame()
+    assert table["cpu"].columns == table["cuda"].columns and table["cpu"].height == 48
+    for name in table["cpu"].columns:
+        mine, theirs = table["cuda"][name].to_list(), table["cpu"][name].to_list()
+        if isinstance(theirs[0], float):
+            # the device's paths (scan, tensor spectra) round apart from numba's: 1e-8
+            assert mine == pytest.approx(theirs, rel=1e-6, abs=1e-9, nan_ok=True), name
+        else:
+            assert mine == theirs, name
 
 
 @pytest.mark.slow
