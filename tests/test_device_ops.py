@@ -179,5 +179,5 @@ def test_the_sections_fold_a_chunk_into_their_sums_after_one_read(tmp_path):
     # no result's size waits for a count (a boolean index, bincount, nonzero)
     assert not count.waits
     # what is left reads inside functions that need a value to go on (the packed rows'
-    # lengths, a covariance pass's totals) or return host numbers: ten, where 75 were
-    assert sum(count.reads.values()) <= 10
+    # lengths, a covariance pass's totals) or return host numbers: nine, where 75 were
+    assert sum(count.reads.values()) <= 9

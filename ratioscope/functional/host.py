@@ -19,9 +19,10 @@ def host_tensors(*tensors: Tensor) -> list[Tensor]:
     """Each of ``tensors`` (any shapes and dtypes, CPU or one device) as a CPU tensor of
     its shape and dtype: the CPU's as they are (detached), the device's in one copy.
 
-    The device tensors travel as bytes: each one's bytes (``view(torch.uint8)``), the
-    widest dtypes first so that every tensor starts at a multiple of its element size
-    (a float64 at a multiple of 8), joined in one ``cat`` and copied once.
+    The device tensors travel as bytes: those of one dtype joined by a ``cat`` (which
+    takes a strided column as it is), each dtype's bytes (``view(torch.uint8)``) the
+    widest first so that every tensor starts at a multiple of its element size (a
+    float64 at a multiple of 8), joined again and copied once.
 
     >>> import torch
     >>> a, b = host_tensors(torch.tensor([1.0, 2.0]), torch.tensor([[True], [False]]))
@@ -34,14 +35,27 @@ def host_tensors(*tensors: Tensor) -> list[Tensor]:
     remote = [i for i, t in enumerate(found) if t is None]
     if not remote:
         return found  # type: ignore[return-value]
+    groups: dict[torch.dtype, list[int]] = {}
+    for i in remote:
+        groups.setdefault(tensors[i].dtype, []).append(i)
     # the widest first: a sort on the element size keeps each start aligned to its own
-    remote.sort(key=lambda i: -tensors[i].element_size())
-    parts = [tensors[i].detach().contiguous().view(-1).view(torch.uint8) for i in remote]
-    flat = torch.cat(parts).cpu()
+    order = sorted(groups.values(), key=lambda members: -tensors[members[0]].element_size())
+    parts = [_joined([tensors[i].detach().reshape(-1) for i in members]) for members in order]
+    flat = _joined([part.view(torch.uint8) for part in parts]).cpu()
     start = 0
-    for i, part in zip(remote, parts, strict=True):
-        size = part.numel()
-        tensor = tensors[i]
-        found[i] = flat[start : start + size].view(tensor.dtype).view(tensor.shape)
-        start += size
+    for members in order:
+        for i in members:
+            tensor = tensors[i]
+            size = tensor.numel() * tensor.element_size()
+            found[i] = flat[start : start + size].view(tensor.dtype).view(tensor.shape)
+            start += size
     return found  # type: ignore[return-value]
+
+
+def _joined(parts: list[Tensor]) -> Tensor:
+    """``parts`` (1-D) end to end: the one part itself where it is contiguous (no copy)."""
+    import torch
+
+    if len(parts) == 1 and parts[0].is_contiguous():
+        return parts[0]
+    return torch.cat(parts)

@@ -1365,17 +1365,36 @@ def constant_signal_statistics(
     ends = torch.arange(1, n_windows + 1, device=device) * window
     off = (states != 0).double().unsqueeze(1).expand(rows, n_windows)
     window_frequency = off.masked_fill(ends > lengths.unsqueeze(1), math.nan)
-    zeros = torch.zeros(rows, dtype=torch.float64, device=device)
-    nans = torch.full((rows,), math.nan, dtype=torch.float64, device=device)
+    switch, lfr, global_variance, local_variance = constant_signal_columns(lengths)
     return SignalStatistics(
         lengths=lengths,
         state_counts=state_counts,
         runs=RunLengths(run_count, state_counts, mean, histogram),
-        switch_frequency=zeros,
+        switch_frequency=switch,
         window_frequency=window_frequency,
-        low_frequency_ratio=nans,
+        low_frequency_ratio=lfr,
         frequencies=frequency_grid(n_freqs),
         periodogram=torch.full((rows, n_freqs), math.nan, dtype=torch.float64, device=device),
-        global_variance=zeros.masked_fill(~valid, math.nan),
-        local_variance=zeros.masked_fill(~valid, math.nan),
+        global_variance=global_variance,
+        local_variance=local_variance,
     )
+
+
+def constant_signal_columns(lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The per-sequence columns of :func:`constant_signal_statistics`, which need no
+    value: a constant signal never switches, has no energy and no variance.
+
+    Args:
+        lengths: [B] int64 valid tokens per sequence.
+
+    Returns:
+        [B] float64 each, on the device of ``lengths``: the switch frequency (0), the
+        LFR (NaN), the global and the window-local variance (0; NaN without tokens).
+    """
+    import torch
+
+    rows = lengths.shape[0]
+    zeros = torch.zeros(rows, dtype=torch.float64, device=lengths.device)
+    nans = torch.full((rows,), math.nan, dtype=torch.float64, device=lengths.device)
+    empty = lengths == 0
+    return zeros, nans, zeros.masked_fill(empty, math.nan), zeros.masked_fill(empty, math.nan)

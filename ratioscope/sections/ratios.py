@@ -41,6 +41,7 @@ from ratioscope.functional.token_stats import (
     SignalStatistics,
     Space,
     WindowMoments,
+    constant_signal_columns,
     constant_signal_statistics,
     frequency_grid,
     host_state_shares,
@@ -345,7 +346,10 @@ class RatiosAccumulator(Accumulator):
             signal = None if constant else ctx.signal(variant, self.params)
             rows = None
             if signal is None:
-                _add_constant_rows(state.histogram, ctx.sequence_mean_z, ctx.lengths, ctx.host)
+                # summed on the host from [B] values read back: a few dozen launches on
+                # [B] rows fewer on a GPU
+                add = functools.partial(_add_constant_rows, state.histogram)
+                ctx.host.later(add, ctx.sequence_mean_z, ctx.lengths)
             elif ratio_rows_usable(signal, advantages):
                 # histogram, moments and PPO sums in one compiled pass over the rows
                 rows = ratio_rows(signal, advantages, ctx.mask, self.band(variant))
@@ -395,11 +399,15 @@ class RatiosAccumulator(Accumulator):
         # AnalysisParams admits only the values of SPACES
         space = cast("Space", p.space)
         band = p.state_band(variant)
+        long = ctx.lengths >= spectral_min_length(p)
         if variant == "sequence":
-            # constant within each sequence: the statistics follow from one value per row
-            stats = constant_signal_statistics(
-                ctx.sequence_mean_z, ctx.lengths, on_band=band, window=p.window
-            )
+            # constant within each sequence: the statistics follow from one value and the
+            # length per row, and are summed on the host from those [B] read back (on a
+            # GPU some thirty launches on [B] rows and a read of the widest row less);
+            # the columns need no value at all
+            add = functools.partial(_add_constant_states, state.states, band, p.window)
+            ctx.host.later(add, ctx.sequence_mean_z, ctx.lengths, long)
+            switch, lfr, global_variance, local_variance = constant_signal_columns(ctx.lengths)
         else:
             assert signal is not None  # only the sequence variant goes without
             stats = signal_statistics(
@@ -410,14 +418,15 @@ class RatiosAccumulator(Accumulator):
                 cutoff=p.lfr_cutoff,
                 space=space,
             )
-        long = ctx.lengths >= spectral_min_length(p)
-        state.states.add(stats, ctx.nonempty, long, ctx.host)
-        nan = torch.full((), math.nan, dtype=stats.low_frequency_ratio.dtype)
+            state.states.add(stats, ctx.nonempty, long, ctx.host)
+            switch, lfr = stats.switch_frequency, stats.low_frequency_ratio
+            global_variance, local_variance = stats.global_variance, stats.local_variance
+        nan = torch.full((), math.nan, dtype=lfr.dtype)
         return {
-            f"{variant}_switch_frequency": stats.switch_frequency,
-            f"{variant}_lfr": torch.where(long, stats.low_frequency_ratio, nan),
-            f"{variant}_var_global": stats.global_variance,
-            f"{variant}_var_window": stats.local_variance,
+            f"{variant}_switch_frequency": switch,
+            f"{variant}_lfr": torch.where(long, lfr, nan),
+            f"{variant}_var_global": global_variance,
+            f"{variant}_var_window": local_variance,
         }
 
     def result(self) -> dict[str, VariantStats] | None:
@@ -506,6 +515,21 @@ def _add_rows(histogram: Histogram, rows: RatioRows, *summary: Tensor) -> None:
     counts, moments = rows.histogram(*summary)
     histogram.counts += counts
     histogram.moments.merge(Moments(*moments))
+
+
+def _add_constant_states(
+    states: _StateSums,
+    band: tuple[float, float] | float,
+    window: int,
+    values: Tensor,
+    lengths: Tensor,
+    long: Tensor,
+) -> None:
+    """Add the token-state statistics of a signal that is ``values[i]`` ([B]) on each of
+    the ``lengths[i]`` valid tokens of row i (``long``: the rows long enough for the
+    spectra and the windows), from :func:`constant_signal_statistics`."""
+    stats = constant_signal_statistics(values, lengths, on_band=band, window=window)
+    states.add(stats, lengths > 0, long)
 
 
 def _add_constant_rows(
