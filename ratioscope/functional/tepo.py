@@ -11,7 +11,7 @@ with ``w_i = exp(mean_t log(pi_theta/pi_old))`` (section 3.3.1) and the KL mask
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Literal
 
 import torch
@@ -294,17 +294,27 @@ def kl_mask_quadrants_by_row(
     the first where it can run, and on a GPU one Triton kernel
     (``_triton_kernels.entropy_quadrants``); the counts are identical.
     """
+    counts, in_mask = kl_mask_quadrant_counts(adv, entropy, old_entropy, mask, backend)
+    return KLMaskQuadrants(*(int(n) for n in counts.tolist())), in_mask
+
+
+def kl_mask_quadrant_counts(
+    adv: Tensor, entropy: Tensor, old_entropy: Tensor, mask: Tensor, backend: str = "auto"
+) -> tuple[Tensor, Tensor]:
+    """:func:`kl_mask_quadrants_by_row` as tensors: the counts [6] int64 in
+    :class:`KLMaskQuadrants`' order and each row's KL-mask tokens [B] int64. On a GPU
+    both stay on the device (nothing waits for it here)."""
     if backend not in ("auto", "compiled", "torch"):
         raise ParameterError("backend", f"must be 'auto', 'compiled' or 'torch', got '{backend}'")
     if backend == "auto" and _triton_kernels.on_gpu(adv, entropy, old_entropy, mask=mask):
-        counts, in_mask = _triton_kernels.entropy_quadrants(adv, entropy, old_entropy, mask)
-        return KLMaskQuadrants(*(int(n) for n in counts.tolist())), in_mask
+        return _triton_kernels.entropy_quadrants(adv, entropy, old_entropy, mask)
     compiled = _kernels.can_take(adv, entropy, old_entropy, mask=mask)
     if backend == "compiled" and not compiled:
         raise ParameterError("backend", "'compiled' needs numba and [B, T] CPU tensors")
     if not compiled or backend == "torch":
         quadrants = kl_mask_quadrants(adv, entropy, old_entropy, mask)
-        return quadrants, kl_mask(adv, entropy, old_entropy, mask).sum(dim=1)
+        counts = torch.tensor(astuple(quadrants), dtype=torch.int64)
+        return counts, kl_mask(adv, entropy, old_entropy, mask).sum(dim=1)
     import numpy as np
 
     from ratioscope.functional import _ratio_kernels
@@ -321,7 +331,7 @@ def kl_mask_quadrants_by_row(
         return counts
 
     counts = np.sum(_kernels.map_any_parts(part, mask.shape[0], mask.numel()), axis=0)
-    return KLMaskQuadrants(*(int(n) for n in counts)), torch.from_numpy(rows)
+    return torch.from_numpy(counts.astype(np.int64)), torch.from_numpy(rows)
 
 
 def sequence_clip_counts(

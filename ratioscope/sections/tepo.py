@@ -29,7 +29,7 @@ from ratioscope.functional.surrogate import (
     constant_ppo_row_sums,
 )
 from ratioscope.functional.tepo import (
-    kl_mask_quadrants_by_row,
+    kl_mask_quadrant_counts,
     sequence_clip_counts,
 )
 from ratioscope.sections.base import Accumulator, listed
@@ -145,11 +145,15 @@ class TepoAccumulator(Accumulator):
         entropy, old_entropy = batch.entropy, batch.old_entropy
         if entropy is None or old_entropy is None:
             return columns
-        quadrants, in_mask = kl_mask_quadrants_by_row(advantages, entropy, old_entropy, mask)
-        shares = [getattr(quadrants, name) for name in QUADRANTS] + [quadrants.total]
-        self.quadrants += torch.tensor(shares, dtype=torch.long)
+        # the counts in KLMaskQuadrants' order: QUADRANTS, then the total
+        quadrants, in_mask = kl_mask_quadrant_counts(advantages, entropy, old_entropy, mask)
+        ctx.host.later(self._add_quadrants, quadrants)
         columns["tepo_kl_mask_fraction"] = in_mask / ctx.lengths.clamp_min(1)
         return columns
+
+    def _add_quadrants(self, counts: Tensor) -> None:
+        """Fold a chunk's [6] quadrant counts in, read back."""
+        self.quadrants += counts
 
     def _add_counts(self, weights: Tensor, counts: Tensor, surrogate: Tensor | None = None) -> None:
         """Fold a chunk in, read back: the [B] sequence weights (NaN for the rows without
