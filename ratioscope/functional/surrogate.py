@@ -210,7 +210,7 @@ def ppo_aggregation_sums(
     float64) and ``lengths`` [B]: (clipped tokens, valid tokens, the clipped terms'
     :class:`AggregationSums`, the plain terms'), in one read back to the host where
     :func:`row_aggregation_sums` twice and two counts took four (the same operations,
-    so the same values): :func:`ppo_aggregation_of` :func:`ppo_aggregation_terms`."""
+    so the same values): :func:`ppo_aggregation_of` of :func:`ppo_aggregation_terms`."""
     terms = ppo_aggregation_terms(clipped, clipped_sums, plain_sums, lengths)
     return ppo_aggregation_of(terms.tolist())
 

@@ -14,6 +14,7 @@ weight's distribution states as ``quantile_bound``).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -22,11 +23,11 @@ from torch import Tensor
 
 from ratioscope.data.batch import TokenBatch
 from ratioscope.functional.surrogate import (
+    AdvantageSums,
     Aggregates,
     AggregationSums,
-    aggregation_of,
-    aggregation_terms,
     constant_ppo_row_sums,
+    row_aggregation_sums,
 )
 from ratioscope.functional.tepo import (
     kl_mask_quadrant_counts,
@@ -123,25 +124,24 @@ class TepoAccumulator(Accumulator):
         # TEPO's w_i = exp(mean z) (sequence_likelihood_weights): the context's means,
         # summed once for every section that needs them; NaN for a row without tokens
         weights = torch.where(ctx.nonempty, torch.exp(ctx.sequence_mean_z), math.nan)
-        finite = torch.isfinite(weights)
-        outside = (weights > 1 + band[1]) | (weights < 1 - band[0])
-        # the weights, the counts and the surrogate's sums are read with the chunk's
-        # other numbers, and the [B] weights summarised on the host
-        counts = [(outside & finite).sum(), ctx.lengths.sum()]
+        # what follows from the [B] weights and advantage sums alone is summed on the
+        # host, from those read with the chunk's other numbers (on a GPU some forty
+        # launches on [B] rows fewer); only the clip counts' column is made here
         columns: dict[str, Tensor] = {}
         advantages = batch.advantages
         if advantages is None:
-            ctx.host.later(self._add_counts, weights, torch.stack(counts))
+            ctx.host.later(functools.partial(self._add_rows, band), weights, ctx.lengths)
             return columns
         # the sequence weight is constant within each row: the clip counts and the
         # surrogate follow from each row's sums of positive and negative advantages
         log_w = torch.where(ctx.nonempty, torch.log(weights.double()), 0.0)
-        clipped, literal = sequence_clip_counts(log_w, ctx.advantage_sums, band)
-        counts += [clipped.sum(), literal.sum()]
+        sums = ctx.advantage_sums
+        clipped, literal = sequence_clip_counts(log_w, sums, band)
         columns["tepo_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
-        _, terms, _ = constant_ppo_row_sums(log_w, ctx.advantage_sums, band)
-        surrogate = aggregation_terms(terms.sum(), terms, ctx.lengths)
-        ctx.host.later(self._add_counts, weights, torch.stack(counts), surrogate)
+        ctx.host.later(
+            functools.partial(self._add_rows, band), weights, ctx.lengths, log_w, clipped,
+            literal, sums.positive, sums.negative, sums.n_positive, sums.n_negative,
+        )  # fmt: skip
         entropy, old_entropy = batch.entropy, batch.old_entropy
         if entropy is None or old_entropy is None:
             return columns
@@ -155,23 +155,33 @@ class TepoAccumulator(Accumulator):
         """Fold a chunk's [6] quadrant counts in, read back."""
         self.quadrants += counts
 
-    def _add_counts(self, weights: Tensor, counts: Tensor, surrogate: Tensor | None = None) -> None:
-        """Fold a chunk in, read back: the [B] sequence weights (NaN for the rows without
-        tokens), the sequences outside the band and the valid tokens, then with
-        advantages the clipped tokens (both rules) and the surrogate's
-        :func:`aggregation_terms`."""
-        finite = weights[torch.isfinite(weights)]
-        self.log_weight.add(torch.log(finite.double()))
-        self.weight.add(finite)
-        outside, tokens, *clipped = counts.tolist()
-        self.outside += outside
-        self.tokens += tokens
-        if surrogate is None:
+    def _add_rows(
+        self,
+        band: tuple[float, float],
+        weights: Tensor,
+        lengths: Tensor,
+        log_w: Tensor | None = None,
+        clipped: Tensor | None = None,
+        literal: Tensor | None = None,
+        *advantage_sums: Tensor,
+    ) -> None:
+        """Fold a chunk's rows in, read back ([B] each): the sequence weights (NaN for
+        the rows without tokens) and the valid tokens; with advantages ``log w``, the
+        clipped tokens (both rules) and the :class:`AdvantageSums`' four fields, from
+        which the surrogate's sums follow."""
+        finite = torch.isfinite(weights)
+        self.log_weight.add(torch.log(weights[finite].double()))
+        self.weight.add(weights[finite])
+        outside = (weights > 1 + band[1]) | (weights < 1 - band[0])
+        self.outside += int((outside & finite).sum())
+        self.tokens += int(lengths.sum())
+        if log_w is None or clipped is None or literal is None:
             return
-        self.advantage_tokens += tokens
-        self.clipped += clipped[0]
-        self.clipped_literal += clipped[1]
-        self.surrogate = self.surrogate.merge(aggregation_of(surrogate.tolist()))
+        self.advantage_tokens += int(lengths.sum())
+        self.clipped += int(clipped.sum())
+        self.clipped_literal += int(literal.sum())
+        _, terms, _ = constant_ppo_row_sums(log_w, AdvantageSums(*advantage_sums), band)
+        self.surrogate = self.surrogate.merge(row_aggregation_sums(terms, lengths))
 
     def result(self) -> TepoSection | None:
         sequences = self.weight.count
