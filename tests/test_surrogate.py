@@ -106,8 +106,12 @@ def test_sequence_means_sum_in_float64_and_round_once(monkeypatch):
     torch.testing.assert_close(sequence_means(values, mask), got, rtol=0, atol=0, equal_nan=True)
 
 
-def test_ppo_aggregation_sums_are_the_separate_sums_in_one_read():
-    from ratioscope.functional.surrogate import ppo_aggregation_sums, row_aggregation_sums
+def test_ppo_aggregation_terms_are_the_separate_sums_in_one_read():
+    from ratioscope.functional.surrogate import (
+        ppo_aggregation_of,
+        ppo_aggregation_terms,
+        row_aggregation_sums,
+    )
 
     gen = torch.Generator().manual_seed(3)
     z, advantages = 0.3 * torch.randn(2, 7, 20, generator=gen)
@@ -115,8 +119,8 @@ def test_ppo_aggregation_sums_are_the_separate_sums_in_one_read():
     mask[2] = False  # a row without tokens: out of the sequence mean
     clipped, clipped_sums, plain_sums = ppo_row_sums(z, advantages, mask, (0.2, 0.28))
     lengths = mask.sum(1)
-    n_clipped, tokens, clipped_loss, plain_loss = ppo_aggregation_sums(
-        clipped, clipped_sums, plain_sums, lengths
+    n_clipped, tokens, clipped_loss, plain_loss = ppo_aggregation_of(
+        ppo_aggregation_terms(clipped, clipped_sums, plain_sums, lengths).tolist()
     )
     assert (n_clipped, tokens) == (int(clipped.sum()), int(mask.sum())) and n_clipped > 0
     assert clipped_loss == row_aggregation_sums(clipped_sums, lengths)  # bit for bit

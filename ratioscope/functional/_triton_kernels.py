@@ -745,7 +745,7 @@ CELLS_BLOCK = 1024
 
 
 def class_cells(values: Tensor, keep: Tensor, log: bool) -> tuple[Tensor, Tensor]:
-    """``histogram.class_cells`` in one program a cell: the counts and moments of the
+    """``device_histogram.class_cells`` in one program a cell: the counts and moments of the
     values each cell of [K, C] keeps.
 
     Args:

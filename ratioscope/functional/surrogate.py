@@ -138,27 +138,14 @@ class AggregationSums:
 def _aggregation_sums(token_sum: Tensor, row_sums: Tensor, lengths: Tensor) -> AggregationSums:
     """From ``token_sum`` (0-dim), ``row_sums`` and ``lengths`` ([B]), in one read back
     to the host (a GPU waits for each; the counts are exact in float64 below 2^53)."""
-    return aggregation_of(aggregation_terms(token_sum, row_sums, lengths).tolist())
-
-
-def aggregation_terms(token_sum: Tensor, row_sums: Tensor, lengths: Tensor) -> Tensor:
-    """[4] float64 on the rows' device, :func:`aggregation_of`'s numbers: the token sum
-    (``token_sum``, 0-dim), the valid tokens, the sum of the rows' means (``row_sums /
-    lengths``, [B] each, over the rows with tokens) and those rows. Nothing waits for the
-    GPU here: a section reads them with the chunk's other numbers."""
-    return torch.stack(
+    token, tokens, seq_mean, sequences = torch.stack(
         [
             token_sum.double(),
             lengths.sum().double(),
             _sequence_mean_sum(row_sums, lengths),
             (lengths > 0).sum().double(),
         ]
-    )
-
-
-def aggregation_of(terms: Sequence[float]) -> AggregationSums:
-    """:class:`AggregationSums` from the 4 numbers of :func:`aggregation_terms`."""
-    token, tokens, seq_mean, sequences = terms
+    ).tolist()
     return AggregationSums(
         token_sum=token, tokens=int(tokens), seq_mean_sum=seq_mean, sequences=int(sequences)
     )
@@ -202,27 +189,16 @@ def row_aggregation_sums(row_sums: Tensor, lengths: Tensor) -> AggregationSums:
     return _aggregation_sums(row_sums.sum(), row_sums, lengths)
 
 
-def ppo_aggregation_sums(
-    clipped: Tensor, clipped_sums: Tensor, plain_sums: Tensor, lengths: Tensor
-) -> tuple[int, int, AggregationSums, AggregationSums]:
-    """What a chunk adds to the clip fraction and both surrogates, from the rows of
-    :func:`ppo_row_sums` (``clipped`` [B] int, ``clipped_sums`` and ``plain_sums`` [B]
-    float64) and ``lengths`` [B]: (clipped tokens, valid tokens, the clipped terms'
-    :class:`AggregationSums`, the plain terms'), in one read back to the host where
-    :func:`row_aggregation_sums` twice and two counts took four (the same operations,
-    so the same values): :func:`ppo_aggregation_of` of :func:`ppo_aggregation_terms`."""
-    terms = ppo_aggregation_terms(clipped, clipped_sums, plain_sums, lengths)
-    return ppo_aggregation_of(terms.tolist())
-
-
 def ppo_aggregation_terms(
     clipped: Tensor, clipped_sums: Tensor, plain_sums: Tensor, lengths: Tensor
 ) -> Tensor:
     """[7] float64 on the rows' device, :func:`ppo_aggregation_of`'s numbers: the clipped
     tokens, the valid tokens, the rows with tokens, then the token sum and the sum of
-    the rows' means of the clipped terms and of the plain terms. Nothing waits for the
-    GPU here: a section reads them with the chunk's other numbers. On a GPU one Triton
-    program (``_triton_kernels.aggregation_rows``) sums them, in another order."""
+    the rows' means of the clipped terms and of the plain terms, from the rows of
+    :func:`ppo_row_sums` (``clipped`` [B] int, ``clipped_sums`` and ``plain_sums`` [B]
+    float64) and ``lengths`` [B]. Nothing waits for the GPU here: a section reads them
+    with the chunk's other numbers. On a GPU one Triton program
+    (``_triton_kernels.aggregation_rows``) sums them, in another order."""
     from ratioscope.functional import _triton_kernels
 
     if _aggregation_kernel(clipped, clipped_sums, plain_sums, lengths):

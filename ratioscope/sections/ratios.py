@@ -532,42 +532,28 @@ def _add_constant_states(
     states.add(stats, lengths > 0, long)
 
 
-def _add_constant_rows(
-    histogram: Histogram, values: Tensor, lengths: Tensor, host: HostReads | None = None
-) -> None:
+def _add_constant_rows(histogram: Histogram, values: Tensor, lengths: Tensor) -> None:
     """Add a signal that is ``values[i]`` on each of the ``lengths[i]`` valid tokens of
-    row i: the histogram's counts and moments of those tokens, from [B] values; now, or
-    when ``host`` runs its folds (a device's: with the chunk's other reads).
+    row i: the histogram's counts and moments of those tokens, from [B] values.
 
     Equal to ``histogram.add(values[:, None].expand(B, T)[mask])`` up to the rounding of
     the moments (weighted sums instead of sums over repeated values); counts are exact.
-    The empty rows weigh 0, where a boolean index that left them out made a GPU wait.
+    The section runs it on the host, on the [B] values read back with the chunk.
     """
     from ratioscope.functional.histogram import NUM_BINS, bin_index
 
-    if values.numel() == 0:  # no rows: nothing to add (and no minimum to take)
-        return
     present = lengths > 0
-    row_values = torch.where(present, values.double(), 0.0)
-    weights = lengths.double()  # 0 for the empty rows
-    # integer weights: their float64 sums are exact in any order
-    counts = torch.zeros(NUM_BINS, dtype=torch.float64, device=values.device)
-    counts.index_add_(0, bin_index(row_values), weights)
-    tokens = weights.sum()
-    mean = (weights * row_values).sum() / tokens
-    m2 = (weights * (row_values - mean).square()).sum()
-    low = torch.where(present, row_values, math.inf).min()
-    high = torch.where(present, row_values, -math.inf).max()
-    moments = torch.stack([tokens, mean, m2, low, high])
-
-    def fold(counts: Tensor, moments: Tensor) -> None:
-        tokens, mean, m2, low, high = moments.tolist()
-        if tokens == 0:
-            return
-        histogram.counts += counts.round().long()
-        histogram.moments.merge(Moments(int(tokens), mean, m2, low, high))
-
-    (host or HostReads()).later(fold, counts, moments)
+    if not bool(present.any()):
+        return
+    row_values = values[present].double()
+    weights = lengths[present].double()
+    counts = torch.bincount(bin_index(row_values), weights=weights, minlength=NUM_BINS)
+    histogram.counts += counts.round().long().cpu()
+    tokens = float(weights.sum())
+    mean = float((weights * row_values).sum()) / tokens
+    m2 = float((weights * (row_values - mean).square()).sum())
+    low, high = float(row_values.min()), float(row_values.max())
+    histogram.moments.merge(Moments(int(tokens), mean, m2, low, high))
 
 
 def spectral_min_length(params: AnalysisParams) -> int:
