@@ -1,4 +1,4 @@
-"""``ratioscope watch`` and the step cache (docs/watch.md): seven measurements.
+"""``ratioscope watch`` and the step cache (docs/watch.md): eight measurements.
 
 1. **cached vs fresh**: ``ratioscope.timeline`` of a bundled run (sample_data/runs/
    healthy-s1, 30 steps) without a cache (the peer), into an empty cache, and from the
@@ -33,14 +33,22 @@
    ``--json``/``--html``: the outline of the pooled report too) against that step's
    analysis alone (``ratioscope.timeline`` of the one step, the peer): what the look
    adds beyond its step, in ms and as a share of the step.
+8. **the documents as the run grows**: the command's session with ``--json`` and
+   ``--html`` (``cli.watch._Session``: the look, then the writing) once it has folded
+   10, 100 and 1,000 steps, a new step at each look, the looks back to back (a watch
+   that never waits: the most writing can cost); one write's process CPU, and over a
+   window of looks the share of the wall time spent writing and the looks per second,
+   writing after every look (the peer: what the command did before) against the
+   command's :class:`~ratioscope.views.watch.WriteSchedule` (goal: <= 5 %).
 
-    python benchmarks/bench_watch.py                 # all seven (about 7 minutes on 2 cores)
+    python benchmarks/bench_watch.py                 # all eight (about 9 minutes on 2 cores)
     python benchmarks/bench_watch.py --steps 2000    # a shorter memory run
     python benchmarks/bench_watch.py --skip-memory
     python benchmarks/bench_watch.py --only-overhead    # measurement 5 (about 30 s)
     python benchmarks/bench_watch.py --only-overhead --repeat 8   # steadier (best of 8)
     python benchmarks/bench_watch.py --only-listing     # measurement 6 (about 10 s)
     python benchmarks/bench_watch.py --only-growth      # measurement 7 (about 1 minute)
+    python benchmarks/bench_watch.py --only-documents   # measurement 8 (about 2 minutes)
 """
 
 from __future__ import annotations
@@ -347,6 +355,65 @@ def look_as_the_run_grows(
                   f"{ours - peer:+6.1f} ms ({100 * (ours / peer - 1):+.0f} %)")  # fmt: skip
 
 
+def documents_as_the_run_grows(
+    scratch: Path, counts: tuple[int, ...] = (10, 100, 1000), window: float = 12.0
+) -> None:
+    """The command's looks with ``--json``/``--html`` at ``counts`` steps, a step a look
+    for ``window`` seconds: the share of the wall time spent writing, writing after
+    every look (``share=1``: each write waits for nothing) and as scheduled."""
+    import torch
+
+    from ratioscope.cli.watch import _Session
+    from ratioscope.views.watch import WRITE_SHARE, RunWatch, WriteSchedule
+
+    torch.set_num_threads(1)
+    files = sorted(p for folder in sorted(RUN.iterdir()) for p in folder.iterdir())
+    print("8. the documents (--json and --html) once the watch has folded N steps, a step "
+          f"a look, looks back to back for {window:g} s (no cache, one thread)")  # fmt: skip
+    print("   steps   one write (CPU)   variant               looks/s   writes   "
+          "writing, share of the time")  # fmt: skip
+    for share, variant in ((1.0, "after every look"), (WRITE_SHARE, "as scheduled")):
+        for count in counts:
+            target = scratch / f"documents-{share}-{count}"
+            target.mkdir()
+            run = RunWatch(target, settle=0.0)
+            outputs = scratch / f"t-{share}-{count}"
+            session = _Session(
+                run, "run", outputs.with_suffix(".json"), outputs.with_suffix(".html"), [],
+                None, None, quiet=True,
+            )  # fmt: skip
+            session.schedule = WriteSchedule(share=share)
+            spent: list[tuple[float, float]] = []  # each write's wall and process seconds
+            write = session._write
+
+            def timed(result: Any, write: Any = write, spent: list = spent) -> None:
+                wall, cpu = time.perf_counter(), time.process_time()
+                write(result)
+                spent.append((time.perf_counter() - wall, time.process_time() - cpu))
+
+            session._write = timed  # type: ignore[method-assign]
+
+            def add_step(step: int, target: Path = target) -> None:
+                folder = target / f"step_{step:06d}"
+                folder.mkdir()
+                regular_file(files[step % len(files)], folder / files[step % len(files)].name)
+
+            for step in range(count):
+                add_step(step)
+            session._after(run.poll())  # the first steps, folded and written
+            one = spent[-1][1]
+            spent.clear()
+            looks, started = 0, time.perf_counter()
+            while time.perf_counter() - started < window:
+                add_step(count + looks)
+                session._after(run.poll())
+                looks += 1
+            elapsed = time.perf_counter() - started
+            writing = sum(wall for wall, _ in spent)
+            print(f"   {count:>5,}   {1000 * one:12.1f} ms   {variant:<20} {looks / elapsed:7.1f}"
+                  f"   {len(spent):6}   {100 * writing / elapsed:5.1f} %")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
@@ -356,6 +423,7 @@ def main() -> None:
     parser.add_argument("--only-overhead", action="store_true", help="measurement 5 alone")
     parser.add_argument("--only-listing", action="store_true", help="measurement 6 alone")
     parser.add_argument("--only-growth", action="store_true", help="measurement 7 alone")
+    parser.add_argument("--only-documents", action="store_true", help="measurement 8 alone")
     parser.add_argument(
         "--repeat", type=int, default=3, help="measurement 5: runs of each variant (best kept)"
     )
@@ -370,6 +438,9 @@ def main() -> None:
         if args.only_growth:
             look_as_the_run_grows(Path(scratch))
             return
+        if args.only_documents:
+            documents_as_the_run_grows(Path(scratch))
+            return
         cached_vs_fresh(Path(scratch))
         if not args.skip_lag:
             lag_behind_a_writer(Path(scratch), args.every)
@@ -378,6 +449,7 @@ def main() -> None:
         watch_overhead(Path(scratch), args.repeat)
         listing_cost(Path(scratch))
         look_as_the_run_grows(Path(scratch))
+        documents_as_the_run_grows(Path(scratch))
 
 
 if __name__ == "__main__":

@@ -452,3 +452,75 @@ def test_a_watch_gives_the_verdict_its_timeline_gives(tmp_path):
     every = timeline_metrics(result)
     assert timeline_metrics(result, after=2) == [(s, m) for s, m in every if s > 2]
     assert [s for s, _ in every] == list(range(6)) and all(m for _, m in every)
+
+
+def test_the_write_schedule_keeps_writing_to_its_share_of_the_time():
+    """After a write of w seconds the next waits w (1 - share) / share; a change of the
+    verdict's level, or nothing new to write, overrides the wait either way."""
+    from ratioscope.views.watch import WriteSchedule
+
+    clock = Clock(100.0)
+    schedule = WriteSchedule(share=0.05, clock=clock)
+    assert not schedule.due("green")  # nothing folded yet: nothing to write
+    schedule.added()
+    assert schedule.due("green")  # the first write is never held back
+    schedule.wrote("green", 0.5)  # 0.5 s: the next one 9.5 s later (0.5 s is 5 % of 10 s)
+    schedule.added()
+    clock.now = 109.4
+    assert not schedule.due("green")
+    assert schedule.due("yellow")  # the level changed: written at once
+    clock.now = 109.5
+    assert schedule.due("green")
+    schedule.wrote("green", 0.0)  # a write that takes no time waits for nothing ...
+    assert not schedule.due("green")  # ... but there must be something new to write
+    schedule.added()
+    assert schedule.due("green")
+    with pytest.raises(ValueError, match="share"):
+        WriteSchedule(share=0.0)
+
+
+def test_a_watch_holds_back_documents_that_cost_more_than_their_share(tmp_path, monkeypatch):
+    """The command's session with --json, each write taking one second: written at the
+    first step, held back while the level stays, written at once when it changes, at a
+    later look with no new step once due, and when the watch stops."""
+    from ratioscope.cli.watch import _Session
+    from ratioscope.views.timeline import Timeline
+    from ratioscope.views.watch import WriteSchedule
+
+    clock = Clock()
+    (tmp_path / "run").mkdir()
+    run = RunWatch(tmp_path / "run", settle=0.0, clock=clock)
+    out = tmp_path / "t.json"
+    session = _Session(run, "run", out, None, [], None, None, quiet=True)
+    session.schedule = WriteSchedule(share=0.05, clock=clock)
+    write_json = Timeline.write_json
+
+    def slow(self: Timeline, path: Path) -> None:
+        write_json(self, path)
+        clock.now += 1.0
+
+    monkeypatch.setattr(Timeline, "write_json", slow)
+
+    def written_steps() -> list[int]:
+        return [row["step"] for row in json.loads(out.read_text())["steps"]]
+
+    levels: list[str] = []
+    for step in range(6):
+        noise = 0.05 if step < 3 else 0.8
+        written(tmp_path / "run" / f"step_{step}" / "rank_0.pt", step, clock.now - 1, noise)
+        session._after(run.poll())
+        levels.append(session.verdict.level)
+        changed = [i for i in range(1, len(levels)) if levels[i] != levels[i - 1]]
+        # each write waits 19 s, and the clock moves only when a write takes its second
+        expected = max([0, *changed])
+        assert written_steps() == list(range(expected + 1)), (step, levels)
+    assert levels[:3] == ["green"] * 3 and levels[-1] == "red"
+    assert written_steps() != list(range(6))  # the last steps were held back
+    session._after(run.poll())  # nothing new, not due yet: still held back
+    assert written_steps() != list(range(6))
+    clock.now += 19.0
+    session._after(run.poll())  # nothing new, but due: written
+    assert written_steps() == list(range(6))
+    written(tmp_path / "run" / "step_6" / "rank_0.pt", 6, clock.now - 1, 0.8)
+    assert session.follow(0.05, once=True) == 0  # the look holds it back; the stop writes
+    assert written_steps() == list(range(7))

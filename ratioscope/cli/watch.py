@@ -108,7 +108,9 @@ WatchJson = Annotated[
     Path | None,
     typer.Option(
         "--json",
-        help="The timeline JSON, rewritten atomically after each look that read a step.",
+        help="The timeline JSON, rewritten atomically after a look that read a step: at "
+        "once when the verdict's level changed, else at most so often that writing takes "
+        "5 % of the watch's time (a long run's documents are large), and when it stops.",
         rich_help_panel="Output",
     ),
 ]
@@ -117,8 +119,7 @@ WatchHtml = Annotated[
     typer.Option(
         "--html",
         help="The run page of the run report (verdict, vitals, charts, step table; the "
-        "drill-down is ratioscope report's), rewritten atomically after each look that "
-        "read a step.",
+        "drill-down is ratioscope report's), rewritten as --json is.",
         rich_help_panel="Output",
     ),
 ]
@@ -233,7 +234,8 @@ def watch(
     Each step is analysed when its files have stopped changing (--settle), folded into
     the run's timeline with its verdict (the one of ratioscope timeline, from the steps
     so far), and shown: a live view on a terminal, one line a step otherwise. --json
-    and --html are rewritten atomically after each look that added a step; the
+    and --html are rewritten atomically after a look that added a step (on a long run
+    at most so often that writing them takes 5 % of the watch's time); the
     trackers get each step's numbers and its level (ratioscope/verdict.level: 0 green,
     1 yellow, 2 red). Steps come from the step cache where they were analysed before,
     so a watch started again resumes at once. Ctrl-C stops it (exit 130; SIGTERM 143).
@@ -308,6 +310,7 @@ class _Session:
         import sys
 
         from ratioscope.render.terminal.watch import WatchState
+        from ratioscope.views.watch import WriteSchedule
 
         self.run = run
         self.json_out, self.html_out = json_out, html_out
@@ -321,6 +324,9 @@ class _Session:
         self.stop = threading.Event()
         self.signal: int | None = None
         self.verdict: Verdict | None = None  # the run's verdict after the latest look
+        self.writes = json_out is not None or html_out is not None
+        #: when the documents are rewritten: at most a twentieth of the watch's time
+        self.schedule = WriteSchedule()
 
     def follow(self, interval: float, once: bool) -> int:
         """Look until stopped; the exit code."""
@@ -362,6 +368,7 @@ class _Session:
             refresh()
             if self.stop.wait(interval):
                 break
+        self._write_held_back()
         if self.signal is not None:
             self._event(f"stopped ({'Ctrl-C' if self.signal == signal.SIGINT else 'SIGTERM'})")
             code = 128 + self.signal
@@ -409,29 +416,47 @@ class _Session:
         self.state.waiting, self.state.lag = poll.waiting, poll.lag or self.state.lag
         from ratioscope.views.watch import reached
 
-        if not poll.added and not poll.refolded:
-            return
-        self.verdict = self.run.verdict()
-        writes = self.json_out is not None or self.html_out is not None
+        added = bool(poll.added or poll.refolded)
+        if added:
+            self.verdict = self.run.verdict()
+            self.schedule.added()
+        # a look with no new step still writes what an earlier one held back, once due
+        writes = self.writes and self.schedule.due(self._level())
         red = reached(self.verdict, "red") is not None
-        alarm = self.on_red is not None and self.hook is None and red
-        if not (writes or self.trackers or alarm):
+        alarm = added and self.on_red is not None and self.hook is None and red
+        if not (writes or (added and self.trackers) or alarm):
             return  # the verdict is all a look needs: the timeline grows with the run
         # the documents write the pooled report's params, warnings and vitals only
         result = self.run.timeline(whole=False, state=False, outline=writes)
         if result is None:
             return
-        self._write(result)
-        self._track(result)
-        self._alarm(result)
+        if writes:
+            self._write(result)
+        if added:
+            self._track(result)
+            self._alarm(result)
+
+    def _level(self) -> str | None:
+        return None if self.verdict is None else self.verdict.level
 
     def _write(self, result: Timeline) -> None:
+        """Write the documents, and tell the schedule how long that took."""
+        started = self.schedule.clock()
         if self.json_out is not None:
             result.write_json(self.json_out)
         if self.html_out is not None:
             from ratioscope.render.html.run_report import watch_report
 
             watch_report(result).write_html(self.html_out)
+        self.schedule.wrote(self._level(), self.schedule.clock() - started)
+
+    def _write_held_back(self) -> None:
+        """The watch stops: write what the schedule held back."""
+        if not (self.writes and self.schedule.pending):
+            return
+        result = self.run.timeline(whole=False, state=False, outline=True)
+        if result is not None:
+            self._write(result)
 
     def _track(self, result: Timeline) -> None:
         from ratioscope.views.trackers import timeline_metrics

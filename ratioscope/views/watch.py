@@ -58,6 +58,8 @@ LEVEL_METRIC = "ratioscope/verdict.level"
 #: cache) once in this many steps: a watch started again merges at most this many steps
 #: beyond the kept one, where making it after every step cost a fifth of a step's CPU
 KEEP_WHOLE_EVERY = 16
+#: the share of a watch's time that rewriting its documents may take (:class:`WriteSchedule`)
+WRITE_SHARE = 0.05
 
 
 class FileSeen(NamedTuple):
@@ -446,6 +448,52 @@ class RunWatch:
         except InputError as error:
             return str(error)
         return None
+
+
+class WriteSchedule:
+    """When a watch rewrites its documents (``--json``, ``--html``): at most so often
+    that writing takes ``share`` of the watch's time.
+
+    A document holds every step of the run, so writing it costs more as the run grows
+    (about 0.35 ms a step for the two together here: 0.35 s a look at 1,000 steps), while
+    a step's analysis does not: rewritten after each look, the documents of a long run
+    would cost more than its steps. After a write that took ``w`` seconds the next one
+    waits ``w * (1 - share) / share`` seconds (19 w at 5 %), so the documents of a short
+    run (a few milliseconds to write) are still rewritten at every look. A write is never
+    held back when the verdict's level changed since the last one (an alarm, ``--on-red``
+    and a reader of the documents see the step that turned the run yellow or red), and
+    what was held back is written at a later look once due, new steps or not, and when
+    the watch stops (:meth:`pending`).
+
+    Args:
+        share: the share of the watch's time writing may take, in (0, 1].
+        clock: the time now, in seconds (a monotonic clock; tests pass their own).
+    """
+
+    def __init__(self, share: float = WRITE_SHARE, clock: Callable[[], float] = time.monotonic):
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"share must be in (0, 1], got {share}")
+        self.share = share
+        self.clock = clock
+        self.pending = False  # steps folded since the last write
+        self.level: str | None = None  # the verdict's level at the last write
+        self.due_at = float("-inf")  # the time before which a write waits
+
+    def added(self) -> None:
+        """A look folded steps in: the documents are out of date."""
+        self.pending = True
+
+    def due(self, level: str | None) -> bool:
+        """Whether to write now, the verdict's level being ``level``."""
+        if not self.pending:
+            return False
+        return level != self.level or self.clock() >= self.due_at
+
+    def wrote(self, level: str | None, seconds: float) -> None:
+        """The documents were written, at ``level``, in ``seconds``."""
+        self.pending = False
+        self.level = level
+        self.due_at = self.clock() + seconds * (1.0 - self.share) / self.share
 
 
 class RunMonitor:
