@@ -24,7 +24,7 @@ from ratioscope.cli._options import PARAMETER_OPTIONS, analysis_params, band_tex
 from ratioscope.data.params import AnalysisParams
 
 #: options with no library default to mirror: where output goes, what to draw, and the
-#: device, which the CLI picks itself ("auto": CUDA when present; the library: "cpu")
+#: device (its default, "auto", the library's too: test_every_device_default_is_the_shared_one)
 CLI_ONLY = {
     "--help",
     # where tasks run (ratioscope.analysis.parallel.Runner; default this process) and the trackers
@@ -253,3 +253,25 @@ def test_the_watch_defaults_are_the_librarys():
     options = _inspect.signature(watch).parameters
     assert options["settle"].default == _inspect.signature(RunWatch).parameters["settle"].default
     assert options["interval"].default == DEFAULT_INTERVAL
+
+
+def test_every_device_default_is_the_shared_one():
+    """The library's entry points and the commands run on the same device by default
+    (``defaults.DEVICE``, "auto": CUDA when present), as the README says."""
+    import ratioscope
+    from ratioscope import defaults
+    from ratioscope.analysis.parallel import analyze_in_tasks
+    from ratioscope.render.html.run_report import run_report
+
+    functions = [getattr(ratioscope, name) for name in ratioscope.__all__]
+    functions += [run_report, analyze_in_tasks]
+    taking = {
+        f.__name__: inspect.signature(f).parameters["device"].default
+        for f in functions
+        if callable(f) and not inspect.isclass(f) and "device" in inspect.signature(f).parameters
+    }
+    assert {"analyze", "timeline", "run_report", "analyze_in_tasks"} <= set(taking)
+    assert taking == dict.fromkeys(taking, defaults.DEVICE)
+    devices = [(path, flag, default) for path, flag, default in _options() if flag == "--device"]
+    assert len(devices) >= 5
+    assert all(default == defaults.DEVICE for _, _, default in devices), devices

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ratioscope import defaults
 from ratioscope.errors import RatioscopeError, UsageError
 
 if TYPE_CHECKING:
@@ -336,7 +337,7 @@ def analyze_in_tasks(
     *,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int | None = None,
     sections: Sequence[str] | None = None,
     progress: ProgressCallback | None = None,

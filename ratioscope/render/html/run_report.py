@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratioscope import defaults
 from ratioscope.views.drilldown import DEFAULT_METHODS, DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ def run_report(
     baseline: str | Path | Sequence[str | Path] | None = None,
     params: AnalysisParams | None = None,
     load_options: LoadOptions | None = None,
-    device: str = "cpu",
+    device: str = defaults.DEVICE,
     chunk_elements: int | None = None,
     step_from: str | None = None,
     thresholds: Thresholds | None = None,
