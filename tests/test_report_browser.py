@@ -66,6 +66,16 @@ def test_report_drills_from_run_to_step_to_tokens(browser, tmp_path):
     assert [b.lower() for b in badges] == expected
     squares = page.locator("#timeline svg g.mark-symbol path").count()
     assert squares >= 2 * 12 * 16  # the points and the squares of every panel
+    # each square in its level's colour (report.css's), the same strip in every panel
+    fills = page.locator("#timeline svg g.mark-symbol path").evaluate_all(
+        "p => p.map(e => (e.getAttribute('fill') || '').toLowerCase())"
+    )
+    colours = {"green": "#2e7d32", "yellow": "#b8860b", "red": "#c62828"}
+    assert set(expected) - {"green"}, expected  # more than one level to tell apart
+    coloured = {level: fills.count(colour) for level, colour in colours.items()}
+    panels, left = divmod(sum(coloured.values()), len(expected))
+    assert panels >= 12 and left == 0, coloured
+    assert coloured == {level: panels * expected.count(level) for level in colours}
     # counts are shown exactly: the run's valid tokens, summed from the dumps' masks
     tokens = sum(
         int(torch.load(path, weights_only=True)["response_mask"].sum())

@@ -76,6 +76,8 @@
     t.appendChild(body);
     return t;
   }
+  // the verdict's colours, as report.css's --green, --yellow and --red
+  const LEVEL_COLOURS = { green: "#2e7d32", yellow: "#b8860b", red: "#c62828" };
   function levelBadge(level) { return el("span", { class: "badge " + level, text: level }); }
   function headlineKeys(run) {
     return run.timeline.headlines.filter(function (h) {
@@ -161,7 +163,7 @@
           if (value === null || value === undefined) return;
           rows.push({ label: h.label, unit: h.unit, step: s.step, value: value, run: pair[1],
             flagged: pair[1] === "run" && flags.has(h.key), threshold: pair[1] === "run" && RUN.thresholds[h.key] !== undefined ? RUN.thresholds[h.key] : null,
-            level: stepLevel(s) });
+            level: stepLevel(s), colour: LEVEL_COLOURS[stepLevel(s)] || null });
         });
       });
     });
@@ -191,10 +193,12 @@
             mark: { type: "rule", color: "#e6a100", strokeDash: [3, 3], strokeWidth: 1.5 },
             encoding: { y: { field: "threshold", type: "quantitative" }, tooltip: [{ field: "threshold", title: "the verdict's threshold", format: ".4~g" }] } },
           // the verdict after each step: a strip of squares along the bottom of the panel
+          // (the colours are the values themselves, scale: null: a colour scale would be
+          // the layers' one, whose domain is the run's and the baseline's)
           { transform: [{ filter: "datum.run === 'run' && datum.level !== null" }],
             mark: { type: "square", size: 36, opacity: 0.9, cursor: "pointer" },
             encoding: { x: x, y: { value: 126 }, tooltip: [{ field: "step" }, { field: "level", title: "verdict after the step" }],
-              color: { field: "level", type: "nominal", scale: { domain: ["green", "yellow", "red"], range: ["#2e7d32", "#b8860b", "#c62828"] }, legend: null } } }
+              color: { field: "colour", type: "nominal", scale: null, legend: null } } }
         ]
       },
       resolve: { scale: { y: "independent", x: "independent" } }
