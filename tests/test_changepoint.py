@@ -58,6 +58,29 @@ def test_a_flat_series_does_not_flag_float_noise_but_zeros_flag_any_move():
     assert change_flags([0.0] * 6 + [1e-3]) == [False] * 6 + [True]
 
 
+def test_below_its_floor_a_series_flags_nothing_and_a_rise_through_it_is_flagged():
+    # float32 rounding of a k3: 1e-13 to 2e-13, then 6.5e-13 (flagged without a floor)
+    noise = [1e-13, 2e-13, 1e-13, 1e-13, 2e-13, 1e-13, 6.5e-13]
+    assert change_flags(noise)[-1]
+    assert not any(change_flags(noise, floor=1e-6))
+    # the plain reading of the series taken at the floor: max(x, floor)
+    rising = [*noise, 5e-6, 5.1e-6, 4.9e-6]
+    at_floor = [max(x, 1e-6) for x in rising]
+    assert change_flags(rising, floor=1e-6) == reference_flags(at_floor, ChangeRule())
+    assert change_flags(rising, floor=1e-6)[7]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.floats(0, 1, allow_nan=False)), max_size=30),
+    floor=st.floats(0, 0.5),
+)
+def test_a_floor_is_the_plain_reading_of_the_values_taken_at_it(values, floor):
+    rule = ChangeRule(window=6, min_history=3)
+    at_floor = [None if v is None else max(v, floor) for v in values]
+    assert change_flags(values, rule, floor) == reference_flags(at_floor, rule)
+
+
 def test_too_little_history_flags_nothing():
     assert change_flags([1.0, 1.0, 1.0, 1.0, 100.0]) == [False] * 5
 

@@ -9,7 +9,10 @@ history: the last ``window`` finite values before t that come after the latest f
 step (a flag restarts the history at that step, so a lasting shift is flagged once, at
 its onset, and the new level becomes the reference). At least ``min_history`` values are
 needed before anything can be flagged. The median and MAD ignore a single outlier in the
-history, and ``floor_rel`` keeps a flat series (MAD = 0) from flagging float noise.
+history, and ``floor_rel`` keeps a flat series (MAD = 0) from flagging float noise. A
+quantity may have a ``floor``, the least value it is judged at (a k3 of 1e-13 is float32
+rounding): a value below it is taken at it, so a series that moves only below its floor
+(1e-13, then 6e-13) flags nothing, and a rise from there above it is flagged as before.
 The false-alarm rate of the defaults on stationary series is measured by
 ``benchmarks/timeline_false_alarms.py`` and stated in docs/timeline.md.
 """
@@ -60,13 +63,16 @@ class ChangeRule:
         return {"rule": "trailing median/MAD, restart after a flag", **asdict(self)}
 
 
-def change_flags(values: Sequence[float | None], rule: ChangeRule | None = None) -> list[bool]:
+def change_flags(
+    values: Sequence[float | None], rule: ChangeRule | None = None, floor: float | None = None
+) -> list[bool]:
     """Steps where a series departs from its trailing robust history (see the module).
 
     Args:
         values: [N] the series in step order; None or NaN is a missing value (never
             flagged, never history).
         rule: the thresholds (default :class:`ChangeRule`).
+        floor: values below it are taken at it (None: none).
 
     Returns:
         [N] bool: True where a change starts.
@@ -75,8 +81,11 @@ def change_flags(values: Sequence[float | None], rule: ChangeRule | None = None)
     [False, False, False, False, False, True, False, False, False]
     >>> change_flags([0.5] * 6 + [0.5000001])  # a flat series: float noise is no change
     [False, False, False, False, False, False, False]
+    >>> noise = [1e-13, 2e-13, 1e-13, 1e-13, 2e-13, 1e-13, 6e-13]
+    >>> change_flags(noise)[-1], change_flags(noise, floor=1e-6)[-1]
+    (True, False)
     """
-    tracker = ChangeTracker(rule)
+    tracker = ChangeTracker(rule, floor)
     return [tracker.add(value) for value in values]
 
 
@@ -90,15 +99,16 @@ class ChangeTracker:
     [False, False, False, False, False, True]
     """
 
-    def __init__(self, rule: ChangeRule | None = None) -> None:
+    def __init__(self, rule: ChangeRule | None = None, floor: float | None = None) -> None:
         self.rule = rule or ChangeRule()
+        self.floor = -math.inf if floor is None else floor
         self.history: list[float] = []
 
     def add(self, value: float | None) -> bool:
         """Whether ``value`` (the next step's; None or NaN: missing) starts a change."""
         if value is None or not math.isfinite(value):
             return False
-        x = float(value)
+        x = max(float(value), self.floor)
         rule = self.rule
         flagged = len(self.history) >= rule.min_history and _departs(x, self.history, rule)
         if flagged:

@@ -192,6 +192,13 @@ class ChangeFindings:
 CHANGE_FLOORS: dict[str, float] = {item.path: item.floor for item in RELATIVE}
 
 
+def change_floor(key: str) -> float | None:
+    """The least value of headline ``key`` the change rule tells apart (a quantity bad
+    when it rises, below its :data:`CHANGE_FLOORS` floor: float rounding, a token or two
+    of a share); None: every value."""
+    return CHANGE_FLOORS.get(key) if BAD_CHANGE.get(key) == "up" else None
+
+
 def bad_change(key: str, before: float | None, value: float | None) -> bool:
     """Whether a flagged change of headline ``key`` goes its bad way (unknown: yes); a
     rise that stays below the quantity's floor (a train/inference k3 of 1e-13 becoming

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ratioscope.analysis.cache import StepCache
     from ratioscope.analysis.parallel import Runner
     from ratioscope.data.params import AnalysisParams
+    from ratioscope.functional.changepoint import ChangeTracker
     from ratioscope.functional.vitals import MechanicsFit, PerformanceFit
     from ratioscope.io.loaders import LoadOptions
     from ratioscope.judgement.run_verdict import StepVerdict
@@ -931,14 +932,21 @@ class StepJudging:
         pooled report so far (None for the first step), its headline values and the
         run's reward functions so far."""
         headlines = with_reward_functions(self.followed, reward_function_headlines(functions))
-        flags = tuple(
-            h.key
-            for h in headlines
-            if self.trackers.setdefault(h.key, self.tracker(self.rule)).add(values.get(h.key))
-        )
+        flags = tuple(h.key for h in headlines if self._tracker(h.key).add(values.get(h.key)))
         self.flags.append(flags)
         self.judge.changes.labels = {h.key: h.label for h in headlines}
         self.judge.add(step, step_report, pooled=pooled, values=values, flags=flags, own=own)
+
+    def _tracker(self, key: str) -> ChangeTracker:
+        """The change rule's tracker of headline ``key``: below its floor a quantity bad
+        when it rises is at float rounding (or a token or two of a share), and its moves
+        there are no change (:func:`~ratioscope.judgement.run_verdict.change_floor`)."""
+        from ratioscope.judgement.run_verdict import change_floor
+
+        tracker = self.trackers.get(key)
+        if tracker is None:
+            tracker = self.trackers[key] = self.tracker(self.rule, change_floor(key))
+        return tracker
 
     def verdict(self) -> Verdict | None:
         """The verdict after the last step, with the first yellow and red steps."""
