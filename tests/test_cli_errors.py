@@ -256,3 +256,63 @@ def test_binary_file_where_a_report_is_expected(tmp_path, command):
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.stderr
     assert "not a JSON report" in result.stderr
+
+
+def test_an_npz_whose_member_is_not_an_array(tmp_path):
+    import zipfile
+
+    path = tmp_path / "notes.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("readme.txt", "not an array")
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "notes.npz", "member 'readme.txt' is not a .npy array")
+
+
+def test_a_per_token_key_that_holds_a_string_is_refused_not_left_out(tmp_path):
+    ref = make_reference(seed=2, rows=4)
+    path = save(
+        tmp_path / "typed.pt",
+        mask=torch.tensor(ref.mask),
+        old_log_probs=torch.tensor(ref.old_log_probs),
+        advantages=torch.tensor(ref.advantages),
+        log_probs="abc",
+        step=3,  # a number beside the tensors is metadata, as before
+    )
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "typed.pt", "'log_probs' holds a str ('abc')")
+
+
+def test_logits_with_nan_are_refused_by_objectives(tmp_path):
+    ref = make_reference(seed=2, rows=4)
+    logits = torch.zeros(*ref.mask.shape, 5)
+    logits[1, 0, 2] = float("nan")
+    path = save(
+        tmp_path / "nan_logits.pt",
+        mask=torch.tensor(ref.mask),
+        log_probs=torch.tensor(ref.log_probs),
+        old_log_probs=torch.tensor(ref.old_log_probs),
+        advantages=torch.tensor(ref.advantages),
+        token_ids=torch.zeros(ref.mask.shape, dtype=torch.long),
+        logits=logits,
+    )
+    result = runner.invoke(app, ["objectives", str(path), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "'logits' has 1 non-finite value(s)" in result.stderr and "(1, 0)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["convert", "{tmp}/missing.pt", "{tmp}/out.safetensors"], "missing.pt: no such file"),
+        (["convert", "{tmp}", "{tmp}/out.safetensors"], "a directory: convert takes one"),
+        (["report", "{verl}", "--token-budget", "nan", "--out", "{tmp}/r.html"], "finite number"),
+        (["report", "{verl}", "--token-budget", "inf", "--out", "{tmp}/r.html"], "finite number"),
+    ],
+)
+def test_more_bad_arguments_are_one_line_and_exit_2(tmp_path, args, fragment):
+    verl = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+    args = [a.format(tmp=tmp_path, verl=verl) for a in args]
+    result = runner.invoke(app, [*args, "-q"])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert not list(tmp_path.glob("out.*")) and not list(tmp_path.glob("r.html"))

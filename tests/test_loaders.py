@@ -143,6 +143,34 @@ def test_nonfinite_mask_policy_masks_the_token_and_warns():
     assert any("masked 2 token(s)" in w for w in batch.warnings)
 
 
+def test_logits_whose_softmax_is_undefined_are_refused_or_masked():
+    """NaN, +inf or every entry -inf at a valid token: refused (naming the key and the
+    first position) or masked; a -inf entry alone (a token ruled out) and anything
+    behind the mask are fine."""
+    from ratioscope.errors import NonFiniteError
+
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    logits = torch.zeros(2, 3, 4)
+    logits[0, 0, 1] = -float("inf")  # one entry ruled out: a defined softmax
+    logits[1, 2] = float("nan")  # behind the mask
+    tensors = {"mask": mask, "log_ratio": torch.zeros(2, 3), "token_ids": torch.zeros(2, 3)}
+    tensors["token_ids"] = tensors["token_ids"].long()
+    clean = ratioscope.TokenBatch.from_tensors({**tensors, "logits": logits})
+    assert clean.mask.tolist() == mask.tolist()
+    for row, column, bad in ((0, 2, float("nan")), (1, 1, float("inf"))):
+        broken = logits.clone()
+        broken[row, column, 3] = bad
+        with pytest.raises(NonFiniteError, match=rf"'logits' has 1 .*\({row}, {column}\)"):
+            ratioscope.TokenBatch.from_tensors({**tensors, "logits": broken})
+    ruled_out = logits.clone()
+    ruled_out[0, 1] = -float("inf")  # every entry -inf: no token could be drawn
+    masked = ratioscope.TokenBatch.from_tensors(
+        {**tensors, "ref_logits": ruled_out}, nonfinite="mask"
+    )
+    assert masked.mask.tolist() == [[True, False, True], [True, True, False]]
+    assert any("masked 1 token(s) with non-finite 'ref_logits'" in w for w in masked.warnings)
+
+
 def test_finiteness_check_takes_the_full_path_when_the_sum_is_not_finite():
     """The fast check (one sum) cannot decide on a sum that overflows or on a
     non-finite value behind the mask; both take the element-wise check, which finds

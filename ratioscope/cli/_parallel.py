@@ -28,7 +28,7 @@ RayAddress = Annotated[
         help="Run the tasks on Ray: 'local' starts a cluster here, 'auto' joins the one "
         "running ($RAY_ADDRESS or ray start --head), or give its address "
         "(ray://head:10001). Every worker must see the inputs under the same paths. "
-        "Needs ratioscope[ray].",
+        "Needs ratioscope\\[ray].",
         rich_help_panel="Parallel",
     ),
 ]

@@ -162,7 +162,7 @@ def analyze(
 
     Example: ratioscope analyze sample_data/verl/ --json report.json --parquet seqs.parquet
 
-    Example: ratioscope analyze sample_data/verl/ --detail   (every table)
+    Example: ratioscope analyze sample_data/verl/ --detail   # every table
 
     Example: ratioscope analyze 'dump/step_*' --ray auto --json report.json
     """

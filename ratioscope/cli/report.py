@@ -211,8 +211,8 @@ def report(
 
     check_html_path(out, "--out")
     cache = cache_of(cache_dir, no_cache, cache_max_bytes)
-    if token_budget < 0:
-        raise UsageError(f"--token-budget must be >= 0 MiB, got {token_budget}")
+    if not 0 <= token_budget < float("inf"):  # NaN fails both
+        raise UsageError(f"--token-budget must be a finite number >= 0 MiB, got {token_budget}")
     inputs = [*expand_paths(paths, shard_reports=True), *([thresholds] if thresholds else [])]
     if baseline:
         inputs += expand_paths(baseline, shard_reports=True)

@@ -135,7 +135,7 @@ TensorBoardDir = Annotated[
     typer.Option(
         "--tensorboard",
         help="Also write each step's headline quantities as TensorBoard scalars "
-        "(ratioscope/<key>) to this log directory. Needs ratioscope[trackers].",
+        "(ratioscope/<key>) to this log directory. Needs ratioscope\\[trackers].",
         rich_help_panel="Trackers",
     ),
 ]
@@ -145,7 +145,7 @@ MlflowUri = Annotated[
         "--mlflow",
         help="Also log them to a new run of this MLflow tracking store: a directory "
         "(file store), file:, sqlite:/// or http(s):// URI; experiment "
-        "$MLFLOW_EXPERIMENT_NAME or 'ratioscope'. Needs ratioscope[trackers].",
+        "$MLFLOW_EXPERIMENT_NAME or 'ratioscope'. Needs ratioscope\\[trackers].",
         rich_help_panel="Trackers",
     ),
 ]
@@ -155,7 +155,7 @@ WandbRun = Annotated[
         "--wandb",
         help="Also log them to a W&B run, offline unless $WANDB_MODE says otherwise "
         "(files under $WANDB_DIR or ./wandb; upload later with 'wandb sync'); project "
-        "$WANDB_PROJECT or 'ratioscope'. Needs ratioscope[trackers].",
+        "$WANDB_PROJECT or 'ratioscope'. Needs ratioscope\\[trackers].",
         rich_help_panel="Trackers",
     ),
 ]

@@ -301,6 +301,7 @@ class _Builder:
         functions = self.reward_function_tensors(mask.shape[0])
         vocab = self.vocab_tensors(mask.shape)
         self.check_token_range(mask, values, vocab)
+        mask = self.check_vocab_finite(mask, vocab)
         padding = "right"
         offsets = _leading_invalid(mask)
         checked = self.derive_checked(mask, values, pair, offsets)
@@ -683,6 +684,35 @@ class _Builder:
                 f"'{self.name('token_ids')}' holds {int(ids[first])} at (row, column) = "
                 f"{first}, outside the logits' vocabulary of {size}",
             )
+
+    def check_vocab_finite(self, mask: Tensor, vocab: Mapping[str, Tensor]) -> Tensor:
+        """Logits [B, T, V] at valid tokens whose softmax is defined: no NaN, no +inf, not
+        every entry -inf (a -inf entry alone is a token ruled out, as top-k sampling
+        leaves it). A bad token is refused, or masked with ``nonfinite="mask"``.
+
+        Returns:
+            [B, T] the mask, less the masked tokens.
+        """
+        for key, logits in vocab.items():
+            if bool(torch.isfinite(logits.sum())):
+                continue  # the usual case: every entry finite, from one sum
+            # row by row: a [T, V] bool at a time, not the whole [B, T, V]
+            bad = torch.stack(
+                [(row.isnan().any(-1) | (row == math.inf).any(-1) | (row == -math.inf).all(-1))
+                 for row in logits]
+            ) & mask  # fmt: skip
+            count = int(bad.sum())
+            if count == 0:
+                continue
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            if self.nonfinite == "error":
+                raise NonFiniteError(self.source, self.name(key), count, first)
+            mask = mask & ~bad
+            self.warnings.append(
+                f"{self.source}: masked {count} token(s) with non-finite '{self.name(key)}' "
+                f"(NaN, +inf or all -inf; first at (row, column) = {first})"
+            )
+        return mask
 
     def check_finite(
         self,

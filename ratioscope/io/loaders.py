@@ -520,6 +520,36 @@ def load_file(path: str | Path, options: LoadOptions | None = None) -> TokenBatc
     return batch_from_raw(path, read_raw(path, unsafe_pickle=options.unsafe_pickle), options)
 
 
+def _refuse_values_that_are_not_arrays(
+    path: Path, raw: RawDump, profile: Any, options: LoadOptions
+) -> None:
+    """A key that names per-token or per-sequence data (``log_probs``, ``mask``, ...) but
+    holds a string, a number or another object is an error, not a key left out: read as
+    absent, the analysis would go on without it (a section "needs log_probs") and the
+    user would never learn the file is wrong."""
+    from ratioscope.data.batch import CANONICAL_KEYS
+
+    passed_over = {note.key for note in raw.notes if note.kind == "ignored" and note.key}
+    stray = [key for key in (*raw.meta, *passed_over) if key not in raw.columns]
+    if not stray:
+        return
+    would = resolve_keys(profile, [*raw.columns, *stray], options.mapping)
+    for canonical, key in would.items():
+        # policy_version may be one number for the file (the trainer's version)
+        if canonical in CANONICAL_KEYS and canonical != "policy_version" and key in stray:
+            held = raw.meta.get(key)
+            what = (
+                f"a {type(held).__name__} ({str(held)[:40]!r})"
+                if key in raw.meta
+                else ("no numeric data")
+            )
+            raise InputError(
+                path,
+                f"'{key}' holds {what}, not an array of {canonical} values: fix the dump, "
+                "or map another key to it with --map",
+            )
+
+
 def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch:
     """Map raw columns to canonical names (profile, ``--map``) and validate them."""
     profile = (
@@ -532,6 +562,7 @@ def batch_from_raw(path: Path, raw: RawDump, options: LoadOptions) -> TokenBatch
     if profile.native:
         raw = import_module(f"ratioscope.io.frameworks.{profile.native}").prepare(path, raw)
     key_map = resolve_keys(profile, raw.columns, options.mapping)
+    _refuse_values_that_are_not_arrays(path, raw, profile, options)
     key_map = bind_correct_field(path, profile, list(raw.columns), key_map, options)
     key_map, threshold, correct_note = bind_default_correct(
         list(raw.columns), key_map, options, lambda names: {k: raw.columns[k] for k in names}

@@ -298,6 +298,12 @@ def _read_npz(path: Path, unsafe_pickle: bool) -> RawDump:
                             "allow it with `unsafe_pickle` if you trust the file",
                         ) from None
                     raise
+                if not isinstance(value, np.ndarray):  # a member that is not .npy: bytes
+                    raise CorruptFileError(
+                        path,
+                        f"not an .npz archive of numpy arrays: its member '{key}' is not a "
+                        ".npy array (a zip of other files, or another format renamed .npz?)",
+                    )
                 if value.dtype == object and unsafe_pickle:
                     _add_list(path, dump, key, list(value))
                 else:

@@ -529,8 +529,12 @@ def convert_to_safetensors(path: Path, target: Path, options: LoadOptions | None
     import json
     import struct
 
+    from ratioscope.errors import UnreadablePathError
     from ratioscope.io.atomic import atomic_path
 
+    if not path.is_file():
+        what = "a directory: convert takes one dump file" if path.is_dir() else "no such file"
+        raise UnreadablePathError(path, what)
     options = replace(options or LoadOptions(), stream_bytes=0)
     stream = open_stream(path, options) or _whole_as_stream(path, options)
     rows = max(1, (1 << 20) // max(1, stream.padded_width()))
