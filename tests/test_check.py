@@ -734,3 +734,25 @@ def test_dotted_lines_never_cut_inside_a_name():
         # a line is cut only after a dot; an overlong name keeps a line of its own
         assert all(line.endswith(".") for line in lines[:-1])
         assert all(len(line) <= width or line.count(".") <= 1 for line in lines)
+
+
+def test_every_key_the_verdict_names_is_a_path_a_rule_can_check(tmp_path):
+    """A finding's key (``trust_region.degenerate_share``, ...) is what a user puts in a
+    rule to gate on it: each must be in the report JSON."""
+    from typer.testing import CliRunner
+
+    import ratioscope
+    from ratioscope.cli import app
+
+    sample = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+    report = ratioscope.analyze(sample)
+    keys = [finding.key for finding in report.verdict()]
+    assert "trust_region.degenerate_share" in keys and len(keys) >= 10
+    document = tmp_path / "run.json"
+    report.write_json(document)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        "".join(f'[[rule]]\nname = "{key}"\npath = "{key}"\nmax = 1e300\n\n' for key in keys)
+    )
+    result = CliRunner().invoke(app, ["check", str(document), "--rules", str(rules)])
+    assert result.exit_code == 0, result.output

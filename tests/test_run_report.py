@@ -232,7 +232,7 @@ def _small_tokenizer(path: Path, size: int) -> Path:
         (["--tokenizer", "BROKEN"], "not a tokenizer.json"),
         (["--methods", "nope"], "--methods names unknown"),
         (["--top", "0"], "--top must be >= 1"),
-        (["--token-budget", "-1"], "--token-budget must be >= 0"),
+        (["--token-budget", "-1"], "--token-budget must be a finite number >= 0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path, extra, message):

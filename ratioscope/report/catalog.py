@@ -579,6 +579,11 @@ CATALOG: tuple[Entry, ...] = (
         "count",
         "degenerate groups whose rewards are all equal",
     ),
+    Entry(
+        "trust_region.degenerate_share",
+        "fraction",
+        "degenerate / groups: the share the verdict judges (degenerate_yellow, _red)",
+    ),
     *_distribution("trust_region.lam", "the dual lambda* over non-degenerate groups", "lambda"),
     *_distribution("trust_region.mu", "the dual mu* over non-degenerate groups", "reward"),
     *_distribution(

@@ -99,6 +99,9 @@ class TrustRegionSection:
     non_binary_groups: int
     sweep: list[DeltaRow]
     grpo: dict[str, float]
+    #: degenerate / groups: the share the verdict judges (``check`` rules address it);
+    #: None in reports written before it was kept
+    degenerate_share: float | None = None
 
 
 class _DeltaState(Record):
@@ -273,6 +276,7 @@ class TrustRegionAccumulator(Accumulator):
                 for d in self.params.deltas
             ],
             grpo={"eps": GRPO_EPS, "std_ddof": GRPO_STD_DDOF},
+            degenerate_share=main.degenerate / main.groups,
         )
 
     def record_join(self, counts: Any) -> None:
