@@ -316,3 +316,26 @@ def test_more_bad_arguments_are_one_line_and_exit_2(tmp_path, args, fragment):
     assert result.exit_code == 2, result.output
     assert fragment in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert not list(tmp_path.glob("out.*")) and not list(tmp_path.glob("r.html"))
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_a_reader_that_goes_away_leaves_the_report_written(tmp_path, merged):
+    """``analyze ... | head -1`` and ``2>&1 | head -1``: the reader closes the pipe after
+    one byte; the command finishes, exit 0, and writes its --json (stderr, where the
+    warnings and progress go, was not guarded: exit 1 and no file)."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "report.json"
+    command = [sys.executable, "-m", "ratioscope", "analyze", "sample_data/verl_steps/"]
+    process = subprocess.Popen(
+        [*command, "--json", str(out)], cwd=root, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merged else subprocess.DEVNULL,
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stdout.read(1)
+    process.stdout.close()  # the reader goes away
+    assert process.wait(timeout=300) == 0
+    assert json.loads(out.read_text())["schema_version"] == 2

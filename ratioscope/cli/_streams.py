@@ -2,9 +2,10 @@
 
 ``ratioscope info f.pt | head -1`` closes the pipe after one line; the next write to
 stdout raises BrokenPipeError, which would abort the command (and a report it was asked
-to write with ``--json``). :class:`_PipeGuard` stands in for stdout: after the first
-EPIPE it sends the rest of the output to ``/dev/null``, so the command finishes quietly
-and writes its files. On SIGTERM and Ctrl-C the outputs being written are removed
+to write with ``--json``). :class:`_PipeGuard` stands in for stdout, and for stderr
+(``2>&1 | head``: the warnings and progress go to the same pipe): after the first EPIPE
+it sends the rest of the output to ``/dev/null``, so the command finishes quietly and
+writes its files. On SIGTERM and Ctrl-C the outputs being written are removed
 (:mod:`ratioscope.io.atomic`) and the process ends with one line and 128 + the signal.
 """
 
@@ -25,8 +26,9 @@ class _PipeGuard(io.TextIOBase):
     to nowhere (the file descriptor is pointed at /dev/null, so the interpreter's last
     flush succeeds too)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, name: str = "standard output") -> None:
         self._stream = stream
+        self.name = name
         self.broken = False
 
     @property
@@ -75,7 +77,7 @@ class _PipeGuard(io.TextIOBase):
         if problem is None:
             raise error
         self._close_pipe()
-        raise OutputError(None, f"cannot write the standard output: {problem}") from None
+        raise OutputError(None, f"cannot write the {self.name}: {problem}") from None
 
     def _close_pipe(self) -> None:
         self.broken = True
@@ -104,10 +106,15 @@ def _terminate(signum: int, frame: Any) -> None:
 def guarded_process() -> Iterator[None]:
     """Run a command with stdout guarded against a closed pipe and SIGTERM and SIGINT
     handled (all restored afterwards, for callers that run commands in-process)."""
-    original = sys.stdout
+    original, original_err = sys.stdout, sys.stderr
     guard = _PipeGuard(original) if _has_descriptor(original) else None
     if guard is not None:
         sys.stdout = guard
+    guard_err = (
+        _PipeGuard(original_err, "standard error") if _has_descriptor(original_err) else None
+    )
+    if guard_err is not None:
+        sys.stderr = guard_err
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for number in (signal.SIGTERM, signal.SIGINT):
@@ -121,6 +128,10 @@ def guarded_process() -> Iterator[None]:
             with contextlib.suppress(Exception):
                 guard.flush()
             sys.stdout = original
+        if guard_err is not None and sys.stderr is guard_err:
+            with contextlib.suppress(Exception):
+                guard_err.flush()
+            sys.stderr = original_err
 
 
 def _has_descriptor(stream: Any) -> bool:
