@@ -289,3 +289,22 @@ def test_the_deep_links_in_the_docs_open_the_bundled_report():
             if "q" in params:
                 assert params["q"] in series, (page.name, fragment)
     assert len(found) >= 2
+
+
+def test_the_title_names_the_run_not_its_first_step():
+    """A run of a folder a step (the capture's layout) is named by the folder that holds
+    its steps; a run of files in one folder by that folder."""
+    from types import SimpleNamespace
+
+    from ratioscope.render.html.run_report import _title
+
+    def titled(*inputs: str) -> str:
+        steps = [SimpleNamespace(inputs=(path,)) for path in inputs]
+        return _title(SimpleNamespace(steps=steps))
+
+    run = "runs/a/capture"
+    assert titled(f"{run}/step_000001/rank_0.pt", f"{run}/step_000002/rank_0.pt") == (
+        f"ratioscope run report: {run}"
+    )
+    assert titled("dumps/step_1.pt", "dumps/step_2.pt") == "ratioscope run report: dumps"
+    assert titled(f"{run}/step_000001/rank_0.pt") == f"ratioscope run report: {run}/step_000001"

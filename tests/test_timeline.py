@@ -149,3 +149,28 @@ def test_lookup_matches_keys_with_dots():
     document = {"covariance": {"cumulative_share": {"0.01": 0.5, "0.1": 0.6}}}
     assert lookup(document, "covariance.cumulative_share.0.01") == 0.5
     assert lookup(document, "covariance.cumulative_share.0.5") is None
+
+
+@pytest.mark.parametrize(
+    ("what", "ceiling", "said"),
+    [
+        ("vitals.correct_share", 1.06, True),
+        ("vitals.correct_share", 0.96, False),
+        ("vitals.reward.mean", 1.06, False),  # a reward has no bound at 1
+    ],
+)
+def test_a_share_s_ceiling_above_one_is_said_to_be_beyond_it(what, ceiling, said):
+    from types import SimpleNamespace
+
+    from ratioscope.functional.vitals import PerformanceFit
+    from ratioscope.render.terminal.timeline import performance_line
+    from ratioscope.views.timeline import ENTROPY_KEY, EntropyPerformance
+
+    fit = PerformanceFit(
+        steps=30, a=20.5, b=20.5 + ceiling, ceiling=ceiling, ceiling_interval=None,
+        head_steps=5, head_a=None, head_b=None, holdout_rmse=None,
+    )  # fmt: skip
+    found = EntropyPerformance(performance=what, entropy=ENTROPY_KEY, fit=fit)
+    line = performance_line(SimpleNamespace(entropy_performance=found))
+    assert f"predicted ceiling b - a = {ceiling:.3g}" in line
+    assert ("above the 1 a share can reach" in line) is said

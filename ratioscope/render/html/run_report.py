@@ -184,10 +184,17 @@ def watch_report(result: Timeline, title: str | None = None) -> RunReport:
 
 
 def _title(result: Timeline) -> str:
+    """The run's folder: the one that holds every step's files (a run of a folder a step
+    is named by the folder above its steps, not by its first step)."""
+    import os
+
     inputs = [p for s in result.steps for p in s.inputs]
     if not inputs:
         return "ratioscope run report"
-    common = Path(inputs[0]).parent
+    try:
+        common = Path(os.path.commonpath([str(Path(p).parent) for p in inputs]))
+    except ValueError:  # absolute and relative paths, or other drives: the first's
+        common = Path(inputs[0]).parent
     return f"ratioscope run report: {common}"
 
 

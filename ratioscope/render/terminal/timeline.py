@@ -97,10 +97,16 @@ def performance_line(timeline: Timeline) -> str | None:
         if fit.holdout_rmse is not None
         else ""
     )
+    # a share cannot pass 1: a ceiling above it is the law extrapolated past its data
+    beyond = (
+        ", above the 1 a share can reach (the law extrapolated to H = 0)"
+        if what == "correct share" and fit.ceiling is not None and fit.ceiling > 1
+        else ""
+    )
     return (
         f"entropy-performance law (Cui et al. 2025: R = -a exp(H) + b, R the {what}): over "
         f"{fit.steps} steps a = {fit.a:.3g}, b = {fit.b:.3g}, predicted ceiling b - a = "
-        f"{ceiling}{interval} (95 %){head} (docs/timeline.md)"
+        f"{ceiling}{interval} (95 %){beyond}{head} (docs/timeline.md)"
     )
 
 
