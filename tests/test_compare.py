@@ -153,3 +153,19 @@ def test_cli_refuses_a_samples_file_in_one_sentence():
     assert len(lines) == 1
     assert "neither an analyze report, a timeline JSON nor a dump" in lines[0]
     assert lines[0].startswith("ratioscope: error:")
+
+
+def test_a_reward_function_only_one_run_has_shows_that_run_s_mean():
+    """The bundled length-hack run has a 'length' reward function the healthy run has not:
+    its row gives B's mean over the shared steps and A's as missing (it was blank)."""
+    runs = Path(__file__).parents[1] / "sample_data" / "runs"
+    healthy = ratioscope.timeline(runs / "healthy-s1" / "capture")
+    hacked = ratioscope.timeline(runs / "shaping_hack-s1" / "capture")
+    key = "vitals.reward.per_function.length.mean"
+    result = compare(healthy, hacked)
+    row = {r.key: r for r in result.headlines}[key]
+    shared = {s.step for s in healthy.steps} & {s.step for s in hacked.steps}
+    values = [s.values[key] for s in hacked.steps if s.step in shared]
+    assert len(values) == len(shared) >= 20 and all(v is not None for v in values)
+    assert row.total.a is None and row.total.diff is None
+    assert row.total.b == pytest.approx(sum(values) / len(values))

@@ -254,6 +254,11 @@ def _with_functions(headlines: tuple[Headline, ...], names: list[str]) -> tuple[
     return with_reward_functions(headlines, reward_function_headlines(list(dict.fromkeys(names))))
 
 
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
 def _row(item: Headline, total: Difference, steps: tuple[int, ...] = ()) -> HeadlineComparison:
     return HeadlineComparison(item.key, item.label, item.short, total, steps)
 
@@ -293,9 +298,12 @@ def _timelines(
     for item in headlines:
         pairs = [s.values[item.key] for s in steps if s.values[item.key].diff is not None]
         # means over the steps where both sides have a value, so a step missing on one
-        # side does not shift the other's mean
-        mean_a = sum(p.a for p in pairs if p.a is not None) / len(pairs) if pairs else None
-        mean_b = sum(p.b for p in pairs if p.b is not None) / len(pairs) if pairs else None
+        # side does not shift the other's mean; a quantity only one side has (a reward
+        # function of one run) shows that side's mean, the other's "—"
+        if not pairs:
+            pairs = [s.values[item.key] for s in steps]
+        mean_a = _mean([p.a for p in pairs])
+        mean_b = _mean([p.b for p in pairs])
         diverging = tuple(s.step for s in steps if s.values[item.key].diverges)
         total = step_difference(item.key, mean_a, mean_b)
         rows.append(_row(item, total, diverging))
