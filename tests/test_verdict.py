@@ -553,6 +553,25 @@ def test_compact_verdict_folds_the_green_findings_into_one_line(document):
     )
 
 
+def test_the_green_line_leaves_out_a_name_that_is_also_yellow(document):
+    """The mismatch's k3 yellow, its ESS and outside-band share green: one name at two
+    levels; the green line leaves it out, the count keeps every green check."""
+    from rich.console import Console
+
+    from ratioscope.render.terminal.verdict import green_names, show_verdict
+
+    doc = document_with(document, **{"mismatch/rollout/k3": 5e-3})
+    judged = verdict(Report.from_dict(doc))
+    levels = {f.level for f in judged.findings if f.short_name == "train/inference mismatch"}
+    assert levels == {"yellow", "green"}
+    assert "train/inference mismatch" not in green_names(judged)
+    console = Console(width=300, record=True, color_system=None)
+    show_verdict(console, judged, compact=True)
+    green = console.export_text().splitlines()[-1]
+    greens = sum(f.level == "green" for f in judged.findings)
+    assert green.startswith(f"  green   {greens} checks within their thresholds: policy drift")
+
+
 # ---------------------------------------------------------------- vitals-based rules
 
 

@@ -579,11 +579,6 @@ CATALOG: tuple[Entry, ...] = (
         "count",
         "degenerate groups whose rewards are all equal",
     ),
-    Entry(
-        "trust_region.degenerate_share",
-        "fraction",
-        "degenerate / groups: the share the verdict judges (degenerate_yellow, _red)",
-    ),
     *_distribution("trust_region.lam", "the dual lambda* over non-degenerate groups", "lambda"),
     *_distribution("trust_region.mu", "the dual mu* over non-degenerate groups", "reward"),
     *_distribution(
@@ -605,6 +600,11 @@ CATALOG: tuple[Entry, ...] = (
         "trust_region.grpo.*",
         "1",
         "the GRPO convention beside QUATRO: * = eps (1e-6), std_ddof (0)",
+    ),
+    Entry(
+        "trust_region.degenerate_share",
+        "fraction",
+        "degenerate / groups: the share the verdict judges (degenerate_yellow, _red)",
     ),
     # --- staleness (docs/staleness.md): present when the dumps carry 'minibatch'
     Entry(

@@ -24,7 +24,13 @@ from rich.table import Table
 from rich.text import Text
 
 from ratioscope.render.terminal.tables import DASH, print_table
-from ratioscope.render.terminal.verdict import STYLES, finding_line, note_line, verdict_headline
+from ratioscope.render.terminal.verdict import (
+    STYLES,
+    finding_line,
+    green_names,
+    note_line,
+    verdict_headline,
+)
 
 if TYPE_CHECKING:
     from ratioscope.judgement.verdict import Verdict
@@ -52,7 +58,7 @@ def show_verdict_brief(console: Console, verdict: Verdict, short_notes: bool = F
         for finding in verdict.findings:
             if finding.level == level:
                 console.print(finding_line(finding.level, finding.text))
-    greens = list(dict.fromkeys(f.short_name for f in verdict.findings if f.level == "green"))
+    greens = green_names(verdict)
     if greens:
         console.print(finding_line("green", ", ".join(greens)))
     if short_notes and verdict.notes:

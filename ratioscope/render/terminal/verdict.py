@@ -56,13 +56,23 @@ def note_line(text: str) -> Text:
     return Text.assemble((f"  {NOTE_TAG:<8}", NOTE_STYLE), text)
 
 
+def green_names(verdict: Verdict) -> list[str]:
+    """The short names of the green findings, each once, leaving out a name that is also
+    yellow or red (the mismatch's ESS green beside its k3 yellow would read "the mismatch
+    is yellow and green")."""
+    worse = {f.short_name for f in verdict.findings if f.level != "green"}
+    greens = (f.short_name for f in verdict.findings if f.level == "green")
+    return [name for name in dict.fromkeys(greens) if name not in worse]
+
+
 def green_summary(verdict: Verdict) -> str | None:
     """``12 checks within their thresholds: train/inference mismatch, policy drift, ...``
-    (each short name once), or None when no finding is green."""
+    (each short name once, none that is also yellow or red), or None when no finding is
+    green."""
     greens = [f for f in verdict.findings if f.level == "green"]
     if not greens:
         return None
-    names = list(dict.fromkeys(f.short_name for f in greens))
+    names = green_names(verdict)
     checks = f"{len(greens)} check{'s' if len(greens) > 1 else ''}"
     return f"{checks} within their thresholds: {', '.join(names)}"
 
