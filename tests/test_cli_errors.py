@@ -339,3 +339,14 @@ def test_a_reader_that_goes_away_leaves_the_report_written(tmp_path, merged):
     process.stdout.close()  # the reader goes away
     assert process.wait(timeout=300) == 0
     assert json.loads(out.read_text())["schema_version"] == 2
+
+
+@pytest.mark.parametrize(
+    "command", [["info"], ["analyze"], ["timeline"], ["watch"], ["report", "-o", "r.html"]]
+)
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, [*command, ""])
+    assert result.exit_code == 2, result.output
+    assert "an empty path ('') was given" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and not list(tmp_path.iterdir())

@@ -280,6 +280,8 @@ def expand_paths(
     files: list[Path] = []
     for raw in paths:
         text = str(raw)
+        if not text.strip():  # Path("") is the current folder: never what was meant
+            raise UnreadablePathError(None, "an empty path ('') was given")
         if _GLOB_CHARS.search(text) and not Path(text).exists():
             matches = sorted((Path(m) for m in glob.glob(text, recursive=True)), key=_natural_key)
             matches = [m for m in matches if m.is_file()]

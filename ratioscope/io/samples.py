@@ -260,6 +260,8 @@ def sample_paths(paths: Iterable[str | Path]) -> list[Path]:
     in natural order, so that a run's steps come out as 1, 2, ..., 10."""
     files: list[Path] = []
     for raw in paths:
+        if not str(raw).strip():  # Path("") is the current folder: never what was meant
+            raise UnreadablePathError(None, "an empty path ('') was given")
         path = Path(raw)
         if not path.is_dir():
             files.append(path)
