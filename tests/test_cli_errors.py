@@ -177,6 +177,22 @@ def test_malicious_pt_pickle_runs_no_code(tmp_path):
     result, outputs = run_analyze(tmp_path, str(path))
     assert_bad_input(result, outputs, "evil.pt", "--unsafe-pickle")
     assert not marker.exists()
+    # the same as a legacy pickle of protocol 4, in a process of its own (pytest keeps
+    # warnings from the runner's stderr): torch's warning about the protocol is not
+    # printed beside the one sentence
+    import subprocess
+    import sys
+
+    torch.save(
+        {"mask": torch.ones(1, 2), "x": _Payload(marker)}, path,
+        _use_new_zipfile_serialization=False, pickle_protocol=4,
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "ratioscope", "info", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and not marker.exists()
+    assert done.stderr.count("\n") == 1 and "--unsafe-pickle" in done.stderr, done.stderr
 
 
 def test_pkl_is_refused_without_unsafe_pickle_and_runs_no_code(tmp_path):
@@ -350,3 +366,25 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(command, tmp_pa
     assert result.exit_code == 2, result.output
     assert "an empty path ('') was given" in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
+def test_a_damaged_pt_is_named_damaged_not_untrusted(tmp_path):
+    """A byte changed inside the archive's pickle fails the member's checksum: the file
+    is damaged, which --unsafe-pickle would not mend (it was refused as holding Python
+    objects beyond tensors, pointing to --unsafe-pickle)."""
+    ref = make_reference(seed=2, rows=4)
+    path = save(tmp_path / "flipped.pt", mask=torch.tensor(ref.mask))
+    data = bytearray(path.read_bytes())
+    start = data.index(b"\x80\x02", data.index(b"data.pkl"))  # the pickle's first bytes
+    data[start + 2] = 0xFF  # an opcode the unpickler does not know
+    path.write_bytes(bytes(data))
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "flipped.pt", "fails its checksum")
+    assert "--unsafe-pickle" not in result.stderr
+
+
+def test_a_text_file_named_pt_is_said_to_be_no_torch_file(tmp_path):
+    path = tmp_path / "notes.pt"
+    path.write_text("step 32: loss 0.12\n" * 20)
+    result, outputs = run_analyze(tmp_path, str(path))
+    assert_bad_input(result, outputs, "notes.pt", "neither a zip archive nor a pickle")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import warnings
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -97,8 +98,18 @@ def _read_pt(path: Path, unsafe_pickle: bool) -> RawDump:
     check_torch_zip(path)
     check_torch_legacy(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch's own notes on an unusual pickle ("Detected pickle protocol 4"): the
+            # refusal below says what matters in one sentence
+            warnings.simplefilter("ignore", UserWarning)
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
+        damaged = _damaged_member(path)
+        if damaged is not None:  # corrupt bytes read as a pickle: not a question of trust
+            raise CorruptFileError(
+                path, f"not a readable torch file: its member '{damaged}' fails its checksum "
+                "(the file is damaged)",
+            ) from None  # fmt: skip
         if not unsafe_pickle:
             detail = str(error).splitlines()[0] if str(error) else ""
             if "Weights only load failed" in detail or "weights_only" in str(error):
@@ -130,6 +141,18 @@ def _zip_cut_short(tail: bytes, size: int) -> bool:
     return directory_offset + directory_size > size - (len(tail) - at)
 
 
+def _damaged_member(path: Path) -> str | None:
+    """The first member of a zip-based ``.pt`` whose bytes fail their CRC (None: none,
+    or not a zip). Asked only once a load has failed: it reads the whole file."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError):
+        return None
+    except Exception:  # zlib errors of a damaged member
+        return "?"
+
+
 def _torch_load_problem(path: Path, error: BaseException) -> str:
     """What is wrong with a ``.pt`` file torch cannot load: a file cut short (an
     interrupted copy or write, a full disk) is named truncated, whatever torch's own
@@ -146,6 +169,11 @@ def _torch_load_problem(path: Path, error: BaseException) -> str:
         return "not a readable torch file: truncated (the zip archive has no whole end record)"
     if isinstance(error, EOFError) or "unexpected EOF" in str(error):
         return "not a readable torch file: truncated (the data ends before the pickle does)"
+    if head != _ZIP_START and not head.startswith(b"\x80"):
+        return "not a torch file: neither a zip archive nor a pickle (another format named .pt?)"
+    damaged = _damaged_member(path)
+    if damaged is not None:
+        return f"not a readable torch file: its member '{damaged}' fails its checksum (damaged)"
     return f"not a readable torch file ({_first_line(error)})"
 
 
