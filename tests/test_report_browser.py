@@ -86,6 +86,18 @@ def test_report_drills_from_run_to_step_to_tokens(browser, tmp_path):
         " e.querySelector('.value').textContent])"
     )
     assert ["tokens", str(tokens)] in vitals
+    # each vital with its meaning and unit from the report's catalog (ratioscope metrics)
+    from ratioscope.report.catalog import entries_for
+
+    meanings = dict(
+        page.locator("#vitals .vital").evaluate_all(
+            "v => v.map(e => [e.querySelector('.key').textContent,"
+            " (e.querySelector('.meaning') || {}).textContent || null])"
+        )
+    )
+    (entry,) = entries_for("vitals.length.mean")
+    assert meanings["length.mean"] == f"{entry.meaning} ({entry.unit})"
+    assert sum(m is not None for m in meanings.values()) >= 0.8 * len(meanings)
     page.screenshot(path=str(shots / "report-run.png"))
 
     page.click("#step-table tr[data-step='16'] td")

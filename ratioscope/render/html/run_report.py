@@ -9,7 +9,7 @@ drilldown`); :meth:`RunReport.write_html` hands the document to
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,9 @@ class RunPage:
     bottom_line: str | None
     vitals: dict[str, Any] | None
     thresholds: dict[str, float]
+    #: each vitals key the page lists (``length.mean``) -> its meaning and unit, from the
+    #: report's catalog (``ratioscope metrics``)
+    vitals_meanings: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,7 @@ class RunPage:
             "verdict": self.verdict,
             "bottom_line": self.bottom_line,
             "vitals": self.vitals,
+            "vitals_meanings": self.vitals_meanings,
             "thresholds": self.thresholds,
         }
 
@@ -113,7 +117,30 @@ def run_page(name: str, result: Timeline) -> RunPage:
         bottom_line=bottom() if callable(bottom) else None,
         vitals=vitals,
         thresholds=thresholds,
+        vitals_meanings=vitals_meanings(vitals),
     )
+
+
+def vitals_meanings(vitals: Mapping[str, Any] | None) -> dict[str, str]:
+    """Each scalar key under ``vitals`` (dotted, without the section) with its meaning and
+    unit from the report's catalog: "mean response length (tokens)"."""
+    from ratioscope.report.catalog import entries_for
+
+    meanings: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), item)
+            return
+        entries = entries_for(f"vitals.{prefix}")
+        if entries:
+            entry = entries[0]
+            unit = f" ({entry.unit})" if entry.unit not in ("", "1", "text") else ""
+            meanings[prefix] = f"{entry.meaning}{unit}"
+
+    walk("", vitals or {})
+    return meanings
 
 
 def report_from_timeline(

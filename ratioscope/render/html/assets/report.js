@@ -126,8 +126,12 @@
       const rows = [];
       flatten("", run.vitals, rows);
       const list = el("div", { class: "vitals" });
+      const meanings = run.vitals_meanings || {};
       rows.slice(0, 120).forEach(function (r) {
-        list.appendChild(el("div", { class: "vital" }, el("span", { class: "key", text: r[0] }), el("span", { class: "value", text: fmt(r[1]) })));
+        // the key as the JSON and check rules name it; its meaning beside it
+        list.appendChild(el("div", { class: "vital", title: meanings[r[0]] || r[0] },
+          el("span", { class: "key", text: r[0] }), el("span", { class: "value", text: fmt(r[1]) }),
+          meanings[r[0]] ? el("span", { class: "meaning", text: meanings[r[0]] }) : null));
       });
       wrap.appendChild(list);
       return wrap;
@@ -149,6 +153,18 @@
     }), { left: [0] }));
     return wrap;
   }
+  // a panel's title in lines of at most 46 characters, a newline between them (the
+  // chart's labelExpr splits there): a long headline is wrapped, not cut with an ellipsis
+  function panelTitle(label) {
+    const lines = [];
+    let line = "";
+    label.split(" ").forEach(function (word) {
+      if (line && (line + " " + word).length > 46) { lines.push(line); line = word; }
+      else line = line ? line + " " + word : word;
+    });
+    if (line) lines.push(line);
+    return lines.join("\n");
+  }
   function timelineRows() {
     // long format: one row per headline, run and step; the page computes nothing
     const rows = [];
@@ -161,7 +177,7 @@
         heads.forEach(function (h) {
           const value = s.values[h.key];
           if (value === null || value === undefined) return;
-          rows.push({ label: h.label, unit: h.unit, step: s.step, value: value, run: pair[1],
+          rows.push({ label: h.label, panel: panelTitle(h.label), unit: h.unit, step: s.step, value: value, run: pair[1],
             flagged: pair[1] === "run" && flags.has(h.key), threshold: pair[1] === "run" && RUN.thresholds[h.key] !== undefined ? RUN.thresholds[h.key] : null,
             level: stepLevel(s), colour: LEVEL_COLOURS[stepLevel(s)] || null });
         });
@@ -172,12 +188,14 @@
   function timelineChart(node) {
     const heads = headlineKeys(RUN);
     const x = { field: "step", type: "quantitative", title: "step", axis: { tickMinStep: 1 } };
-    const y = { field: "value", type: "quantitative", title: null, scale: { zero: false } };
+    // padding: room at the bottom of each panel for the verdict's squares, off the points
+    const y = { field: "value", type: "quantitative", title: null, scale: { zero: false, padding: 14 } };
     const tooltip = [{ field: "label", title: "quantity" }, { field: "run" }, { field: "step" },
       { field: "value", format: ".4~g" }, { field: "unit" }];
     const spec = {
       data: { values: timelineRows() },
-      facet: { field: "label", type: "nominal", title: null, sort: heads.map(function (h) { return h.label; }) },
+      facet: { field: "panel", type: "nominal", title: null, sort: heads.map(function (h) { return panelTitle(h.label); }),
+        header: { labelExpr: "split(datum.value, '\\n')", labelLimit: 0 } },
       columns: 3,
       spec: {
         width: 300, height: 130,
