@@ -14,8 +14,9 @@ from ratioscope.errors import ParameterError
 from ratioscope.functional.changepoint import ChangeRule, change_flags
 
 
-def reference_flags(values, rule):
-    """The rule written out the slow way: the history restarts at every flag."""
+def reference_flags(values, rule, floor=0.0):
+    """The rule written out the slow way: the history restarts at every flag; the scale
+    is at least ``floor``."""
     flags, start = [], 0
     for t, x in enumerate(values):
         if x is None or math.isnan(x):
@@ -27,7 +28,7 @@ def reference_flags(values, rule):
         if len(history) >= rule.min_history:
             m = statistics.median(history)
             mad = statistics.median([abs(h - m) for h in history])
-            scale = max(1.4826 * mad, rule.floor_rel * abs(m))
+            scale = max(1.4826 * mad, rule.floor_rel * abs(m), floor)
             flag = (x != m) if scale == 0 else abs(x - m) > rule.k * scale
         if flag:
             start = t
@@ -63,11 +64,13 @@ def test_below_its_floor_a_series_flags_nothing_and_a_rise_through_it_is_flagged
     noise = [1e-13, 2e-13, 1e-13, 1e-13, 2e-13, 1e-13, 6.5e-13]
     assert change_flags(noise)[-1]
     assert not any(change_flags(noise, floor=1e-6))
-    # the plain reading of the series taken at the floor: max(x, floor)
-    rising = [*noise, 5e-6, 5.1e-6, 4.9e-6]
-    at_floor = [max(x, 1e-6) for x in rising]
-    assert change_flags(rising, floor=1e-6) == reference_flags(at_floor, ChangeRule())
-    assert change_flags(rising, floor=1e-6)[7]
+    # a rise of more than k = 6 floors is flagged at its step
+    rising = [*noise, 7e-6, 7.1e-6, 6.9e-6]
+    assert change_flags(rising, floor=1e-6) == [False] * 7 + [True, False, False]
+    # a share near 0 that moves by less than 6 floors (1 %) is no change; the same moves
+    # without a floor flag a step whose history happens to be flat
+    shares = [0.0, 0.0, 0.03, 0.0, 0.0, 0.0, 0.05]
+    assert change_flags(shares)[-1] and not any(change_flags(shares, floor=0.01))
 
 
 @settings(max_examples=100, deadline=None)
@@ -75,10 +78,9 @@ def test_below_its_floor_a_series_flags_nothing_and_a_rise_through_it_is_flagged
     values=st.lists(st.one_of(st.none(), st.floats(0, 1, allow_nan=False)), max_size=30),
     floor=st.floats(0, 0.5),
 )
-def test_a_floor_is_the_plain_reading_of_the_values_taken_at_it(values, floor):
+def test_a_floor_is_the_plain_reading_with_the_scale_at_least_the_floor(values, floor):
     rule = ChangeRule(window=6, min_history=3)
-    at_floor = [None if v is None else max(v, floor) for v in values]
-    assert change_flags(values, rule, floor) == reference_flags(at_floor, rule)
+    assert change_flags(values, rule, floor) == reference_flags(values, rule, floor)
 
 
 def test_too_little_history_flags_nothing():

@@ -11,8 +11,9 @@ its onset, and the new level becomes the reference). At least ``min_history`` va
 needed before anything can be flagged. The median and MAD ignore a single outlier in the
 history, and ``floor_rel`` keeps a flat series (MAD = 0) from flagging float noise. A
 quantity may have a ``floor``, the least value it is judged at (a k3 of 1e-13 is float32
-rounding): a value below it is taken at it, so a series that moves only below its floor
-(1e-13, then 6e-13) flags nothing, and a rise from there above it is flagged as before.
+rounding): the scale is at least the floor, so a move of less than ``k`` floors is never
+a change (a series that moves only below its floor, 1e-13 then 6e-13, flags nothing),
+while a series well above its floor, whose MAD is larger, is judged as without one.
 The false-alarm rate of the defaults on stationary series is measured by
 ``benchmarks/timeline_false_alarms.py`` and stated in docs/timeline.md.
 """
@@ -72,7 +73,7 @@ def change_flags(
         values: [N] the series in step order; None or NaN is a missing value (never
             flagged, never history).
         rule: the thresholds (default :class:`ChangeRule`).
-        floor: values below it are taken at it (None: none).
+        floor: the least scale (None: none): moves smaller than ``k`` floors are none.
 
     Returns:
         [N] bool: True where a change starts.
@@ -101,16 +102,18 @@ class ChangeTracker:
 
     def __init__(self, rule: ChangeRule | None = None, floor: float | None = None) -> None:
         self.rule = rule or ChangeRule()
-        self.floor = -math.inf if floor is None else floor
+        self.floor = 0.0 if floor is None else floor
         self.history: list[float] = []
 
     def add(self, value: float | None) -> bool:
         """Whether ``value`` (the next step's; None or NaN: missing) starts a change."""
         if value is None or not math.isfinite(value):
             return False
-        x = max(float(value), self.floor)
+        x = float(value)
         rule = self.rule
-        flagged = len(self.history) >= rule.min_history and _departs(x, self.history, rule)
+        flagged = len(self.history) >= rule.min_history and _departs(
+            x, self.history, rule, self.floor
+        )
         if flagged:
             self.history = []  # the new level is the reference from here on
         self.history.append(x)
@@ -118,10 +121,10 @@ class ChangeTracker:
         return flagged
 
 
-def _departs(x: float, history: list[float], rule: ChangeRule) -> bool:
+def _departs(x: float, history: list[float], rule: ChangeRule, floor: float = 0.0) -> bool:
     center = median(history)
     mad = median(abs(h - center) for h in history)
-    scale = max(MAD_TO_SIGMA * mad, rule.floor_rel * abs(center))
+    scale = max(MAD_TO_SIGMA * mad, rule.floor_rel * abs(center), floor)
     if scale == 0.0:  # a series of exact zeros (or one constant 0): any move is a change
         return x != center
     return abs(x - center) > rule.k * scale

@@ -193,9 +193,9 @@ CHANGE_FLOORS: dict[str, float] = {item.path: item.floor for item in RELATIVE}
 
 
 def change_floor(key: str) -> float | None:
-    """The least value of headline ``key`` the change rule tells apart (a quantity bad
-    when it rises, below its :data:`CHANGE_FLOORS` floor: float rounding, a token or two
-    of a share); None: every value."""
+    """The change rule's least scale for headline ``key``: a quantity bad when it rises
+    moves by less than its :data:`CHANGE_FLOORS` floor in float rounding or by a token or
+    two of a share, which is no change; None: no floor."""
     return CHANGE_FLOORS.get(key) if BAD_CHANGE.get(key) == "up" else None
 
 

@@ -938,9 +938,9 @@ class StepJudging:
         self.judge.add(step, step_report, pooled=pooled, values=values, flags=flags, own=own)
 
     def _tracker(self, key: str) -> ChangeTracker:
-        """The change rule's tracker of headline ``key``: below its floor a quantity bad
-        when it rises is at float rounding (or a token or two of a share), and its moves
-        there are no change (:func:`~ratioscope.judgement.run_verdict.change_floor`)."""
+        """The change rule's tracker of headline ``key``, its scale at least the floor of
+        a quantity bad when it rises: moves of float rounding, or of a token or two of a
+        share, are no change (:func:`~ratioscope.judgement.run_verdict.change_floor`)."""
         from ratioscope.judgement.run_verdict import change_floor
 
         tracker = self.trackers.get(key)
