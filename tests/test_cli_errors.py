@@ -388,3 +388,21 @@ def test_a_text_file_named_pt_is_said_to_be_no_torch_file(tmp_path):
     path.write_text("step 32: loss 0.12\n" * 20)
     result, outputs = run_analyze(tmp_path, str(path))
     assert_bad_input(result, outputs, "notes.pt", "neither a zip archive nor a pickle")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('{"schema_version": 2, "by_method": {}}', "this is an evaluation report"),
+        ('{"schema_version": 2, "ratios": {', "not valid JSON (line 1"),
+    ],
+)
+def test_timeline_of_a_json_that_is_no_step_report_says_what_it_is(tmp_path, text, fragment):
+    """A JSON whose name gives no step is read: another kind of document, or one that does
+    not parse, is said to be so (it was "no training step found for this file")."""
+    path = tmp_path / "passk.json"
+    path.write_text(text)
+    result = runner.invoke(app, ["timeline", str(path), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "passk.json" in result.stderr and fragment in result.stderr, result.stderr
+    assert "no training step found" not in result.stderr

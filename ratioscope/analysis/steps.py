@@ -136,6 +136,7 @@ def read_step_meta(path: Path, unsafe_pickle: bool = False) -> dict[str, Any]:
     from ratioscope.io.readers import read_raw
 
     if is_report_path(path):
+        _require_analyze_report(path)
         return {}
     raw = read_raw(path, unsafe_pickle=unsafe_pickle)
     meta = dict(raw.meta)
@@ -144,6 +145,18 @@ def read_step_meta(path: Path, unsafe_pickle: bool = False) -> dict[str, Any]:
         if key not in meta and _is_scalar_tensor(value):
             meta[key] = value
     return meta
+
+
+def _require_analyze_report(path: Path) -> None:
+    """A JSON input whose name gives no step must be an analyze report (whose step the
+    caller then asks for): a file that does not read, or a document of another kind (a
+    timeline, an evaluation report), is said to be so, not to lack a step."""
+    from ratioscope.errors import ReportError
+    from ratioscope.io.documents import document_kind, read_json_report
+
+    kind = document_kind(read_json_report(path))
+    if kind != "an analyze report":
+        raise ReportError(path, f"this is {kind}, not an analyze report of a training step")
 
 
 def _is_scalar_tensor(value: Any) -> bool:
