@@ -323,6 +323,7 @@ def test_logits_with_nan_are_refused_by_objectives(tmp_path):
         (["convert", "{tmp}", "{tmp}/out.safetensors"], "a directory: convert takes one"),
         (["report", "{verl}", "--token-budget", "nan", "--out", "{tmp}/r.html"], "finite number"),
         (["report", "{verl}", "--token-budget", "inf", "--out", "{tmp}/r.html"], "finite number"),
+        (["sweep", "{verl}", "--qv", "nan,inf", "--json", "{tmp}/out.json"], "--qv needs finite"),
     ],
 )
 def test_more_bad_arguments_are_one_line_and_exit_2(tmp_path, args, fragment):
@@ -406,3 +407,19 @@ def test_timeline_of_a_json_that_is_no_step_report_says_what_it_is(tmp_path, tex
     assert result.exit_code == 2, result.output
     assert "passk.json" in result.stderr and fragment in result.stderr, result.stderr
     assert "no training step found" not in result.stderr
+
+
+def test_a_plot_of_a_report_without_ratios_names_the_file(tmp_path):
+    import json
+
+    verl = Path(__file__).resolve().parents[1] / "sample_data" / "verl" / "step_0032.pt"
+    made = tmp_path / "made.json"
+    assert runner.invoke(app, ["analyze", str(verl), "--json", str(made), "-q"]).exit_code == 0
+    document = json.loads(made.read_text())
+    document["ratios"] = None
+    path = tmp_path / "no_ratios.json"
+    path.write_text(json.dumps(document))
+    result = runner.invoke(app, ["plot", "windows", str(path), "--out", str(tmp_path / "w.png")])
+    assert result.exit_code == 2, result.output
+    assert "no_ratios.json" in result.stderr and "no 'ratios' section" in result.stderr
+    assert not (tmp_path / "w.png").exists()

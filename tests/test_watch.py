@@ -524,3 +524,13 @@ def test_a_watch_holds_back_documents_that_cost_more_than_their_share(tmp_path, 
     written(tmp_path / "run" / "step_6" / "rank_0.pt", 6, clock.now - 1, 0.8)
     assert session.follow(0.05, once=True) == 0  # the look holds it back; the stop writes
     assert written_steps() == list(range(7))
+
+
+def test_the_command_names_options_not_library_parameters(tmp_path):
+    """A file without a step is left out with the library's sentence, which names its
+    parameter (`step_from`); the command says --step-from."""
+    write_step(tmp_path / "run" / "dump.pt", seed=0, noise=0.05)
+    result = CliRunner().invoke(app, ["watch", str(tmp_path / "run"), "--once", "--settle", "0"])
+    assert result.exit_code == 0, result.output
+    assert "left out" in result.stderr and "--step-from" in result.stderr, result.stderr
+    assert "`step_from`" not in result.stderr

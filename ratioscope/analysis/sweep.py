@@ -6,6 +6,7 @@ accumulator per Q/V value, so each file is read once whatever the number of valu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -84,8 +85,8 @@ def sweep(
     params = params or AnalysisParams()
     load_options = load_options or LoadOptions()
     qvs = list(dict.fromkeys(float(x) for x in qvs))  # a repeated value is one row
-    if not qvs or any(x <= 0 for x in qvs):
-        raise ParameterError("qvs", f"needs positive values, got {qvs}")
+    if not qvs or not all(0 < x < math.inf for x in qvs):  # NaN fails both
+        raise ParameterError("qvs", f"needs finite positive values, got {qvs}")
     per_qv = [replace(params, kalman_q=qv * params.kalman_v) for qv in qvs]
 
     def make() -> list[Accumulator]:

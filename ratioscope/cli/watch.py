@@ -407,10 +407,15 @@ class _Session:
 
     def _after(self, poll: Poll) -> None:
         """Show what the look did; write the outputs, feed the trackers, run --on-red."""
+        from ratioscope.cli._options import PARAMETER_OPTIONS
+        from ratioscope.errors import naming_options
+
+        # the library's sentences name its parameters (`step_from`): here, the options
         for note in poll.notes:
-            self._event(note)
+            self._event(naming_options(note, PARAMETER_OPTIONS))
         for skipped in poll.skipped:
-            self._event(f"step {skipped.step} skipped: {skipped.problem}")
+            problem = naming_options(skipped.problem, PARAMETER_OPTIONS)
+            self._event(f"step {skipped.step} skipped: {problem}")
         if poll.refolded:
             self._event("a step changed after it was read: the run was folded again")
         self.state.waiting, self.state.lag = poll.waiting, poll.lag or self.state.lag
