@@ -70,14 +70,19 @@ def test_the_terminal_and_the_plots_say_so(tmp_path, monkeypatch):
     from ratioscope.render.png import ratios as ratio_plots
 
     texts: list[str] = []
+    footers: list[str] = []
 
     def keep(figure, target) -> None:
         texts.extend(t.get_text() for t in figure.findobj(matplotlib.text.Text))
+        footers.append(figure.get_supxlabel())
 
     monkeypatch.setattr(ratio_plots, "save_figure", keep)
     report = ratioscope.analyze(path)
     ratio_plots.plot_spectrum(report, tmp_path / "s.png")
+    ratio_plots.plot_windows(report, tmp_path / "w.png")
     assert any("shorter than 50 tokens" in t for t in texts)
+    # in the footer, off the data (in a corner of the axes it lay over the lines at 0)
+    assert len(footers) == 2 and all("shorter than 50 tokens" in f for f in footers)
     texts.clear()
     ratio_plots.plot_windows(report, tmp_path / "w.png")
     assert any("shorter than 50 tokens" in t for t in texts)

@@ -53,9 +53,11 @@ def _figure(plt: Any, figsize: tuple[float, float], **subplots: Any) -> tuple[An
     return plt.subplots(figsize=figsize, layout="constrained", **subplots)
 
 
-def _footer(figure: Any, source: str) -> None:
-    """The source under everything: as the figure's x label, the layout keeps room for it."""
-    figure.supxlabel(f"ratioscope · {source}", x=0.995, ha="right", fontsize=7, color="0.45")
+def _footer(figure: Any, source: str, note: str | None = None) -> None:
+    """The source under everything: as the figure's x label, the layout keeps room for it;
+    a ``note`` (sequences left out) leads it, off the data."""
+    text = f"ratioscope · {source}" if not note else f"{note}  ·  ratioscope · {source}"
+    figure.supxlabel(text, x=0.995, ha="right", fontsize=7, color="0.45")
 
 
 def _legend_under(
@@ -75,14 +77,12 @@ def _legend_under(
                        frameon=False, **options)  # fmt: skip
 
 
-def _note_short_sequences(axes: Any, ratios: Mapping[str, Any]) -> None:
-    """A line in the corner saying how many sequences were too short to be drawn."""
+def _note_short_sequences(ratios: Mapping[str, Any]) -> str | None:
+    """How many sequences were too short to be drawn (for the footer: in a corner of the
+    axes it lay over the Kalman row's line at 0)."""
     from ratioscope.render.terminal.report import short_sequences_note
 
-    note = short_sequences_note(list(ratios.items()))
-    if note:
-        axes.text(0.01, 0.01, note, transform=axes.transAxes, fontsize=8, color="0.3",
-                  va="bottom")  # fmt: skip
+    return short_sequences_note(list(ratios.items())) or None
 
 
 def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
@@ -118,14 +118,13 @@ def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
     if drawn == 0:
         axes.text(0.5, 0.5, "no sequence with fluctuating ratios", transform=axes.transAxes,
                   ha="center")  # fmt: skip
-    _note_short_sequences(axes, ratios)
     axes.grid(alpha=0.3, which="both")
     handles, labels = axes.get_legend_handles_labels()
     for reason in dropped:  # a legend line without a mark: what is not drawn, and why
         handles.append(plt.Line2D([], [], color="none"))
         labels.append(reason)
     _legend_under(axes, handles, labels, columns=1 if dropped else 2)
-    _footer(figure, source)
+    _footer(figure, source, _note_short_sequences(ratios))
     save_figure(figure, out)
 
 
@@ -207,13 +206,12 @@ def plot_windows(report: Report, out: Path, source: str = "") -> None:
     if not curves:
         axes.text(0.5, 0.5, "no sequence has a full window", transform=axes.transAxes,
                   ha="center")  # fmt: skip
-    _note_short_sequences(axes, ratios)
     _count_panel(count_axes, counts, reached, sequences)
     count_axes.set_xlabel(f"window index ({window} valid tokens per window)")
     count_axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     _legend_under(count_axes, handles, labels, columns=1,
                   handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)})  # fmt: skip
-    _footer(figure, source)
+    _footer(figure, source, _note_short_sequences(ratios))
     save_figure(figure, out)
 
 

@@ -28,6 +28,13 @@ def at_noise(values: Sequence[float], floor: float | None) -> bool:
     return floor is not None and bool(values) and all(abs(v) <= floor for v in values)
 
 
+def _visibly_inside(limits: tuple[float, float], y: float) -> bool:
+    """Whether ``y`` lies inside the y range and clear of its bottom (a floor drawn on the
+    zero line of a series far above it says nothing and covers the points there)."""
+    low, high = limits
+    return low <= y <= high and y - max(low, 0.0) > 0.03 * (high - low)
+
+
 def finish_axes(
     ax: Any, title: str, unit: str, exponent: int, floor: float | None, noise: bool
 ) -> None:
@@ -42,8 +49,13 @@ def finish_axes(
                 "float32 rounding of equal log-probs); nothing to read here",
                 transform=ax.transAxes, fontsize=7.5, va="top", color=NOISE_COLOUR)  # fmt: skip
         title = f"{title} — at float noise"
-    elif floor is not None and ax.get_ylim()[0] <= floor * factor <= ax.get_ylim()[1]:
+    elif floor is not None and _visibly_inside(ax.get_ylim(), floor * factor):
         ax.axhline(floor * factor, color=NOISE_COLOUR, lw=0.8, ls="--")
+        # some steps above it: the line says what it is beside it, at the right edge
+        ax.annotate(f"float noise ({floor:.0e})", (1.0, floor * factor),
+                    xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7,
+                    color=NOISE_COLOUR)  # fmt: skip
     ax.set_title("\n".join(textwrap.wrap(title, 44)), fontsize=9.5, loc="left")
     label = unit if not exponent else f"{unit} (×1e{exponent})"
     ax.set_ylabel("\n".join(textwrap.wrap(label, 22)), fontsize=8.5)
