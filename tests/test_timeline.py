@@ -174,3 +174,25 @@ def test_a_share_s_ceiling_above_one_is_said_to_be_beyond_it(what, ceiling, said
     line = performance_line(SimpleNamespace(entropy_performance=found))
     assert f"predicted ceiling b - a = {ceiling:.3g}" in line
     assert ("above the 1 a share can reach" in line) is said
+
+
+def test_the_steps_that_turned_the_run_say_why():
+    """The bundled length-hack run turns red at step 5 for one step's policy drift, which
+    the pooled verdict after step 30 names nowhere: a line gives each turning step's
+    findings of that level, as that step's own verdict holds them."""
+    from ratioscope.render.terminal.timeline import TURNING_FINDINGS, turning_lines
+
+    run = Path(__file__).parents[1] / "sample_data" / "runs" / "shaping_hack-s1" / "capture"
+    result = ratioscope.timeline(run)
+    verdict = result.verdict
+    assert verdict.first_yellow is not None and verdict.first_red is not None
+    lines = [line.plain for line in turning_lines(result)]
+    assert len(lines) == 2
+    for line, level, step in zip(
+        lines, ("yellow", "red"), (verdict.first_yellow, verdict.first_red), strict=True
+    ):
+        (judged,) = [s.verdict for s in result.steps if s.step == step]
+        texts = [f.text for f in judged.findings if f.level == level]
+        assert texts and f"first {level} at step {step}: " in line
+        assert all(text in line for text in texts[:TURNING_FINDINGS])
+    assert "policy drift" in lines[1] and "step 5 alone" in lines[1]

@@ -267,7 +267,7 @@ def timeline(
     from ratioscope.io.loaders import expand_paths
     from ratioscope.judgement.verdict import load_thresholds
     from ratioscope.render.terminal.overview import show_verdict_brief
-    from ratioscope.render.terminal.timeline import show_timeline
+    from ratioscope.render.terminal.timeline import show_timeline, turning_lines
     from ratioscope.render.terminal.verdict import show_verdict
     from ratioscope.views.trackers import log_timeline, open_trackers, require_trackers
 
@@ -322,6 +322,8 @@ def timeline(
     elif result.verdict is not None:
         # the answer first, as analyze prints it; the JSON keeps every finding in full
         show_verdict_brief(console, result.verdict, short_notes=True)
+    for line in turning_lines(result):
+        console.print(line, highlight=False)
     show_timeline(result, console, columns.split(",") if columns else None)
     if json_out is not None:
         result.write_json(json_out)

@@ -32,6 +32,39 @@ DEFAULT_COLUMNS = (
 MARK = "*"
 
 
+#: findings of a turning step shown in full (the rest are counted)
+TURNING_FINDINGS = 2
+
+
+def turning_lines(timeline: Timeline) -> list[Text]:
+    """Why the run first turned yellow and red: the findings of that level at those
+    steps ("first red at step 5: step 5 alone: policy drift ..."). The pooled verdict
+    above lists what holds of the run now; the step that turned it may have been one
+    step's spike, named nowhere else."""
+    from ratioscope.render.terminal.verdict import STYLES, TAGS
+
+    verdict = timeline.verdict
+    if verdict is None:
+        return []
+    by_step = {s.step: s.verdict for s in timeline.steps}
+    lines = []
+    for level, step in (("yellow", verdict.first_yellow), ("red", verdict.first_red)):
+        judged = by_step.get(step) if step is not None else None
+        if judged is None or not hasattr(judged, "findings"):
+            continue
+        texts = [f.text for f in judged.findings if f.level == level]
+        if not texts:
+            continue
+        more = len(texts) - TURNING_FINDINGS
+        said = "; ".join(texts[:TURNING_FINDINGS]) + (f" (and {more} more)" if more > 0 else "")
+        lines.append(
+            Text.assemble(
+                (f"  {TAGS[level]:<8}", STYLES[level]), f"first {level} at step {step}: {said}"
+            )
+        )
+    return lines
+
+
 def choose_columns(timeline: Timeline, columns: Sequence[str] | None) -> list[Headline]:
     """The headlines to show: ``columns`` (keys or short names, or "all"), else the
     defaults that the timeline has."""
