@@ -275,6 +275,8 @@ def test_file_without_thresholds_gives_defaults(tmp_path):
             {"relative_red": 5},
             "'relative_red' (5) must be at least 'relative_yellow' (10)",
         ),
+        ({"rollout_k3_yellow": -1e-3}, "'rollout_k3_yellow' must be a finite number >= 0"),
+        ({"entropy_yellow": -0.5}, "'entropy_yellow' must be a finite number >= 0"),
     ],
 )
 def test_bad_thresholds_are_one_sentence(table, message):

@@ -1477,6 +1477,10 @@ def thresholds_from_table(table: Any, source: str | Path) -> Thresholds:
                 "docs/health.md lists them",
             )
         values[key] = number(value, "[thresholds]", key, source)
+        if not 0 <= values[key] < math.inf:  # shares, k3s, factors, nats: none below 0
+            raise RulesError(
+                source, f"[thresholds]: '{key}' must be a finite number >= 0, got {value!r}"
+            )
     result = Thresholds(**values)
     for name in names:
         if name.endswith("_yellow"):
