@@ -56,7 +56,7 @@ def test_library_errors_of_loading_and_running_name_the_parameter(tmp_path):
             "group_size",
             f"{path}: group_size 3 does not divide the 8 sequences of the file.",
         ),
-        (raised(sweep, path, [1e-6, -1.0]), "qvs", "qvs needs positive values"),
+        (raised(sweep, path, [1e-6, -1.0]), "qvs", "qvs needs finite positive values"),
     ]
     for error, parameter, message in cases:
         assert error.parameter == parameter
@@ -82,7 +82,7 @@ def test_the_command_line_names_the_options(tmp_path):
     result = runner.invoke(app, ["analyze", str(path), "--device", "tpu", "-q"])
     one_line_error(result, "--device must be one of auto, cpu, cuda, got 'tpu'")
     result = runner.invoke(app, ["sweep", str(path), "--qv", "1e-6,-1"])
-    one_line_error(result, "--qv needs positive values, got [1e-06, -1.0]")
+    one_line_error(result, "--qv needs finite positive values, got [1e-06, -1.0]")
     trl = write_layout(make_reference(seed=2, rows=8), "trl", tmp_path)
     result = runner.invoke(app, ["analyze", str(trl), "--group-size", "4", "-q"])
     one_line_error(result, "--group-size assumes consecutive groups", "shuffle_sequence_dict")
