@@ -701,18 +701,27 @@ class _Builder:
                 [(row.isnan().any(-1) | (row == math.inf).any(-1) | (row == -math.inf).all(-1))
                  for row in logits]
             ) & mask  # fmt: skip
-            count = int(bad.sum())
-            if count == 0:
-                continue
-            first = tuple(int(i) for i in bad.nonzero()[0])
-            if self.nonfinite == "error":
-                raise NonFiniteError(self.source, self.name(key), count, first)
-            mask = mask & ~bad
-            self.warnings.append(
-                f"{self.source}: masked {count} token(s) with non-finite '{self.name(key)}' "
-                f"(NaN, +inf or all -inf; first at (row, column) = {first})"
-            )
+            mask = self.refuse_or_mask(mask, bad, key, "NaN, +inf or all -inf; ")
         return mask
+
+    def refuse_or_mask(self, mask: Tensor, bad: Tensor, key: str, what: str = "") -> Tensor:
+        """The valid tokens ``bad`` [B, T] of ``key`` that are not finite: refused with
+        ``nonfinite="error"`` (the count and the first position), else masked and told.
+
+        Returns:
+            [B, T] the mask, less ``bad``.
+        """
+        count = int(bad.sum())
+        if count == 0:
+            return mask
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        if self.nonfinite == "error":
+            raise NonFiniteError(self.source, self.name(key), count, first)
+        self.warnings.append(
+            f"{self.source}: masked {count} token(s) with non-finite '{self.name(key)}' "
+            f"({what}first at (row, column) = {first})"
+        )
+        return mask & ~bad
 
     def check_finite(
         self,
@@ -728,18 +737,7 @@ class _Builder:
             # finite sum rules them out); a sum that overflows takes the full check
             if bool(torch.isfinite(tensor.sum())):
                 continue
-            bad = ~torch.isfinite(tensor) & mask
-            count = int(bad.sum())
-            if count == 0:
-                continue
-            first = tuple(int(i) for i in bad.nonzero()[0])
-            if self.nonfinite == "error":
-                raise NonFiniteError(self.source, self.name(key), count, first)
-            mask = mask & ~bad
-            self.warnings.append(
-                f"{self.source}: masked {count} token(s) with non-finite '{self.name(key)}' "
-                f"(first at (row, column) = {first})"
-            )
+            mask = self.refuse_or_mask(mask, ~torch.isfinite(tensor) & mask, key)
         return self.check_sequences_finite(mask, sequence_values, functions)
 
     def check_sequences_finite(
