@@ -540,11 +540,8 @@ def _refuse_values_that_are_not_arrays(
         # policy_version may be one number for the file (the trainer's version)
         if canonical in CANONICAL_KEYS and canonical != "policy_version" and key in stray:
             held = raw.meta.get(key)
-            what = (
-                f"a {type(held).__name__} ({str(held)[:40]!r})"
-                if key in raw.meta
-                else ("no numeric data")
-            )
+            shown = f"a {type(held).__name__} ({str(held)[:40]!r})"
+            what = shown if key in raw.meta else "no numeric data"
             raise InputError(
                 path,
                 f"'{key}' holds {what}, not an array of {canonical} values: fix the dump, "

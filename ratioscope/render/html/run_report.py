@@ -121,14 +121,20 @@ def run_page(name: str, result: Timeline) -> RunPage:
     )
 
 
+#: what the run page's vitals box leaves out (report.js's SKIPPED): distributions
+_NOT_LISTED = ("distribution", "quantile_bound", "quantiles")
+
+
 def vitals_meanings(vitals: Mapping[str, Any] | None) -> dict[str, str]:
-    """Each scalar key under ``vitals`` (dotted, without the section) with its meaning and
-    unit from the report's catalog: "mean response length (tokens)"."""
+    """Each scalar key under ``vitals`` the run page lists (dotted, without the section)
+    with its meaning and unit from the report's catalog: "mean response length (tokens)"."""
     from ratioscope.report.catalog import entries_for
 
     meanings: dict[str, str] = {}
 
     def walk(prefix: str, value: Any) -> None:
+        if prefix.rsplit(".", 1)[-1] in _NOT_LISTED:
+            return
         if isinstance(value, Mapping):
             for key, item in value.items():
                 walk(f"{prefix}.{key}" if prefix else str(key), item)
