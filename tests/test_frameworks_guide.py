@@ -71,7 +71,15 @@ def test_the_bundled_examples_are_what_their_script_writes(tmp_path):
         p.relative_to(script.parent) for p in bundled
     ]
     for new, old in zip(written, bundled, strict=True):
-        assert new.read_bytes() == old.read_bytes(), old
+        if old.suffix == ".parquet":
+            # a Parquet file's bytes are its writer's (polars 2.2 lays out the same table
+            # otherwise than 2.1): the same columns, types and rows are what is bundled
+            import polars as pl
+
+            left, right = pl.read_parquet(new), pl.read_parquet(old)
+            assert left.schema == right.schema and left.equals(right), old
+        else:
+            assert new.read_bytes() == old.read_bytes(), old
         assert old.stat().st_size < 20_000, old  # a few KB each
     assert set(make_frameworks.WRITERS) == set(RECIPES)
 
