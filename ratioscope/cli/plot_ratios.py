@@ -119,10 +119,6 @@ def _report_figure(kind: str, doc: str):
                 progress=progress,
                 sections=["ratios"],
             )
-        if not report.ratios:  # a report JSON whose ratios are null: say which file
-            from ratioscope.errors import ReportError
-
-            raise ReportError(source, "the report has no 'ratios' section to plot")
         getattr(ratio_plots, f"plot_{kind}")(report, out, source)
         announce_written([out], quiet)
 

@@ -36,11 +36,13 @@ HATCHES = {"token": "///", "sequence": "\\\\\\", "kalman": "..."}
 SPARSE_WINDOW_SHARE = 0.1
 
 
-def _ratios(report: Report) -> Mapping[str, VariantStats | None]:
+def _ratios(report: Report, source: str = "") -> Mapping[str, VariantStats | None]:
+    """The report's ratios section; none is an error naming ``source`` (the report's file,
+    when the figure is drawn from one)."""
     from ratioscope.errors import ReportError
 
     if not report.ratios:
-        raise ReportError(None, "the report has no 'ratios' section to plot")
+        raise ReportError(source or None, "the report has no 'ratios' section to plot")
     return report.ratios
 
 
@@ -87,7 +89,7 @@ def _note_short_sequences(ratios: Mapping[str, Any]) -> str | None:
 
 def plot_spectrum(report: Report, out: Path, source: str = "") -> None:
     """Mean periodogram per variant on the normalised-frequency grid, LFR band marked."""
-    ratios, params = _ratios(report), _params(report)
+    ratios, params = _ratios(report, source), _params(report)
     plt = pyplot()
     figure, axes = _figure(plt, (8.5, 5.2))
     drawn = 0
@@ -166,7 +168,7 @@ def plot_windows(report: Report, out: Path, source: str = "") -> None:
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
-    ratios, params = _ratios(report), _params(report)
+    ratios, params = _ratios(report, source), _params(report)
     window = params.get("window", 50)
     plt = pyplot()
     figure, (axes, count_axes) = _figure(
@@ -296,7 +298,7 @@ def plot_runlengths(report: Report, out: Path, source: str = "") -> None:
     """
     from matplotlib.lines import Line2D
 
-    ratios = {k: v for k, v in _ratios(report).items() if k != "sequence"}
+    ratios = {k: v for k, v in _ratios(report, source).items() if k != "sequence"}
     plt = pyplot()
     figure, panels = _figure(plt, (13, 5.4), ncols=3, sharey=True)
     titles = {
