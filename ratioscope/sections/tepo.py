@@ -129,8 +129,8 @@ class TepoAccumulator(Accumulator):
         # launches on [B] rows fewer); only the clip counts' column is made here
         columns: dict[str, Tensor] = {}
         advantages = batch.advantages
+        ctx.host.later(functools.partial(self._add_weights, band), weights, ctx.lengths)
         if advantages is None:
-            ctx.host.later(functools.partial(self._add_rows, band), weights, ctx.lengths)
             return columns
         # the sequence weight is constant within each row: the clip counts and the
         # surrogate follow from each row's sums of positive and negative advantages
@@ -139,8 +139,8 @@ class TepoAccumulator(Accumulator):
         clipped, literal = sequence_clip_counts(log_w, sums, band)
         columns["tepo_clip_fraction"] = clipped / ctx.lengths.clamp_min(1)
         ctx.host.later(
-            functools.partial(self._add_rows, band), weights, ctx.lengths, log_w, clipped,
-            literal, sums.positive, sums.negative, sums.n_positive, sums.n_negative,
+            functools.partial(self._add_surrogate, band), ctx.lengths, log_w, clipped, literal,
+            sums.positive, sums.negative, sums.n_positive, sums.n_negative,
         )  # fmt: skip
         entropy, old_entropy = batch.entropy, batch.old_entropy
         if entropy is None or old_entropy is None:
@@ -155,28 +155,28 @@ class TepoAccumulator(Accumulator):
         """Fold a chunk's [6] quadrant counts in, read back."""
         self.quadrants += counts
 
-    def _add_rows(
-        self,
-        band: tuple[float, float],
-        weights: Tensor,
-        lengths: Tensor,
-        log_w: Tensor | None = None,
-        clipped: Tensor | None = None,
-        literal: Tensor | None = None,
-        *advantage_sums: Tensor,
-    ) -> None:
+    def _add_weights(self, band: tuple[float, float], weights: Tensor, lengths: Tensor) -> None:
         """Fold a chunk's rows in, read back ([B] each): the sequence weights (NaN for
-        the rows without tokens) and the valid tokens; with advantages ``log w``, the
-        clipped tokens (both rules) and the :class:`AdvantageSums`' four fields, from
-        which the surrogate's sums follow."""
+        the rows without tokens) and the valid tokens."""
         finite = torch.isfinite(weights)
         self.log_weight.add(torch.log(weights[finite].double()))
         self.weight.add(weights[finite])
         outside = (weights > 1 + band[1]) | (weights < 1 - band[0])
         self.outside += int((outside & finite).sum())
         self.tokens += int(lengths.sum())
-        if log_w is None or clipped is None or literal is None:
-            return
+
+    def _add_surrogate(
+        self,
+        band: tuple[float, float],
+        lengths: Tensor,
+        log_w: Tensor,
+        clipped: Tensor,
+        literal: Tensor,
+        *advantage_sums: Tensor,
+    ) -> None:
+        """Fold a chunk's rows with advantages in, read back ([B] each): the valid
+        tokens, ``log w``, the clipped tokens (both rules) and the
+        :class:`AdvantageSums`' four fields, from which the surrogate's sums follow."""
         self.advantage_tokens += int(lengths.sum())
         self.clipped += int(clipped.sum())
         self.clipped_literal += int(literal.sum())
