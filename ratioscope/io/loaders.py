@@ -34,6 +34,7 @@ from ratioscope.errors import (
     UnreadablePathError,
 )
 from ratioscope.io.jsontext import loads
+from ratioscope.io.paths import refuse_empty_path
 from ratioscope.io.profiles import Profile, detect_profile, get_profile, resolve_keys
 from ratioscope.io.readers import SUFFIXES, RawDump, read_raw
 
@@ -280,8 +281,7 @@ def expand_paths(
     files: list[Path] = []
     for raw in paths:
         text = str(raw)
-        if not text.strip():  # Path("") is the current folder: never what was meant
-            raise UnreadablePathError(None, "an empty path ('') was given")
+        refuse_empty_path(text)
         if _GLOB_CHARS.search(text) and not Path(text).exists():
             matches = sorted((Path(m) for m in glob.glob(text, recursive=True)), key=_natural_key)
             matches = [m for m in matches if m.is_file()]

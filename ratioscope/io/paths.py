@@ -99,3 +99,16 @@ def refuse_special_files(words: Sequence[str]) -> None:
             raise UnreadablePathError(
                 value, f"is {kind}, not a regular file; ratioscope reads and writes regular files"
             )
+
+
+def refuse_empty_path(path: str | Path) -> None:
+    """Refuse an empty path (``''``): ``Path("")`` is the current folder, never what was
+    meant, and walking it reads the whole tree.
+
+    Raises:
+        UnreadablePathError: saying so.
+    """
+    from ratioscope.errors import UnreadablePathError
+
+    if not str(path).strip():
+        raise UnreadablePathError(None, "an empty path ('') was given")

@@ -61,6 +61,7 @@ from ratioscope.errors import (
 )
 from ratioscope.io import textlogs
 from ratioscope.io.jsontext import loads
+from ratioscope.io.paths import refuse_empty_path
 
 PROBLEM_CANDIDATES = ("problem_id", "idx")
 RESPONSE_CANDIDATES = ("response", "code")
@@ -260,8 +261,7 @@ def sample_paths(paths: Iterable[str | Path]) -> list[Path]:
     in natural order, so that a run's steps come out as 1, 2, ..., 10."""
     files: list[Path] = []
     for raw in paths:
-        if not str(raw).strip():  # Path("") is the current folder: never what was meant
-            raise UnreadablePathError(None, "an empty path ('') was given")
+        refuse_empty_path(raw)
         path = Path(raw)
         if not path.is_dir():
             files.append(path)
