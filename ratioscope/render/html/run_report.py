@@ -9,6 +9,7 @@ drilldown`); :meth:`RunReport.write_html` hands the document to
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,8 +129,6 @@ _NOT_LISTED = ("distribution", "quantile_bound", "quantiles")
 def vitals_meanings(vitals: Mapping[str, Any] | None) -> dict[str, str]:
     """Each scalar key under ``vitals`` the run page lists (dotted, without the section)
     with its meaning and unit from the report's catalog: "mean response length (tokens)"."""
-    from ratioscope.report.catalog import entries_for
-
     meanings: dict[str, str] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -139,14 +138,26 @@ def vitals_meanings(vitals: Mapping[str, Any] | None) -> dict[str, str]:
             for key, item in value.items():
                 walk(f"{prefix}.{key}" if prefix else str(key), item)
             return
-        entries = entries_for(f"vitals.{prefix}")
-        if entries:
-            entry = entries[0]
-            unit = f" ({entry.unit})" if entry.unit not in ("", "1", "text") else ""
-            meanings[prefix] = f"{entry.meaning}{unit}"
+        meaning = _vitals_meaning(prefix)
+        if meaning is not None:
+            meanings[prefix] = meaning
 
     walk("", vitals or {})
     return meanings
+
+
+@functools.cache
+def _vitals_meaning(key: str) -> str | None:
+    """A vitals key's meaning and unit from the catalog (None: not in it). Kept: the
+    catalog is fixed, and a match walks all of it (a watch's --html asks at every write)."""
+    from ratioscope.report.catalog import entries_for
+
+    entries = entries_for(f"vitals.{key}")
+    if not entries:
+        return None
+    entry = entries[0]
+    unit = f" ({entry.unit})" if entry.unit not in ("", "1", "text") else ""
+    return f"{entry.meaning}{unit}"
 
 
 def report_from_timeline(
