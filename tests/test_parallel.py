@@ -8,12 +8,15 @@ import functools
 import json
 import os
 import shutil
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import parallel_tasks
 import pytest
 from typer.testing import CliRunner
 
+from ratioscope.analysis import parallel
 from ratioscope.analysis.parallel import (
     Runner,
     TaskFailed,
@@ -63,6 +66,52 @@ def test_file_shards_keep_a_steps_rank_files_together_in_file_order():
 def test_a_task_error_in_this_process_is_the_error_itself():
     with pytest.raises(InputError, match=r"^shard_3\.pt: holds no mask\.$"):
         list(ordered_results(parallel_tasks.fail_on_three, range(5)))
+
+
+class _PoolThatBreaksUnseen:
+    """A stand-in for the process pool: the tasks whose items are in ``finish`` end at
+    once, the others wait; the ``breaks_at``-th submit finds that a worker died since
+    the last wait (the waiting tasks fail with BrokenProcessPool, the submit raises it),
+    the race a real pool loses when a worker is killed between a wait and a submit."""
+
+    def __init__(self, finish: set[int] | None = None, breaks_at: int | None = None) -> None:
+        self.finish, self.breaks_at = finish, breaks_at
+        self.submitted: list[int] = []
+        self.waiting: list[Future] = []
+
+    def submit(self, task, item: int) -> Future:
+        if len(self.submitted) + 1 == self.breaks_at:
+            for future in self.waiting:
+                future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+            raise BrokenProcessPool("a child process terminated abruptly")
+        self.submitted.append(item)
+        future: Future = Future()
+        if self.finish is None or item in self.finish:
+            future.set_result(task(item))
+        else:
+            self.waiting.append(future)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def test_a_pool_broken_between_a_wait_and_a_submit_runs_the_lost_tasks_again(monkeypatch):
+    first = _PoolThatBreaksUnseen(finish={0}, breaks_at=4)
+    second = _PoolThatBreaksUnseen()
+    pools = iter([first, second])
+    monkeypatch.setattr(parallel, "_pool", lambda workers: next(pools))
+    squares = ordered_results(functools.partial(pow, exp=2), range(6), Runner(workers=2, window=3))
+    assert list(squares) == [0, 1, 4, 9, 16, 25]
+    assert first.submitted == [0, 1, 2]  # the 4th submit found the pool broken
+    assert second.submitted == [1, 2, 3, 4, 5]  # the lost tasks first, then the rest
+
+
+def test_a_pool_that_keeps_breaking_stops_with_worker_lost(monkeypatch):
+    pools = iter([_PoolThatBreaksUnseen(finish=set(), breaks_at=2) for _ in range(3)])
+    monkeypatch.setattr(parallel, "_pool", lambda workers: next(pools))
+    with pytest.raises(WorkerLost, match="died 2 times while running 0"):
+        list(ordered_results(functools.partial(pow, exp=2), [0, 1], Runner(workers=2, retries=1)))
 
 
 @pytest.mark.slow

@@ -199,10 +199,17 @@ def _pool_results(
     pool = _pool(runner.workers)
     try:
         while order.next < len(items):
+            broken = False
             while submitted < len(items) and submitted < order.next + window:
-                running[pool.submit(task, items[submitted])] = submitted
+                try:
+                    running[pool.submit(task, items[submitted])] = submitted
+                except BrokenProcessPool:
+                    # a worker died after the last wait: the tasks it took down are among
+                    # ``running``; this one never started, so it is submitted again later
+                    broken = True
+                    break
                 submitted += 1
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done, _ = wait(running, return_when=FIRST_COMPLETED) if running else (set(), set())
             lost: list[int] = []
             for future in done:
                 index = running.pop(future)
@@ -210,7 +217,7 @@ def _pool_results(
                     order.add(index, _unwrap(future.result()))
                 except BrokenProcessPool:
                     lost.append(index)
-            if lost:
+            if lost or broken:
                 # a dead worker breaks the whole pool: every unfinished task runs again
                 lost += list(running.values())
                 running.clear()
