@@ -369,6 +369,53 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(command, tmp_pa
     assert result.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval-passk", ""],
+        ["eval-ucc", ""],
+        ["merge", "", "-o", "m.json"],
+        ["metrics", ""],
+        ["convert", "", "o.safetensors"],
+        ["plot", "passk", "", "-o", "p.png"],
+        ["check", "", "--rules", "r.toml"],
+        ["analyze", str(Path(__file__).resolve().parents[1] / "sample_data/verl"), "--json", ""],
+    ],
+)
+def test_an_empty_path_argument_or_option_is_a_usage_error(command, tmp_path, monkeypatch):
+    """Path('') is the current folder: these commands read or wrote '.' (eval-passk ''
+    read every sample file under it)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.jsonl").write_text('{"problem": "p", "response": "r", "correct": 1}\n')
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert "an empty path ('') was given" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
+def test_every_path_parameter_refuses_an_empty_path():
+    """A new Path argument or option made with typer's own Option/Argument would take ''
+    as the current folder; they are all made with path_option/path_argument."""
+    import typer.main
+
+    from ratioscope.cli._path_params import as_path
+
+    def parameters(command, name):
+        if hasattr(command, "commands"):
+            for sub, child in command.commands.items():
+                yield from parameters(child, f"{name} {sub}")
+            return
+        for parameter in command.params:
+            described = getattr(parameter, "type_descriptor", None)
+            if described is not None and "Path" in repr(described.annotation):
+                yield f"{name} {parameter.name}", described.parameter_info.parser
+
+    found = dict(parameters(typer.main.get_command(app), "ratioscope"))
+    assert len(found) > 40  # the walk reaches the commands' parameters
+    assert [name for name, parser in found.items() if parser is not as_path] == []
+
+
 def test_a_damaged_pt_is_named_damaged_not_untrusted(tmp_path):
     """A byte changed inside the archive's pickle fails the member's checksum: the file
     is damaged, which --unsafe-pickle would not mend (it was refused as holding Python

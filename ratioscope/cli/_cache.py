@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ratioscope import defaults
+from ratioscope.cli._path_params import path_option
 
 if TYPE_CHECKING:
     from ratioscope.analysis.cache import StepCache
 
 CacheDir = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--cache",
         metavar="DIR",
         help="Keep each analysed step here, keyed by its files' content and the options, and "

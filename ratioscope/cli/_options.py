@@ -16,6 +16,7 @@ import typer
 
 from ratioscope import defaults
 from ratioscope.cli._common import parse_floats, parse_mapping
+from ratioscope.cli._path_params import path_argument, path_option
 from ratioscope.data.params import AnalysisParams
 from ratioscope.functional.token_stats import EXACT_ON_BAND
 from ratioscope.io.profiles import FORMAT_CHOICES
@@ -134,7 +135,7 @@ Device = Annotated[
 ]
 JsonOut = Annotated[
     Path | None,
-    typer.Option("--json", help="Write the report as JSON (atomically).", rich_help_panel="Output"),
+    path_option("--json", help="Write the report as JSON (atomically).", rich_help_panel="Output"),
 ]
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bar on stderr.", rich_help_panel="Run")
@@ -334,12 +335,12 @@ ChunkElements = Annotated[
 ]
 
 
-FigureOut = Annotated[Path, typer.Option("--out", "-o", help="Figure file: .png, .svg or .pdf.")]
+FigureOut = Annotated[Path, path_option("--out", "-o", help="Figure file: .png, .svg or .pdf.")]
 
 # Evaluation (eval-passk, eval-ucc, plot passk/ucc/similarity)
 Samples = Annotated[
     list[Path],
-    typer.Argument(
+    path_argument(
         help="Samples JSONL file(s), flat (one sample a line) or grouped (one problem a line), "
         "or training logs of verl, AReaL, ROLL (.jsonl) and TRL (.parquet); a directory means "
         "the files under it.",
@@ -352,7 +353,7 @@ K = Annotated[
     ),
 ]
 EvalJsonOut = Annotated[
-    Path | None, typer.Option("--json", help="Write the report JSON here (atomically).")
+    Path | None, path_option("--json", help="Write the report JSON here (atomically).")
 ]
 Base = Annotated[
     str | None,
@@ -662,7 +663,7 @@ def given_analysis_params(ctx: typer.Context) -> list[str]:
 # the health verdict (ratioscope.verdict): thresholds from a TOML file, the verdict as JSON
 ThresholdsFile = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--thresholds",
         help="TOML file whose \\[thresholds] table overrides the verdict's thresholds "
         "(docs/health.md); a check rules file may hold it.",
@@ -671,7 +672,7 @@ ThresholdsFile = Annotated[
 ]
 VerdictJson = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--verdict-json",
         help="Write the health verdict (findings, levels, thresholds) as JSON.",
         rich_help_panel="Output",

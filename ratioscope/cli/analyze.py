@@ -61,6 +61,7 @@ from ratioscope.cli._options import (
     Window,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
+from ratioscope.cli._path_params import path_option
 
 Sections = Annotated[
     str | None,
@@ -73,7 +74,7 @@ Sections = Annotated[
 ]
 VerdictBaseline = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--baseline",
         help="A healthy run's report JSON (analyze --json): the verdict adds findings "
         "relative to it, e.g. 'policy drift k3 = 1.5e-2, 97x the baseline's 1.5e-4' "
@@ -103,7 +104,7 @@ AnalyzeQuiet = Annotated[
 ]
 ParquetOut = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--parquet", help="Write one row per sequence (Parquet).", rich_help_panel="Output"
     ),
 ]

@@ -5,28 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from ratioscope.cli._path_params import path_argument, path_option
 
 CheckedReport = Annotated[
     Path,
-    typer.Argument(
+    path_argument(
         help="Report JSON from analyze, eval-passk or eval-ucc, or a timeline JSON "
         "(timeline --json) for series rules."
     ),
 ]
 Rules = Annotated[
-    Path, typer.Option("--rules", help="Rules TOML: \\[\\[rule]] tables (docs/ci.md).")
+    Path, path_option("--rules", help="Rules TOML: \\[\\[rule]] tables (docs/ci.md).")
 ]
 Baseline = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--baseline",
         help="Older report (or timeline) for max_increase/max_decrease(_pct) bounds.",
     ),
 ]
-Junit = Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one test a rule).")]
+Junit = Annotated[Path | None, path_option("--junit", help="Write JUnit XML (one test a rule).")]
 Summary = Annotated[
-    Path | None, typer.Option("--summary", help="Write a Markdown summary for a pull request.")
+    Path | None, path_option("--summary", help="Write a Markdown summary for a pull request.")
 ]
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ratioscope.cli._options import FigureOut, Quiet
+from ratioscope.cli._path_params import path_option
 from ratioscope.views.compare import DEFAULT_REL
 
 CompareInput = Annotated[
@@ -21,7 +22,7 @@ CompareInput = Annotated[
 ]
 CompareJson = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--json", help="Write the comparison as JSON (atomically).", rich_help_panel="Output"
     ),
 ]

@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
-Input = Annotated[Path, typer.Argument(help="A dump file (.pt, .npz, .parquet, .jsonl, ...).")]
-Output = Annotated[Path, typer.Argument(help="The .safetensors file to write.")]
+from ratioscope.cli._path_params import path_argument
+
+Input = Annotated[Path, path_argument(help="A dump file (.pt, .npz, .parquet, .jsonl, ...).")]
+Output = Annotated[Path, path_argument(help="The .safetensors file to write.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")]
 
 

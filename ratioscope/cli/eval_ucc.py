@@ -28,6 +28,7 @@ from ratioscope.cli._options import (
     Samples,
     Threshold,
 )
+from ratioscope.cli._path_params import path_option
 from ratioscope.cli.eval_passk import sample_fields
 
 MaxPairs = Annotated[
@@ -36,7 +37,7 @@ MaxPairs = Annotated[
 ]
 PerProblem = Annotated[
     Path | None,
-    typer.Option("--per-problem", help="Write one row per method and problem to this .parquet."),
+    path_option("--per-problem", help="Write one row per method and problem to this .parquet."),
 ]
 
 

@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
-Reports = Annotated[list[Path], typer.Argument(help="Analyze report JSON files of one run.")]
-Out = Annotated[Path, typer.Option("--out", "-o", help="Merged report JSON to write.")]
+from ratioscope.cli._path_params import path_argument, path_option
+
+Reports = Annotated[list[Path], path_argument(help="Analyze report JSON files of one run.")]
+Out = Annotated[Path, path_option("--out", "-o", help="Merged report JSON to write.")]
 Quiet = Annotated[
     bool,
     typer.Option(

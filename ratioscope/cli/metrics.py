@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ratioscope.cli._path_params import path_argument
+
 # the catalog imports nothing heavy: --section's choices come from it, so a section added
 # to the catalog is listed here too
 from ratioscope.report.catalog import catalog_sections
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 Report = Annotated[
     Path | None,
-    typer.Argument(
+    path_argument(
         help="An analyze report JSON (analyze --json, merge --out): list its keys with "
         "their values. Without it, the keys of the report layout.",
         show_default=False,

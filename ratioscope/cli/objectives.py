@@ -22,6 +22,7 @@ from ratioscope.cli._options import (
     UnsafePickle,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
+from ratioscope.cli._path_params import path_option
 from ratioscope.objective_family.methods import METHODS
 
 ObjectivePaths = Annotated[
@@ -74,7 +75,7 @@ BatchRows = Annotated[
 ]
 ObjectivesJson = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--json", help="Write the comparison as JSON (atomically).", rich_help_panel="Output"
     ),
 ]

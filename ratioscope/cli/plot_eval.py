@@ -21,11 +21,12 @@ from ratioscope.cli._options import (
     ResponseField,
     Threshold,
 )
+from ratioscope.cli._path_params import path_argument
 from ratioscope.cli.eval_passk import sample_fields
 
 Inputs = Annotated[
     list[Path],
-    typer.Argument(
+    path_argument(
         help="Eval report JSON(s) (plotted as stored) and/or samples JSONL file(s) (evaluated).",
     ),
 ]
@@ -37,7 +38,7 @@ CurveK = Annotated[
         "up to n). A report is plotted at the k it was made with.",
     ),
 ]
-SimilaritySamples = Annotated[list[Path], typer.Argument(help="Samples JSONL file(s).")]
+SimilaritySamples = Annotated[list[Path], path_argument(help="Samples JSONL file(s).")]
 Problem = Annotated[str, typer.Option("--problem", help="Problem id to draw.")]
 Method = Annotated[
     str | None, typer.Option("--method", help="Only this method (default: every method).")

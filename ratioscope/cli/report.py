@@ -66,6 +66,7 @@ from ratioscope.cli._options import (
     Window,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
+from ratioscope.cli._path_params import path_option
 from ratioscope.cli.timeline import StepFrom
 from ratioscope.views.drilldown import DEFAULT_TOKEN_BYTES, DEFAULT_TOP
 
@@ -79,7 +80,7 @@ ReportPaths = Annotated[
 ]
 ReportOut = Annotated[
     Path,
-    typer.Option("--out", "-o", help="The HTML file to write (atomically).", show_default=False),
+    path_option("--out", "-o", help="The HTML file to write (atomically).", show_default=False),
 ]
 Baseline = Annotated[
     list[str] | None,
@@ -92,7 +93,7 @@ Baseline = Annotated[
 ]
 Tokenizer = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--tokenizer",
         help="A local Hugging Face tokenizer.json: token text instead of ids (never downloads).",
         rich_help_panel="Report",

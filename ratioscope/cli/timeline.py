@@ -67,6 +67,7 @@ from ratioscope.cli._options import (
     Window,
 )
 from ratioscope.cli._parallel import RayAddress, Workers, runner_of
+from ratioscope.cli._path_params import path_option
 
 TimelinePaths = Annotated[
     list[str],
@@ -78,13 +79,13 @@ TimelinePaths = Annotated[
 ]
 TimelineJson = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--json", help="Write the timeline as JSON (atomically).", rich_help_panel="Output"
     ),
 ]
 TimelineParquet = Annotated[
     Path | None,
-    typer.Option("--parquet", help="Write one row per step (Parquet).", rich_help_panel="Output"),
+    path_option("--parquet", help="Write one row per step (Parquet).", rich_help_panel="Output"),
 ]
 StepFrom = Annotated[
     str | None,
@@ -97,7 +98,7 @@ StepFrom = Annotated[
 ]
 ReportsDir = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--reports-dir",
         metavar="DIR",
         help="Write each step's analyze report there (step_NNNNNN.json, for merge).",
@@ -116,7 +117,7 @@ WithObjectives = Annotated[
 ]
 TimelineHtml = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--html",
         help="Also write the run report there (the HTML file of ratioscope report).",
         rich_help_panel="Output",
@@ -124,7 +125,7 @@ TimelineHtml = Annotated[
 ]
 HtmlTokenizer = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--tokenizer",
         help="With --html: a local Hugging Face tokenizer.json for token text (never downloads).",
         rich_help_panel="Output",
@@ -132,7 +133,7 @@ HtmlTokenizer = Annotated[
 ]
 TensorBoardDir = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--tensorboard",
         help="Also write each step's headline quantities as TensorBoard scalars "
         "(ratioscope/<key>) to this log directory. Needs ratioscope\\[trackers].",

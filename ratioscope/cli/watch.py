@@ -69,6 +69,7 @@ from ratioscope.cli._options import (
     UnsafePickle,
     Window,
 )
+from ratioscope.cli._path_params import path_option
 from ratioscope.cli.timeline import (
     MlflowUri,
     StepFrom,
@@ -106,7 +107,7 @@ WatchPaths = Annotated[
 ]
 WatchJson = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--json",
         help="The timeline JSON, rewritten atomically after a look that read a step: at "
         "once when the verdict's level changed, else at most so often that writing takes "
@@ -116,7 +117,7 @@ WatchJson = Annotated[
 ]
 WatchHtml = Annotated[
     Path | None,
-    typer.Option(
+    path_option(
         "--html",
         help="The run page of the run report (verdict, vitals, charts, step table; the "
         "drill-down is ratioscope report's), rewritten as --json is.",
