@@ -534,3 +534,25 @@ def test_the_command_names_options_not_library_parameters(tmp_path):
     assert result.exit_code == 0, result.output
     assert "left out" in result.stderr and "--step-from" in result.stderr, result.stderr
     assert "`step_from`" not in result.stderr
+
+
+def test_once_says_why_it_read_no_step(tmp_path):
+    """--once from cron on a run that has not written a step: exit 0 (not an error), and
+    a line that says why nothing was read (it said nothing at all)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+
+    def once(*options: str) -> str:
+        result = CliRunner().invoke(app, ["watch", str(folder), "--once", *options])
+        assert result.exit_code == 0, result.output
+        return result.stderr
+
+    assert f"no step read yet: {folder} holds no dump file" in once()
+    write_step(folder / "step_1.pt", seed=0, noise=0.05)  # written just now
+    assert "no step read yet: 1 step still being written" in once("--settle", "60")
+    assert "no step read" not in once("--settle", "0")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "step_1.pt").write_text("not a dump")
+    folder = tmp_path / "other"
+    stderr = once("--settle", "0", "--no-cache")
+    assert "step 1 skipped" in stderr and "no step read: every step found was skipped" in stderr

@@ -294,6 +294,19 @@ def watch(
         raise typer.Exit(code)
 
 
+def _nothing_read(poll: Poll, run: str) -> str:
+    """Why a look read no step, for ``--once`` (a cron job's log line; exit 0: a run that
+    has not written its first step is not an error)."""
+    if poll.waiting:
+        return (
+            f"no step read yet: {poll.waiting} step{'s' if poll.waiting > 1 else ''} still "
+            "being written (a file is read once it is unchanged for --settle seconds)"
+        )
+    if poll.skipped:
+        return "no step read: every step found was skipped"
+    return f"no step read yet: {run} holds no dump file"
+
+
 class _Session:
     """One watch: the looks, what is shown and written after each, and how it ends."""
 
@@ -364,6 +377,8 @@ class _Session:
             self._after(poll)
             code = self._level_reached()
             if code or once or self.stop.is_set():
+                if once and not self.state.analysed:
+                    self._event(_nothing_read(poll, self.state.run))
                 break
             self.state.status = f"watching: next look in {interval:g} s; Ctrl-C stops"
             refresh()
