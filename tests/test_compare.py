@@ -169,3 +169,50 @@ def test_a_reward_function_only_one_run_has_shows_that_run_s_mean():
     assert len(values) == len(shared) >= 20 and all(v is not None for v in values)
     assert row.total.a is None and row.total.diff is None
     assert row.total.b == pytest.approx(sum(values) / len(values))
+
+
+def _damaged(tmp_path: Path, document: dict, name: str) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d.update(ratios="oops"), "malformed analyze report: ratios: expected an object"),
+        (lambda d: d["ratios"].update(token=None), "malformed analyze report: ratios.token:"),
+    ],
+)
+def test_a_damaged_report_is_refused_naming_where(tmp_path, damage, message):
+    """A hand-edited report whose section is not an object: refused as metrics and merge
+    refuse it (compare used to leave the section out of the table without a word)."""
+    document = json.loads(REPORT_B.read_text())
+    damage(document)
+    result = runner.invoke(
+        app, ["compare", str(REPORT_A), str(_damaged(tmp_path, document, "b.json"))]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d.update(steps="oops"), "malformed timeline: steps: expected a list, found str"),
+        (
+            lambda d: d["steps"][1].update(values="x"),
+            "malformed timeline: steps.1.values: expected an object, found str",
+        ),
+        (lambda d: d["steps"][0].pop("flags"), "malformed timeline: steps.0: no 'flags' key"),
+        (lambda d: d.pop("headlines"), "malformed timeline: no 'headlines' key"),
+    ],
+)
+def test_a_damaged_timeline_is_refused_naming_where(tmp_path, damage, message):
+    """A step's values that are not an object ended in an internal error (exit 3)."""
+    good = _damaged(tmp_path, _timeline({1: 0.1, 2: 0.2}), "a.json")
+    document = _timeline({1: 0.1, 2: 0.2})
+    damage(document)
+    result = runner.invoke(app, ["compare", str(good), str(_damaged(tmp_path, document, "b.json"))])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr

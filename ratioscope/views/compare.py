@@ -356,6 +356,11 @@ def _read(path: Path) -> Mapping[str, Any] | Timeline:
         kind = document_kind(report)
         if kind != "an analyze report":
             raise InputError(path, f"{kind}; compare takes analyze reports, timelines or dumps")
+        from ratioscope.report.model import Report
+
+        # the typed reader names a damaged section (a hand-edited file), as metrics and
+        # merge do, where the comparison would leave the section out without a word
+        Report.from_dict(report, source=path)
         return report
     from ratioscope.analysis.pipeline import analyze
 
