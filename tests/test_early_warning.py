@@ -346,4 +346,29 @@ def test_a_change_flagged_at_many_steps_names_the_first_and_the_last():
         )
     (finding,) = changes.findings()
     assert "changed at steps 3, 8, 13, ..., 52, 60 (8 changes)" in finding.text
-    assert finding.text.endswith("at step 3)")  # the values around the first change
+    assert finding.text.endswith("at step 60)")  # the values around the latest change
+
+
+def test_a_bad_change_is_yellow_for_the_memory_then_informational():
+    """A change is news: yellow for CHANGE_MEMORY steps from the one it was flagged at
+    (steps as read, not step numbers: this run is dumped every tenth step), then green
+    and said to be older; a new flag makes it yellow again. One flag kept every later
+    step of a healthy run yellow."""
+    from ratioscope.judgement.run_verdict import CHANGE_MEMORY, ChangeFindings
+
+    key = "mismatch.policy.k3"
+    changes = ChangeFindings({key: "policy drift k3"})
+    levels = []
+    for index in range(30):
+        value = 1e-3 if index < 5 else 1e-2 if index < 25 else 0.1  # rises twice
+        changes.add(10 * index, {key: value}, [key] if index in (5, 25) else [])
+        levels.append([f.level for f in changes.findings()])
+        if index == 5 + CHANGE_MEMORY:
+            (finding,) = changes.findings()
+            assert finding.text.endswith(
+                f"(0.001 -> 0.01 at step 50; more than {CHANGE_MEMORY} steps ago: informational)"
+            ), finding.text
+    tail = 30 - 5 - CHANGE_MEMORY - (30 - 25)
+    assert levels == (
+        [[]] * 5 + [["yellow"]] * CHANGE_MEMORY + [["green"]] * tail + [["yellow"]] * 5
+    )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ratioscope.judgement.trends import TrendHistory, trend_findings
@@ -127,57 +127,76 @@ def first_step_at(verdicts: Sequence[StepVerdict], level: Level) -> int | None:
     return next((v.step for v in verdicts if LEVELS.index(v.level) >= rank), None)
 
 
-@dataclass
-class _Change:
-    """What the change findings need of one headline: its flagged steps so far, and the
-    values around its first flag."""
+#: steps a change that goes its bad way stays yellow, counted from the step it was flagged
+#: at: the change rule's window (by then the new level is the history the rule judges
+#: against, and a lasting shift of a quantity the verdict bounds is judged against the
+#: run's first steps); later it is listed as informational unless flagged again. Without
+#: it one flag kept every later step of a run yellow (docs/health.md).
+CHANGE_MEMORY = 10
 
-    steps: list[int] = field(default_factory=list)
-    before: float | None = None
-    value: float | None = None
+
+@dataclass(frozen=True)
+class _Flag:
+    """One flagged change: its step, its place among the steps added (0: the first), the
+    value before it and the value at it."""
+
+    step: int
+    index: int
+    before: float | None
+    value: float | None
 
 
 class ChangeFindings:
-    """One finding per headline whose series was flagged by the change rule: yellow when
-    its first change goes the way :data:`BAD_CHANGE` calls bad, else green (informational);
-    built from the flags one step at a time."""
+    """One finding per headline whose series was flagged by the change rule: yellow while
+    a change that goes the way :data:`BAD_CHANGE` calls bad is at most
+    :data:`CHANGE_MEMORY` steps old, else green (informational); built from the flags one
+    step at a time."""
 
     def __init__(self, labels: Mapping[str, str]) -> None:
         #: headline key -> its words, in the order the findings are listed
         self.labels = dict(labels)
-        self.changes: dict[str, _Change] = {}
+        self.changes: dict[str, list[_Flag]] = {}
         #: the last value each headline had before the step being added
         self.last: dict[str, float | None] = {}
+        #: steps added so far (a run that dumps every tenth step counts each dump once,
+        #: as the change rule's window does)
+        self.added = 0
 
     def add(self, step: int, values: Mapping[str, float | None], flags: Collection[str]) -> None:
         for key in self.labels:
             value = values.get(key)
             if key in flags:
-                change = self.changes.setdefault(key, _Change())
-                if not change.steps:
-                    change.before, change.value = self.last.get(key), value
-                change.steps.append(step)
+                flag = _Flag(step, self.added, self.last.get(key), value)
+                self.changes.setdefault(key, []).append(flag)
             if value is not None:
                 self.last[key] = value
+        self.added += 1
 
     def findings(self) -> list[Finding]:
         out = []
         for key, label in self.labels.items():
-            change = self.changes.get(key)
-            if change is None:
+            flags = self.changes.get(key)
+            if not flags:
                 continue
-            bad = bad_change(key, change.before, change.value)
-            named = _named_steps(change.steps)
+            bad = [f for f in flags if bad_change(key, f.before, f.value)]
+            recent = [f for f in bad if self._age(f) < CHANGE_MEMORY]
+            shown = recent[-1] if recent else (bad[-1] if bad else flags[0])
+            steps = [f.step for f in flags]
             text = (
-                f"{label}: changed at step{'s' if len(change.steps) > 1 else ''} {named} "
-                f"({_short(change.before)} -> {_short(change.value)} at step "
-                f"{change.steps[0]})"
-            ) + ("" if bad else " (informational)")
+                f"{label}: changed at step{'s' if len(steps) > 1 else ''} {_named_steps(steps)} "
+                f"({_short(shown.before)} -> {_short(shown.value)} at step {shown.step}"
+            )
+            if recent:
+                text += ")"
+            elif bad:
+                text += f"; more than {CHANGE_MEMORY} steps ago: informational)"
+            else:
+                text += ") (informational)"
             out.append(
                 Finding(
                     key=key,
-                    level="yellow" if bad else "green",
-                    value=change.value,
+                    level="yellow" if recent else "green",
+                    value=shown.value,
                     threshold=None,
                     text=text,
                     source="ratioscope's change rule (docs/timeline.md)",
@@ -185,6 +204,10 @@ class ChangeFindings:
                 )
             )
         return out
+
+    def _age(self, flag: _Flag) -> int:
+        """Steps added after ``flag``'s (0: it was flagged at the latest step)."""
+        return self.added - 1 - flag.index
 
 
 #: below these, a change of the quantity is a change of its rounding (the floors of the
