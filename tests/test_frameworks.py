@@ -302,6 +302,28 @@ def test_a_hostile_pickle_naming_skyrl_runs_no_code(tmp_path):
 
 
 # ------------------------------------------------------------------------------ NeMo-RL
+def test_a_nemo_rl_log_folder_skips_its_validation_log_and_steps_come_from_names(tmp_path):
+    """The log directory holds val_data_step{N}.jsonl (no per-token data) beside the
+    dumps: a folder given whole stopped at its missing mask, and timeline found no step
+    in train_data_step{N}.jsonl."""
+    import shutil
+
+    logs = tmp_path / "exp_001"
+    source = Path(__file__).parents[1] / "sample_data/frameworks/nemo-rl/logs/exp_001"
+    shutil.copytree(source, logs)
+    shutil.copy(logs / "train_data_step4.jsonl", logs / "train_data_step5.jsonl")
+    out = tmp_path / "timeline.json"
+    result = runner.invoke(app, ["timeline", str(logs), "--json", str(out), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert [step["step"] for step in json.loads(out.read_text())["steps"]] == [4, 5]
+    assert "warning: skipped" in result.stderr and "a NeMo-RL validation log" in result.stderr
+    result = runner.invoke(app, ["analyze", str(logs)])
+    assert result.exit_code == 0, result.output
+    assert "warning: skipped" in result.stderr and "a NeMo-RL validation log" in result.stderr
+    alone = runner.invoke(app, ["analyze", str(logs / "val_data_step4.jsonl")])
+    assert alone.exit_code == 2 and "train_data_step*.jsonl files beside it" in alone.stderr
+
+
 def test_nemo_rl_train_data_lines(tmp_path):
     """``train_data_step{N}.jsonl`` as NeMo-RL writes it (NVIDIA-NeMo/RL 7ea279abfbeb,
     nemo_rl/algorithms/grpo.py 3630-3655 and nemo_rl/utils/logger.py 1071-1097): one

@@ -27,6 +27,8 @@ from ratioscope.errors import InputError, ParameterError
         ("cap/step_000032/rank_00001.json", 32),  # ratioscope capture, shard reports
         ("debug/train_data/12_3.pt", 12),  # slime {rollout_id}_{rank}.pt
         ("debug/rollout_data/12.pt", 12),  # slime rollout dump
+        ("logs/exp_001/train_data_step4.jsonl", 4),  # NeMo-RL GRPO
+        ("logs/exp_001/val_data_step4.jsonl", None),  # its validation log: not a dump
         ("run/dump.pt", None),
         ("run/completions_00032.parquet", None),  # a TRL text log: not a timeline input
         ("run/rank_0.pt", None),

@@ -120,3 +120,32 @@ def test_timeline_figure_marks_the_flagged_steps(tmp_path):
     figure = timeline_figure(ratioscope.timeline(tmp_path))
     k3 = next(p for p in figure.panels if p.key == "mismatch.policy.k3")
     assert k3.steps == tuple(range(7)) and k3.flagged == (6,)
+
+
+def test_a_samples_file_in_the_run_folder_is_skipped_with_a_warning(tmp_path):
+    """analyze skips a file of another kind found in a folder, with a note; timeline
+    stopped at it: "no training step found"."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1] / "sample_data"
+    run = tmp_path / "run"
+    run.mkdir()
+    for dump in sorted((root / "verl_steps").glob("step_*.pt"))[:2]:
+        shutil.copy(dump, run / dump.name)
+    shutil.copy(root / "samples.jsonl", run / "samples.jsonl")
+    out = tmp_path / "timeline.json"
+    result = runner.invoke(app, ["timeline", str(run), "--json", str(out), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert "warning: skipped" in result.stderr and "samples.jsonl: this is a samples file" in (
+        result.stderr
+    )
+    document = json.loads(out.read_text())
+    assert len(document["steps"]) == 2
+    assert any("samples.jsonl" in w for w in document["warnings"])
+    for dump in run.glob("*.pt"):
+        dump.unlink()
+    alone = runner.invoke(app, ["timeline", str(run), "--no-cache"])
+    assert alone.exit_code == 2
+    assert "no input holds token data to analyse" in alone.stderr
+    named = runner.invoke(app, ["timeline", str(run / "samples.jsonl"), "--no-cache"])
+    assert named.exit_code == 2 and "this is a samples file" in named.stderr

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ratioscope.errors import InputError, ParameterError
+from ratioscope.errors import InputError, NotADumpError, ParameterError
 
 #: how a file's step was found
 StepSource = Literal["step_from", "name", "meta"]
@@ -40,6 +40,11 @@ NAME_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "a step_N file name",
         re.compile(r"(?:^|/)(?:global_)?step[_-]?(?P<step>\d+)(?:[_-][^/]*)?\.[^/.]+$"),
+    ),
+    # NeMo-RL GRPO: LOG_DIR/train_data_step{N}.jsonl
+    (
+        "NeMo-RL's train_data_step{N}.jsonl",
+        re.compile(r"(?:^|/)train_data_step(?P<step>\d+)\.jsonl$"),
     ),
     # slime --save-debug-train-data: {rollout_id}_{rank}.pt
     ("slime's {rollout_id}_{rank}.pt", re.compile(r"(?:^|/)(?P<step>\d+)_\d+\.pt$")),
@@ -132,6 +137,7 @@ def step_from_meta(meta: dict[str, Any]) -> int | None:
 
 def read_step_meta(path: Path, unsafe_pickle: bool = False) -> dict[str, Any]:
     """A dump's scalar values and its 0-d tensors (where a ``step`` may be stored)."""
+    from ratioscope.io.loaders import refuse_other_kinds
     from ratioscope.io.paths import is_report_path
     from ratioscope.io.readers import read_raw
 
@@ -139,6 +145,7 @@ def read_step_meta(path: Path, unsafe_pickle: bool = False) -> dict[str, Any]:
         _require_analyze_report(path)
         return {}
     raw = read_raw(path, unsafe_pickle=unsafe_pickle)
+    refuse_other_kinds(path, raw)  # a samples file or text log has no step: say what it is
     meta = dict(raw.meta)
     for key in META_KEYS:
         value = raw.columns.get(key)
@@ -169,6 +176,7 @@ def assign_steps(
     step_from: str | None = None,
     *,
     read_meta: Callable[[Path], dict[str, Any]] | None = None,
+    notes: list[str] | None = None,
 ) -> list[StepFiles]:
     """Group ``files`` by training step (see the module docstring for the rules).
 
@@ -178,6 +186,9 @@ def assign_steps(
             when given it is the only rule.
         read_meta: reads a file's scalars when its name gives no step (default:
             :func:`read_step_meta`); tests pass their own.
+        notes: where given, a file found by walking a folder that is of another kind (a
+            samples file, a text log: :class:`~ratioscope.errors.NotADumpError`) is left
+            out with a note here, as ``analyze`` leaves it out; else it raises.
 
     Returns:
         one :class:`StepFiles` per step, in increasing step order.
@@ -186,11 +197,19 @@ def assign_steps(
         ParameterError: ``step_from`` is not a pattern with one group, or does not match
             a file; InputError: a file has no step by any rule.
     """
+    from ratioscope.io.loaders import FoundPath
+
     pattern = compile_step_from(step_from)
     read = read_meta or read_step_meta
     found: dict[int, tuple[list[Path], StepSource]] = {}
     for path in files:
-        step, source = step_of(Path(path), pattern, step_from, read)
+        try:
+            step, source = step_of(Path(path), pattern, step_from, read)
+        except NotADumpError as error:
+            if notes is None or not isinstance(path, FoundPath):
+                raise
+            notes.append(f"skipped {error}".rstrip("."))
+            continue
         found.setdefault(step, ([], source))[0].append(Path(path))
     return [
         StepFiles(step=step, paths=tuple(paths), source=source)

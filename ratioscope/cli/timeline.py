@@ -240,7 +240,8 @@ def timeline(
     """The headline quantities of a run, one row per training step, with change flags.
 
     Steps come from the files' names (step_0032.pt, step_N/rank_R.*, slime's
-    {rollout_id}_{rank}.pt), a 'step' scalar in the file, or --step-from. Files of one
+    {rollout_id}_{rank}.pt, NeMo-RL's train_data_step{N}.jsonl), a 'step' scalar in the
+    file, or --step-from. Files of one
     step are analysed together; analysis options apply to every step.
 
     Example: ratioscope timeline sample_data/verl/ --json timeline.json
@@ -326,6 +327,12 @@ def timeline(
     for line in turning_lines(result):
         console.print(line, highlight=False)
     show_timeline(result, console, columns.split(",") if columns else None)
+    if not quiet:  # as analyze shows them (a file left out, an approximation made)
+        from ratioscope.cli._common import stderr_console
+        from ratioscope.cli._options import PARAMETER_OPTIONS
+        from ratioscope.render.terminal.report import show_warnings
+
+        show_warnings({"warnings": result.warnings}, stderr_console(), PARAMETER_OPTIONS)
     if json_out is not None:
         result.write_json(json_out)
     if parquet_out is not None:

@@ -802,8 +802,19 @@ _TEXT_LOG_NAMES = {
     "areal": "an AReaL rollout log (rollout.dump_to_file)",
     "roll": "a ROLL rollout dump (rollout_dump_dir)",
 }
+#: NeMo-RL's validation log, beside its train_data_step{N}.jsonl
+_NEMO_RL_VALIDATION = re.compile(r"val_data_step\d+\.jsonl")
 #: ratioscope's own samples files
 _SAMPLE_KEYS = ({"problem_id", "response"}, {"idx", "code", "score"})
+
+
+def refuse_other_kinds(path: Path, raw: RawDump) -> None:
+    """Refuse a file of another kind read as a dump of no framework's layout: a text log,
+    a samples file, NeMo-RL's validation log (:class:`NotADumpError`, which a directory
+    walk turns into a note); a dump passes."""
+    profile = detect_profile(raw.columns, raw.meta.get("ratioscope_profile"))
+    if profile.name == "canonical":
+        _refuse_text_log(path, raw)
 
 
 def _refuse_text_log(path: Path, raw: RawDump) -> None:
@@ -821,6 +832,14 @@ def _refuse_text_log(path: Path, raw: RawDump) -> None:
         what = _TEXT_LOG_NAMES[layout.name]
     elif any(sample <= keys for sample in _SAMPLE_KEYS):
         what = "a samples file"
+    elif _NEMO_RL_VALIDATION.fullmatch(path.name):
+        # beside the train_data_step*.jsonl a NeMo-RL log directory holds: a folder given
+        # whole is read without it (a note), instead of stopping at its missing mask
+        raise NotADumpError(
+            path,
+            "this is a NeMo-RL validation log (val_data_step*.jsonl): no per-token data; "
+            "the train_data_step*.jsonl files beside it are the dumps",
+        )
     else:
         return
     raise NotADumpError(

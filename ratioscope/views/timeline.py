@@ -693,7 +693,7 @@ def timeline(
         ParameterError: a bad ``step_from``; what :func:`ratioscope.analyze` raises.
     """
     from ratioscope.analysis.pipeline import _split_options
-    from ratioscope.errors import UsageError
+    from ratioscope.errors import InputError, UsageError
     from ratioscope.io.loaders import expand_paths
     from ratioscope.io.paths import is_report_path
 
@@ -710,11 +710,15 @@ def timeline(
             "log-probs"
         )
     unsafe_pickle = load_options.unsafe_pickle
+    skipped: list[str] = []
     by_step = assign_steps(
         files,
         step_from,
         read_meta=lambda p: read_meta(p, unsafe_pickle),
+        notes=skipped,
     )
+    if not by_step and skipped:
+        raise InputError(None, f"no input holds token data to analyse: {skipped[0]}")
     load_options, settings_note = run_settings(by_step, load_options, all(reports))
     steps = StepAnalysis(
         params=params, load_options=load_options, device=device,
@@ -728,7 +732,7 @@ def timeline(
             fold = _fold_run(by_step, steps, all(reports), tasks, progress, staging, rule, cache)
         except ChainBroken:  # a kept pooled report did not read back: fold without them
             fold = _fold_run(by_step, steps, all(reports), tasks, progress, staging, rule, None)
-    return fold.timeline(step_from=step_from, warnings=settings_note)
+    return fold.timeline(step_from=step_from, warnings=(*skipped, *settings_note))
 
 
 def _fold_run(
