@@ -332,3 +332,50 @@ def test_the_fit_of_a_run_equals_numpy():
     assert fit.sign_agreement == pytest.approx(float(expected))
     assert fit_entropy_mechanics([1.0, None], [None, 2.0]).steps == 0
     assert fit_entropy_mechanics([1.0, 2.0], [0.0, 0.0]).eta is None
+
+
+PRIME_RL = Path(__file__).resolve().parents[1] / "sample_data" / "prime_rl"
+
+
+def _prime_rl_lengths() -> list[int]:
+    """The trained tokens of each sample of the bundled prime-rl export, read from its
+    JSON lines without ratioscope (the sample holds no rl_weights)."""
+    import json
+
+    lengths = []
+    for path in sorted(PRIME_RL.rglob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            assert "rl_weights" not in record
+            lengths.append(sum(1 for m in record["loss_mask"] if m))
+    return lengths
+
+
+@pytest.mark.parametrize("chunk_elements", [None, 2_000])
+def test_rows_that_hold_the_prompt_have_no_assumed_length_limit(chunk_elements):
+    """prime-rl's rows hold the prompt before the response: their padded width (159 on
+    the bundled export) is no response limit, and every response was 'below' it (0 %).
+    Not judged now; the note names the longest response and its count, the same however
+    the file is cut into chunks."""
+    lengths = _prime_rl_lengths()
+    longest = max(lengths)
+    reach = lengths.count(longest)
+    report = ratioscope.analyze(PRIME_RL, sections=["vitals"], chunk_elements=chunk_elements)
+    length = report.vitals.length
+    assert (length.limit, length.at_limit, length.at_limit_share) == (None, None, None)
+    assert length.limit_source == "unknown" and length.limits == []
+    assert f"the longest response, {longest} tokens, is reached by {reach} of {len(lengths)}" in (
+        length.note
+    )
+    assert f"--max-length {longest}" in length.note
+    assert not [f for f in ratioscope.verdict(report).findings if f.key.startswith("vitals.length")]
+
+
+def test_a_stated_limit_judges_rows_that_hold_the_prompt():
+    lengths = _prime_rl_lengths()
+    report = ratioscope.analyze(PRIME_RL, sections=["vitals"], max_length=150)
+    length = report.vitals.length
+    assert (length.limit, length.limit_source) == (150, "option")
+    assert length.at_limit == sum(n >= 150 for n in lengths)
+    assert length.at_limit_share == pytest.approx(length.at_limit / len(lengths))
+    assert length.note is None

@@ -35,6 +35,8 @@ class Profile:
             group-normalised ``rewards``), never read as the canonical quantity.
         mask_factors: keys that, when the file has them, multiply the mask (TRL's
             ``tool_mask``: the loss is ``completion_mask * tool_mask``).
+        prompt_in_rows: whether a row holds the prompt before the response, so that its
+            padded width is prompt and response (no response length limit).
     """
 
     name: str
@@ -47,6 +49,7 @@ class Profile:
     consecutive_rows: bool = True
     shadowed: tuple[str, ...] = ()
     mask_factors: tuple[str, ...] = ()
+    prompt_in_rows: bool = False
 
 
 CANONICAL = Profile(
@@ -137,6 +140,7 @@ PRIME_RL = Profile(
         "writes no example id"
     ),
     consecutive_rows=False,
+    prompt_in_rows=True,
 )
 
 SLIME = Profile(
@@ -207,6 +211,7 @@ NEMO_RL = Profile(
     native="nemo_rl",
     groups="from identical prompt tokens (NeMo-RL writes no prompt id)",
     consecutive_rows=True,
+    prompt_in_rows=True,
 )
 
 OPENRLHF = Profile(

@@ -16,7 +16,10 @@ step, joined by group id across the step's files (``takes_groups``,
 The length limit is, in order: the ``max_length`` analysis parameter (``--max-length``;
 source "option"), else the padded width of each file (source "padded width", with a
 note saying the limit was assumed from it). A reader that records the trainer's own
-setting can hand it over as the source "trainer settings" (:func:`length_limit`).
+setting can hand it over as the source "trainer settings" (:func:`length_limit`). A
+layout whose rows hold the prompt before the response (prime-rl, NeMo-RL: the padded
+width counts the prompt) has no limit to assume (source "unknown"): the share at the
+limit is not judged, and the note names the longest response and how many reach it.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from ratioscope.sections.state import Codec, mergeable
 from ratioscope.sections.summaries import Counter, Histogram, Moments
 
 #: where the length limit came from (``LengthVitals.limit_source``)
-LIMIT_SOURCES = ("option", "trainer settings", "padded width")
+LIMIT_SOURCES = ("option", "trainer settings", "padded width", "unknown")
 #: inputs whose absence in some files (but not all) earns a warning
 _PARTS = ("entropy", "advantages", "rewards")
 
@@ -87,22 +90,24 @@ class LengthVitals:
 
     Attributes:
         mean: mean length; distribution: its spread (quantiles within 1.16 %).
-        limit: the length limit (the largest one where files differ, see ``limits``).
-        limit_source: "option", "trainer settings" or "padded width" (several joined
-            by ", " where files differ).
+        limit: the length limit (the largest one where files differ, see ``limits``;
+            None where no file had one: source "unknown" alone).
+        limit_source: "option", "trainer settings", "padded width" or "unknown"
+            (several joined by ", " where files differ).
         limits: every limit a file was measured against, in increasing order.
         at_limit: responses whose length reached their limit; at_limit_share: their
-            share of the responses.
-        note: how the limit was chosen where that is an assumption (None otherwise).
+            share of the responses measured against a limit (None: none was).
+        note: how the limit was chosen where that is an assumption, or why there is
+            none (None otherwise).
     """
 
     mean: float
     distribution: Distribution
-    limit: int
+    limit: int | None
     limit_source: str
     limits: list[int]
-    at_limit: int
-    at_limit_share: float
+    at_limit: int | None
+    at_limit_share: float | None
     note: str | None
 
 
@@ -240,7 +245,7 @@ class VitalsSection:
     entropy_mechanics: EntropyMechanics | None = None
 
 
-def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
+def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int | None, str]:
     """The length limit of ``batch``'s responses and where it came from.
 
     The ``max_length`` parameter when set (source ``max_length_source``, default
@@ -248,10 +253,22 @@ def length_limit(params: AnalysisParams, batch: TokenBatch) -> tuple[int, str]:
     recorded settings), else the padded width of the
     batch (``"padded width"``): a trainer pads its responses to its generation limit,
     so a response of that width is one the limit cut (an assumption, said in the note).
+    None (``"unknown"``) for a layout whose rows hold the prompt too: their width is
+    prompt and response, no response limit.
     """
     if params.max_length is not None:
         return params.max_length, params.max_length_source or "option"
+    if prompt_in_rows(batch.profile):
+        return None, "unknown"
     return batch.max_length, "padded width"
+
+
+def prompt_in_rows(profile: str) -> bool:
+    """Whether the rows of layout ``profile`` hold the prompt before the response."""
+    from ratioscope.io.profiles import PROFILES
+
+    known = PROFILES.get(profile)
+    return known is not None and known.prompt_in_rows
 
 
 def plain_equal_groups(counts: GroupCounts) -> str:
@@ -310,6 +327,10 @@ class VitalsAccumulator(Accumulator):
     #: limit -> responses measured against it
     limits = mergeable(Counter, "merge")
     at_limit = mergeable(int, "sum")
+    #: files without a limit (source "unknown"): each chunk's longest response -> the
+    #: rows that reach it; the entry of the largest key counts every row at the longest
+    #: response of them all, whatever the chunks and the order of the merge
+    longest = mergeable(Counter, "merge", optional=True)
     limit_sources: list[str] = mergeable(list, "union")
     rewards = mergeable(Moments, "merge")
     reward_functions: dict[str, Moments] = mergeable(dict, _merge_functions, codec=_FUNCTIONS_CODEC)
@@ -367,7 +388,8 @@ class VitalsAccumulator(Accumulator):
         batch, mask = ctx.batch, ctx.mask
         self.sequences += batch.num_sequences
         limit, source = length_limit(self.params, batch)
-        self.limits.add_tensor(torch.tensor([limit]), torch.tensor([batch.num_sequences]))
+        if limit is not None:
+            self.limits.add_tensor(torch.tensor([limit]), torch.tensor([batch.num_sequences]))
         if source not in self.limit_sources:
             self.limit_sources.append(source)
         row: dict[str, Tensor | None] = {}
@@ -406,7 +428,7 @@ class VitalsAccumulator(Accumulator):
         return {}
 
     def _add_rows(
-        self, limit: int, row: dict[str, Tensor | None], columns: dict[str, Tensor]
+        self, limit: int | None, row: dict[str, Tensor | None], columns: dict[str, Tensor]
     ) -> None:
         """Fold a chunk's [B]-sized ``columns`` in, read back: ``lengths``, and where the
         batch has them ``rewards``, ``correct`` and each reward function's values (by
@@ -414,7 +436,11 @@ class VitalsAccumulator(Accumulator):
         lengths = columns["lengths"]
         self.tokens += int(lengths.sum())
         self.lengths.add(lengths.double())
-        self.at_limit += at_limit(lengths, limit)
+        if limit is not None:
+            self.at_limit += at_limit(lengths, limit)
+        elif lengths.numel():
+            top = int(lengths.max())
+            self.longest.add_tensor(torch.tensor([top]), (lengths == top).sum().reshape(1))
         row["lengths"] = lengths
         rewards, correct = columns.get("rewards"), columns.get("correct")
         if rewards is not None:
@@ -537,22 +563,40 @@ class VitalsAccumulator(Accumulator):
 
     def _length(self) -> LengthVitals:
         limits = sorted(self.limits.counts)
-        note = None
+        measured = sum(self.limits.counts.values())
+        notes = []
         if "padded width" in self.limit_sources:
             widths = "/".join(str(n) for n in limits)
-            note = (
+            notes.append(
                 f"length limit assumed to be the padded width ({widths} tokens); "
                 "set it with --max-length if the trainer's limit differs"
             )
+        if self.longest.counts:
+            notes.append(self._unknown_limit_note(measured))
         return LengthVitals(
             mean=self.lengths.moments.mean,
             distribution=distribution_of(self.lengths, self.params.quantiles),
-            limit=limits[-1],
+            limit=limits[-1] if limits else None,
             limit_source=", ".join(self.limit_sources),
             limits=limits,
-            at_limit=self.at_limit,
-            at_limit_share=self.at_limit / self.sequences,
-            note=note,
+            at_limit=self.at_limit if measured else None,
+            at_limit_share=self.at_limit / measured if measured else None,
+            note="; ".join(notes) or None,
+        )
+
+    def _unknown_limit_note(self, measured: int) -> str:
+        """Why responses were not measured against a limit, with the longest response
+        and its count: many responses of one longest length are the mark of a cut."""
+        unmeasured = self.sequences - measured
+        top = max(self.longest.counts)
+        reach = self.longest.counts[top]
+        which = "the responses" if not measured else f"{unmeasured:,} responses"
+        return (
+            f"length limit unknown for {which}: the rows hold the prompt before the "
+            f"response, so their padded width is no response limit; the longest response, "
+            f"{top:,} tokens, is reached by {reach:,} of {unmeasured:,} "
+            f"({100 * reach / unmeasured:.1f} %): if that is the trainer's limit, give "
+            f"--max-length {top}"
         )
 
     def _reward(self) -> RewardVitals | None:

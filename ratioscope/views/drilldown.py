@@ -610,7 +610,7 @@ class _StepRows:
         drill = self.drill
         if token_text is not None and batch.token_ids is not None:
             token_text.check(batch.token_ids[batch.mask], batch.source)
-        limit = length_limit if length_limit is not None else batch.max_length
+        limit = length_limit if length_limit is not None else _assumed_limit(batch)
         drill.length_limit = max(drill.length_limit or 0, limit)
         scores = sequence_scores(batch, *ranking_inputs(batch, coefficients), limit)
         lengths = batch.mask.sum(dim=1).tolist()
@@ -686,3 +686,15 @@ def _summary(candidates: list[_Candidate]) -> dict[str, float | None]:
 def _rounded(scores: dict[str, float]) -> dict[str, float]:
     """The finite scores at 6 significant digits (the page shows 4)."""
     return {k: float(f"{v:.6g}") for k, v in scores.items() if math.isfinite(v)}
+
+
+def _assumed_limit(batch: TokenBatch) -> int:
+    """The length limit of a file no limit was given for: its padded width, or where its
+    rows hold the prompt too (the width is prompt and response) its longest response, so
+    that the responses cut at the trainer's limit, if any reached it, are the
+    length-limited ones (the vitals call that limit unknown and say so)."""
+    from ratioscope.sections.vitals import prompt_in_rows
+
+    if prompt_in_rows(batch.profile) and batch.num_sequences:
+        return int(batch.lengths.max())
+    return batch.max_length

@@ -48,13 +48,16 @@ def vitals_rows(section: VitalsSection) -> list[tuple[str, str, str]]:
         rows.append(("token entropy (nats)", _maybe(entropy.mean), "; ".join(detail)))
     length = section.length
     q = length.distribution.quantiles
+    limit = (
+        "length limit unknown (see the note)"
+        if length.limit is None
+        else f"{share(length.at_limit_share)} at the limit {length.limit} ({length.limit_source})"
+    )
     rows.append(
         (
             "response length",
             num(length.mean),
-            f"p50 {_maybe(q.get('0.5'))}, p95 {_maybe(q.get('0.95'))}; "
-            f"{share(length.at_limit_share)} at the limit {length.limit} "
-            f"({length.limit_source})",
+            f"p50 {_maybe(q.get('0.5'))}, p95 {_maybe(q.get('0.95'))}; {limit}",
         )
     )
     if section.reward is not None:
