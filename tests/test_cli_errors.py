@@ -470,3 +470,123 @@ def test_a_plot_of_a_report_without_ratios_names_the_file(tmp_path):
     assert result.exit_code == 2, result.output
     assert "no_ratios.json" in result.stderr and "no 'ratios' section" in result.stderr
     assert not (tmp_path / "w.png").exists()
+
+
+def test_an_integer_beyond_a_float_is_bad_input_in_json_and_toml(tmp_path):
+    """A 401-digit integer parses in JSON and TOML, then stopped every reader that made
+    it a float (exit 3): refused where it is read, exit 2."""
+    import json
+
+    from ratioscope.io.jsontext import loads
+
+    huge = "1" + "0" * 400
+    with pytest.raises(json.JSONDecodeError, match="an integer too large for a float"):
+        loads(f'{{"a": [-{huge}]}}')
+    assert loads('{"a": ' + "9" * 308 + "}")["a"] == int("9" * 308)  # a float's range
+    line = '{"mask": [1, 1], "old_log_probs": [-0.5, -0.2], "log_probs": [HUGE, -0.2]}\n'
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(line.replace("HUGE", huge))
+    result = runner.invoke(app, ["analyze", str(dump)])
+    assert result.exit_code == 2, result.output
+    assert "line 1: not valid JSON (an integer too large for a float)" in result.stderr
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f'[[rule]]\npath = "ratios.kalman.lfr"\nmin = {huge}\n')
+    report = Path(__file__).parent / "data" / "report_schema1.json"
+    result = runner.invoke(app, ["check", str(report), "--rules", str(rules)])
+    assert result.exit_code == 2, result.output
+    assert "'min' is an integer too large for a float (401 digits)" in result.stderr
+
+
+def test_a_json_line_cut_short_is_placed_within_its_line(tmp_path):
+    """The error at the end of a line was counted at column 1 of the next."""
+    dump = tmp_path / "cut.jsonl"
+    dump.write_text('{"mask": [1, 1], "old_log_probs": [-0.5, -0.2], "log_probs": [-0.5, -0.2]\n')
+    result = runner.invoke(app, ["analyze", str(dump)])
+    assert result.exit_code == 2
+    assert "line 1: not valid JSON (Expecting ',' delimiter at column 74)" in result.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_where_no_file_can_be_created_is_exit_2_and_leaves_no_output(tmp_path):
+    """/proc takes no new file (ENOENT from mkstemp): an internal error (exit 3), and the
+    first of two outputs was left behind."""
+    first = tmp_path / "report.json"
+    dump = Path(__file__).resolve().parents[1] / "sample_data" / "verl" / "step_0008.pt"
+    outputs = ["--json", str(first), "--verdict-json", "/proc/x.json"]
+    result = runner.invoke(app, ["analyze", str(dump), "-q", *outputs])
+    assert result.exit_code == 2, result.output
+    assert "/proc/x.json: cannot write the file: no such file or directory" in result.stderr
+    assert not first.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_check_keeps_its_junit_file_and_a_failed_output_takes_the_others(tmp_path):
+    """Outputs appear together or not at all; a regression gate that fails (exit 1) is
+    the command working, and its JUnit file and summary stay."""
+    report = Path(__file__).parent / "data" / "report_schema1.json"
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\npath = "ratios.kalman.lfr"\nmin = 0.999\n')
+    junit, summary = tmp_path / "checks.xml", tmp_path / "summary.md"
+    arguments = ["check", str(report), "--rules", str(rules), "--junit", str(junit)]
+    result = runner.invoke(app, [*arguments, "--summary", str(summary)])
+    assert result.exit_code == 1, result.output
+    assert junit.exists() and summary.exists()
+    junit.unlink()
+    summary.unlink()
+    if Path("/proc/self").is_dir():  # written after the JUnit file, and refused
+        result = runner.invoke(app, [*arguments, "--summary", "/proc/summary.md"])
+        assert result.exit_code == 2, result.output
+        assert not junit.exists()
+
+
+def test_check_refuses_a_damaged_timeline_where_it_read_past_it(tmp_path):
+    """An infinite k3 in the last step passed `max = 1e-3` (the step was skipped as
+    missing); a string too. compare and plot timeline refused them already."""
+    import json
+
+    steps = Path(__file__).resolve().parents[1] / "sample_data" / "verl_steps"
+    timeline = tmp_path / "timeline.json"
+    assert (
+        runner.invoke(app, ["timeline", str(steps), "--json", str(timeline), "-q"]).exit_code == 0
+    )
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        '[[rule]]\nseries = "mismatch.rollout.k3"\nlast = 4\naggregate = "max"\nmax = 1e-3\n'
+    )
+    assert runner.invoke(app, ["check", str(timeline), "--rules", str(rules)]).exit_code == 0
+    damages = {
+        "inf": (lambda d: d["steps"][-1]["values"].update({"mismatch.rollout.k3": float("inf")}),
+                "values.mismatch.rollout.k3: inf (the writer writes null there)"),
+        "str": (lambda d: d["steps"][-1]["values"].update({"mismatch.rollout.k3": "x"}),
+                "values.mismatch.rollout.k3: expected float, found str"),
+        "order": (lambda d: d["steps"][1].update(step=d["steps"][0]["step"]),
+                  "steps.1.step: 2 after 2 (steps increase)"),
+    }  # fmt: skip
+    for name, (damage, message) in damages.items():
+        document = json.loads(timeline.read_text())
+        damage(document)
+        damaged = tmp_path / f"{name}.json"
+        damaged.write_text(json.dumps(document))
+        result = runner.invoke(app, ["check", str(damaged), "--rules", str(rules)])
+        assert result.exit_code == 2, (name, result.output)
+        assert "malformed timeline: steps." in result.stderr and message in result.stderr
+
+
+def test_an_output_folder_that_is_a_file_and_counts_beyond_any_machine(tmp_path):
+    steps = Path(__file__).resolve().parents[1] / "sample_data" / "verl_steps"
+    taken = tmp_path / "events"
+    taken.write_text("a file")
+    out = tmp_path / "timeline.json"
+    result = runner.invoke(
+        app, ["timeline", str(steps), "-q", "--json", str(out), "--tensorboard", str(taken)]
+    )
+    assert result.exit_code == 2 and "a file, not a folder" in result.stderr
+    assert not out.exists()
+    huge = "99999999999999999999"
+    for options, message in (
+        (["--window", huge], "--window must be at most 2,147,483,647 tokens"),
+        (["--max-length", huge], "--max-length must be a whole number of tokens from 1"),
+        (["--workers", huge], "--workers must be from 1 to 4,096 processes"),
+    ):
+        result = runner.invoke(app, ["timeline", str(steps), "-q", "--no-cache", *options])
+        assert result.exit_code == 2, result.output
+        assert message in result.stderr and result.stderr.count("\n") == 1

@@ -49,6 +49,11 @@ RAY_LOCAL = "local"
 RAY_AUTO = "auto"
 
 
+#: the most worker processes a runner starts (more than any machine's cores; a larger
+#: number overflowed the process pool's C int)
+MAX_WORKERS = 4096
+
+
 @dataclass(frozen=True)
 class Runner:
     """Where tasks run.
@@ -73,8 +78,10 @@ class Runner:
     def __post_init__(self) -> None:
         from ratioscope.errors import ParameterError
 
-        if self.workers < 1:
-            raise ParameterError("workers", f"must be >= 1, got {self.workers}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ParameterError(
+                "workers", f"must be from 1 to {MAX_WORKERS:,} processes, got {self.workers}"
+            )
         if self.window is not None and self.window < 1:
             raise ParameterError("window", f"must be >= 1, got {self.window}")
         if self.retries < 0:

@@ -38,6 +38,9 @@ _PASS_THROUGH = (
     ),
 )
 
+#: exits a command chose (a verdict's exit code): its outputs are kept
+_CHOSEN_EXITS = (typer.Exit, *(e for e in (getattr(_click_exceptions, "Exit", None),) if e))
+
 
 def _stderr_line(message: str, kind: str = "error") -> None:
     typer.echo(f"ratioscope: {kind}: {message}", err=True)
@@ -81,6 +84,20 @@ def _with_flag_hint(
     }
     flag = flag_given_a_value(error.path, words, flags)
     return message if flag is None else f"{message.rstrip('.')} ({flag} takes no value)."
+
+
+def _outputs_of(typed: list[str]) -> Any:
+    """A command's output files appear together when it ends, or none does
+    (:func:`~ratioscope.io.atomic.outputs_together`); kept when it ends on a failed
+    check or an exit it chose. ``watch`` writes its documents while it runs."""
+    import contextlib
+
+    from ratioscope.io.atomic import outputs_together
+
+    command = next((word for word in typed if not word.startswith("-")), None)
+    if command == "watch":
+        return contextlib.nullcontext()
+    return outputs_together(keep_on=(RegressionFound, *_CHOSEN_EXITS))
 
 
 def _usage_error(error: _click_exceptions.UsageError) -> NoReturn:
@@ -131,7 +148,8 @@ class _BoundaryGroup(TyperGroup):
         typed = [*getattr(ctx, "_protected_args", []), *ctx.args]
         try:
             refuse_special_files(typed)
-            return super().invoke(ctx)
+            with _outputs_of(typed):
+                return super().invoke(ctx)
         except RatioscopeError as error:
             if os.environ.get("RATIOSCOPE_DEBUG") == "1":
                 raise

@@ -497,6 +497,8 @@ PARAMETER_OPTIONS = {
     "sequence": "--sequence",
     # timeline
     "step_from": "--step-from",
+    # the runner (analyze, timeline, objectives)
+    "workers": "--workers",
     "columns": "--columns",
     # compare
     "rel": "--rel",

@@ -249,7 +249,12 @@ def watch(
 
     Example: ratioscope watch dumps/ --once --json status.json   # from cron
     """
-    from ratioscope.cli._common import check_html_path, check_output_paths, check_suffix
+    from ratioscope.cli._common import (
+        check_html_path,
+        check_output_folder,
+        check_output_paths,
+        check_suffix,
+    )
     from ratioscope.cli._options import (
         command_analysis_params,
         command_load_options,
@@ -270,6 +275,7 @@ def watch(
         *([thresholds] if thresholds else []),
     ]
     check_output_paths(inputs, [json_out, html_out])
+    check_output_folder(tensorboard, "--tensorboard")
     limits = None if thresholds is None else load_thresholds(thresholds)
     run = RunWatch(
         paths,

@@ -19,6 +19,9 @@ from ratioscope.errors import ParameterError
 from ratioscope.functional.token_stats import DEFAULT_ON_BAND, EXACT_ON_BAND
 
 SPACES = ("log", "ratio")
+#: the most tokens a length parameter may name (a sequence's position is an int32 on a
+#: GPU; a larger value overflowed the tensor it sized)
+MAX_TOKENS = 2**31 - 1
 MASK_POLICIES = ("zero", "skip")
 KALMAN_IMPLS = ("scan", "reference")
 COV_SCOPES = ("auto", "group", "batch")
@@ -88,6 +91,10 @@ class AnalysisParams:
             raise ParameterError("is_threshold", f"must be > 1, got {self.is_threshold}")
         if self.window < 2:
             raise ParameterError("window", f"must be at least 2, got {self.window}")
+        if self.window > MAX_TOKENS:
+            raise ParameterError(
+                "window", f"must be at most {MAX_TOKENS:,} tokens, got {self.window}"
+            )
         if not 0 < self.lfr_cutoff < 1:
             raise ParameterError("lfr_cutoff", f"must be in (0, 1), got {self.lfr_cutoff}")
         _check_choice("space", self.space, SPACES)
@@ -114,10 +121,11 @@ class AnalysisParams:
         if self.max_length is not None and (
             isinstance(self.max_length, bool)
             or int(self.max_length) != self.max_length
-            or self.max_length < 1
+            or not 1 <= self.max_length <= MAX_TOKENS
         ):
             raise ParameterError(
-                "max_length", f"must be a positive whole number of tokens, got {self.max_length}"
+                "max_length",
+                f"must be a whole number of tokens from 1 to {MAX_TOKENS:,}, got {self.max_length}",
             )
         if self.max_lag is not None and (
             isinstance(self.max_lag, bool) or int(self.max_lag) != self.max_lag or self.max_lag < 0

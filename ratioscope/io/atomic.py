@@ -42,6 +42,41 @@ _ORPHAN_SECONDS = 3600
 #: temporary files and folders being written now; a signal handler removes them
 #: (:func:`remove_pending`) before the process ends
 PENDING: set[Path] = set()
+#: within :func:`outputs_together`: the written files' (temporary, target) pairs, renamed
+#: when it ends
+_DEFERRED: list[tuple[Path, Path]] | None = None
+
+
+@contextlib.contextmanager
+def outputs_together(keep_on: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Every file :func:`atomic_path` writes inside it appears when it ends, or none does:
+    an error after the first of several outputs was written (the second cannot be
+    written, the input turns out bad) removes them all, and no earlier output is left
+    behind. ``keep_on``: exceptions that end it with the outputs kept (a regression gate
+    that fails after writing its JUnit file). A command's outputs are written inside one
+    (``watch``'s are not: its documents are read while it runs)."""
+    global _DEFERRED
+    outer, _DEFERRED = _DEFERRED, []
+    deferred = _DEFERRED
+
+    def commit() -> None:
+        while deferred:
+            tmp, target = deferred.pop(0)
+            os.replace(tmp, target)
+            PENDING.discard(tmp)
+
+    try:
+        yield
+        commit()
+    except keep_on:
+        commit()
+        raise
+    finally:
+        for tmp, _ in deferred:
+            PENDING.discard(tmp)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        _DEFERRED = outer
 
 
 def remove_pending() -> None:
@@ -78,15 +113,16 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     remove_leftovers(target)
     tmp: Path | None = None
     try:
-        fd, tmp_name = tempfile.mkstemp(
-            prefix=f".{target.name}.{os.getpid()}-", suffix=f".tmp{target.suffix}", dir=directory
-        )
+        fd, tmp_name = _temporary_file(target, directory)
         os.close(fd)
         tmp = Path(tmp_name)
         PENDING.add(tmp)
         yield tmp
         # mkstemp creates 0600 files; give the result the permissions a plain open() would
         os.chmod(tmp, 0o666 & ~_umask())
+        if _DEFERRED is not None:
+            _DEFERRED.append((tmp, target))  # renamed with the command's other outputs
+            return
         os.replace(tmp, target)
         PENDING.discard(tmp)
     except BaseException as error:
@@ -98,6 +134,20 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         if problem is not None:
             raise OutputError(target, f"cannot write the file: {problem}") from None
         raise
+
+
+def _temporary_file(target: Path, directory: Path) -> tuple[int, str]:
+    """mkstemp beside ``target``; a folder where the system creates no file (``/proc``, a
+    folder removed meanwhile) is an OutputError in the system's words."""
+    try:
+        return tempfile.mkstemp(
+            prefix=f".{target.name}.{os.getpid()}-", suffix=f".tmp{target.suffix}", dir=directory
+        )
+    except OSError as error:
+        if error.errno in _OUTPUT_ERRNOS or not error.strerror:
+            raise
+        said = error.strerror[0].lower() + error.strerror[1:]
+        raise OutputError(target, f"cannot write the file: {said}") from None
 
 
 def output_problem(error: BaseException, written: Path | None = None) -> str | None:

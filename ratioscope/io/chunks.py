@@ -41,6 +41,7 @@ from torch import Tensor
 from ratioscope.data.raw import Ragged, RawDump, check_bool_bytes, padded_dtype
 from ratioscope.errors import CorruptFileError, JsonLineError
 from ratioscope.io.jsontext import loads
+from ratioscope.io.jsontext import problem as json_problem
 from ratioscope.io.limits import not_a_zip, npz_layouts
 
 #: safetensors dtype names -> torch dtypes
@@ -601,11 +602,9 @@ def _parse_line(path: Path, number: int, line: bytes) -> dict[str, Any] | None:
     if not text.strip():
         return None
     try:
-        record = loads(text)
+        record = loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as error:
-        raise JsonLineError(
-            path, number, f"not valid JSON ({error.msg} at column {error.colno})"
-        ) from None
+        raise JsonLineError(path, number, f"not valid JSON ({json_problem(error)})") from None
     if not isinstance(record, dict):
         raise JsonLineError(path, number, "expected a JSON object (one sequence)")
     return record

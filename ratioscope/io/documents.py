@@ -23,7 +23,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from ratioscope.errors import ReportError
 from ratioscope.io.atomic import atomic_write_text
-from ratioscope.io.jsontext import loads
+from ratioscope.io.jsontext import loads, located
 
 #: the version this ratioscope writes; 2 added the typed reader (Report.from_dict), the
 #: JSON layout is that of version 1, which is still read
@@ -100,9 +100,7 @@ def read_json_report(path: str | Path) -> dict[str, Any]:
     try:
         document = loads(text)
     except json.JSONDecodeError as error:
-        raise ReportError(
-            path, f"not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
+        raise ReportError(path, f"not valid JSON ({located(error)})") from None
     if not isinstance(document, dict) or "schema_version" not in document:
         raise ReportError(path, "not a ratioscope report (no 'schema_version' key)")
     check_schema_version(document, path)
@@ -405,3 +403,52 @@ def _dotted_key_lookup(node: Any, parts: list[str]) -> Any:
         if -len(node) <= index < len(node):
             return _dotted_key_lookup(node[index], parts[1:])
     raise KeyError(parts[0])
+
+
+# ------------------------------------------------------------------- timeline layout
+#: the layout of a timeline document's parts that its readers walk (a hand-edited or
+#: damaged file is named where it breaks, not with the error the walk runs into)
+_TIMELINE_PARTS: dict[str, Any] = {
+    "tool": dict[str, Any],
+    "params": dict[str, Any],
+    "headlines": list[dict[str, Any]],
+    "steps": list[dict[str, Any]],
+}
+_STEP_PARTS: dict[str, Any] = {
+    "step": int,
+    "inputs": list[str],
+    "values": dict[str, float | None],
+    "flags": list[str],
+}
+
+
+def check_timeline_shape(document: Mapping[str, Any], source: str | Path | None) -> None:
+    """Raise ReportError naming the first part of a timeline ``document`` that is not laid
+    out as ratioscope writes it (``steps.3.values: expected an object, found str``): a
+    value that is not a number or null, an infinite or NaN one (the writer writes those
+    as null, so only a hand edit puts one there, and a gate would read past it), steps
+    out of order.
+    """
+    try:
+        for key, hint in _TIMELINE_PARTS.items():
+            if key not in document:
+                raise JSONShapeError(f"no '{key}' key")
+            from_jsonable(hint, document[key], key)
+        previous = None
+        for index, step in enumerate(document["steps"]):
+            for key, hint in _STEP_PARTS.items():
+                if key not in step:
+                    raise JSONShapeError(f"steps.{index}: no '{key}' key")
+                from_jsonable(hint, step[key], f"steps.{index}.{key}")
+            for name, value in step["values"].items():
+                if value is not None and not isfinite(value):
+                    raise JSONShapeError(
+                        f"steps.{index}.values.{name}: {value} (the writer writes null there)"
+                    )
+            if previous is not None and step["step"] <= previous:
+                raise JSONShapeError(
+                    f"steps.{index}.step: {step['step']} after {previous} (steps increase)"
+                )
+            previous = step["step"]
+    except JSONShapeError as error:
+        raise ReportError(source, f"malformed timeline: {error}") from None

@@ -33,6 +33,7 @@ from ratioscope.errors import (
     UnsafePickleError,
 )
 from ratioscope.io.jsontext import loads
+from ratioscope.io.jsontext import problem as json_problem
 from ratioscope.io.limits import (
     check_budget,
     check_safetensors,
@@ -409,10 +410,10 @@ def _read_jsonl(path: Path) -> RawDump:
                 if not line.strip():
                     continue
                 try:
-                    record = loads(line)
+                    record = loads(line.rstrip("\r\n"))
                 except json.JSONDecodeError as error:
                     raise JsonLineError(
-                        path, number, f"not valid JSON ({error.msg} at column {error.colno})"
+                        path, number, f"not valid JSON ({json_problem(error)})"
                     ) from None
                 if not isinstance(record, dict):
                     raise JsonLineError(path, number, "expected a JSON object (one sequence)")

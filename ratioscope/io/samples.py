@@ -61,6 +61,7 @@ from ratioscope.errors import (
 )
 from ratioscope.io import textlogs
 from ratioscope.io.jsontext import loads
+from ratioscope.io.jsontext import problem as json_problem
 from ratioscope.io.paths import refuse_empty_path
 
 PROBLEM_CANDIDATES = ("problem_id", "idx")
@@ -377,12 +378,10 @@ def _first_record(path: Path, number: int, text: str) -> dict[str, Any]:
     if stripped in ("{", "["):
         raise _whole_document_error(path)
     try:
-        record = loads(text)
+        record = loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as error:
         if stripped.startswith("{"):  # a sample line, broken: say where
-            raise JsonLineError(
-                path, number, f"not valid JSON ({error.msg} at column {error.colno})"
-            ) from None
+            raise JsonLineError(path, number, f"not valid JSON ({json_problem(error)})") from None
         raise _not_samples(path, f"line {number} is not JSON: {error.msg}") from None
     if _is_report(record):
         raise SampleError(path, _REPORT)
@@ -405,11 +404,9 @@ def _whole_document_error(path: Path) -> SampleError:
 
 def _parse(path: Path, number: int, text: str) -> dict[str, Any]:
     try:
-        record = loads(text)
+        record = loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as error:
-        raise JsonLineError(
-            path, number, f"not valid JSON ({error.msg} at column {error.colno})"
-        ) from None
+        raise JsonLineError(path, number, f"not valid JSON ({json_problem(error)})") from None
     if not isinstance(record, dict):
         raise JsonLineError(path, number, f"expected a JSON object, got {_kind(record)}")
     return record

@@ -84,6 +84,13 @@ def number(value: Any, where: str, key: str, source: str) -> float:
         raise RulesError(
             source, f"{where}: '{key}' must be a number, got {type(value).__name__} {value!r}"
         )
-    if not math.isfinite(value):
+    try:
+        converted = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise RulesError(
+            source,
+            f"{where}: '{key}' is an integer too large for a float ({len(str(value))} digits)",
+        ) from None
+    if not math.isfinite(converted):
         raise RulesError(source, f"{where}: '{key}' must be a finite number, got {value}")
-    return float(value)
+    return converted

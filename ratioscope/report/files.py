@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ratioscope.errors import ReportError
-from ratioscope.io.documents import read_json_report
+from ratioscope.io.documents import check_timeline_shape, read_json_report
 from ratioscope.judgement.rules import Checked, CheckResult, evaluate, load_rules
 from ratioscope.report.model import Report
 
@@ -49,6 +49,9 @@ def read_checked(path: str | Path) -> Checked:
     document = read_json_report(path)
     if all(key in document for key in ("tool", "inputs", "params", "ratios")):
         return Report.from_dict(document, source=path)
+    if document.get("kind") == "timeline":
+        # as compare and plot timeline read it: a damaged series is named, not skipped
+        check_timeline_shape(document, path)
     return document
 
 

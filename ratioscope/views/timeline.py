@@ -409,42 +409,6 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-#: the layout of a timeline document's parts that its reader walks (a hand-edited or
-#: damaged file is named where it breaks, not with the error the walk runs into)
-_TIMELINE_PARTS: dict[str, Any] = {
-    "tool": dict[str, Any],
-    "params": dict[str, Any],
-    "headlines": list[dict[str, Any]],
-    "steps": list[dict[str, Any]],
-}
-_STEP_PARTS: dict[str, Any] = {
-    "step": int,
-    "inputs": list[str],
-    "values": dict[str, float | None],
-    "flags": list[str],
-}
-
-
-def _check_timeline_shape(document: Mapping[str, Any], source: str | Path | None) -> None:
-    """Raise ReportError naming the first part of ``document`` that is not laid out as
-    a timeline's (``steps.3.values: expected an object, found str``)."""
-    from ratioscope.errors import ReportError
-    from ratioscope.io.documents import JSONShapeError, from_jsonable
-
-    try:
-        for key, hint in _TIMELINE_PARTS.items():
-            if key not in document:
-                raise JSONShapeError(f"no '{key}' key")
-            from_jsonable(hint, document[key], key)
-        for index, step in enumerate(document["steps"]):
-            for key, hint in _STEP_PARTS.items():
-                if key not in step:
-                    raise JSONShapeError(f"steps.{index}: no '{key}' key")
-                from_jsonable(hint, step[key], f"steps.{index}.{key}")
-    except JSONShapeError as error:
-        raise ReportError(source, f"malformed timeline: {error}") from None
-
-
 @dataclass(frozen=True)
 class TimelineStep:
     """One training step of a timeline.
@@ -558,7 +522,9 @@ class Timeline:
                 source, f"timeline schema version {document.get('schema_version')!r} is "
                 f"not read by this ratioscope (it reads {TIMELINE_SCHEMA_VERSION})"
             )  # fmt: skip
-        _check_timeline_shape(document, source)
+        from ratioscope.io.documents import check_timeline_shape
+
+        check_timeline_shape(document, source)
         try:
             declared = {h.key: h for h in (*HEADLINES, *OBJECTIVE_HEADLINES)}
             names = [function_name(item["key"]) for item in document["headlines"]]

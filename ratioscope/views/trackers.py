@@ -113,7 +113,17 @@ class TensorBoardTracker:
         _require("tensorboard", "tensorboard", "--tensorboard")
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        from ratioscope.errors import OutputError
+
+        if Path(log_dir).exists() and not Path(log_dir).is_dir():
+            raise OutputError(
+                log_dir, "--tensorboard names a file; give the folder its event files go to"
+            )
+        try:
+            self.writer = SummaryWriter(log_dir=str(log_dir))
+        except OSError as error:  # a folder that cannot be made (read-only, /proc)
+            said = (error.strerror or str(error)).lower()
+            raise OutputError(log_dir, f"cannot write TensorBoard's event files: {said}") from None
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         for name, value in metrics.items():
