@@ -590,3 +590,82 @@ def test_an_output_folder_that_is_a_file_and_counts_beyond_any_machine(tmp_path)
         result = runner.invoke(app, ["timeline", str(steps), "-q", "--no-cache", *options])
         assert result.exit_code == 2, result.output
         assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("metric", "damage", "message"),
+    [
+        ("passk", lambda m: m["pass_at_k"].update({"1": "x"}), "pass_at_k.1: expected a number"),
+        ("passk", lambda m: m.update(pass_at_k={"a": 0.5}), "key 'a' is not a budget k"),
+        ("passk", lambda m: m["pass_at_k"].update({"1": 5.0}), "5.0 is not a share in [0, 1]"),
+        ("ucc", lambda m: m.update(ucc_at_k=[1, 2]), "ucc_at_k: expected an object"),
+        ("ucc", lambda m: m["ucc_at_k"].update({"2": -1}), "-1 is not a count of clusters"),
+    ],
+)
+def test_plot_names_a_damaged_evaluation_report(tmp_path, metric, damage, message):
+    """A string, a key that is no k, a list: internal errors (exit 3); a Pass@1 of 5:
+    drawn without a word."""
+    import json
+
+    samples = Path(__file__).resolve().parents[1] / "sample_data" / "samples.jsonl"
+    report = tmp_path / "eval.json"
+    assert (
+        runner.invoke(app, ["eval-ucc", str(samples), "--json", str(report), "-q"]).exit_code == 0
+    )
+    document = json.loads(report.read_text())
+    damage(document["by_method"][next(iter(document["by_method"]))])
+    report.write_text(json.dumps(document))
+    figure = tmp_path / "figure.png"
+    result = runner.invoke(app, ["plot", metric, str(report), "--out", str(figure)])
+    assert result.exit_code == 2, result.output
+    assert "malformed evaluation report: by_method." in result.stderr and message in result.stderr
+    assert not figure.exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("sapo.tau_pos=1e40", "--set needs sapo.tau_pos within float32's range (3.4e38)"),
+        ("dapo.clip=nan,0.3", "--set needs a finite dapo.clip"),
+    ],
+)
+def test_objectives_settings_beyond_float32_are_bad_input(setting, message):
+    """1e40 overflowed the float32 coefficients (exit 3); a pair's NaN passed."""
+    dump = Path(__file__).resolve().parents[1] / "sample_data" / "verl" / "step_0008.pt"
+    result = runner.invoke(app, ["objectives", str(dump), "-q", "--set", setting])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [
+        ({"a": [1.0] * 8}, "'state.trust_region.cells.a' is not a cell 'size,correct'"),
+        ({"8,9": [1.0] * 8}, "'state.trust_region.cells.8,9' is not a cell"),
+        ({"8,0": [1.0]}, "'state.trust_region.cells.8,0' holds no list of 8 numbers"),
+    ],
+)
+def test_merge_names_the_shard_whose_cells_are_damaged(tmp_path, cells, message):
+    """A cell key not 'size,correct' was an internal error; a short list blamed the other
+    shard when the damaged one came first."""
+    import json
+
+    root = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+    shards = []
+    for name in ("step_0008.pt", "step_0016.pt"):
+        out = tmp_path / f"{name}.json"
+        assert (
+            runner.invoke(app, ["analyze", str(root / name), "--json", str(out), "-q"]).exit_code
+            == 0
+        )
+        shards.append(out)
+    document = json.loads(shards[0].read_text())
+    document["state"]["trust_region"]["cells"] = cells
+    shards[0].write_text(json.dumps(document))
+    merged = tmp_path / "merged.json"
+    result = runner.invoke(app, ["merge", *map(str, shards), "--out", str(merged), "-q"])
+    assert result.exit_code == 2, result.output
+    assert (
+        result.stderr.startswith(f"ratioscope: error: {shards[0]}: ") and message in result.stderr
+    )
+    assert not merged.exists()

@@ -113,8 +113,34 @@ def curves_from_report(
             raise ReportError(
                 path, f"method '{name}' has no '{metric}' in this report; make it with {maker}"
             )
-        curves[name] = {int(k): float(v) for k, v in values.items() if v is not None}
+        curves[name] = _curve(values, f"by_method.{name}.{metric}", path, metric == "pass_at_k")
     return curves
+
+
+def _curve(values: Any, where: str, path: str | Path, share: bool) -> dict[int, float]:
+    """{k: value} of one stored curve: an object of budgets k (whole numbers from 1) to
+    values or null, a share in [0, 1] (Pass@k) or a count >= 0 (UCC@k, clusters);
+    anything else is a damaged report, named where."""
+    import math
+
+    def damaged(problem: str) -> ReportError:
+        return ReportError(path, f"malformed evaluation report: {where}{problem}")
+
+    if not isinstance(values, dict):
+        raise damaged(f": expected an object of k -> value, found {type(values).__name__}")
+    curve = {}
+    for key, value in values.items():
+        if not (str(key).isdigit() and 1 <= int(key) <= 2**31):
+            raise damaged(f": key {key!r} is not a budget k (a whole number from 1)")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise damaged(f".{key}: expected a number, found {type(value).__name__}")
+        if not (math.isfinite(value) and 0 <= value <= (1 if share else math.inf)):
+            kind = "a share in [0, 1]" if share else "a count of clusters (>= 0)"
+            raise damaged(f".{key}: {value} is not {kind}")
+        curve[int(key)] = float(value)
+    return curve
 
 
 @dataclass(frozen=True)

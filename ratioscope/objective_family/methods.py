@@ -133,20 +133,34 @@ def _coerce(method: str, key: str, default: Setting, value: Any) -> Setting:
     """``value`` (a string from the command line, or a Python value) as ``default``'s type."""
     where = f"{method}.{key}"
     try:
+        if isinstance(default, str):
+            return str(value)
         if isinstance(default, tuple):
             items = value.split(",") if isinstance(value, str) else list(value)
             parsed = tuple(float(v) for v in items)
             if len(parsed) != len(default):
                 raise ValueError(f"expected {len(default)} comma-separated numbers")
-            return parsed
-        if isinstance(default, str):
-            return str(value)
-        number = float(value)
+        else:
+            parsed = (float(value),)
     except (TypeError, ValueError) as error:
         raise ParameterError("settings", f"cannot read {where}={value} ({error})") from None
+    for number in parsed:
+        _refuse_unrepresentable(where, number, value)
+    return parsed if isinstance(default, tuple) else parsed[0]
+
+
+#: the largest float32: the coefficients are float32 tensors, which a larger setting
+#: overflowed (an internal error)
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _refuse_unrepresentable(where: str, number: float, value: Any) -> None:
     if not math.isfinite(number):
         raise ParameterError("settings", f"needs a finite {where}, got {value!r}")
-    return number
+    if abs(number) > _FLOAT32_MAX:
+        raise ParameterError(
+            "settings", f"needs {where} within float32's range (3.4e38), got {value!r}"
+        )
 
 
 def _pair(settings: Settings, key: str) -> tuple[float, float]:

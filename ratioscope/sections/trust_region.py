@@ -28,7 +28,7 @@ from ratioscope.functional.quatro import grpo_advantages, quatro_delta_sweep
 from ratioscope.sections.base import Accumulator, required
 from ratioscope.sections.context import Context
 from ratioscope.sections.distribution import Distribution, distribution_of
-from ratioscope.sections.state import Record, mergeable
+from ratioscope.sections.state import Codec, Record, StateError, check_number, mergeable
 from ratioscope.sections.summaries import Counter, Histogram
 
 #: GRPO advantage conventions used beside QUATRO (ratioscope's population std)
@@ -130,6 +130,23 @@ class _DeltaState(Record):
         )
 
 
+def _read_cells(block: Any) -> dict[str, list[float]]:
+    """The cells of a state block: keys ``size,correct`` (0 <= correct <= size), each
+    with one number a field of :data:`_CELL_FIELDS` (a damaged shard is named here, not
+    by the merge that would trip over it with the other shard's name)."""
+    if not isinstance(block, dict):
+        raise StateError([], f"is {type(block).__name__}, not an object")
+    cells = {}
+    for key, values in block.items():
+        parts = str(key).split(",")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[1]) > int(parts[0]):
+            raise StateError([key], "is not a cell 'size,correct' (0 <= correct <= size)")
+        if not isinstance(values, list) or len(values) != len(_CELL_FIELDS):
+            raise StateError([key], f"holds no list of {len(_CELL_FIELDS)} numbers")
+        cells[key] = [check_number(v) for v in values]
+    return cells
+
+
 class TrustRegionAccumulator(Accumulator):
     """QUATRO duals and advantages, GRPO beside them, one file at a time."""
 
@@ -148,7 +165,7 @@ class TrustRegionAccumulator(Accumulator):
     quatro = mergeable(Histogram, "merge")
     grpo = mergeable(Histogram, "merge")
     #: "size,correct" -> the sums of _CELL_FIELDS over the groups of that cell
-    cells: dict[str, list[float]] = mergeable(dict, "sum")
+    cells: dict[str, list[float]] = mergeable(dict, "sum", codec=Codec(load=_read_cells))
     #: groups joined across the files of a step, completed from the next step, and
     #: left out incomplete (size -> groups) (ratioscope.sections.group_join)
     groups_joined = mergeable(int, "sum", optional=True)
