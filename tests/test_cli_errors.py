@@ -669,3 +669,19 @@ def test_merge_names_the_shard_whose_cells_are_damaged(tmp_path, cells, message)
         result.stderr.startswith(f"ratioscope: error: {shards[0]}: ") and message in result.stderr
     )
     assert not merged.exists()
+
+
+def test_merge_says_a_null_count_is_null(tmp_path):
+    """A null in a count of the mismatch partials was read as -inf (the reading of an
+    empty log-sum), and the message said 'float -inf'."""
+    import json
+
+    dump = Path(__file__).resolve().parents[1] / "sample_data" / "verl" / "step_0008.pt"
+    shard = tmp_path / "shard.json"
+    assert runner.invoke(app, ["analyze", str(dump), "--json", str(shard), "-q"]).exit_code == 0
+    document = json.loads(shard.read_text())
+    document["state"]["mismatch"]["policy"]["tokens"] = None
+    shard.write_text(json.dumps(document))
+    result = runner.invoke(app, ["merge", str(shard), "--out", str(tmp_path / "m.json"), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "'state.mismatch.policy.tokens' is null, not a count;" in result.stderr

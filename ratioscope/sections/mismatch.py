@@ -48,7 +48,11 @@ def partials_from_state(state: dict[str, Any]) -> MismatchPartials:
         raise KeyError(f"expected keys {sorted(expected)}, got {sorted(state)}")
     # JSON has no -inf: an empty log-sum was written as null; Any: JSON values are
     # untyped, and the keys were checked against the fields above
-    values: dict[str, Any] = {k: (-float("inf") if v is None else v) for k, v in state.items()}
+    # (a count is never written as null: it stays null, and check_fields says so)
+    logs = {f.name for f in fields(MismatchPartials) if isinstance(f.default, float)}
+    values: dict[str, Any] = {
+        k: (-float("inf") if v is None and k in logs else v) for k, v in state.items()
+    }
     return check_fields(MismatchPartials(**values))
 
 

@@ -253,6 +253,11 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+def _shown(value: Any) -> str:
+    """A value in a message: ``null``, or its type and its start (``str 'abc'``)."""
+    return "null" if value is None else f"{_kind(value)} {value!r:.40}"
+
+
 def check_count(value: Any) -> int:
     """A count read from a state block: an int (not a bool), at least 0.
 
@@ -263,7 +268,7 @@ def check_count(value: Any) -> int:
     ratioscope.sections.state.StateError: is -1; a count cannot be negative
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise StateError([], f"is {_kind(value)} {value!r:.40}, not a count")
+        raise StateError([], f"is {_shown(value)}, not a count")
     if value < 0:
         raise StateError([], f"is {value}; a count cannot be negative")
     return value
@@ -272,7 +277,7 @@ def check_count(value: Any) -> int:
 def check_number(value: Any) -> float:
     """A float read from a state block: a number (not a bool, not null)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StateError([], f"is {_kind(value)} {value!r:.40}, not a number")
+        raise StateError([], f"is {_shown(value)}, not a number")
     return float(value)
 
 
