@@ -156,6 +156,10 @@ def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
         if not target.parent.is_dir():
             raise UsageError(f"cannot write {out}: the directory {out.parent} does not exist")
         seen[target] = out
+    # renamed into place together when the command ends (io/atomic.outputs_together)
+    from ratioscope.io.atomic import hold_together
+
+    hold_together(seen)
 
 
 def check_output_folder(folder: Path | None, option: str) -> None:

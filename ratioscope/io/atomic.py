@@ -18,7 +18,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ratioscope.errors import OutputError, UsageError
@@ -42,21 +42,25 @@ _ORPHAN_SECONDS = 3600
 #: temporary files and folders being written now; a signal handler removes them
 #: (:func:`remove_pending`) before the process ends
 PENDING: set[Path] = set()
-#: within :func:`outputs_together`: the written files' (temporary, target) pairs, renamed
-#: when it ends
+#: within :func:`outputs_together`: the written outputs' (temporary, target) pairs,
+#: renamed when it ends, and the outputs it holds back (:func:`hold_together`)
 _DEFERRED: list[tuple[Path, Path]] | None = None
+_HELD: set[Path] = set()
 
 
 @contextlib.contextmanager
 def outputs_together(keep_on: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
-    """Every file :func:`atomic_path` writes inside it appears when it ends, or none does:
-    an error after the first of several outputs was written (the second cannot be
-    written, the input turns out bad) removes them all, and no earlier output is left
-    behind. ``keep_on``: exceptions that end it with the outputs kept (a regression gate
-    that fails after writing its JUnit file). A command's outputs are written inside one
-    (``watch``'s are not: its documents are read while it runs)."""
+    """Every output named to :func:`hold_together` inside it that :func:`atomic_path`
+    writes appears when it ends, or none does: an error after the first of several
+    outputs was written (the second cannot be written, the input turns out bad) removes
+    them all, and no earlier output is left behind. Other files (the step cache's
+    entries, a staged folder's files) are written at once, as outside it. ``keep_on``:
+    exceptions that end it with the outputs kept (a regression gate that fails after
+    writing its JUnit file). Each command runs inside one (``watch``'s documents are not
+    held: they are read while it runs)."""
     global _DEFERRED
     outer, _DEFERRED = _DEFERRED, []
+    held = set(_HELD)
     deferred = _DEFERRED
 
     def commit() -> None:
@@ -77,6 +81,15 @@ def outputs_together(keep_on: tuple[type[BaseException], ...] = ()) -> Iterator[
             with contextlib.suppress(OSError):
                 tmp.unlink()
         _DEFERRED = outer
+        _HELD.clear()
+        _HELD.update(held)
+
+
+def hold_together(outputs: Iterable[str | Path | None]) -> None:
+    """Name the outputs of the command (within :func:`outputs_together`; a no-op
+    outside one) whose renames wait for its end."""
+    if _DEFERRED is not None:
+        _HELD.update(Path(o).resolve() for o in outputs if o is not None)
 
 
 def remove_pending() -> None:
@@ -120,7 +133,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         yield tmp
         # mkstemp creates 0600 files; give the result the permissions a plain open() would
         os.chmod(tmp, 0o666 & ~_umask())
-        if _DEFERRED is not None:
+        if _DEFERRED is not None and target.resolve() in _HELD:
             _DEFERRED.append((tmp, target))  # renamed with the command's other outputs
             return
         os.replace(tmp, target)
