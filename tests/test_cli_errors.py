@@ -685,3 +685,27 @@ def test_merge_says_a_null_count_is_null(tmp_path):
     result = runner.invoke(app, ["merge", str(shard), "--out", str(tmp_path / "m.json"), "-q"])
     assert result.exit_code == 2, result.output
     assert "'state.mismatch.policy.tokens' is null, not a count;" in result.stderr
+
+
+def test_merge_refuses_counts_that_contradict_their_totals(tmp_path):
+    """1,000 correct of 128 rows merged into a correct share of 4.2, exit 0."""
+    import json
+
+    root = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+    shards = []
+    for name in ("step_0008.pt", "step_0016.pt"):
+        out = tmp_path / f"{name}.json"
+        assert (
+            runner.invoke(app, ["analyze", str(root / name), "--json", str(out), "-q"]).exit_code
+            == 0
+        )
+        shards.append(out)
+    document = json.loads(shards[0].read_text())
+    rows = document["state"]["vitals"]["correct_rows"]
+    document["state"]["vitals"]["correct"] = 1000
+    shards[0].write_text(json.dumps(document))
+    merged = tmp_path / "merged.json"
+    result = runner.invoke(app, ["merge", *map(str, shards), "--out", str(merged), "-q"])
+    assert result.exit_code == 2, result.output
+    assert f"'state.vitals.correct' is 1,000, more than 'correct_rows' ({rows:,})" in result.stderr
+    assert not merged.exists()
