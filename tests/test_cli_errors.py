@@ -637,6 +637,18 @@ def test_objectives_settings_beyond_float32_are_bad_input(setting, message):
     assert message in result.stderr and result.stderr.count("\n") == 1
 
 
+def _two_shards(tmp_path: Path) -> list[Path]:
+    """The analyze reports of two bundled step files, to be merged (one then damaged)."""
+    root = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
+    shards = []
+    for name in ("step_0008.pt", "step_0016.pt"):
+        out = tmp_path / f"{name}.json"
+        result = runner.invoke(app, ["analyze", str(root / name), "--json", str(out), "-q"])
+        assert result.exit_code == 0, result.output
+        shards.append(out)
+    return shards
+
+
 @pytest.mark.parametrize(
     ("cells", "message"),
     [
@@ -650,15 +662,7 @@ def test_merge_names_the_shard_whose_cells_are_damaged(tmp_path, cells, message)
     shard when the damaged one came first."""
     import json
 
-    root = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
-    shards = []
-    for name in ("step_0008.pt", "step_0016.pt"):
-        out = tmp_path / f"{name}.json"
-        assert (
-            runner.invoke(app, ["analyze", str(root / name), "--json", str(out), "-q"]).exit_code
-            == 0
-        )
-        shards.append(out)
+    shards = _two_shards(tmp_path)
     document = json.loads(shards[0].read_text())
     document["state"]["trust_region"]["cells"] = cells
     shards[0].write_text(json.dumps(document))
@@ -691,15 +695,7 @@ def test_merge_refuses_counts_that_contradict_their_totals(tmp_path):
     """1,000 correct of 128 rows merged into a correct share of 4.2, exit 0."""
     import json
 
-    root = Path(__file__).resolve().parents[1] / "sample_data" / "verl"
-    shards = []
-    for name in ("step_0008.pt", "step_0016.pt"):
-        out = tmp_path / f"{name}.json"
-        assert (
-            runner.invoke(app, ["analyze", str(root / name), "--json", str(out), "-q"]).exit_code
-            == 0
-        )
-        shards.append(out)
+    shards = _two_shards(tmp_path)
     document = json.loads(shards[0].read_text())
     rows = document["state"]["vitals"]["correct_rows"]
     document["state"]["vitals"]["correct"] = 1000
