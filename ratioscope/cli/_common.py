@@ -162,12 +162,6 @@ def check_output_paths(inputs: list[Path], outputs: list[Path | None]) -> None:
     hold_together(seen)
 
 
-def check_output_folder(folder: Path | None, option: str) -> None:
-    """Refuse, before any work, an output folder (``--tensorboard``) that is a file."""
-    if folder is not None and folder.exists() and not folder.is_dir():
-        raise UsageError(f"{option} {folder}: a file, not a folder; give the folder to write to")
-
-
 def announce_written(paths: list[Path | None], quiet: bool = False) -> None:
     """One stderr line naming the files a command wrote ("wrote u.json, u.parquet").
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import typer
 
+from ratioscope.io.paths import EMPTY_PATH
+
 
 def as_path(text: str) -> Path:
     """The path ``text`` names; ``''`` (or blanks) refused.
@@ -20,7 +22,7 @@ def as_path(text: str) -> Path:
         typer.BadParameter: for an empty path.
     """
     if not text.strip():
-        raise typer.BadParameter("an empty path ('') was given")
+        raise typer.BadParameter(EMPTY_PATH)
     return Path(text)
 
 

@@ -256,7 +256,6 @@ def timeline(
     from ratioscope.analysis.steps import compile_step_from
     from ratioscope.cli._common import (
         announce_written,
-        check_output_folder,
         check_output_paths,
         check_suffix,
         progress_bar,
@@ -279,7 +278,9 @@ def timeline(
     cache = cache_of(cache_dir, no_cache, cache_max_bytes)
     inputs = [*expand_paths(paths, shard_reports=True), *([thresholds] if thresholds else [])]
     check_output_paths(inputs, [json_out, parquet_out, html_out])
-    check_output_folder(tensorboard, "--tensorboard")
+    from ratioscope.io.paths import refuse_file_as_folder
+
+    refuse_file_as_folder(tensorboard, "--tensorboard")  # before any work
     check_suffix(json_out, ".json", "--json")
     check_suffix(parquet_out, ".parquet", "--parquet")
     compile_step_from(step_from)  # a bad pattern fails before any file is read

@@ -251,7 +251,6 @@ def watch(
     """
     from ratioscope.cli._common import (
         check_html_path,
-        check_output_folder,
         check_output_paths,
         check_suffix,
     )
@@ -275,7 +274,9 @@ def watch(
         *([thresholds] if thresholds else []),
     ]
     check_output_paths(inputs, [json_out, html_out])
-    check_output_folder(tensorboard, "--tensorboard")
+    from ratioscope.io.paths import refuse_file_as_folder
+
+    refuse_file_as_folder(tensorboard, "--tensorboard")  # before any work
     limits = None if thresholds is None else load_thresholds(thresholds)
     run = RunWatch(
         paths,

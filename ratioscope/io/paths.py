@@ -101,6 +101,22 @@ def refuse_special_files(words: Sequence[str]) -> None:
             )
 
 
+#: what an empty path (``''``) is refused with, by the command line's parser and the library
+EMPTY_PATH = "an empty path ('') was given"
+
+
+def refuse_file_as_folder(folder: str | Path | None, option: str) -> None:
+    """Refuse an output folder (``--tensorboard``) that names an existing file.
+
+    Raises:
+        UsageError: naming the option and the file.
+    """
+    from ratioscope.errors import UsageError
+
+    if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+        raise UsageError(f"{option} {folder}: a file, not a folder; give the folder to write to")
+
+
 def refuse_empty_path(path: str | Path) -> None:
     """Refuse an empty path (``''``): ``Path("")`` is the current folder, never what was
     meant, and walking it reads the whole tree.
@@ -111,4 +127,4 @@ def refuse_empty_path(path: str | Path) -> None:
     from ratioscope.errors import UnreadablePathError
 
     if not str(path).strip():
-        raise UnreadablePathError(None, "an empty path ('') was given")
+        raise UnreadablePathError(None, EMPTY_PATH)

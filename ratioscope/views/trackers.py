@@ -114,11 +114,9 @@ class TensorBoardTracker:
         from torch.utils.tensorboard import SummaryWriter
 
         from ratioscope.errors import OutputError
+        from ratioscope.io.paths import refuse_file_as_folder
 
-        if Path(log_dir).exists() and not Path(log_dir).is_dir():
-            raise OutputError(
-                log_dir, "--tensorboard names a file; give the folder its event files go to"
-            )
+        refuse_file_as_folder(log_dir, "--tensorboard")
         try:
             self.writer = SummaryWriter(log_dir=str(log_dir))
         except OSError as error:  # a folder that cannot be made (read-only, /proc)
